@@ -1,0 +1,121 @@
+"""Deep-frozen JSON values.
+
+Events are the only truth, and every message the model sees is borrowed from an
+event.  Freezing event data once, at the edge, lets the surface, the derived
+message list and built requests share one object per message (G-2, F-2) without
+defensive copies: a plugin that tries to mutate a message gets a TypeError
+instead of silently rewriting history.
+
+``FrozenDict`` and ``FrozenList`` subclass ``dict`` and ``list`` so equality,
+``isinstance`` checks and JSON encoders (json, orjson) keep working unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NoReturn
+
+
+def _refuse(*_args: Any, **_kwargs: Any) -> NoReturn:
+    raise TypeError("frozen JSON value cannot be modified")
+
+
+class FrozenDict(dict[str, Any]):
+    """A ``dict`` that refuses every mutation."""
+
+    __slots__ = ()
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __ior__ = _refuse
+    clear = _refuse
+    pop = _refuse
+    popitem = _refuse
+    setdefault = _refuse
+    update = _refuse
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return thaw(self)  # type: ignore[no-any-return]
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __reduce__(self) -> Any:
+        return (FrozenDict, (dict(self),))
+
+
+class FrozenList(list[Any]):
+    """A ``list`` that refuses every mutation."""
+
+    __slots__ = ()
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __iadd__ = _refuse
+    __imul__ = _refuse
+    append = _refuse
+    extend = _refuse
+    insert = _refuse
+    pop = _refuse
+    remove = _refuse
+    clear = _refuse
+    sort = _refuse
+    reverse = _refuse
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        return thaw(self)  # type: ignore[no-any-return]
+
+    def __copy__(self) -> list[Any]:
+        return list(self)
+
+    def __reduce__(self) -> Any:
+        return (FrozenList, (list(self),))
+
+
+def freeze(value: Any) -> Any:
+    """Return a deep-frozen copy of a JSON value (frozen parts are reused)."""
+    t = type(value)
+    if t is FrozenDict or t is FrozenList:
+        return value
+    if t is dict:
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if t is list or t is tuple:
+        return FrozenList([freeze(v) for v in value])
+    if isinstance(value, dict):
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return FrozenList([freeze(v) for v in value])
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Return a plain, mutable deep copy of a JSON value."""
+    if isinstance(value, dict):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def json_problem(value: Any, path: str = "data") -> str | None:
+    """Describe why ``value`` is not plain JSON, or return None when it is.
+
+    Plain JSON: dict with str keys, list, str, bool, None, int, finite float.
+    """
+    if value is None or isinstance(value, str | bool | int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{path} holds a non-finite number"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"{path} has a non-string key {k!r}"
+            problem = json_problem(v, f"{path}.{k}")
+            if problem:
+                return problem
+        return None
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            problem = json_problem(v, f"{path}[{i}]")
+            if problem:
+                return problem
+        return None
+    return f"{path} holds a non-JSON value of type {type(value).__name__}"
