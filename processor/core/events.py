@@ -183,12 +183,9 @@ def parse_event(raw: Any, *, trusted_json: bool = False) -> Event:
                 problem = json_problem(raw[key], key)
                 if problem:
                     raise SessionError(seq, "E-3", f"{problem}; data must be plain JSON")
-    if etype not in KNOWN_TYPES:
-        if ignorable is not True:
-            raise SessionError(
-                seq, "E-4", f"unknown event type {etype!r} (not marked ignorable: true)"
-            )
-    elif etype not in SURFACE_TYPES:
+    # E-4 (unknown type without ignorable) is judged by the planner, which
+    # knows the session's registered message-projection types.
+    if etype in KNOWN_TYPES and etype not in SURFACE_TYPES:
         for key in ("surfaceOp", "sourceEventSeqs"):
             if key in raw:
                 raise SessionError(seq, "E-5", f"{etype} must not carry {key}")
@@ -358,7 +355,9 @@ def _check_header(event: Event) -> None:
         if not isinstance(defaults, dict):
             raise SessionError(seq, "D-4", "header.adapterDefaults must be an object")
         if not defaults:
-            raise SessionError(seq, "D-4", "header.adapterDefaults: {} is refused (omit it instead)")
+            raise SessionError(
+                seq, "D-4", "header.adapterDefaults: {} is refused (omit it instead)"
+            )
     if data.get("reason") not in HEADER_REASONS:
         raise SessionError(
             seq, "D-4", f"request/header reason must be one of initial|resume|change|series, "
@@ -376,9 +375,12 @@ def check_event_data(event: Event, lookup: EventLookup) -> None:
         added = _check_tool_blocks(event)
         if etype == "developer/message":
             _check_header_seq(event, added, lookup)
-        if etype == "tool/result" and "error" in event.data:
-            if event.data["message"].get("isError") is not True:
-                raise SessionError(
+        if (
+            etype == "tool/result"
+            and "error" in event.data
+            and event.data["message"].get("isError") is not True
+        ):
+            raise SessionError(
                     event.seq, "D-5", "tool/result with error requires message.isError === true"
                 )
         return

@@ -1,0 +1,176 @@
+"""Session = log + surface + derived messages + domain projections.
+
+The one place where an event becomes part of a session: validate (plan),
+then commit to the surface, the log, the transcript and every domain
+projection, in that order, so a rejected event changes nothing.
+
+A :class:`Session` can be checkpointed and restored without its log prefix:
+the checkpoint holds the planner's surface state, the transcript and the
+projection rows, all at one ``lastSeq``.  That is what the Kafka service
+stores; the offline tools use the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from processor.core.errors import SessionError
+from processor.core.events import Event
+from processor.core.frozen import freeze
+from processor.core.log import SessionHeader, SessionLog
+from processor.core.message_projections import MessageProjectionRegistry
+from processor.core.messages import DerivedMessages, transcript_entry
+from processor.core.projections import ProjectionRegistry, SessionProjections
+from processor.core.surface import Plan, SurfaceManager, SurfaceState, assert_projections
+
+CHECKPOINT_VERSION = 1
+
+
+def synthetic_header(session_id: str = "unknown") -> SessionHeader:
+    """The header given to a log that has no header line (§11)."""
+    return {
+        "type": "session",
+        "version": 0,
+        "id": session_id,
+        "createdAt": 0,
+        "isSeeded": False,
+        "delegationDepth": 0,
+    }
+
+
+class Session:
+    """One session's folded state; see the module docstring."""
+
+    __slots__ = ("_derived", "_transcript", "header", "log", "projections", "surface")
+
+    def __init__(
+        self,
+        header: SessionHeader | None = None,
+        *,
+        message_projections: MessageProjectionRegistry | None = None,
+        projections: ProjectionRegistry | None = None,
+        _log: SessionLog | None = None,
+        _surface: SurfaceState | None = None,
+        _transcript: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.header: SessionHeader = header if header is not None else synthetic_header()
+        self.log = _log if _log is not None else SessionLog()
+        self.surface = SurfaceManager(message_projections, _surface)
+        self._derived = DerivedMessages()
+        self._transcript: list[dict[str, Any]] = _transcript if _transcript is not None else []
+        self.projections = SessionProjections(
+            projections if projections is not None else ProjectionRegistry(),
+            self.header,
+            self.log,
+        )
+
+    # ------------------------------------------------------------ writing
+
+    @property
+    def next_seq(self) -> int:
+        return self.surface.state.next_seq
+
+    @property
+    def last_seq(self) -> int:
+        return self.surface.state.next_seq - 1
+
+    def validate(self, event: Event) -> Plan:
+        """Plan ``event`` as the next one and stage it; changes nothing."""
+        return self.surface.validate_next(event)
+
+    def append(self, event: Event) -> Plan:
+        """Validate (reusing a staged plan) and commit ``event``."""
+        plan = self.surface.commit(event)
+        self.log.append(event)
+        entry = transcript_entry(event)
+        if entry is not None:
+            self._transcript.append(freeze(entry))
+        self.projections.on_commit(event)
+        return plan
+
+    def extend(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.append(event)
+
+    # ------------------------------------------------------------ reading
+
+    def derive_messages(self) -> list[Any]:
+        """The model context (G-2); fails loudly after an M-4 removal."""
+        assert_projections(self.surface.state, self.surface.message_projections)
+        return self._derived.derive(self.surface.state)
+
+    def transcript(self) -> list[Any]:
+        """The human history (G-4): append-origin entries ``{seq, message}``."""
+        return list(self._transcript)
+
+    def surface_view(self) -> dict[str, Any]:
+        state = self.surface.state
+        return {
+            "nodes": list(state.nodes),
+            "replaceGeneration": state.replace_generation,
+            "contentGeneration": state.content_generation,
+        }
+
+    # ------------------------------------------------------------ checkpoints
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Everything needed to continue this session after ``lastSeq``.
+
+        Plain JSON values; the projection rows are detached copies (P-5).
+        """
+        return {
+            "version": CHECKPOINT_VERSION,
+            "lastSeq": self.last_seq,
+            "surface": self.surface.state.to_json(),
+            "transcript": self.transcript(),
+            "rows": self.projections.checkpoint(),
+        }
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        checkpoint: Mapping[str, Any],
+        header: SessionHeader | None = None,
+        *,
+        message_projections: MessageProjectionRegistry | None = None,
+        projections: ProjectionRegistry | None = None,
+    ) -> Session:
+        """Continue a session from :meth:`checkpoint` output (no log prefix).
+
+        Every registered unit needs a usable row at ``lastSeq``; otherwise
+        the prefix is required and a :class:`SessionError` says to re-read
+        from seq 0 (P-7) — a stale or version-bumped row is never served.
+        """
+        if checkpoint.get("version") != CHECKPOINT_VERSION:
+            raise SessionError(None, "P-7", f"unsupported checkpoint version "
+                               f"{checkpoint.get('version')!r}; re-read from seq 0")
+        last_seq = int(checkpoint["lastSeq"])
+        state = SurfaceState.from_json(checkpoint["surface"])
+        if state.next_seq != last_seq + 1:
+            raise SessionError(None, "P-7", "checkpoint surface and lastSeq disagree; re-read "
+                               "from seq 0")
+        session = cls(
+            header,
+            message_projections=message_projections,
+            projections=projections,
+            _log=SessionLog(base_seq=last_seq + 1),
+            _surface=state,
+            _transcript=[freeze(e) for e in checkpoint["transcript"]],
+        )
+        session.projections.install(checkpoint["rows"], last_seq)
+        return session
+
+    @classmethod
+    def fold(
+        cls,
+        events: Sequence[Event],
+        header: SessionHeader | None = None,
+        *,
+        message_projections: MessageProjectionRegistry | None = None,
+        projections: ProjectionRegistry | None = None,
+    ) -> Session:
+        """Fold a whole log offline through the same path as live appends."""
+        session = cls(header, message_projections=message_projections, projections=projections)
+        session.extend(events)
+        return session
