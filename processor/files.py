@@ -93,12 +93,16 @@ def iter_lines(content: bytes) -> Iterator[tuple[int, bytes, bool]]:
 
 
 def parse_session_bytes(content: bytes, *, drop_torn_tail: bool = False,
-                        session_id: str = "unknown") -> SessionFile:
+                        session_id: str = "unknown",
+                        stop_after_seq: int | None = None) -> SessionFile:
+    """Parse a whole file; ``stop_after_seq`` ignores every line after that seq."""
     header: SessionHeader | None = None
     events: list[Event] = []
     torn: TornTail | None = None
     first = True
     for offset, line, terminated in iter_lines(content):
+        if stop_after_seq is not None and events and events[-1].seq >= stop_after_seq:
+            break
         try:
             raw = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -127,11 +131,19 @@ def parse_session_bytes(content: bytes, *, drop_torn_tail: bool = False,
     )
 
 
-def read_session_file(path: str | Path, *, drop_torn_tail: bool = False) -> SessionFile:
-    """Read a session log file (see the module docstring)."""
-    name = Path(path).name.split(".")[0]
-    return parse_session_bytes(read_bytes(path), drop_torn_tail=drop_torn_tail,
-                               session_id=name)
+def read_session_file(path: str | Path, *, drop_torn_tail: bool = False,
+                      stop_after_seq: int | None = None) -> SessionFile:
+    """Read a session log file (see the module docstring).
+
+    A file without a header gets a synthetic one whose id is the file's stem
+    (or its folder's name for the harness's ``session.jsonl`` naming).
+    """
+    p = Path(path)
+    name = p.name.split(".")[0]
+    if name == "session" and p.parent.name:
+        name = p.parent.name
+    return parse_session_bytes(read_bytes(p), drop_torn_tail=drop_torn_tail,
+                               session_id=name, stop_after_seq=stop_after_seq)
 
 
 def write_session_file(path: str | Path, header: SessionHeader | None,

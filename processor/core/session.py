@@ -12,6 +12,7 @@ stores; the offline tools use the same code.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,11 @@ from processor.core.projections import ProjectionRegistry, SessionProjections
 from processor.core.surface import Plan, SurfaceManager, SurfaceState, assert_projections
 
 CHECKPOINT_VERSION = 1
+
+
+def event_digest(event: Event) -> str:
+    """A short content digest of an event (duplicate and anchor checks)."""
+    return hashlib.blake2b(event.digest_bytes(), digest_size=16).hexdigest()
 
 
 def synthetic_header(session_id: str = "unknown") -> SessionHeader:
@@ -42,7 +48,8 @@ def synthetic_header(session_id: str = "unknown") -> SessionHeader:
 class Session:
     """One session's folded state; see the module docstring."""
 
-    __slots__ = ("_derived", "_transcript", "header", "log", "projections", "surface")
+    __slots__ = ("_derived", "_last_digest", "_transcript", "header", "log", "projections",
+                 "surface")
 
     def __init__(
         self,
@@ -58,6 +65,7 @@ class Session:
         self.log = _log if _log is not None else SessionLog()
         self.surface = SurfaceManager(message_projections, _surface)
         self._derived = DerivedMessages()
+        self._last_digest: str | None = None
         self._transcript: list[dict[str, Any]] = _transcript if _transcript is not None else []
         self.projections = SessionProjections(
             projections if projections is not None else ProjectionRegistry(),
@@ -83,6 +91,7 @@ class Session:
         """Validate (reusing a staged plan) and commit ``event``."""
         plan = self.surface.commit(event)
         self.log.append(event)
+        self._last_digest = event_digest(event)
         entry = transcript_entry(event)
         if entry is not None:
             self._transcript.append(freeze(entry))
@@ -122,6 +131,7 @@ class Session:
         return {
             "version": CHECKPOINT_VERSION,
             "lastSeq": self.last_seq,
+            "lastDigest": self._last_digest,
             "surface": self.surface.state.to_json(),
             "transcript": self.transcript(),
             "rows": self.projections.checkpoint(),
@@ -159,7 +169,15 @@ class Session:
             _transcript=[freeze(e) for e in checkpoint["transcript"]],
         )
         session.projections.install(checkpoint["rows"], last_seq)
+        session._last_digest = checkpoint.get("lastDigest")
         return session
+
+    @staticmethod
+    def matches_anchor(checkpoint: Mapping[str, Any], event: Event) -> bool:
+        """Is ``event`` the very event the checkpoint was taken after?"""
+        return event.seq == checkpoint.get("lastSeq") and event_digest(event) == checkpoint.get(
+            "lastDigest"
+        )
 
     @classmethod
     def fold(

@@ -1,0 +1,3 @@
+from processor.cli.main import main
+
+main()

@@ -1,0 +1,110 @@
+"""Offline folding of session files: what ``processor fold`` prints.
+
+``fold_file`` is the library form of the command, so tests and the demo's
+cross-check use exactly what users run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from processor.core.errors import SessionError
+from processor.core.events import Event
+from processor.core.log import SessionHeader
+from processor.core.message_projections import default_message_projections
+from processor.core.projections import ProjectionRegistry, restore, restore_floor
+from processor.core.session import Session
+from processor.files import read_session_file
+
+
+def default_registry() -> ProjectionRegistry:
+    """A projection registry holding the built-in units."""
+    from processor.core.builtin import register_builtins
+
+    registry = ProjectionRegistry()
+    register_builtins(registry)
+    return registry
+
+
+@dataclass(frozen=True, slots=True)
+class FoldResult:
+    output: dict[str, Any]
+    session_checkpoint: dict[str, Any]
+
+
+def session_output(session: Session, rows: Mapping[str, Any] | None = None,
+                   projections: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON document ``processor fold`` prints for a folded session."""
+    snap = session.projections.snapshot()
+    return {
+        "asOfSeq": session.last_seq,
+        "surface": session.surface_view(),
+        "messages": session.derive_messages(),
+        "transcript": session.transcript(),
+        "projections": dict(projections if projections is not None else snap.values),
+        "checkpoint": dict(rows if rows is not None else session.projections.checkpoint()),
+    }
+
+
+def fold_events(events: Sequence[Event], header: SessionHeader | None = None) -> Session:
+    return Session.fold(events, header, message_projections=default_message_projections(),
+                        projections=default_registry())
+
+
+def _restore_rows(session_events: Sequence[Event], header: SessionHeader,
+                  rows: Mapping[str, Any], registry: ProjectionRegistry,
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """P-6/P-7: restore projection rows from their floor over the log tail."""
+    floor = restore_floor(registry, rows)
+    if floor is None:
+        return {}, {}
+    end = session_events[-1].seq if session_events else -1
+    if floor > end + 1:
+        raise SessionError(None, "P-7", f"checkpoint needs seq {floor}, but the log ends at "
+                           f"{end}: the log was shortened below the checkpoint")
+    tail = [e for e in session_events if e.seq >= floor]
+    result = restore(registry, header, rows, tail, floor)
+    return dict(result.snapshot.values), dict(result.rows)
+
+
+def fold_file(path: str | Path, *, at_seq: int | None = None,
+              checkpoint_path: str | Path | None = None,
+              drop_torn_tail: bool = False) -> FoldResult:
+    """Fold a session file (optionally a prefix, optionally from a checkpoint)."""
+    file = read_session_file(path, drop_torn_tail=drop_torn_tail, stop_after_seq=at_seq)
+    events = file.events if at_seq is None else [e for e in file.events if e.seq <= at_seq]
+    if checkpoint_path is None:
+        session = fold_events(events, file.header)
+        return FoldResult(session_output(session), session.checkpoint())
+    raw = orjson.loads(Path(checkpoint_path).read_bytes())
+    if isinstance(raw, dict) and "surface" in raw and "lastSeq" in raw:
+        session = restore_session(raw, events, file.header)
+        return FoldResult(session_output(session), session.checkpoint())
+    rows = raw["checkpoint"] if isinstance(raw, dict) and "asOfSeq" in raw else raw
+    registry = default_registry()
+    session = Session.fold(events, file.header,
+                           message_projections=default_message_projections(),
+                           projections=ProjectionRegistry())
+    values, fresh_rows = _restore_rows(events, file.header, rows, registry)
+    return FoldResult(session_output(session, fresh_rows, values), session.checkpoint())
+
+
+def restore_session(checkpoint: Mapping[str, Any], events: Sequence[Event],
+                    header: SessionHeader | None = None) -> Session:
+    """Continue a session checkpoint over the log, proving the anchor first."""
+    session = Session.from_checkpoint(checkpoint, header,
+                                      message_projections=default_message_projections(),
+                                      projections=default_registry())
+    last = session.last_seq
+    by_seq = {e.seq: e for e in events}
+    anchor = by_seq.get(last) if last >= 0 else None
+    if last >= 0 and (anchor is None or not session.matches_anchor(checkpoint, anchor)):
+        raise SessionError(last, "P-6", "checkpoint anchor event is missing or different in "
+                           "this log; re-read from seq 0")
+    session.extend(e for e in events if e.seq > last)
+    return session

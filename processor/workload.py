@@ -1,0 +1,170 @@
+"""Random but valid session logs, for property tests, examples and benches.
+
+``generate_session(rng, n)`` walks a little state machine: every step picks an
+action that is valid against the current surface (it keeps a
+:class:`SurfaceState` of its own, planned with the real planner), so the log
+exercises appends, compaction replaces of ranges, tool-result rewrites,
+system-head rewrites, tool additions/removals, image offloads, domain events
+and ignorable unknown events.  With a ``random.Random`` it is a fast workload
+generator; with hypothesis' ``st.randoms()`` it shrinks.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from processor.core.builder import LogBuilder, text, tool_def
+from processor.core.events import Event
+from processor.core.message_projections import default_message_projections
+from processor.core.surface import SurfaceState, commit_plan, plan_event
+
+TOOL_NAMES = ("read", "grep", "edit", "shell", "search", "fetch")
+
+
+class _Walker:
+    def __init__(self, rng: random.Random, big_result_bytes: int, big_ratio: float) -> None:
+        self.rng = rng
+        self.b = LogBuilder()
+        self.state = SurfaceState()
+        self.registry = default_message_projections()
+        self.big = big_result_bytes
+        self.big_ratio = big_ratio
+        self.active_tools: list[str] = []
+        self.header_seq: int | None = None
+        self.header_tools: dict[str, dict[str, Any]] = {}
+        self.in_step = False
+
+    # every event goes through the real planner: the generator cannot drift
+    def commit(self, event: Event) -> None:
+        commit_plan(self.state, event, plan_event(self.state, event, self.registry))
+
+    def node_types(self) -> list[tuple[int, str]]:
+        return [(s, self.state.node_events[s].type) for s in self.state.nodes]
+
+    # -------------------------------------------------------------- actions
+
+    def user(self) -> None:
+        r = self.rng.random()
+        if r < 0.1:
+            self.b.add_raw("user/message", self.b.message("user", [
+                text("see picture"), {"type": "image", "mediaType": "image/png",
+                                      "data": "iVBORw0" * self.rng.randint(1, 20)}]),
+                surfaceOp="append")
+        else:
+            self.b.user(f"question {self.b.next_seq} " + "word " * self.rng.randint(0, 30))
+
+    def assistant(self) -> None:
+        calls = []
+        if self.rng.random() < 0.5:
+            name = self.rng.choice(TOOL_NAMES)
+            calls.append({"id": f"call-{self.b.next_seq}", "name": name,
+                          "arguments": {"q": self.rng.randint(0, 99)}})
+        usage = {"inputTokens": self.rng.randint(10, 5000),
+                 "outputTokens": self.rng.randint(1, 900)}
+        self.b.assistant("answer " * self.rng.randint(0, 20), tool_calls=calls, usage=usage)
+        for call in calls:
+            ev = self.b.tool_call(call["id"], call["name"], call["arguments"])
+            body = "x" * self.big if self.rng.random() < self.big_ratio else "ok " * 10
+            error = {"name": "ToolError", "code": "E1"} if self.rng.random() < 0.1 else None
+            self.b.tool_result(call["id"], body, call_seq=ev.seq, error=error)
+
+    def turn(self) -> None:
+        if self.in_step:
+            self.b.step_end()
+            self.b.turn_end()
+            self.in_step = False
+        else:
+            self.b.turn_start()
+            self.b.step_start()
+            self.in_step = True
+
+    def attempt(self) -> None:
+        self.b.attempt()
+        self.b.add_raw("llm/retry", {"turn": self.b.turn, "step": self.b.step, "attempt": 1,
+                                     "delayMs": 10})
+        self.b.add_raw("llm/retry-started", {"turn": self.b.turn, "step": self.b.step})
+
+    def header(self) -> None:
+        names = sorted(self.rng.sample(TOOL_NAMES, self.rng.randint(1, 4)))
+        tools = [tool_def(n, f"{n} v{self.rng.randint(1, 2)}") for n in names]
+        reason = "initial" if self.header_seq is None else self.rng.choice(["change", "series"])
+        ev = self.b.header(tools, reason=reason)
+        added = [n for n in names if n not in self.active_tools]
+        removed = [n for n in self.active_tools if n not in names]
+        self.header_seq, self.active_tools = ev.seq, names
+        self.header_tools = {t["name"]: t for t in tools}
+        if added or removed:
+            self.b.tool_update(ev.seq, added=added, removed=removed)
+        self.b.add_raw("request/context", {"provider": "mock", "model": "mock-1",
+                                           "contextWindow": 200_000})
+
+    def compact(self) -> None:
+        nodes = self.state.nodes
+        lo = 1 if nodes and self.state.node_events[nodes[0]].type == "system/message" else 0
+        if len(nodes) - lo < 2:
+            return self.user()
+        i = self.rng.randint(lo, len(nodes) - 2)
+        j = self.rng.randint(i + 1, min(len(nodes) - 1, i + 8))
+        shadowed = nodes[i : j + 1]
+        extra = [self.b.next_seq - 1] if self.rng.random() < 0.3 else []
+        sources = sorted(set(shadowed) | set(extra))
+        self.b.summary(f"summary of {len(shadowed)} messages", nodes[i], nodes[j], sources)
+        return None
+
+    def rewrite_tool_result(self) -> None:
+        results = [s for s, t in self.node_types() if t == "tool/result"]
+        if not results:
+            return self.user()
+        seq = self.rng.choice(results)
+        self.b.tool_result("", "[result elided]", like=self.state.node_events[seq],
+                           replace=(seq, seq))
+        return None
+
+    def rewrite_system(self) -> None:
+        nodes = self.state.nodes
+        if nodes and self.state.node_events[nodes[0]].type == "system/message":
+            self.b.system(f"prompt v{self.b.next_seq}", replace=(nodes[0], nodes[0]),
+                          sources=[nodes[0]])
+        else:
+            self.b.system(f"prompt v{self.b.next_seq}")
+
+    def offload(self) -> None:
+        for seq in reversed(self.state.nodes):
+            message = self.state.message_of(seq)
+            for i, block in enumerate(message.get("content", [])):
+                if isinstance(block, dict) and block.get("type") == "image":
+                    self.b.add_raw("image/offload", {"images": [
+                        {"seq": seq, "index": i, "uri": f"blob://{seq}/{i}"}]})
+                    return
+        self.user()
+
+    def inbox(self) -> None:
+        self.b.add_raw("agent/inbox/spliced", {
+            "delivery": self.rng.choice(["next-turn", "next-step"]),
+            "messages": [{"id": f"inbox-{self.b.next_seq}", "role": "user",
+                          "content": [text("ping")]}]})
+
+    def ignorable(self) -> None:
+        self.b.add_raw("vendor/telemetry", {"n": self.rng.randint(0, 9)}, ignorable=True)
+
+    ACTIONS: tuple[tuple[str, float], ...] = (
+        ("user", 18), ("assistant", 30), ("turn", 14), ("attempt", 2), ("header", 4),
+        ("compact", 4), ("rewrite_tool_result", 3), ("rewrite_system", 2), ("offload", 2),
+        ("inbox", 2), ("ignorable", 1),
+    )
+
+
+def generate_session(rng: random.Random, n_events: int, *, big_result_bytes: int = 10_000,
+                     big_ratio: float = 0.02) -> list[Event]:
+    """A valid session log of at least ``n_events`` events (cut to exactly n)."""
+    w = _Walker(rng, big_result_bytes, big_ratio)
+    w.b.system("You are a careful coding agent.")
+    w.commit(w.b.events[0])
+    names = [a for a, _ in w.ACTIONS]
+    weights = [wt for _, wt in w.ACTIONS]
+    while len(w.b.events) < n_events:
+        getattr(w, rng.choices(names, weights)[0])()
+        for event in w.b.events[w.state.next_seq :]:
+            w.commit(event)
+    return w.b.events[:n_events]
