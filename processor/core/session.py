@@ -48,8 +48,8 @@ def synthetic_header(session_id: str = "unknown") -> SessionHeader:
 class Session:
     """One session's folded state; see the module docstring."""
 
-    __slots__ = ("_derived", "_last_digest", "_transcript", "header", "log", "projections",
-                 "surface")
+    __slots__ = ("_derived", "_last_digest", "_transcript", "_transcript_base", "header", "log",
+                 "projections", "surface")
 
     def __init__(
         self,
@@ -67,6 +67,7 @@ class Session:
         self._derived = DerivedMessages()
         self._last_digest: str | None = None
         self._transcript: list[dict[str, Any]] = _transcript if _transcript is not None else []
+        self._transcript_base = 0
         self.projections = SessionProjections(
             projections if projections is not None else ProjectionRegistry(),
             self.header,
@@ -82,6 +83,11 @@ class Session:
     @property
     def last_seq(self) -> int:
         return self.surface.state.next_seq - 1
+
+    @property
+    def last_digest(self) -> str | None:
+        """:func:`event_digest` of the last committed event."""
+        return self._last_digest
 
     def validate(self, event: Event) -> Plan:
         """Plan ``event`` as the next one and stage it; changes nothing."""
@@ -110,8 +116,33 @@ class Session:
         return self._derived.derive(self.surface.state)
 
     def transcript(self) -> list[Any]:
-        """The human history (G-4): append-origin entries ``{seq, message}``."""
+        """The human history (G-4): append-origin entries ``{seq, message}``.
+
+        Entries below :attr:`transcript_base` were handed off (the service
+        publishes closed transcript pages and forgets them).
+        """
         return list(self._transcript)
+
+    @property
+    def transcript_base(self) -> int:
+        return self._transcript_base
+
+    @property
+    def transcript_count(self) -> int:
+        return self._transcript_base + len(self._transcript)
+
+    def transcript_slice(self, start: int, stop: int) -> list[Any]:
+        """Entries ``start..stop-1`` by absolute index (must be retained)."""
+        if start < self._transcript_base:
+            raise ValueError(f"transcript entries below {self._transcript_base} were dropped")
+        return self._transcript[start - self._transcript_base : stop - self._transcript_base]
+
+    def drop_transcript_before(self, index: int) -> None:
+        """Forget transcript entries below absolute ``index`` (already published)."""
+        drop = min(max(index - self._transcript_base, 0), len(self._transcript))
+        if drop:
+            del self._transcript[:drop]
+            self._transcript_base += drop
 
     def surface_view(self) -> dict[str, Any]:
         state = self.surface.state
@@ -133,6 +164,7 @@ class Session:
             "lastSeq": self.last_seq,
             "lastDigest": self._last_digest,
             "surface": self.surface.state.to_json(),
+            "transcriptBase": self._transcript_base,
             "transcript": self.transcript(),
             "rows": self.projections.checkpoint(),
         }
@@ -170,6 +202,7 @@ class Session:
         )
         session.projections.install(checkpoint["rows"], last_seq)
         session._last_digest = checkpoint.get("lastDigest")
+        session._transcript_base = int(checkpoint.get("transcriptBase", 0))
         return session
 
     @staticmethod

@@ -1,0 +1,88 @@
+"""Thin factories for the confluent-kafka clients the service uses.
+
+The settings that exactly-once and the seq gate rely on are applied after
+the user's ``-X`` overrides, so a pass-through setting cannot silently turn
+them off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from processor.service.config import ServiceConfig
+
+
+def group_consumer(config: ServiceConfig, instance_id: str) -> Consumer:
+    conf: dict[str, Any] = {
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 1_000,
+        "max.poll.interval.ms": 300_000,
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "queued.max.messages.kbytes": 256 * 1024,
+        **config.common(),
+        "group.id": config.group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "client.id": f"processor-{instance_id}",
+    }
+    if config.static_membership:
+        conf["group.instance.id"] = instance_id
+    return Consumer(conf)
+
+
+def plain_consumer(config: ServiceConfig, purpose: str) -> Consumer:
+    """A group-less consumer for restores, views and verification reads."""
+    conf: dict[str, Any] = {
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        **config.common(),
+        "group.id": f"{config.group_id}-{purpose}-unused",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+    }
+    return Consumer(conf)
+
+
+def output_producer(config: ServiceConfig, instance_id: str) -> Producer:
+    conf: dict[str, Any] = {
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        **config.common(),
+        "enable.idempotence": True,
+        "acks": "all",
+        "client.id": f"processor-{instance_id}",
+    }
+    if config.exactly_once:
+        # One transactional id per processor instance: a restarted instance
+        # with the same id fences its predecessor and aborts its open
+        # transaction at once instead of waiting for the transaction timeout.
+        conf["transactional.id"] = f"{config.group_id}-{instance_id}"
+        conf["transaction.timeout.ms"] = config.transaction_timeout_ms
+    return Producer(conf)
+
+
+def event_producer(config: ServiceConfig, client_id: str = "processor-writer") -> Producer:
+    """Idempotent producer with the Java-compatible partitioner (murmur2)."""
+    conf: dict[str, Any] = {
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        **config.common(),
+        "enable.idempotence": True,
+        "acks": "all",
+        "partitioner": "murmur2_random",
+        "client.id": client_id,
+    }
+    return Producer(conf)
+
+
+def admin(config: ServiceConfig) -> AdminClient:
+    return AdminClient(config.common())

@@ -1,0 +1,147 @@
+"""Service configuration: defaults < config file < environment < flags.
+
+Every librdkafka setting passes through untouched (``-X key=value`` on the
+command line, ``[kafka]`` in the file, ``PROCESSOR_X_<KEY>`` in the
+environment), so SASL, TLS and tuning need no code change.  The keys the
+processor owns for correctness (transactions, isolation, assignment
+strategy) are applied last and cannot be overridden by accident.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tomllib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+AnchorPolicy = Literal["fail", "rebuild"]
+
+_ENV_PREFIX = "PROCESSOR_"
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    events: str
+    views: str
+    checkpoints: str
+    dlq: str
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> TopicNames:
+        return cls(f"{prefix}.events", f"{prefix}.views", f"{prefix}.checkpoints",
+                   f"{prefix}.dlq")
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """All settings of the service; see ``processor run --help`` for each."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic_prefix: str = "processor"
+    group_id: str = "processor"
+    instance_id: str = ""
+    static_membership: bool = False
+    partitions: int = 12
+    replication_factor: int = 1
+    exactly_once: bool = True
+    commit_interval_ms: int = 200
+    max_batch_events: int = 20_000
+    transaction_timeout_ms: int = 60_000
+    revoke_budget_ms: int = 10_000
+    anchor_policy: AnchorPolicy = "fail"
+    max_view_bytes: int = 512 * 1024
+    transcript_page_size: int = 256
+    duplicate_window: int = 256
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0  # 0: no HTTP endpoint
+    schema_registry: str = ""
+    kafka: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def topics(self) -> TopicNames:
+        return TopicNames.for_prefix(self.topic_prefix)
+
+    @property
+    def effective_instance_id(self) -> str:
+        return self.instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+    def with_overrides(self, **values: Any) -> ServiceConfig:
+        clean = {k: v for k, v in values.items() if v is not None}
+        return replace(self, **clean)
+
+    # -------------------------------------------------------------- clients
+
+    def common(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        conf.update(self.kafka)
+        return conf
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    kinds = {f.name: f.type for f in fields(ServiceConfig)}
+    kind = str(kinds[name])
+    if isinstance(raw, str):
+        if "int" in kind:
+            return int(raw)
+        if "bool" in kind:
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+    return raw
+
+
+def parse_kafka_overrides(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["key=value", ...]`` from ``-X`` flags."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"-X expects key=value, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None,
+                **flags: Any) -> ServiceConfig:
+    """Build the config from an optional TOML file, the environment and flags.
+
+    File layout: top-level keys named like the :class:`ServiceConfig` fields
+    (``topic_prefix = "prod"``) and a ``[kafka]`` table of librdkafka settings.
+    Environment: ``PROCESSOR_<FIELD>`` (e.g. ``PROCESSOR_GROUP_ID``),
+    ``PROCESSOR_X_<KEY>`` for librdkafka keys (dots as underscores), and
+    ``KAFKA_BOOTSTRAP_SERVERS``.  ``PROCESSOR_CONFIG`` names the file.
+    """
+    env = os.environ if env is None else env
+    names = {f.name for f in fields(ServiceConfig)} - {"kafka"}
+    values: dict[str, Any] = {}
+    kafka: dict[str, str] = {}
+    path = path or env.get(f"{_ENV_PREFIX}CONFIG")
+    if path:
+        doc = tomllib.loads(Path(path).read_text())
+        for key, value in doc.items():
+            if key == "kafka":
+                kafka.update({str(k): str(v) for k, v in value.items()})
+            elif key in names:
+                values[key] = value
+            else:
+                raise ValueError(f"{path}: unknown setting {key!r}")
+    if env.get("KAFKA_BOOTSTRAP_SERVERS"):
+        values["bootstrap_servers"] = env["KAFKA_BOOTSTRAP_SERVERS"]
+    for key, value in env.items():
+        if not key.startswith(_ENV_PREFIX) or key == f"{_ENV_PREFIX}CONFIG":
+            continue
+        rest = key[len(_ENV_PREFIX):]
+        if rest.startswith("X_"):
+            kafka[rest[2:].lower().replace("_", ".")] = value
+        elif rest.lower() in names:
+            values[rest.lower()] = _coerce(rest.lower(), value)
+    extra_kafka = flags.pop("kafka", None) or {}
+    for key, value in flags.items():
+        if value is not None:
+            if key not in names:
+                raise ValueError(f"unknown setting {key!r}")
+            values[key] = value
+    kafka.update(extra_kafka)
+    return ServiceConfig(**{k: _coerce(k, v) for k, v in values.items()}, kafka=kafka)

@@ -1,0 +1,119 @@
+"""Prometheus metrics and the health endpoints of one processor process.
+
+One registry per :class:`Metrics` (not the global default) so several
+processors can live in one test process.  ``serve`` exposes ``/metrics``,
+``/healthz`` (liveness: the loop ticked recently) and ``/readyz`` (ready:
+assigned partitions restored and no fatal error).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+OUTCOMES = ("applied", "duplicate", "rejected", "quarantined")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.events = Counter("processor_events_total", "Events by outcome", ["outcome"],
+                              registry=r)
+        for outcome in OUTCOMES:
+            self.events.labels(outcome)
+        self.records_consumed = Counter("processor_records_consumed_total",
+                                        "Records read from the events topic", registry=r)
+        self.dlq = Counter("processor_dlq_records_total", "Records sent to the DLQ", ["rule"],
+                           registry=r)
+        self.views_published = Counter("processor_views_published_total",
+                                       "View records produced", registry=r)
+        self.checkpoints_published = Counter("processor_checkpoints_published_total",
+                                             "Checkpoint records produced", registry=r)
+        self.fold_seconds = Histogram("processor_fold_seconds", "Fold time per batch",
+                                      registry=r, buckets=_buckets())
+        self.commit_seconds = Histogram("processor_commit_seconds",
+                                        "Produce + transaction commit time per batch",
+                                        registry=r, buckets=_buckets())
+        self.batch_events = Histogram("processor_batch_events", "Events per committed batch",
+                                      registry=r,
+                                      buckets=(1, 10, 100, 1_000, 5_000, 20_000, 100_000))
+        self.aborts = Counter("processor_transaction_aborts_total", "Aborted transactions",
+                              registry=r)
+        self.commits = Counter("processor_transactions_total", "Committed transactions",
+                               registry=r)
+        self.lag = Gauge("processor_partition_lag", "Events not yet consumed", ["partition"],
+                         registry=r)
+        self.sessions = Gauge("processor_sessions_in_memory", "Sessions held in memory",
+                              registry=r)
+        self.quarantined = Gauge("processor_sessions_quarantined", "Quarantined sessions",
+                                 registry=r)
+        self.restore_seconds = Histogram("processor_restore_seconds",
+                                         "Restore time per assigned partition", registry=r,
+                                         buckets=_buckets())
+        self.restored_checkpoints = Counter("processor_restored_checkpoints_total",
+                                            "Checkpoints read during restores", registry=r)
+        self.rebalances = Counter("processor_rebalances_total", "Rebalance callbacks",
+                                  ["kind"], registry=r)
+        for kind in ("assign", "revoke", "lost"):
+            self.rebalances.labels(kind)
+        self.last_tick = time.monotonic()
+        self.ready = False
+        self.fatal: str | None = None
+
+    def tick(self) -> None:
+        self.last_tick = time.monotonic()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _buckets() -> tuple[float, ...]:
+    return (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    metrics: Metrics
+    liveness_s: float = 60.0
+
+    def do_GET(self) -> None:
+        m = self.metrics
+        if self.path.startswith("/metrics"):
+            self._send(200, m.exposition(), CONTENT_TYPE_LATEST)
+        elif self.path.startswith("/healthz"):
+            alive = m.fatal is None and time.monotonic() - m.last_tick < self.liveness_s
+            self._send(200 if alive else 503, b"ok\n" if alive else b"stalled\n")
+        elif self.path.startswith("/readyz"):
+            ok = m.ready and m.fatal is None
+            body = b"ready\n" if ok else (f"not ready: {m.fatal or 'restoring'}\n").encode()
+            self._send(200 if ok else 503, body)
+        else:
+            self._send(404, b"not found\n")
+
+    def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def serve(metrics: Metrics, host: str, port: int) -> ThreadingHTTPServer:
+    """Start the HTTP endpoint in a daemon thread; ``server.server_port`` is the port."""
+    handler = type("Handler", (_Handler,), {"metrics": metrics})
+    server = ThreadingHTTPServer((host, port), handler)
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    return server

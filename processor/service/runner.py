@@ -1,0 +1,526 @@
+"""The processor: consume → fold → one transaction per batch.
+
+Loop (SERVICE-DESIGN "Processing loop"):
+
+1. ``consume`` a batch, decode, route each record to its session;
+2. the seq gate and the core fold, per session, in partition order;
+3. when the commit interval has passed (or the batch is full): produce the
+   changed views (coalesced, one record per session and view), the dirty
+   checkpoints and the DLQ records, ``send_offsets_to_transaction`` and
+   commit — views, checkpoints, dead letters and consumer offsets become
+   visible together or not at all.
+
+Folding mutates in-memory sessions before the transaction commits; if the
+transaction aborts, the sessions of the affected partitions are dropped,
+restored from their checkpoints and the consumer is sent back to the
+committed offsets, so an abort can never leak half a batch.
+
+Bad input never stops a partition: an undecodable record, an invalid event,
+a gap, a conflicting duplicate or an unknown required type goes to the DLQ
+with its reason, the session is quarantined at its last valid seq (its
+``status`` view says why, its other views stay), and its later events go to
+the DLQ as well until an operator re-drives it.  Every other session keeps
+flowing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from processor.core.errors import SessionError
+from processor.core.message_projections import default_message_projections
+from processor.core.projections import ProjectionRegistry
+from processor.core.session import CHECKPOINT_VERSION, Session, synthetic_header
+from processor.service import clients
+from processor.service.codec import (
+    Anchor,
+    Checkpoint,
+    Codec,
+    CodecError,
+    DeadLetter,
+    View,
+    default_codec,
+    session_key,
+    split_view,
+    stale_part_keys,
+    view_key,
+)
+from processor.service.config import ServiceConfig
+from processor.service.metrics import Metrics
+from processor.service.restore import AnchorError, check_anchor, load_checkpoints
+from processor.service.state import Quarantine, SessionRuntime
+
+log = logging.getLogger("processor.runner")
+
+CONTROL_HEADER = "processor-control"
+
+
+def default_projection_registry() -> ProjectionRegistry:
+    from processor.core.builtin import register_builtins
+
+    registry = ProjectionRegistry()
+    register_builtins(registry)
+    return registry
+
+
+@dataclass
+class _Pending:
+    """Work folded since the last commit, by partition."""
+
+    offsets: dict[int, int] = field(default_factory=dict)
+    dirty: dict[tuple[int, str], SessionRuntime] = field(default_factory=dict)
+    dead_letters: list[tuple[int, DeadLetter]] = field(default_factory=list)
+    tombstones: list[tuple[str, int, bytes]] = field(default_factory=list)
+    events: int = 0
+    started: float = 0.0
+
+    def empty(self) -> bool:
+        return not (self.offsets or self.dirty or self.dead_letters or self.tombstones)
+
+    def partitions(self) -> set[int]:
+        return (set(self.offsets) | {p for p, _ in self.dirty} | {p for p, _ in
+                self.dead_letters} | {p for _, p, _ in self.tombstones})
+
+
+class _Partition:
+    """Sessions of one assigned events partition."""
+
+    def __init__(self, number: int, checkpoints: dict[str, Checkpoint]) -> None:
+        self.number = number
+        self.checkpoints = checkpoints  # not yet materialised sessions
+        self.sessions: dict[str, SessionRuntime] = {}
+        self.view_parts: dict[tuple[str, str], int] = {}
+
+
+class Processor:
+    """One member of the processor consumer group."""
+
+    def __init__(self, config: ServiceConfig, *, metrics: Metrics | None = None,
+                 registry_factory: Callable[[], ProjectionRegistry] = default_projection_registry,
+                 codec: Codec | None = None) -> None:
+        self.config = config
+        self.topics = config.topics
+        self.instance_id = config.effective_instance_id
+        self.metrics = metrics or Metrics()
+        self.codec = codec or default_codec()
+        self.registry = registry_factory()
+        self.message_projections = default_message_projections()
+        self._stop = threading.Event()
+        self._partitions: dict[int, _Partition] = {}
+        self._pending = _Pending()
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._restore_consumer: Consumer | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self, *, max_idle_s: float | None = None) -> None:
+        """Consume until :meth:`stop` (or ``max_idle_s`` without records)."""
+        cfg = self.config
+        self._consumer = consumer = clients.group_consumer(cfg, self.instance_id)
+        self._producer = producer = clients.output_producer(cfg, self.instance_id)
+        self._restore_consumer = clients.plain_consumer(cfg, "restore")
+        if cfg.exactly_once:
+            producer.init_transactions(30)
+        consumer.subscribe([self.topics.events], on_assign=self._on_assign,
+                           on_revoke=self._on_revoke, on_lost=self._on_lost)
+        idle_since = time.monotonic()
+        interval = cfg.commit_interval_ms / 1000
+        try:
+            while not self._stop.is_set():
+                self.metrics.tick()
+                msgs = consumer.consume(num_messages=min(cfg.max_batch_events, 5_000),
+                                        timeout=min(interval, 0.5) if self._pending.empty()
+                                        else 0.05)
+                if self.metrics.fatal:
+                    raise AnchorError(self.metrics.fatal)
+                if msgs:
+                    idle_since = time.monotonic()
+                    self._fold_batch(msgs)
+                elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
+                    break
+                p = self._pending
+                if not p.empty() and (p.events >= cfg.max_batch_events
+                                      or time.monotonic() - p.started >= interval):
+                    self._commit()
+            self._commit()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()  # leaves the group: revoke runs _commit
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("consumer close: %s", exc)
+        if self._producer is not None:
+            self._producer.flush(10)
+        if self._restore_consumer is not None:
+            self._restore_consumer.close()
+        self._consumer = self._producer = self._restore_consumer = None
+
+    # ------------------------------------------------------------ rebalance
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.metrics.rebalances.labels("assign").inc()
+        self.metrics.ready = False
+        assignment = []
+        for tp in partitions:
+            start = self._restore_partition(tp.partition)
+            assignment.append(TopicPartition(tp.topic, tp.partition, start)
+                              if start is not None else TopicPartition(tp.topic, tp.partition))
+        consumer.incremental_assign(assignment)
+        self.metrics.ready = True
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.metrics.rebalances.labels("revoke").inc()
+        try:
+            self._commit()  # finish the open batch while we still own the partitions
+        except KafkaException as exc:
+            log.warning("commit on revoke failed (%s); aborting the batch", exc)
+            self._abort({tp.partition for tp in partitions})
+        for tp in partitions:
+            self._partitions.pop(tp.partition, None)
+        consumer.incremental_unassign(partitions)
+        self._update_gauges()
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.metrics.rebalances.labels("lost").inc()
+        lost = {tp.partition for tp in partitions}
+        self._abort(lost, rewind=False)
+        for p in lost:
+            self._partitions.pop(p, None)
+        consumer.incremental_unassign(partitions)
+        self._update_gauges()
+
+    def _restore_partition(self, number: int) -> int | None:
+        """Load partition ``number``'s checkpoints; returns a start offset override."""
+        assert self._consumer is not None and self._restore_consumer is not None
+        t0 = time.monotonic()
+        rc = self._restore_consumer
+        restore = load_checkpoints(rc, self.codec, self.topics.checkpoints, number)
+        committed_tp = self._consumer.committed(
+            [TopicPartition(self.topics.events, number)], timeout=30)[0]
+        committed = committed_tp.offset if committed_tp.offset >= 0 else None
+        problem = check_anchor(rc, self.codec, self.topics.events, number, restore, committed)
+        start: int | None = None
+        if problem is not None:
+            if self.config.anchor_policy == "fail":
+                self.metrics.fatal = f"anchor check failed: {problem}"
+                log.error("%s", self.metrics.fatal)
+                raise AnchorError(problem)
+            log.warning("anchor check failed (%s); rebuilding partition %d from offset zero",
+                        problem, number)
+            for sid in restore.checkpoints:
+                self._pending.tombstones.append((self.topics.checkpoints, number,
+                                                 session_key(sid)))
+            restore.checkpoints.clear()
+            start = OFFSET_BEGINNING
+        self._partitions[number] = _Partition(number, restore.checkpoints)
+        self.metrics.restored_checkpoints.inc(len(restore.checkpoints))
+        self.metrics.restore_seconds.observe(time.monotonic() - t0)
+        log.info("restored partition %d: %d checkpoints from %d records, resuming at %s",
+                 number, len(restore.checkpoints), restore.records_read,
+                 "offset 0" if start is not None else f"committed offset {committed}")
+        return start
+
+    # ------------------------------------------------------------ folding
+
+    def _runtime(self, part: _Partition, sid: str) -> SessionRuntime:
+        rt = part.sessions.get(sid)
+        if rt is not None:
+            return rt
+        cp = part.checkpoints.pop(sid, None)
+        session: Session
+        if cp is None:
+            session = Session(synthetic_header(sid),
+                              message_projections=self.message_projections,
+                              projections=self.registry)
+        else:
+            session = self._session_from_checkpoint(cp)
+        rt = SessionRuntime(sid, part.number, session, window=self.config.duplicate_window)
+        if cp is not None:
+            rt.load_service_state(cp.surface.get("service", {}))
+        part.sessions[sid] = rt
+        return rt
+
+    def _session_from_checkpoint(self, cp: Checkpoint) -> Session:
+        core = dict(cp.surface["core"])
+        core["rows"] = cp.rows
+        try:
+            return Session.from_checkpoint(core, cp.surface.get("header"),
+                                           message_projections=self.message_projections,
+                                           projections=self.registry)
+        except SessionError as exc:
+            # A bumped stateVersion (or an unreadable row) needs the prefix:
+            # the replay command rebuilds such sessions from offset zero.
+            raise AnchorError(f"session {cp.session_id}: {exc}; run `processor replay`") from exc
+
+    def _fold_batch(self, msgs: Iterable[Message]) -> None:
+        t0 = time.perf_counter()
+        pending = self._pending
+        if pending.empty():
+            pending.started = time.monotonic()
+        consumed = 0
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise KafkaException(err)
+                log.warning("consume error: %s", err)
+                continue
+            part = self._partitions.get(msg.partition())
+            if part is None:
+                continue  # fetched just before a revoke
+            consumed += 1
+            self._fold_record(part, msg)
+            pending.offsets[part.number] = msg.offset() + 1
+        pending.events += consumed
+        self.metrics.records_consumed.inc(consumed)
+        self.metrics.fold_seconds.observe(time.perf_counter() - t0)
+
+    def _fold_record(self, part: _Partition, msg: Message) -> None:
+        key = msg.key()
+        sid = key.decode("utf-8", "replace") if key is not None else None
+        headers = dict(msg.headers() or [])
+        if sid is not None and CONTROL_HEADER in headers:
+            self._control(part, sid, headers[CONTROL_HEADER], msg)
+            return
+        try:
+            decoded = self.codec.decode_event(msg.value() or b"")
+        except CodecError as exc:
+            self._reject(part, sid, msg, None, "CODEC", f"undecodable record: {exc}")
+            return
+        if sid is None or decoded.session_id != sid:
+            sid = decoded.session_id if sid is None else sid
+            if decoded.session_id != sid:
+                self._reject(part, sid, msg, decoded.seq, "KEY",
+                             f"record key {sid!r} does not match sessionId "
+                             f"{decoded.session_id!r}")
+                return
+        rt = self._runtime(part, sid)
+        if rt.quarantine is not None:
+            q = rt.quarantine
+            self._dead_letter(part, sid, msg, decoded.seq, "QUARANTINED",
+                              f"session quarantined at seq {q.seq} ({q.rule}: {q.reason})")
+            self.metrics.events.labels("quarantined").inc()
+            return
+        try:
+            event = decoded.to_event()
+        except SessionError as exc:
+            self._reject(part, sid, msg, decoded.seq, exc.rule, str(exc), rt)
+            return
+        last = rt.last_seq
+        if event.seq <= last:
+            verdict = rt.duplicate_verdict(event)
+            if verdict == "same":
+                self.metrics.events.labels("duplicate").inc()
+                return
+            reason = ("conflicting duplicate: differs from the folded event"
+                      if verdict == "different" else
+                      "duplicate older than the verification window; cannot prove it equal")
+            self._reject(part, sid, msg, event.seq, "SEQ-GATE",
+                         f"seq {event.seq}: {reason} (watermark {last})", rt)
+            return
+        if event.seq > last + 1:
+            self._reject(part, sid, msg, event.seq, "S-1",
+                         f"seq {event.seq}: gap, expected {last + 1} (S-1)", rt)
+            return
+        try:
+            rt.session.append(event)
+        except SessionError as exc:
+            self._reject(part, sid, msg, event.seq, exc.rule, str(exc), rt)
+            return
+        rt.record_applied(event, msg.offset())
+        rt.session.log.trim_before(event.seq + 1)
+        self._pending.dirty[(part.number, sid)] = rt
+        self.metrics.events.labels("applied").inc()
+
+    def _control(self, part: _Partition, sid: str, command: bytes, msg: Message) -> None:
+        """Operator commands travel in the events topic to keep partition order."""
+        rt = self._runtime(part, sid)
+        if command == b"redrive" and rt.quarantine is not None:
+            log.info("re-driving session %s (was quarantined at seq %d)", sid,
+                     rt.quarantine.seq)
+            rt.quarantine = None
+            self._pending.dirty[(part.number, sid)] = rt
+
+    def _reject(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
+                rule: str, reason: str, rt: SessionRuntime | None = None) -> None:
+        self._dead_letter(part, sid, msg, seq, rule, reason)
+        self.metrics.events.labels("rejected").inc()
+        if sid is None:
+            return
+        rt = rt or self._runtime(part, sid)
+        if rt.quarantine is None:
+            rt.quarantine = Quarantine(rt.last_seq, rule, reason, msg.offset())
+            self._pending.dirty[(part.number, sid)] = rt
+
+    def _dead_letter(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
+                     rule: str, reason: str) -> None:
+        self.metrics.dlq.labels(rule).inc()
+        ts = msg.timestamp()[1]
+        self._pending.dead_letters.append((part.number, DeadLetter(
+            session_id=sid, topic=msg.topic() or self.topics.events, partition=part.number,
+            offset=msg.offset(), seq=seq, rule=rule, reason=reason, key=msg.key(),
+            value=msg.value(), timestamp=ts if ts > 0 else int(time.time() * 1000),
+            processor=self.instance_id)))
+
+    # ------------------------------------------------------------ output
+
+    def _produce(self, topic: str, partition: int, key: bytes | None,
+                 value: bytes | None) -> None:
+        assert self._producer is not None
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, partition=partition)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def _emit_session(self, rt: SessionRuntime) -> None:
+        cfg = self.config
+        part = self._partitions[rt.partition]
+        as_of = rt.last_seq
+        for change in rt.view_changes(cfg.transcript_page_size):
+            ident = (rt.session_id, change.name)
+            old_parts = part.view_parts.get(ident, 1)
+            if change.value is None:
+                for k in stale_part_keys(rt.session_id, change.name, old_parts, 0):
+                    self._produce(self.topics.views, rt.partition, k, None)
+                part.view_parts.pop(ident, None)
+                continue
+            records = split_view(View.of(rt.session_id, change.name, as_of,
+                                         change.state_version, change.value),
+                                 cfg.max_view_bytes)
+            for k in stale_part_keys(rt.session_id, change.name, old_parts, len(records)):
+                self._produce(self.topics.views, rt.partition, k, None)
+            for record in sorted(records, key=lambda r: -r.part):  # parts first, head last
+                self._produce(self.topics.views, rt.partition,
+                              view_key(rt.session_id, change.name, record.part),
+                              self.codec.encode_view(record))
+            part.view_parts[ident] = len(records)
+            self.metrics.views_published.inc(len(records))
+        self._produce(self.topics.checkpoints, rt.partition, session_key(rt.session_id),
+                      self.codec.encode_checkpoint(self._checkpoint_of(rt)))
+        self.metrics.checkpoints_published.inc()
+
+    def _checkpoint_of(self, rt: SessionRuntime) -> Checkpoint:
+        session = rt.session
+        core = session.checkpoint()
+        rows = core.pop("rows")
+        digest = session.last_digest
+        return Checkpoint(
+            session_id=rt.session_id,
+            last_seq=session.last_seq,
+            anchor=Anchor(rt.partition, rt.last_offset, session.last_seq,
+                          bytes.fromhex(digest) if digest else b""),
+            rows=rows,
+            surface={"core": core, "service": rt.service_state(), "header": session.header},
+            core_version=CHECKPOINT_VERSION,
+        )
+
+    def _commit(self) -> None:
+        pending = self._pending
+        if pending.empty() or self._producer is None or self._consumer is None:
+            return
+        t0 = time.perf_counter()
+        producer, consumer = self._producer, self._consumer
+        eos = self.config.exactly_once
+        try:
+            if eos:
+                producer.begin_transaction()
+            for topic, partition, key in pending.tombstones:
+                self._produce(topic, partition, key, None)
+            for partition, letter in pending.dead_letters:
+                key = session_key(letter.session_id) if letter.session_id is not None else None
+                self._produce(self.topics.dlq, partition, key,
+                              self.codec.encode_dead_letter(letter))
+            for rt in pending.dirty.values():
+                if rt.partition in self._partitions:
+                    self._emit_session(rt)
+            offsets = [TopicPartition(self.topics.events, p, o)
+                       for p, o in pending.offsets.items()]
+            if eos:
+                if offsets:
+                    producer.send_offsets_to_transaction(
+                        offsets, consumer.consumer_group_metadata(), 30)
+                producer.commit_transaction(60)
+            else:
+                remaining = producer.flush(60)
+                if remaining:
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                                    f"{remaining} records not delivered"))
+                if offsets:
+                    consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if eos and isinstance(err, KafkaError) and err.fatal():
+                self.metrics.fatal = f"producer fatal error: {err}"
+                raise
+            log.warning("transaction failed (%s); aborting and rewinding", exc)
+            self._abort(pending.partitions())
+            return
+        self.metrics.commits.inc()
+        self.metrics.batch_events.observe(pending.events)
+        self.metrics.commit_seconds.observe(time.perf_counter() - t0)
+        self._pending = _Pending()
+        self._update_gauges()
+
+    def _abort(self, partitions: set[int], *, rewind: bool = True) -> None:
+        """Drop the open batch; restore touched partitions from the checkpoints."""
+        if self.config.exactly_once and self._producer is not None:
+            try:
+                self._producer.abort_transaction(30)
+            except KafkaException as exc:
+                log.debug("abort_transaction: %s", exc)
+        self.metrics.aborts.inc()
+        touched = self._pending.partitions() | partitions
+        self._pending = _Pending()
+        if not rewind or self._consumer is None:
+            return
+        for number in sorted(touched & set(self._partitions)):
+            start = self._restore_partition(number)
+            committed = self._consumer.committed(
+                [TopicPartition(self.topics.events, number)], timeout=30)[0].offset
+            offset = start if start is not None else (committed if committed >= 0
+                                                      else OFFSET_BEGINNING)
+            self._consumer.seek(TopicPartition(self.topics.events, number, offset))
+
+    def _update_gauges(self) -> None:
+        live = sum(len(p.sessions) + len(p.checkpoints) for p in self._partitions.values())
+        quarantined = sum(1 for p in self._partitions.values() for rt in p.sessions.values()
+                          if rt.quarantine is not None)
+        self.metrics.sessions.set(live)
+        self.metrics.quarantined.set(quarantined)
+        if self._consumer is None:
+            return
+        for number in self._partitions:
+            tp = TopicPartition(self.topics.events, number)
+            try:
+                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                pos = self._consumer.position([tp])[0].offset
+            except KafkaException:
+                continue
+            if high >= 0 and pos >= 0:
+                self.metrics.lag.labels(str(number)).set(max(high - pos, 0))
+

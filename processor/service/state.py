@@ -1,0 +1,175 @@
+"""Per-session runtime state of the service around a core :class:`Session`.
+
+What the core does not know about: the seq gate's duplicate window, the
+quarantine, where in the events topic the last folded event sits (the
+anchor), and which views were already published (only changes are
+published, one record per session and view per batch).
+
+Views a session publishes (names are the record's ``view`` field):
+
+- every wire unit of the domain projections under its key
+  (``stateVersion`` = the unit's version);
+- ``messages`` — the derived model context (G-2), a list of messages;
+- ``surface`` — ``{nodes, replaceGeneration, contentGeneration}``;
+- ``transcript`` — an index ``{total, pageSize, pages}``; the entries live in
+  ``transcript.<n>`` pages of ``pageSize`` entries (G-4).  Closed pages never
+  change again, so a long session republishes only its last page and the
+  checkpoint carries only that open page;
+- ``status`` — ``{state: "ok" | "quarantined", lastSeq, quarantine?}``.
+
+The core views carry ``stateVersion`` -1.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from processor.core.events import Event
+from processor.core.session import Session, event_digest
+
+CORE_VERSION = -1
+
+
+def _short_digest(event: Event) -> bytes:
+    return bytes.fromhex(event_digest(event)[:16])
+SERVICE_STATE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    seq: int
+    rule: str
+    reason: str
+    offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "rule": self.rule, "reason": self.reason, "offset": self.offset}
+
+
+@dataclass(frozen=True, slots=True)
+class ViewChange:
+    name: str
+    state_version: int
+    value: Any  # None: the view disappeared (tombstone)
+
+
+class SessionRuntime:
+    """A session as the service holds it; see the module docstring."""
+
+    __slots__ = ("_digests", "_published", "_window", "last_offset", "partition", "quarantine",
+                 "session", "session_id")
+
+    def __init__(self, session_id: str, partition: int, session: Session, *,
+                 window: int = 256) -> None:
+        self.session_id = session_id
+        self.partition = partition
+        self.session = session
+        self.quarantine: Quarantine | None = None
+        self.last_offset = -1
+        self._window = window
+        # 8-byte digests of the last ``window`` folded events (contiguous seqs
+        # ending at last_seq), enough to tell a retry from a conflicting rewrite
+        self._digests: deque[bytes] = deque(maxlen=window)
+        # view name -> marker of what was published last (identity or tuple)
+        self._published: dict[str, Any] = {}
+
+    @property
+    def last_seq(self) -> int:
+        return self.session.last_seq
+
+    # ------------------------------------------------------------ seq gate
+
+    def record_applied(self, event: Event, offset: int) -> None:
+        self._digests.append(_short_digest(event))
+        self.last_offset = offset
+
+    def duplicate_verdict(self, event: Event) -> str:
+        """``"same"``, ``"different"`` or ``"unknown"`` for an already-folded seq.
+
+        ``"unknown"``: older than the window, so it cannot be proven equal.
+        """
+        index = len(self._digests) - 1 - (self.last_seq - event.seq)
+        if index < 0:
+            return "unknown"
+        return "same" if self._digests[index] == _short_digest(event) else "different"
+
+    # ------------------------------------------------------------ views
+
+    def view_changes(self, page_size: int) -> Iterator[ViewChange]:
+        """Views whose value changed since the last call (coalesced)."""
+        session = self.session
+        pub = self._published
+        registry = session.projections.registry
+        for key, view in session.projections.drain_view_changes().items():
+            defn = registry.get(key)
+            yield ViewChange(key, defn.state_version if defn is not None else 0, view)
+        for key in [k for k in pub if k.startswith("unit:")]:
+            if registry.get(key[5:]) is None:
+                del pub[key]
+                yield ViewChange(key[5:], 0, None)
+        for key in session.projections.wire_keys():
+            pub.setdefault(f"unit:{key}", True)
+        state = session.surface.state
+        marker = (state.content_generation, len(state.nodes), state.nodes[-1] if state.nodes
+                  else None)
+        if pub.get("messages") != marker:
+            pub["messages"] = marker
+            yield ViewChange("messages", CORE_VERSION, session.derive_messages())
+        surface = (state.replace_generation, state.content_generation, len(state.nodes),
+                   marker[2])
+        if pub.get("surface") != surface:
+            pub["surface"] = surface
+            yield ViewChange("surface", CORE_VERSION, session.surface_view())
+        total = session.transcript_count
+        if pub.get("transcript") != total:
+            published_total = pub.get("transcript", session.transcript_base)
+            first_page = min(published_total, total) // page_size
+            last_page = max(total - 1, 0) // page_size
+            for page in range(first_page, last_page + 1):
+                start = page * page_size
+                yield ViewChange(f"transcript.{page}", CORE_VERSION,
+                                 session.transcript_slice(start, min(start + page_size, total)))
+            pub["transcript"] = total
+            yield ViewChange("transcript", CORE_VERSION, {
+                "total": total, "pageSize": page_size,
+                "pages": (total + page_size - 1) // page_size})
+            session.drop_transcript_before(last_page * page_size)
+        status = self.status()
+        if pub.get("status") != status:
+            pub["status"] = status
+            yield ViewChange("status", CORE_VERSION, status)
+
+    def status(self) -> dict[str, Any]:
+        if self.quarantine is None:
+            return {"state": "ok", "lastSeq": self.last_seq}
+        return {"state": "quarantined", "lastSeq": self.last_seq,
+                "quarantine": self.quarantine.to_json()}
+
+    # ------------------------------------------------------------ checkpoint
+
+    def service_state(self) -> dict[str, Any]:
+        """What the checkpoint stores besides the core session checkpoint."""
+        digests = b"".join(self._digests)
+        return {
+            "version": SERVICE_STATE_VERSION,
+            "lastOffset": self.last_offset,
+            "quarantine": self.quarantine.to_json() if self.quarantine else None,
+            "digests": base64.b64encode(digests).decode(),
+            "published": {k: v for k, v in self._published.items() if k in ("transcript",)},
+        }
+
+    def load_service_state(self, raw: Mapping[str, Any]) -> None:
+        self.last_offset = int(raw.get("lastOffset", -1))
+        q = raw.get("quarantine")
+        self.quarantine = Quarantine(q["seq"], q["rule"], q["reason"], q["offset"]) if q else None
+        blob = base64.b64decode(raw.get("digests", ""))
+        self._digests.extend(blob[i : i + 8] for i in range(0, len(blob), 8))
+        published = raw.get("published") or {}
+        if "transcript" in published:
+            self._published["transcript"] = int(published["transcript"])
+        # Everything else is republished once after a restore: harmless,
+        # the values are identical and asOfSeq does not go back.

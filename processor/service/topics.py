@@ -1,0 +1,108 @@
+"""Topic layout: create and verify the four topics with the right configs.
+
+- events: ``partitions`` partitions, kept forever (the log is the truth);
+- views: compacted, co-partitioned with events (a session's views live in
+  the same partition number as its events);
+- checkpoints: compacted, co-partitioned with events (restore of events
+  partition ``p`` reads checkpoints partition ``p`` only);
+- dlq: kept forever by default, same partition count.
+
+Compaction settings keep the compacted topics small in practice: segments
+roll at least hourly and a 10% dirty ratio triggers the cleaner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from processor.service.config import ServiceConfig
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    configs: dict[str, str]
+
+
+def topic_specs(config: ServiceConfig, *, compaction_overrides: dict[str, str] | None = None,
+                ) -> list[TopicSpec]:
+    t = config.topics
+    compacted = {
+        "cleanup.policy": "compact",
+        "min.cleanable.dirty.ratio": "0.1",
+        "segment.ms": str(3_600_000),
+        "max.message.bytes": str(4 * 1024 * 1024),
+        **(compaction_overrides or {}),
+    }
+    forever = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+    n = config.partitions
+    return [
+        TopicSpec(t.events, n, dict(forever)),
+        TopicSpec(t.views, n, dict(compacted)),
+        TopicSpec(t.checkpoints, n, dict(compacted)),
+        TopicSpec(t.dlq, n, dict(forever)),
+    ]
+
+
+def create_topics(admin: AdminClient, config: ServiceConfig, *,
+                  compaction_overrides: dict[str, str] | None = None,
+                  timeout: float = 30) -> list[str]:
+    """Create missing topics; returns the names created (existing ones are left)."""
+    specs = topic_specs(config, compaction_overrides=compaction_overrides)
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    new = [NewTopic(s.name, num_partitions=s.partitions,
+                    replication_factor=config.replication_factor, config=s.configs)
+           for s in specs if s.name not in existing]
+    if not new:
+        return []
+    created = []
+    for name, future in admin.create_topics(new, operation_timeout=timeout).items():
+        try:
+            future.result()
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: a racing creator
+                raise
+    return created
+
+
+def verify_topics(admin: AdminClient, config: ServiceConfig, timeout: float = 30) -> list[str]:
+    """Problems with the topic layout (empty list: all good)."""
+    problems: list[str] = []
+    specs = topic_specs(config)
+    meta = admin.list_topics(timeout=timeout).topics
+    events_parts = len(meta[specs[0].name].partitions) if specs[0].name in meta else None
+    present = []
+    for spec in specs:
+        if spec.name not in meta:
+            problems.append(f"{spec.name}: missing (run `processor topics create`)")
+            continue
+        present.append(spec)
+        parts = len(meta[spec.name].partitions)
+        if events_parts is not None and parts != events_parts:
+            problems.append(f"{spec.name}: {parts} partitions, events has {events_parts} "
+                            "(must be co-partitioned)")
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in present]
+    if resources:
+        for resource, future in admin.describe_configs(resources).items():
+            actual = {k: v.value for k, v in future.result().items()}
+            spec = next(s for s in present if s.name == resource.name)
+            want_policy = spec.configs["cleanup.policy"]
+            if actual.get("cleanup.policy") != want_policy:
+                problems.append(f"{spec.name}: cleanup.policy={actual.get('cleanup.policy')}, "
+                                f"expected {want_policy}")
+            if want_policy == "delete" and spec.name == config.topics.events and actual.get(
+                "retention.ms"
+            ) != "-1":
+                problems.append(f"{spec.name}: retention.ms={actual.get('retention.ms')}; the "
+                                "events log must be kept forever (-1)")
+    return problems
+
+
+def delete_topics(admin: AdminClient, names: list[str], timeout: float = 30) -> None:
+    for future in admin.delete_topics(names, operation_timeout=timeout).values():
+        future.result()
