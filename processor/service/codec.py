@@ -73,7 +73,9 @@ an unsplit view, so the latest head is what compaction keeps — and carries
 ``parts=N``; part ``i >= 1`` is keyed ``<session>/<view>#<i>``.  Every part
 repeats ``asOfSeq``, ``stateVersion``, ``encoding`` and ``parts``.  Writers
 produce all parts of one version in the same transaction (parts first, head
-last, all to the head key's partition so one consumer sees them together).
+last, all to one partition chosen per session — e.g. the session's events
+partition — so one consumer sees them together; readers must not assume the
+views topic is partitioned by key hash).
 Readers reassemble when all ``N`` parts with equal ``asOfSeq`` are seen
 (:class:`ViewAssembler`, :func:`join_view_parts`): concatenate the chunks in
 part order, then decode per ``encoding``.  Parts with an older ``asOfSeq`` than
