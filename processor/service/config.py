@@ -42,6 +42,8 @@ class ServiceConfig:
 
     bootstrap_servers: str = "127.0.0.1:9092"
     topic_prefix: str = "processor"
+    #: Read events from this topic instead of ``<prefix>.events`` (blue/green replay).
+    events_topic: str = ""
     group_id: str = "processor"
     instance_id: str = ""
     static_membership: bool = False
@@ -63,7 +65,8 @@ class ServiceConfig:
 
     @property
     def topics(self) -> TopicNames:
-        return TopicNames.for_prefix(self.topic_prefix)
+        names = TopicNames.for_prefix(self.topic_prefix)
+        return replace(names, events=self.events_topic) if self.events_topic else names
 
     @property
     def effective_instance_id(self) -> str:

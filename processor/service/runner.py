@@ -62,7 +62,7 @@ from processor.service.codec import (
 from processor.service.config import ServiceConfig
 from processor.service.metrics import Metrics
 from processor.service.restore import AnchorError, check_anchor, load_checkpoints
-from processor.service.state import Quarantine, SessionRuntime
+from processor.service.state import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
 
@@ -111,7 +111,14 @@ class Processor:
 
     def __init__(self, config: ServiceConfig, *, metrics: Metrics | None = None,
                  registry_factory: Callable[[], ProjectionRegistry] = default_projection_registry,
-                 codec: Codec | None = None) -> None:
+                 codec: Codec | None = None,
+                 publish_floor: dict[str, int] | None = None) -> None:
+        """``publish_floor``: session -> seq below which views are not published.
+
+        An in-place replay refolds from seq 0 while the views topic still holds
+        the old views; holding each session's views back until it reaches the
+        seq it had published keeps ``asOfSeq`` from going backwards.
+        """
         self.config = config
         self.topics = config.topics
         self.instance_id = config.effective_instance_id
@@ -125,14 +132,17 @@ class Processor:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._restore_consumer: Consumer | None = None
+        self._publish_floor = dict(publish_floor or {})
 
     # ------------------------------------------------------------ lifecycle
 
     def stop(self) -> None:
         self._stop.set()
 
-    def run(self, *, max_idle_s: float | None = None) -> None:
-        """Consume until :meth:`stop` (or ``max_idle_s`` without records)."""
+    def run(self, *, max_idle_s: float | None = None,
+            until_offsets: dict[int, int] | None = None) -> None:
+        """Consume until :meth:`stop`, ``max_idle_s`` without records, or until every
+        partition in ``until_offsets`` is committed up to its target offset."""
         cfg = self.config
         self._consumer = consumer = clients.group_consumer(cfg, self.instance_id)
         self._producer = producer = clients.output_producer(cfg, self.instance_id)
@@ -160,9 +170,20 @@ class Processor:
                 if not p.empty() and (p.events >= cfg.max_batch_events
                                       or time.monotonic() - p.started >= interval):
                     self._commit()
+                if until_offsets is not None and self._reached(until_offsets):
+                    break
             self._commit()
         finally:
             self._close()
+
+    def _reached(self, targets: dict[int, int]) -> bool:
+        if not self._pending.empty() or set(targets) - set(self._partitions):
+            return False
+        assert self._consumer is not None
+        positions = self._consumer.position(
+            [TopicPartition(self.topics.events, p) for p in targets])
+        return all(tp.offset >= targets[tp.partition] or targets[tp.partition] <= 0
+                   for tp in positions)
 
     def _close(self) -> None:
         if self._consumer is not None:
@@ -219,7 +240,8 @@ class Processor:
         committed_tp = self._consumer.committed(
             [TopicPartition(self.topics.events, number)], timeout=30)[0]
         committed = committed_tp.offset if committed_tp.offset >= 0 else None
-        problem = check_anchor(rc, self.codec, self.topics.events, number, restore, committed)
+        problem = (check_anchor(rc, self.codec, self.topics.events, number, restore, committed)
+                   or self._unusable_rows(restore.checkpoints.values()))
         start: int | None = None
         if problem is not None:
             if self.config.anchor_policy == "fail":
@@ -240,6 +262,19 @@ class Processor:
                  number, len(restore.checkpoints), restore.records_read,
                  "offset 0" if start is not None else f"committed offset {committed}")
         return start
+
+    def _unusable_rows(self, checkpoints: Iterable[Checkpoint]) -> str | None:
+        """A unit whose checkpoint row cannot be used needs the log prefix (P-7, P-10)."""
+        wanted = {d.key: d.state_version for d in self.registry.definitions()}
+        for cp in checkpoints:
+            for key, ver in wanted.items():
+                row = cp.rows.get(key)
+                if row is None or row.get("ver") != ver:
+                    have = "no row" if row is None else f"stateVersion {row.get('ver')}"
+                    return (f"session {cp.session_id}: projection {key!r} has {have} in its "
+                            f"checkpoint, the code has stateVersion {ver}; the views must be "
+                            "refolded from offset zero (`processor replay`)")
+        return None
 
     # ------------------------------------------------------------ folding
 
@@ -401,7 +436,13 @@ class Processor:
         cfg = self.config
         part = self._partitions[rt.partition]
         as_of = rt.last_seq
-        for change in rt.view_changes(cfg.transcript_page_size):
+        floor = self._publish_floor.get(rt.session_id)
+        if floor is not None and as_of < floor and rt.quarantine is None:
+            changes: Iterable[ViewChange] = ()  # held back until the old asOfSeq
+        else:
+            self._publish_floor.pop(rt.session_id, None)
+            changes = rt.view_changes(cfg.transcript_page_size)
+        for change in changes:
             ident = (rt.session_id, change.name)
             old_parts = part.view_parts.get(ident, 1)
             if change.value is None:
