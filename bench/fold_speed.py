@@ -1,0 +1,99 @@
+"""Core fold speed: events/second folding a generated log offline (one process).
+
+Baselines measured in the same run, on the same file:
+- ``json``: orjson.loads of every line (merely parsing the JSONL);
+- ``envelope``: parsing + envelope validation + freezing (``parse_event``).
+The fold is everything ``processor fold`` does: read, validate, plan, commit,
+drive the built-in domain projections, then derive messages, transcript and
+a projection snapshot once at the end.
+
+    python -m bench.fold_speed --events 100000 --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from processor.core.events import parse_event
+from processor.files import iter_lines, read_bytes, read_session_file, write_session_file
+from processor.offline import fold_events, session_output
+from processor.workload import generate_session
+
+
+def _json_only(path: Path) -> int:
+    n = 0
+    for _, line, _ in iter_lines(read_bytes(path)):
+        orjson.loads(line)
+        n += 1
+    return n
+
+
+def _envelope(path: Path) -> int:
+    n = 0
+    for _, line, _ in iter_lines(read_bytes(path)):
+        parse_event(orjson.loads(line), trusted_json=True)
+        n += 1
+    return n
+
+
+def _fold(path: Path) -> int:
+    file = read_session_file(path)
+    session = fold_events(file.events, file.header)
+    session_output(session)
+    return len(file.events)
+
+
+def _time(fn: Callable[[Path], int], path: Path) -> float:
+    t0 = time.perf_counter()
+    n = fn(path)
+    return n / (time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> dict[str, object]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/fold_speed.json"))
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "session.jsonl"
+        events = generate_session(random.Random(args.seed), args.events)
+        write_session_file(path, None, events)
+        size = path.stat().st_size
+        rates: dict[str, list[float]] = {"json": [], "envelope": [], "fold": []}
+        for _ in range(args.runs):  # interleaved, so drift hits all three alike
+            rates["json"].append(_time(_json_only, path))
+            rates["envelope"].append(_time(_envelope, path))
+            rates["fold"].append(_time(_fold, path))
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    result: dict[str, object] = {
+        "benchmark": "fold_speed", "revision": rev, "events": args.events,
+        "file_bytes": size, "runs": args.runs,
+        "events_per_s": {k: {"median": round(med[k]), "min": round(min(v)),
+                             "max": round(max(v))} for k, v in rates.items()},
+        "ratio_fold_to_json": round(med["fold"] / med["json"], 3),
+        "ratio_fold_to_envelope": round(med["fold"] / med["envelope"], 3),
+        "python": sys.version.split()[0],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()

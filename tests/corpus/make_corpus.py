@@ -1,0 +1,149 @@
+"""Writes tests/corpus/invalid/*.jsonl: one rule violation per file.
+
+Each case is a valid prefix followed by one bad event (or a bad checkpoint
+for the P cases).  ``<name>.expected`` holds the exact stderr line that
+``processor fold`` must print.  Regenerate with
+
+    python -m tests.corpus.make_corpus
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from processor.core.builder import LogBuilder, text, tool_def
+
+OUT = Path(__file__).parent / "invalid"
+Raw = dict[str, Any]
+Case = Callable[[LogBuilder], list[Raw]]
+
+
+def prefix() -> LogBuilder:
+    b = LogBuilder()
+    b.system("You are a careful agent.")  # 0
+    b.turn_start()  # 1
+    b.step_start()  # 2
+    b.user("hello")  # 3
+    call = b.tool_call("c1", "read", {"path": "a"})  # 4
+    b.tool_result("c1", "contents", call_seq=call.seq)  # 5
+    b.add_raw("user/message", {"id": "img", "role": "user", "source": {"kind": "test"},
+                               "content": [text("pic"), {"type": "image", "data": "AA"}]},
+              surfaceOp="append")  # 6
+    b.header([tool_def("grep")])  # 7
+    return b
+
+
+def raws(b: LogBuilder) -> list[Raw]:
+    return [e.to_json() for e in b.events]
+
+
+def env(b: LogBuilder, etype: str, data: Any, **extra: Any) -> Raw:
+    return b.envelope(etype, data, **extra)
+
+
+def msg(b: LogBuilder, role: str, content: list[Any] | None = None, **kw: Any) -> Raw:
+    return b.message(role, content if content is not None else [text("x")], **kw)
+
+
+def tool_res(b: LogBuilder) -> Raw:
+    return copy.deepcopy(b.events[5].to_json()["data"])
+
+
+CASES: dict[str, Callable[[LogBuilder], Raw | list[Raw]]] = {
+    "E1-unknown-envelope-key": lambda b: {**env(b, "turn/end", {"turn": 1, "reason": "x"}),
+                                          "extra": 1},
+    "E2-time-not-integer": lambda b: {**env(b, "turn/end", {"turn": 1}), "time": "now"},
+    "E4-unknown-type": lambda b: env(b, "vendor/thing", {}),
+    "E5-log-only-with-surface-op": lambda b: env(b, "turn/end", {"turn": 1},
+                                                 surfaceOp="append"),
+    "D1-user-type-developer-role": lambda b: env(b, "user/message", msg(b, "developer"),
+                                                 surfaceOp="append"),
+    "D2-tool-block-in-user-message": lambda b: env(
+        b, "user/message", msg(b, "user", [{"type": "tool-removal", "toolName": "a"}]),
+        surfaceOp="append"),
+    "D2-inline-tool-definition": lambda b: env(b, "developer/message", {
+        "headerSeq": 7, "message": msg(b, "developer", [
+            {"type": "tool-addition", "toolName": "grep", "tool": tool_def("grep")}])},
+        surfaceOp="append"),
+    "D3-addition-without-header-seq": lambda b: env(b, "developer/message", {
+        "message": msg(b, "developer", [{"type": "tool-addition", "toolName": "grep"}])},
+        surfaceOp="append"),
+    "D3-header-seq-not-a-header": lambda b: env(b, "developer/message", {
+        "headerSeq": 3, "message": msg(b, "developer", [
+            {"type": "tool-addition", "toolName": "grep"}])}, surfaceOp="append"),
+    "D3-tool-not-in-header": lambda b: env(b, "developer/message", {
+        "headerSeq": 7, "message": msg(b, "developer", [
+            {"type": "tool-addition", "toolName": "find"}])}, surfaceOp="append"),
+    "D4-header-system": lambda b: env(b, "request/header", {
+        "header": {"config": {}, "system": "prompt"}, "reason": "change"}),
+    "D4-empty-tools": lambda b: env(b, "request/header", {
+        "header": {"config": {}, "tools": []}, "reason": "change"}),
+    "D5-error-without-is-error": lambda b: env(b, "tool/result", {
+        "turn": 1, "step": 1, "error": {"name": "E", "code": "x"},
+        "message": msg(b, "tool", toolCallId="c9")}, surfaceOp="append"),
+    "D6-message-without-id": lambda b: env(b, "assistant/message", {
+        "stream": "s", "message": {"role": "assistant", "content": []}}, surfaceOp="append"),
+    "D6-role-mismatch": lambda b: env(b, "tool/result", {"message": msg(b, "assistant")},
+                                      surfaceOp="append"),
+    "S1-gap": lambda b: {**env(b, "user/message", msg(b, "user"), surfaceOp="append"),
+                         "seq": 12},
+    "S2-missing-surface-op": lambda b: env(b, "user/message", msg(b, "user")),
+    "S2-malformed-replace": lambda b: env(b, "user/message", msg(b, "user"),
+                                          surfaceOp={"op": "replace", "startSeq": 3}),
+    "S2-replace-range-in-future": lambda b: env(
+        b, "user/message", msg(b, "user"),
+        surfaceOp={"op": "replace", "startSeq": 3, "endSeq": 99}, sourceEventSeqs=[3]),
+    "S3-sources-on-assistant": lambda b: env(b, "assistant/message", {
+        "stream": "s", "message": msg(b, "assistant")}, surfaceOp="append",
+        sourceEventSeqs=[3]),
+    "S3-duplicate-sources": lambda b: env(b, "user/message", msg(b, "user"),
+                                          surfaceOp="append", sourceEventSeqs=[3, 3]),
+    "S4-endpoint-not-on-surface": lambda b: env(
+        b, "user/message", msg(b, "user"),
+        surfaceOp={"op": "replace", "startSeq": 4, "endSeq": 5}, sourceEventSeqs=[4, 5]),
+    "S4-missing-citation": lambda b: env(
+        b, "user/message", msg(b, "user"),
+        surfaceOp={"op": "replace", "startSeq": 3, "endSeq": 6}, sourceEventSeqs=[3, 6]),
+    "S5-tool-result-changes-id": lambda b: env(
+        b, "tool/result", {**tool_res(b), "message": {**tool_res(b)["message"], "id": "new"}},
+        surfaceOp={"op": "replace", "startSeq": 5, "endSeq": 5}, sourceEventSeqs=[5]),
+    "S5-tool-result-replaces-two": lambda b: env(
+        b, "tool/result", tool_res(b),
+        surfaceOp={"op": "replace", "startSeq": 5, "endSeq": 6}, sourceEventSeqs=[5, 6]),
+    "S6-summary-over-system-head": lambda b: env(
+        b, "user/message", msg(b, "user"),
+        surfaceOp={"op": "replace", "startSeq": 0, "endSeq": 3}, sourceEventSeqs=[0, 3]),
+    "M5-offload-non-image": lambda b: env(b, "image/offload", {
+        "images": [{"seq": 6, "index": 0, "uri": "blob://x"}]}),
+    "M5-offload-not-on-surface": lambda b: env(b, "image/offload", {
+        "images": [{"seq": 4, "index": 0, "uri": "blob://x"}]}),
+    "M5-offload-bad-payload": lambda b: env(b, "image/offload", {"images": []}),
+}
+
+
+def write_case(name: str, make: Callable[[LogBuilder], Raw | list[Raw]]) -> str:
+    b = prefix()
+    lines = raws(b)
+    bad = make(b)
+    lines += bad if isinstance(bad, list) else [bad]
+    header = {"type": "session", "version": 1, "id": name, "createdAt": 0,
+              "isSeeded": False, "delegationDepth": 0}
+    body = b"".join(orjson.dumps(x) + b"\n" for x in [header, *lines])
+    (OUT / f"{name}.jsonl").write_bytes(body)
+    return name
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    for name, make in CASES.items():
+        write_case(name, make)
+    print(f"wrote {len(CASES)} cases to {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Shared helpers of the Kafka integration tests (a real broker, never a mock)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from processor.core.events import Event
+from processor.offline import fold_events, session_output
+from processor.service import clients
+from processor.service.codec import default_codec
+from processor.service.config import ServiceConfig
+from processor.service.runner import Processor
+from processor.service.topics import create_topics
+from processor.workload import generate_session
+
+REPO = Path(__file__).parents[2]
+
+
+@dataclass
+class Stack:
+    config: ServiceConfig
+    logs: dict[str, list[Event]] = field(default_factory=dict)
+
+    def producer(self) -> Producer:
+        return clients.event_producer(self.config)
+
+    def produce(self, sid: str, events: list[Event], producer: Producer | None = None) -> None:
+        own = producer is None
+        producer = producer or self.producer()
+        codec = default_codec()
+        for ev in events:
+            producer.produce(self.config.topics.events, key=sid.encode(),
+                             value=codec.encode_parsed_event(sid, ev))
+            producer.poll(0)
+        if own:
+            assert producer.flush(30) == 0
+        self.logs.setdefault(sid, []).extend(events)
+
+    def produce_raw(self, sid: str | None, value: bytes | None,
+                    headers: dict[str, bytes] | None = None) -> None:
+        producer = self.producer()
+        producer.produce(self.config.topics.events, key=sid.encode() if sid else None,
+                         value=value, headers=headers)
+        assert producer.flush(30) == 0
+
+    def expected(self, sid: str, upto: int | None = None) -> dict[str, Any]:
+        events = self.logs[sid] if upto is None else self.logs[sid][: upto + 1]
+        return as_json(session_output(fold_events(events)))
+
+    def run_processor(self, *, max_idle_s: float = 4.0, **overrides: Any) -> Processor:
+        proc = Processor(self.config.with_overrides(**overrides))
+        proc.run(max_idle_s=max_idle_s)
+        return proc
+
+    def start_thread(self, **overrides: Any) -> tuple[Processor, threading.Thread]:
+        proc = Processor(self.config.with_overrides(**overrides))
+        thread = threading.Thread(target=proc.run, daemon=True)
+        thread.start()
+        return proc, thread
+
+    def spawn(self, instance_id: str, *extra: str) -> subprocess.Popen[bytes]:
+        """A real `processor run` OS process (for SIGKILL tests)."""
+        cmd = [sys.executable, "-m", "processor", "run", "-b", self.config.bootstrap_servers,
+               "--topic-prefix", self.config.topic_prefix, "--group-id",
+               self.config.group_id, "--instance-id", instance_id,
+               "--transaction-timeout-ms", "10000", *extra]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+
+
+def as_json(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value))
+
+
+def sessions(n: int, length: int, seed: int = 1) -> dict[str, list[Event]]:
+    rng = random.Random(seed)
+    return {f"s{i:03d}": generate_session(random.Random(rng.random()), length)
+            for i in range(n)}
+
+
+_counter = iter(range(1_000_000))
+
+
+@pytest.fixture
+def stack(kafka_bootstrap: str) -> Iterator[Stack]:
+    prefix = f"t{os.getpid()}x{next(_counter)}x{int(time.time() * 1000) % 100000}"
+    config = ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
+                           group_id=f"{prefix}-group", partitions=3,
+                           commit_interval_ms=100, transaction_timeout_ms=10_000)
+    create_topics(clients.admin(config), config)
+    yield Stack(config)
