@@ -1,0 +1,894 @@
+"""System prompt assembly and rendering (SESSION-SEMANTICS.md section 7, rule Y).
+
+This module is pure: no I/O, no clock, no Kafka.  It turns registered
+contributions into an immutable :class:`Assembly` and renders that into the
+system prompt text (:func:`render_prompt`, Y-4) and the runtime-context
+sections (:func:`render_contexts` / :func:`join_context_sections`, Y-5), which
+go to the model as user-role input, never in the system prompt.
+
+Layers (Y-1)
+------------
+:class:`SystemPrompt` owns one *global* layer and any number of *scoped*
+layers.  ``prompt.scope(name, parent)`` declares a scope; scopes form a tree
+(agent preset -> sub-agent -> ...).  ``prompt`` itself and every :class:`Scope`
+expose the same registration methods:
+
+``add_section(Section)``, ``add_context(ContextSection)``,
+``set_variable(name, value)``, ``add_tools(provider)``,
+``suppress_runtime_context()``, ``set_tool_order(names)``,
+``add_assemble_hook(hook)``.
+
+Each returns a :class:`Registration` whose ``remove()`` unregisters exactly
+that contribution (idempotent; a no-op once the contribution was replaced), so
+a plugin can undo what it added without knowing what others added.
+
+Assembly (Y-2, Y-3)
+-------------------
+``prompt.assemble(scope)`` follows Y-2 step by step: scope chain and
+suppressor; variables global first, then scopes far-to-near (nearest wins);
+sections and contexts merged by name (nearest layer wins); tools collected
+from the global layer and every scope of the chain (merged, never shadowed);
+sections sorted by ``(order, name by UTF-16 code unit)``, contexts by
+``(order, name by code unit)``, tools by name (code unit) unless a tool order
+is set; dynamic texts evaluated once; hooks run as a waterfall; finally the
+complete-section and suppressor policies are restored so a hook cannot undo
+them.
+
+Rendering (Y-4, Y-5)
+--------------------
+``{{name}}`` references are strict: unknown names, ``None`` values and
+malformed references are errors (:class:`PromptError`), never silently empty,
+because a silently blank identity or directory line is worse than a failure.
+
+Decisions where the spec and seed are silent
+--------------------------------------------
+* Unknown scope passed to ``assemble`` -> ``PromptError`` (rule ``Y-1``); a
+  typo must not silently assemble the global layer only.  A scope's parent must
+  already be declared (so the tree has no cycles); redeclaring a scope with a
+  different parent is a ``ValueError``.
+* Two sections (or two contexts) with the same name *in the same layer* are a
+  ``ValueError`` at registration: shadowing is a cross-layer concept, and a
+  same-layer clash is almost always two plugins colliding.  ``set_variable``
+  and ``set_tool_order`` overwrite within their layer (they are "set").
+* Variable values are ``str``, ``int``, ``float``, ``bool`` or ``None``.
+  Rendering: ``str`` as is, ``bool`` as ``"true"``/``"false"`` (what the
+  TypeScript harness prints), ``int``/``float`` via ``str()``.  Non-finite
+  floats are refused (they are not JSON).  ``None`` may be *set* (an explicit
+  "unset" that shadows an outer value) but *referencing* it is a Y-4 error.
+* Inside ``{{...}}`` no whitespace is allowed: ``{{ name }}`` is malformed.
+* An empty section is one whose rendered text is exactly ``""``; whitespace-only
+  text is kept (as the reference does).
+* When a suppressor is active, contexts are not evaluated at all and hooks see
+  ``contexts == ()``; when a complete section is active only that section is
+  evaluated and hooks see it alone.  Both are restored after the hooks (the
+  seed says "restore").  If no complete section was registered but a hook
+  returns sections flagged ``complete``, the same policy is applied to the
+  hook's output (one -> it becomes the only section, more -> Y-3 error), so an
+  :class:`Assembly` from ``assemble`` never mixes a complete section with
+  others.
+* Tools providers are zero-argument callables returning an iterable of
+  :class:`ToolSpec` or tool mappings (camelCase keys ``name``,
+  ``description``, ``parameters``, optional ``deferLoading``; other keys are
+  dropped).  ``name`` must be a non-empty str, ``description`` a str,
+  ``parameters`` a JSON object; ``deferLoading`` a bool or ``None``.  The same
+  tool name from two providers (or twice from one) is a ``PromptError`` (rule
+  ``Y-2``): tools merge, so there is no "nearest wins" to fall back on.
+* The tool order in effect is the nearest layer's (scoped shadows global).
+* Assemble hooks run global first, then scopes far-to-near, each layer in
+  registration order.  A hook must return an :class:`Assembly`.
+* Dynamic texts receive an :class:`AssembleContext` (scope, chain, merged
+  variables) and must return ``str``.  Wrong Python types returned by user
+  callables raise ``TypeError``; wrong values raise :class:`PromptError`.
+* :func:`join_context_sections` renders each section as its text as is (the
+  names are kept in :class:`RenderedContext` for attribution) and returns
+  ``""`` for no sections; the caller decides between sending nothing and
+  :data:`RUNTIME_CONTEXT_CLEARED` (rule R-1).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, TypeAlias
+
+__all__ = [
+    "RUNTIME_CONTEXT_CLEARED",
+    "RUNTIME_CONTEXT_FRAMING",
+    "UNLISTED_TOOLS",
+    "AssembleContext",
+    "AssembleHook",
+    "AssembledContext",
+    "AssembledSection",
+    "Assembly",
+    "ContextSection",
+    "PromptError",
+    "Registration",
+    "RenderedContext",
+    "RenderedContextSection",
+    "Scope",
+    "Section",
+    "SystemPrompt",
+    "ToolSpec",
+    "ToolsProvider",
+    "VariableValue",
+    "code_unit_key",
+    "interpolate",
+    "join_context_sections",
+    "render_contexts",
+    "render_prompt",
+]
+
+UNLISTED_TOOLS = "<unlisted-tools>"
+"""Marker in a tool order that expands to every tool not listed, sorted by name (Y-3)."""
+
+RUNTIME_CONTEXT_FRAMING = (
+    "Current runtime context. This snapshot supersedes earlier runtime-context snapshots."
+)
+"""First line of a joined runtime-context snapshot (Y-5): tells the model older ones are stale."""
+
+RUNTIME_CONTEXT_CLEARED = (
+    "Current runtime context: none. Earlier runtime-context snapshots no longer apply."
+)
+"""Sent when the context goes from non-empty to empty (R-1), so stale snapshots are revoked."""
+
+_NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
+
+VariableValue: TypeAlias = str | int | float | bool | None
+JsonObject: TypeAlias = dict[str, Any]
+
+
+class PromptError(ValueError):
+    """A rule of section 7 was violated.
+
+    ``rule`` is the rule id (``"Y-1"`` .. ``"Y-5"``); ``section`` and
+    ``variable`` name the offending section/context and variable when known, so
+    a failing prompt points at the contribution to fix.  ``str(err)`` is
+    ``"<reason> (RULE)"``, like :class:`processor.core.errors.SessionError`.
+    """
+
+    def __init__(
+        self,
+        rule: str,
+        reason: str,
+        *,
+        section: str | None = None,
+        variable: str | None = None,
+    ) -> None:
+        self.rule = rule
+        self.reason = reason
+        self.section = section
+        self.variable = variable
+        super().__init__(f"{reason} ({rule})")
+
+
+def code_unit_key(s: str) -> bytes:
+    """Sort key comparing strings by UTF-16 code units, as JavaScript does.
+
+    Python compares code points, which orders astral characters (U+10000+)
+    after U+E000..U+FFFF; the reference harness compares UTF-16 code units,
+    where surrogates (0xD800..) sort *before* U+E000.  Big-endian UTF-16 bytes
+    compare exactly like code-unit sequences.  ``surrogatepass`` keeps lone
+    surrogates sortable instead of crashing.
+    """
+    return s.encode("utf-16-be", "surrogatepass")
+
+
+# --------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class AssembleContext:
+    """What a dynamic text sees: the assembled scope and the merged variables.
+
+    ``scope_chain`` is far-to-near (root scope first, the assembled scope
+    last); it is empty for the global assembly.
+    """
+
+    scope: str | None
+    scope_chain: tuple[str, ...]
+    variables: Mapping[str, VariableValue]
+
+
+DynamicText: TypeAlias = Callable[[AssembleContext], str]
+
+
+def _check_order(kind: str, name: str, order: float) -> None:
+    """Orders must be real numbers: NaN would make the sort non-deterministic."""
+    if isinstance(order, bool) or not isinstance(order, int | float):
+        raise TypeError(f"{kind} {name!r}: order must be a number, got {order!r}")
+    if isinstance(order, float) and math.isnan(order):
+        raise ValueError(f"{kind} {name!r}: order must not be NaN")
+
+
+def _check_text(kind: str, name: str, text: object) -> None:
+    if not (isinstance(text, str) or callable(text)):
+        raise TypeError(f"{kind} {name!r}: text must be a str or a callable")
+
+
+@dataclass(frozen=True)
+class Section:
+    """A system-prompt section contribution (Y-1).
+
+    ``text`` is a str or a callable evaluated once per assemble (Y-2).
+    ``interpolate=False`` keeps the text literal (Y-4), for prose that shows
+    ``{{...}}`` on purpose.  ``complete=True`` means "this section is the whole
+    prompt" (e.g. a sub-agent with a self-contained prompt); at most one may be
+    active (Y-3).
+    """
+
+    name: str
+    order: float
+    text: str | DynamicText
+    interpolate: bool = True
+    complete: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"section name must be a non-empty str, got {self.name!r}")
+        _check_order("section", self.name, self.order)
+        _check_text("section", self.name, self.text)
+
+
+@dataclass(frozen=True)
+class ContextSection:
+    """A runtime-context contribution (Y-1, Y-5): rendered as user-role input.
+
+    Contexts are always interpolated (there is no literal flag in the spec).
+    """
+
+    name: str
+    order: float
+    text: str | DynamicText
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"context name must be a non-empty str, got {self.name!r}")
+        _check_order("context", self.name, self.order)
+        _check_text("context", self.name, self.text)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool definition offered by a tools provider.
+
+    ``defer_loading`` maps to the wire key ``deferLoading`` and is omitted when
+    ``None`` so headers of harnesses that never set it stay byte-identical.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    defer_loading: bool | None = None
+
+    def to_json(self) -> JsonObject:
+        """The projected wire form (Y-2): only the four keys, parameters deep-copied."""
+        return _project_tool(
+            {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+                "deferLoading": self.defer_loading,
+            }
+        )
+
+
+ToolLike: TypeAlias = ToolSpec | Mapping[str, Any]
+ToolsProvider: TypeAlias = Callable[[], Iterable[ToolLike]]
+
+
+@dataclass(frozen=True)
+class AssembledSection:
+    """A section in an :class:`Assembly`: its dynamic text already evaluated."""
+
+    name: str
+    order: float
+    text: str
+    interpolate: bool = True
+    complete: bool = False
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    """A context in an :class:`Assembly`: its dynamic text already evaluated."""
+
+    name: str
+    order: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """The result of :meth:`SystemPrompt.assemble` (Y-2).
+
+    Immutable so a hook cannot mutate an assembly another hook (or a cache)
+    still holds: hooks return a new one (``dataclasses.replace``).  ``tools``
+    are plain JSON dicts ready for the request header (fresh copies per
+    assemble); ``variables`` is a read-only mapping.
+    """
+
+    sections: tuple[AssembledSection, ...] = ()
+    contexts: tuple[AssembledContext, ...] = ()
+    tools: tuple[JsonObject, ...] = ()
+    variables: Mapping[str, VariableValue] = field(default_factory=lambda: MappingProxyType({}))
+
+
+AssembleHook: TypeAlias = Callable[[Assembly], Assembly]
+
+
+@dataclass(frozen=True)
+class RenderedContextSection:
+    """One runtime-context section after interpolation (kept for attribution, R-2)."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RenderedContext:
+    """The runtime context rendered once (Y-5): named sections, empty ones dropped."""
+
+    sections: tuple[RenderedContextSection, ...]
+
+    @property
+    def text(self) -> str:
+        """The framed snapshot text (``""`` when there are no sections)."""
+        return join_context_sections(self.sections)
+
+
+# -------------------------------------------------------------- registration
+
+
+class Registration:
+    """Handle returned by every registration; ``remove()`` undoes exactly it.
+
+    Removal is idempotent and only removes the contribution this handle
+    registered — if it was since replaced (``set_variable`` again), the newer
+    value stays.  This lets plugins clean up without coordinating.
+    """
+
+    def __init__(self, remover: Callable[[], None]) -> None:
+        self._remover: Callable[[], None] | None = remover
+
+    @property
+    def active(self) -> bool:
+        """False once ``remove()`` was called."""
+        return self._remover is not None
+
+    def remove(self) -> None:
+        """Unregister the contribution (no-op when already removed)."""
+        remover, self._remover = self._remover, None
+        if remover is not None:
+            remover()
+
+
+class _Token:
+    """Identity of one registration (so removal never hits a newer one)."""
+
+    __slots__ = ()
+
+
+class _Layer:
+    """Contributions of one layer (global or one scope)."""
+
+    def __init__(self) -> None:
+        self.sections: dict[str, tuple[_Token, Section]] = {}
+        self.contexts: dict[str, tuple[_Token, ContextSection]] = {}
+        self.variables: dict[str, tuple[_Token, VariableValue]] = {}
+        self.tools: dict[_Token, ToolsProvider] = {}
+        self.suppressors: set[_Token] = set()
+        self.tool_order: tuple[_Token, tuple[str, ...]] | None = None
+        self.hooks: dict[_Token, AssembleHook] = {}
+
+
+class _Registrar:
+    """Registration methods shared by the global layer and scopes."""
+
+    _layer: _Layer
+
+    def add_section(self, section: Section) -> Registration:
+        """Register a section; same name in a nearer layer shadows it (Y-1)."""
+        if not isinstance(section, Section):
+            raise TypeError(f"expected a Section, got {type(section).__name__}")
+        if section.name in self._layer.sections:
+            raise ValueError(f"section {section.name!r} is already registered in this layer")
+        token = _Token()
+        self._layer.sections[section.name] = (token, section)
+        return Registration(lambda: _drop_named(self._layer.sections, section.name, token))
+
+    def add_context(self, context: ContextSection) -> Registration:
+        """Register a runtime-context section; nearer layers shadow by name (Y-1)."""
+        if not isinstance(context, ContextSection):
+            raise TypeError(f"expected a ContextSection, got {type(context).__name__}")
+        if context.name in self._layer.contexts:
+            raise ValueError(f"context {context.name!r} is already registered in this layer")
+        token = _Token()
+        self._layer.contexts[context.name] = (token, context)
+        return Registration(lambda: _drop_named(self._layer.contexts, context.name, token))
+
+    def set_variable(self, name: str, value: VariableValue) -> Registration:
+        """Set a variable in this layer (overwrites this layer's previous value).
+
+        The name must match ``[a-z][a-z0-9_]*`` (Y-1) so that every
+        ``{{...}}`` either is a clean reference or is visibly malformed (Y-4).
+        """
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            raise PromptError(
+                "Y-1", f"variable name {name!r} must match [a-z][a-z0-9_]*", variable=name
+            )
+        _check_value(name, value)
+        token = _Token()
+        self._layer.variables[name] = (token, value)
+        return Registration(lambda: _drop_named(self._layer.variables, name, token))
+
+    def add_tools(self, provider: ToolsProvider) -> Registration:
+        """Register a tools provider; providers merge across layers (Y-1)."""
+        if not callable(provider):
+            raise TypeError("a tools provider must be a zero-argument callable")
+        token = _Token()
+        self._layer.tools[token] = provider
+        return Registration(lambda: _drop_token(self._layer.tools, token))
+
+    def suppress_runtime_context(self) -> Registration:
+        """Suppress runtime contexts for this layer and every scope below it (Y-2)."""
+        token = _Token()
+        self._layer.suppressors.add(token)
+        return Registration(lambda: self._layer.suppressors.discard(token))
+
+    def set_tool_order(self, names: Sequence[str]) -> Registration:
+        """Set an explicit tool order (nearest layer's wins); validated at assemble (Y-3).
+
+        Validation waits for assemble because only then are the tool names
+        known (providers are dynamic and plugins load in any order).
+        """
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+            raise TypeError("a tool order is a sequence of tool names (str)")
+        token = _Token()
+        self._layer.tool_order = (token, tuple(names))
+
+        def remover() -> None:
+            current = self._layer.tool_order
+            if current is not None and current[0] is token:
+                self._layer.tool_order = None
+
+        return Registration(remover)
+
+    def add_assemble_hook(self, hook: AssembleHook) -> Registration:
+        """Register a waterfall hook: receives the assembly, returns a (new) one (Y-2)."""
+        if not callable(hook):
+            raise TypeError("an assemble hook must be callable")
+        token = _Token()
+        self._layer.hooks[token] = hook
+        return Registration(lambda: _drop_token(self._layer.hooks, token))
+
+
+def _drop_named(table: dict[str, tuple[_Token, Any]], name: str, token: _Token) -> None:
+    entry = table.get(name)
+    if entry is not None and entry[0] is token:
+        del table[name]
+
+
+def _drop_token(table: dict[_Token, Any], token: _Token) -> None:
+    table.pop(token, None)
+
+
+def _check_value(name: str, value: object) -> None:
+    """Only scalar values render unambiguously; non-finite floats are not JSON."""
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"variable {name!r}: value must be finite, got {value!r}")
+        return
+    raise TypeError(
+        f"variable {name!r}: value must be str, int, float, bool or None, "
+        f"got {type(value).__name__}"
+    )
+
+
+class Scope(_Registrar):
+    """A scoped layer (e.g. an agent preset, or a sub-agent below it)."""
+
+    def __init__(self, name: str, parent: str | None) -> None:
+        self.name = name
+        self.parent = parent
+        self._layer = _Layer()
+
+    def __repr__(self) -> str:
+        return f"Scope({self.name!r}, parent={self.parent!r})"
+
+
+class SystemPrompt(_Registrar):
+    """Global layer plus a tree of scoped layers; assembles per scope (Y-1, Y-2)."""
+
+    def __init__(self) -> None:
+        self._layer = _Layer()
+        self._scopes: dict[str, Scope] = {}
+
+    def scope(self, name: str, parent: str | None = None) -> Scope:
+        """Declare (or fetch) scope ``name`` below ``parent`` (``None`` = top level).
+
+        The parent must already exist, which keeps the tree acyclic.  Calling
+        again with the same parent returns the same :class:`Scope`; a different
+        parent is a ``ValueError`` (a scope has one place in the tree).
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"scope name must be a non-empty str, got {name!r}")
+        existing = self._scopes.get(name)
+        if existing is not None:
+            if existing.parent != parent:
+                raise ValueError(f"scope {name!r} already declared with parent {existing.parent!r}")
+            return existing
+        if parent is not None and parent not in self._scopes:
+            raise ValueError(f"scope {name!r}: parent scope {parent!r} is not declared")
+        created = Scope(name, parent)
+        self._scopes[name] = created
+        return created
+
+    def get_scope(self, name: str) -> Scope:
+        """The declared scope ``name`` (``PromptError`` rule ``Y-1`` when undeclared).
+
+        Fetching needs no parent, unlike :meth:`scope`, whose parent argument is
+        a declaration and therefore checked.
+        """
+        found = self._scopes.get(name)
+        if found is None:
+            raise PromptError("Y-1", f"unknown scope {name!r}")
+        return found
+
+    def scope_chain(self, scope: str | None) -> tuple[str, ...]:
+        """Scope names far-to-near (root first, ``scope`` last); ``()`` for global."""
+        if scope is None:
+            return ()
+        if scope not in self._scopes:
+            raise PromptError("Y-1", f"unknown scope {scope!r}")
+        chain: list[str] = []
+        current: str | None = scope
+        while current is not None:
+            chain.append(current)
+            current = self._scopes[current].parent
+        return tuple(reversed(chain))
+
+    # ------------------------------------------------------------ assemble
+
+    def assemble(self, scope: str | None = None) -> Assembly:
+        """Assemble the prompt for ``scope`` (``None`` = global only), per Y-2/Y-3."""
+        chain = self.scope_chain(scope)
+        layers = [self._layer, *(self._scopes[s]._layer for s in chain)]  # far-to-near
+
+        # Suppressor: global or any ancestor, the scope itself included.
+        suppressed = any(layer.suppressors for layer in layers)
+
+        # Variables: global first, then far-to-near, so the nearest wins.
+        variables: dict[str, VariableValue] = {}
+        for layer in layers:
+            for name, (_, value) in layer.variables.items():
+                variables[name] = value
+        frozen_vars: Mapping[str, VariableValue] = MappingProxyType(dict(variables))
+
+        # Sections and contexts merged by name: nearer layers shadow.
+        sections: dict[str, Section] = {}
+        contexts: dict[str, ContextSection] = {}
+        for layer in layers:
+            for name, (_, section) in layer.sections.items():
+                sections[name] = section
+            for name, (_, context) in layer.contexts.items():
+                contexts[name] = context
+
+        tools = _collect_tools(layers)
+
+        tool_order: tuple[str, ...] | None = None
+        for layer in layers:
+            if layer.tool_order is not None:
+                tool_order = layer.tool_order[1]
+        tools = _order_tools(tools, tool_order)
+
+        active_sections = sorted(sections.values(), key=lambda s: (s.order, code_unit_key(s.name)))
+        complete = [s for s in active_sections if s.complete]
+        if len(complete) > 1:
+            names = ", ".join(repr(s.name) for s in complete)
+            raise PromptError(
+                "Y-3",
+                f"more than one complete section is active: {names}",
+                section=complete[0].name,
+            )
+        if complete:
+            active_sections = complete
+
+        ctx = AssembleContext(scope=scope, scope_chain=chain, variables=frozen_vars)
+        assembled_sections = tuple(
+            AssembledSection(
+                name=s.name,
+                order=s.order,
+                text=_evaluate("section", s.name, s.text, ctx),
+                interpolate=s.interpolate,
+                complete=s.complete,
+            )
+            for s in active_sections
+        )
+        assembled_contexts: tuple[AssembledContext, ...] = ()
+        if not suppressed:
+            assembled_contexts = tuple(
+                AssembledContext(
+                    name=c.name, order=c.order, text=_evaluate("context", c.name, c.text, ctx)
+                )
+                for c in sorted(contexts.values(), key=lambda c: (c.order, code_unit_key(c.name)))
+            )
+
+        assembly = Assembly(
+            sections=assembled_sections,
+            contexts=assembled_contexts,
+            tools=tuple(tools),
+            variables=frozen_vars,
+        )
+
+        for layer in layers:
+            for hook in list(layer.hooks.values()):
+                result = hook(assembly)
+                if not isinstance(result, Assembly):
+                    raise TypeError(
+                        f"assemble hook {hook!r} returned {type(result).__name__}, "
+                        "expected an Assembly"
+                    )
+                assembly = result
+
+        return _enforce(assembly, assembled_sections if complete else None, suppressed)
+
+
+def _enforce(
+    assembly: Assembly,
+    complete_sections: tuple[AssembledSection, ...] | None,
+    suppressed: bool,
+) -> Assembly:
+    """Restore the policies a hook must not undo (Y-2).
+
+    A complete section is a deliberate "this is the whole prompt"; a
+    suppressor is a deliberate "no runtime snapshot here".  A hook written for
+    the general case must not accidentally reintroduce what they removed.
+    """
+    sections = tuple(assembly.sections)
+    if complete_sections is not None:
+        sections = complete_sections
+    else:
+        flagged = [s for s in sections if s.complete]
+        if len(flagged) > 1:
+            names = ", ".join(repr(s.name) for s in flagged)
+            raise PromptError(
+                "Y-3",
+                f"assemble hooks produced more than one complete section: {names}",
+                section=flagged[0].name,
+            )
+        if flagged:
+            sections = (flagged[0],)
+    contexts = () if suppressed else tuple(assembly.contexts)
+    variables = assembly.variables
+    if not isinstance(variables, MappingProxyType):
+        variables = MappingProxyType(dict(variables))
+    return replace(
+        assembly,
+        sections=sections,
+        contexts=contexts,
+        tools=tuple(assembly.tools),
+        variables=variables,
+    )
+
+
+def _evaluate(kind: str, name: str, text: str | DynamicText, ctx: AssembleContext) -> str:
+    """Evaluate a dynamic text once (Y-2) and insist on a str."""
+    if isinstance(text, str):
+        return text
+    value = text(ctx)
+    if not isinstance(value, str):
+        raise TypeError(f"{kind} {name!r}: dynamic text returned {type(value).__name__}, not str")
+    return value
+
+
+def _collect_tools(layers: Sequence[_Layer]) -> list[JsonObject]:
+    """Tools from every layer of the chain, merged; duplicate names are an error.
+
+    Duplicates are refused rather than shadowed because two providers offering
+    the same tool name would give the model two schemas for one call.
+    """
+    tools: list[JsonObject] = []
+    seen: set[str] = set()
+    for layer in layers:
+        for provider in list(layer.tools.values()):
+            offered = provider()
+            if isinstance(offered, str | bytes | Mapping) or not isinstance(offered, Iterable):
+                raise TypeError("a tools provider must return an iterable of tools")
+            for tool in offered:
+                projected = tool.to_json() if isinstance(tool, ToolSpec) else _project_tool(tool)
+                name = projected["name"]
+                if name == UNLISTED_TOOLS:
+                    raise PromptError(
+                        "Y-3", f"a tool must not be named {UNLISTED_TOOLS!r} (reserved marker)"
+                    )
+                if name in seen:
+                    raise PromptError("Y-2", f"tool {name!r} is offered by more than one provider")
+                seen.add(name)
+                tools.append(projected)
+    return tools
+
+
+def _project_tool(tool: object) -> JsonObject:
+    """Keep only name/description/parameters/deferLoading, parameters deep-copied (Y-2).
+
+    Providers may hand over live objects (with handlers and caches); the header
+    must be plain JSON that no later mutation of the provider can change.
+    """
+    if not isinstance(tool, Mapping):
+        raise TypeError(f"a tool must be a ToolSpec or a mapping, got {type(tool).__name__}")
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise PromptError("Y-2", f"tool name must be a non-empty str, got {name!r}")
+    description = tool.get("description")
+    if not isinstance(description, str):
+        raise PromptError("Y-2", f"tool {name!r}: description must be a str")
+    parameters = tool.get("parameters")
+    if not isinstance(parameters, Mapping):
+        raise PromptError("Y-2", f"tool {name!r}: parameters must be a JSON object")
+    defer = tool.get("deferLoading")
+    if defer is not None and not isinstance(defer, bool):
+        raise PromptError("Y-2", f"tool {name!r}: deferLoading must be a bool")
+    out: JsonObject = {
+        "name": name,
+        "description": description,
+        "parameters": _clone_json(parameters, name),
+    }
+    if defer is not None:
+        out["deferLoading"] = defer
+    return out
+
+
+def _clone_json(value: object, tool: str) -> Any:
+    """Deep copy into plain JSON (the structuredClone of the reference)."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise PromptError("Y-2", f"tool {tool!r}: parameters contain a non-finite number")
+        return value
+    if isinstance(value, Mapping):
+        out: JsonObject = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise PromptError("Y-2", f"tool {tool!r}: parameters have a non-str key {key!r}")
+            out[key] = _clone_json(item, tool)
+        return out
+    if isinstance(value, list | tuple):
+        return [_clone_json(item, tool) for item in value]
+    raise PromptError(
+        "Y-2", f"tool {tool!r}: parameters contain a non-JSON value ({type(value).__name__})"
+    )
+
+
+def _order_tools(tools: list[JsonObject], order: tuple[str, ...] | None) -> list[JsonObject]:
+    """Sort tools by name, or by an explicit order with the unlisted marker (Y-2, Y-3).
+
+    A deterministic order keeps header equality and provider prompt-cache
+    prefixes stable (it does not guarantee a cache hit).
+    """
+    by_name = {t["name"]: t for t in tools}
+    if order is None:
+        return [by_name[n] for n in sorted(by_name, key=code_unit_key)]
+    markers = order.count(UNLISTED_TOOLS)
+    if markers != 1:
+        raise PromptError(
+            "Y-3", f"tool order must contain {UNLISTED_TOOLS!r} exactly once, found {markers}"
+        )
+    seen: set[str] = set()
+    for name in order:
+        if name in seen:
+            raise PromptError("Y-3", f"tool order lists {name!r} more than once")
+        seen.add(name)
+        if name != UNLISTED_TOOLS and name not in by_name:
+            raise PromptError("Y-3", f"tool order names unknown tool {name!r}")
+    unlisted = sorted((n for n in by_name if n not in seen), key=code_unit_key)
+    result: list[JsonObject] = []
+    for name in order:
+        if name == UNLISTED_TOOLS:
+            result.extend(by_name[n] for n in unlisted)
+        else:
+            result.append(by_name[name])
+    return result
+
+
+# ----------------------------------------------------------------- rendering
+
+
+def _format_value(value: object, section: str, name: str) -> str:
+    if value is None:
+        raise PromptError(
+            "Y-4", f"section {section!r}: variable {name!r} is None", section=section, variable=name
+        )
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(value)
+    raise PromptError(
+        "Y-4",
+        f"section {section!r}: variable {name!r} has an unrenderable value {value!r}",
+        section=section,
+        variable=name,
+    )
+
+
+def interpolate(text: str, variables: Mapping[str, VariableValue], section: str) -> str:
+    """Replace ``{{name}}`` strictly (Y-4).
+
+    Scan for ``{{``; with no ``}}`` anywhere after it the rest is literal prose
+    (e.g. code samples); otherwise the text between must be a valid name, which
+    must be set and not ``None``.  Values are inserted as is and never
+    rescanned, so a value containing ``{{x}}`` cannot inject a reference.
+    """
+    out: list[str] = []
+    pos = 0
+    while True:
+        start = text.find("{{", pos)
+        if start < 0:
+            break
+        end = text.find("}}", start + 2)
+        if end < 0:
+            break  # lone "{{": literal
+        out.append(text[pos:start])
+        ref = text[start + 2 : end]
+        if not _NAME_RE.fullmatch(ref):
+            raise PromptError(
+                "Y-4",
+                f"section {section!r}: malformed reference {text[start : end + 2]!r}",
+                section=section,
+                variable=ref or None,
+            )
+        if ref not in variables:
+            raise PromptError(
+                "Y-4",
+                f"section {section!r}: unknown variable {ref!r}",
+                section=section,
+                variable=ref,
+            )
+        out.append(_format_value(variables[ref], section, ref))
+        pos = end + 2
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def render_prompt(assembly: Assembly) -> str:
+    """The system prompt text (Y-4): sections interpolated, ``""`` dropped, blank-line joined."""
+    parts: list[str] = []
+    for section in assembly.sections:
+        text = (
+            interpolate(section.text, assembly.variables, section.name)
+            if section.interpolate
+            else section.text
+        )
+        if text != "":
+            parts.append(text)
+    return "\n\n".join(parts)
+
+
+def render_contexts(assembly: Assembly) -> RenderedContext:
+    """Render runtime contexts once (Y-5): interpolated, named, empty ones dropped."""
+    rendered: list[RenderedContextSection] = []
+    for context in assembly.contexts:
+        text = interpolate(context.text, assembly.variables, context.name)
+        if text != "":
+            rendered.append(RenderedContextSection(name=context.name, text=text))
+    return RenderedContext(sections=tuple(rendered))
+
+
+def join_context_sections(sections: Iterable[RenderedContextSection]) -> str:
+    """Join sections under the framing line (Y-5); ``""`` when there are none.
+
+    The framing tells the model this snapshot replaces earlier ones, since
+    snapshots accumulate in the transcript as user-role messages.
+    """
+    texts = [s.text for s in sections]
+    if not texts:
+        return ""
+    return RUNTIME_CONTEXT_FRAMING + "\n\n" + "\n\n".join(texts)
