@@ -55,7 +55,7 @@ class _Walker:
             self.b.user(f"question {self.b.next_seq} " + "word " * self.rng.randint(0, 30))
 
     def assistant(self) -> None:
-        calls = []
+        calls: list[dict[str, Any]] = []
         if self.rng.random() < 0.5:
             name = self.rng.choice(TOOL_NAMES)
             calls.append({"id": f"call-{self.b.next_seq}", "name": name,

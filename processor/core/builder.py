@@ -8,6 +8,7 @@ can corrupt it on purpose; ``add_*`` methods append a parsed :class:`Event`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from processor.core.events import Event, parse_event
@@ -109,8 +110,9 @@ class LogBuilder:
                     like: Event | None = None) -> Event:
         """A tool result; ``like`` rewrites an earlier result's content (S-5)."""
         if like is not None:
-            data = {**like.data, "message": {**like.data["message"], "content": [text(body)]}}
-            return self.add_raw("tool/result", data,
+            rewrite = {**like.data,
+                       "message": {**like.data["message"], "content": [text(body)]}}
+            return self.add_raw("tool/result", rewrite,
                                 **self._surface_extra(replace, [like.seq]))
         message = self.message("tool", [{"type": "tool-result", "text": body}],
                                toolCallId=call_id)
@@ -149,8 +151,8 @@ class LogBuilder:
             data["startsSeries"] = True
         return self.add_raw("request/header", data)
 
-    def tool_update(self, header_seq: int | None, added: list[str] = (),  # type: ignore[assignment]
-                    removed: list[str] = ()) -> Event:  # type: ignore[assignment]
+    def tool_update(self, header_seq: int | None, added: Sequence[str] = (),
+                    removed: Sequence[str] = ()) -> Event:
         blocks = [{"type": "tool-addition", "toolName": n} for n in added]
         blocks += [{"type": "tool-removal", "toolName": n} for n in removed]
         data: dict[str, Any] = {"turn": self.turn, "step": self.step,

@@ -63,7 +63,7 @@ def read_to_end(consumer: Consumer, topic: str, partition: int, timeout: float =
                         continue
                     raise RuntimeError(f"reading {topic}[{partition}]: {err}")
                 out.append((m.key(), m.value()))
-                if m.offset() >= high - 1:
+                if (m.offset() or 0) >= high - 1:
                     done = True
             if done:
                 return out

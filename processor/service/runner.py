@@ -96,6 +96,11 @@ class _Pending:
                 self.dead_letters} | {p for _, p, _ in self.tombstones})
 
 
+def _offset(msg: Message) -> int:
+    offset = msg.offset()
+    return offset if offset is not None else -1
+
+
 class _Partition:
     """Sessions of one assigned events partition."""
 
@@ -323,12 +328,12 @@ class Processor:
                     raise KafkaException(err)
                 log.warning("consume error: %s", err)
                 continue
-            part = self._partitions.get(msg.partition())
+            part = self._partitions.get(msg.partition() or 0)
             if part is None:
                 continue  # fetched just before a revoke
             consumed += 1
             self._fold_record(part, msg)
-            pending.offsets[part.number] = msg.offset() + 1
+            pending.offsets[part.number] = _offset(msg) + 1
         pending.events += consumed
         self.metrics.records_consumed.inc(consumed)
         self.metrics.fold_seconds.observe(time.perf_counter() - t0)
@@ -338,7 +343,9 @@ class Processor:
         sid = key.decode("utf-8", "replace") if key is not None else None
         headers = dict(msg.headers() or [])
         if sid is not None and CONTROL_HEADER in headers:
-            self._control(part, sid, headers[CONTROL_HEADER], msg)
+            command = headers[CONTROL_HEADER]
+            self._control(part, sid, command.encode() if isinstance(command, str)
+                          else command or b"", msg)
             return
         try:
             decoded = self.codec.decode_event(msg.value() or b"")
@@ -385,7 +392,7 @@ class Processor:
         except SessionError as exc:
             self._reject(part, sid, msg, event.seq, exc.rule, str(exc), rt)
             return
-        rt.record_applied(event, msg.offset())
+        rt.record_applied(event, _offset(msg))
         rt.session.log.trim_before(event.seq + 1)
         self._pending.dirty[(part.number, sid)] = rt
         self.metrics.events.labels("applied").inc()
@@ -407,7 +414,7 @@ class Processor:
             return
         rt = rt or self._runtime(part, sid)
         if rt.quarantine is None:
-            rt.quarantine = Quarantine(rt.last_seq, rule, reason, msg.offset())
+            rt.quarantine = Quarantine(rt.last_seq, rule, reason, _offset(msg))
             self._pending.dirty[(part.number, sid)] = rt
 
     def _dead_letter(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
@@ -416,7 +423,7 @@ class Processor:
         ts = msg.timestamp()[1]
         self._pending.dead_letters.append((part.number, DeadLetter(
             session_id=sid, topic=msg.topic() or self.topics.events, partition=part.number,
-            offset=msg.offset(), seq=seq, rule=rule, reason=reason, key=msg.key(),
+            offset=_offset(msg), seq=seq, rule=rule, reason=reason, key=msg.key(),
             value=msg.value(), timestamp=ts if ts > 0 else int(time.time() * 1000),
             processor=self.instance_id)))
 
@@ -493,8 +500,9 @@ class Processor:
             for topic, partition, key in pending.tombstones:
                 self._produce(topic, partition, key, None)
             for partition, letter in pending.dead_letters:
-                key = session_key(letter.session_id) if letter.session_id is not None else None
-                self._produce(self.topics.dlq, partition, key,
+                dlq_key = (session_key(letter.session_id) if letter.session_id is not None
+                           else None)
+                self._produce(self.topics.dlq, partition, dlq_key,
                               self.codec.encode_dead_letter(letter))
             for rt in pending.dirty.values():
                 if rt.partition in self._partitions:
