@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from processor.core.builtin import default_registry
 from processor.core.errors import SessionError
 from processor.core.events import Event
 from processor.core.log import SessionHeader
@@ -20,15 +21,6 @@ from processor.core.message_projections import default_message_projections
 from processor.core.projections import ProjectionRegistry, restore, restore_floor
 from processor.core.session import Session
 from processor.files import read_session_file
-
-
-def default_registry() -> ProjectionRegistry:
-    """A projection registry holding the built-in units."""
-    from processor.core.builtin import register_builtins
-
-    registry = ProjectionRegistry()
-    register_builtins(registry)
-    return registry
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from processor.core.builtin import default_registry
 from processor.core.projections import ProjectionRegistry
 from processor.service import clients
 from processor.service.codec import default_codec, session_key
 from processor.service.config import ServiceConfig
 from processor.service.restore import load_checkpoints
-from processor.service.runner import Processor, default_projection_registry
+from processor.service.runner import Processor
 from processor.service.topics import create_topics
 
 log = logging.getLogger("processor.replay")
@@ -57,7 +58,7 @@ def _group_is_idle(config: ServiceConfig) -> bool:
 
 def replay(config: ServiceConfig, *, into_prefix: str | None = None,
            progress: Callable[[int, int], None] | None = None,
-           registry_factory: Callable[[], ProjectionRegistry] = default_projection_registry,
+           registry_factory: Callable[[], ProjectionRegistry] = default_registry,
            ) -> ReplayResult:
     """Rebuild views and checkpoints from offset zero (see the module docstring)."""
     admin = clients.admin(config)

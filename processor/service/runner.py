@@ -41,6 +41,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from processor.core.builtin import default_registry
 from processor.core.errors import SessionError
 from processor.core.message_projections import default_message_projections
 from processor.core.projections import ProjectionRegistry
@@ -67,14 +68,6 @@ from processor.service.state import Quarantine, SessionRuntime, ViewChange
 log = logging.getLogger("processor.runner")
 
 CONTROL_HEADER = "processor-control"
-
-
-def default_projection_registry() -> ProjectionRegistry:
-    from processor.core.builtin import register_builtins
-
-    registry = ProjectionRegistry()
-    register_builtins(registry)
-    return registry
 
 
 @dataclass
@@ -115,7 +108,7 @@ class Processor:
     """One member of the processor consumer group."""
 
     def __init__(self, config: ServiceConfig, *, metrics: Metrics | None = None,
-                 registry_factory: Callable[[], ProjectionRegistry] = default_projection_registry,
+                 registry_factory: Callable[[], ProjectionRegistry] = default_registry,
                  codec: Codec | None = None,
                  publish_floor: dict[str, int] | None = None) -> None:
         """``publish_floor``: session -> seq below which views are not published.
