@@ -159,8 +159,9 @@ class Processor:
                                         else 0.05)
                 if self.metrics.fatal:
                     raise AnchorError(self.metrics.fatal)
+                if msgs or not self._partitions:
+                    idle_since = time.monotonic()  # idle counts from the assignment on
                 if msgs:
-                    idle_since = time.monotonic()
                     self._fold_batch(msgs)
                 elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
                     break
