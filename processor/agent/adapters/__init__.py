@@ -1,0 +1,178 @@
+"""The model-adapter contract of the step loop (SESSION-SEMANTICS.md §10, F-2).
+
+An adapter is called in two phases per attempt:
+
+1. ``prepare_call(RequestContext) -> PreparedRoute``: pick the provider and
+   model for *this* attempt, resolve the request config (including the
+   adapter's own defaults) and say what the route can do
+   (``in_history_system_prompt``, ``tool_updates``).  The loop uses these
+   capabilities to admit the system prompt (R-4, R-5) and to decide whether
+   a tool change starts a new request series.
+2. ``stream(Request) -> ModelResult``: run the model on the frozen request.
+
+The route remembers the adapter that prepared it and the loop dispatches to
+``route.adapter`` — never to whatever adapter the agent holds at dispatch time
+— so the config, the logged header and the actual call of one attempt always
+belong to the same provider (F-2).
+
+Results are plain frozen values: :class:`ModelReply` (the assistant message
+content, usage, stop reason) or :class:`ModelFailure` (what went wrong, and
+whether trying again can help).  Adapters are synchronous here because the
+core is pure; a network adapter would wrap its stream the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from processor.core.frozen import FrozenDict, freeze
+
+if TYPE_CHECKING:
+    from processor.agent.request import Request
+
+__all__ = [
+    "CONTEXT_WINDOW_EXCEEDED",
+    "ModelAdapter",
+    "ModelFailure",
+    "ModelReply",
+    "ModelResult",
+    "PreparedRoute",
+    "RequestContext",
+    "StopReason",
+]
+
+CONTEXT_WINDOW_EXCEEDED: Final = "context-window-exceeded"
+"""``ModelFailure.code`` of a request that does not fit the route's context window."""
+
+StopReason = str
+"""``"stop"`` (final answer), ``"tool-calls"`` or ``"max-tokens"`` (truncated)."""
+
+
+def _frozen_mapping(value: Mapping[str, Any]) -> FrozenDict:
+    frozen = freeze(dict(value))
+    assert isinstance(frozen, FrozenDict)
+    return frozen
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What the loop tells ``prepare_call`` about the attempt it is preparing.
+
+    ``config`` is the agent's requested model config (camelCase keys of the
+    header config: ``provider``, ``model``, ``reasoningEffort``,
+    ``temperature``, ``maxTokens``, ``stop``), any of them absent; the
+    adapter fills in the rest.  ``previous_failure`` is the failure of the
+    preceding attempt of the same step, so a router can fall back.
+    """
+
+    turn: int
+    step: int
+    attempt: int
+    config: Mapping[str, Any] = field(default_factory=dict)
+    previous_failure: ModelFailure | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", _frozen_mapping(self.config))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PreparedRoute:
+    """One attempt's route: where the call goes and what that route supports.
+
+    ``config`` is the resolved header config (always with ``provider`` and
+    ``model``); ``adapter_defaults`` the adapter-default flags of the header
+    (H-1: only true flags are kept there).  ``in_history_system_prompt``:
+    the provider accepts system messages later in the history (so a changed
+    prompt can be appended, R-4).  ``tool_updates``: the provider accepts
+    tool-addition/removal developer messages (so a tool change need not
+    restart the request series).  ``context_window`` is logged in
+    ``request/context`` (H-4).
+    """
+
+    adapter: ModelAdapter
+    config: Mapping[str, Any]
+    adapter_defaults: Mapping[str, bool] = field(default_factory=dict)
+    context_window: int | None = None
+    in_history_system_prompt: bool = True
+    tool_updates: bool = True
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        config = _frozen_mapping(self.config)
+        if not isinstance(config.get("provider"), str) or not isinstance(config.get("model"), str):
+            raise ValueError("a prepared route's config needs string provider and model")
+        object.__setattr__(self, "config", config)
+        object.__setattr__(self, "adapter_defaults", _frozen_mapping(self.adapter_defaults))
+
+    @property
+    def provider(self) -> str:
+        provider: str = self.config["provider"]
+        return provider
+
+    @property
+    def model(self) -> str:
+        model: str = self.config["model"]
+        return model
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """A finished model stream: assistant content blocks, usage and stop reason.
+
+    ``content`` holds ``text`` and ``tool-call {id, name, arguments}`` blocks
+    (any other block passes through to the logged message untouched).
+    """
+
+    content: tuple[Any, ...]
+    usage: Mapping[str, int] | None = None
+    stop_reason: StopReason = "stop"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "content", tuple(freeze(b) for b in self.content))
+        if self.usage is not None:
+            object.__setattr__(self, "usage", _frozen_mapping(self.usage))
+
+    @property
+    def tool_calls(self) -> tuple[Any, ...]:
+        return tuple(
+            b for b in self.content if isinstance(b, dict) and b.get("type") == "tool-call"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailure:
+    """A failed attempt: logged as ``assistant/attempt`` (F-3).
+
+    ``retryable`` is the adapter's opinion (overloaded, rate limited, network);
+    the loop's retry policy has the last word.  A context-window overflow has
+    ``code == CONTEXT_WINDOW_EXCEEDED`` and is not retryable as is — only a
+    compaction plugin that shrinks the surface makes a retry meaningful.
+    """
+
+    code: str
+    message: str = ""
+    retryable: bool = True
+
+    @property
+    def context_overflow(self) -> bool:
+        return self.code == CONTEXT_WINDOW_EXCEEDED
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "retryable": self.retryable}
+
+
+ModelResult = ModelReply | ModelFailure
+
+
+class ModelAdapter(Protocol):
+    """The two calls the loop makes per attempt (see the module docstring)."""
+
+    def prepare_call(self, context: RequestContext) -> PreparedRoute:
+        """Choose and describe the route of one attempt; may raise to fail it."""
+        ...
+
+    def stream(self, request: Request) -> ModelResult:
+        """Run the model on a frozen request prepared by this adapter."""
+        ...

@@ -1,0 +1,313 @@
+"""Runtime-context and system-prompt projections (SESSION-SEMANTICS.md §8, rule R).
+
+Both projections answer one question for the step loop: *which surface
+events, if any, must be logged so that the model sees the current prompt and
+the current runtime context?*  They never append anything themselves: they
+return :class:`EventDraft` values (uncommitted events without seq or time) and
+the loop commits them through the :class:`~processor.core.session.Session`
+(validate, then append) at the moment the rules allow (R-3).  Because every
+model-facing message is a logged event, rebuilding the messages from the log
+prefix gives exactly what the adapter received (F-3).
+
+Both read the surface (:class:`~processor.core.surface.SurfaceState`), never a
+cache of their own that could drift from the log: the surface is what the
+model will see.
+
+Decisions where the spec and seed are silent
+--------------------------------------------
+* The *text* of a message is the concatenation (no separator) of its ``text``
+  blocks; non-text blocks are ignored.  Messages written here have at most one
+  text block, so this only matters for logs written by other harnesses.
+* The system *head* is the first system node on the surface (normally node 0).
+* A system replacement is a new event of the current step, so it carries the
+  loop's current ``turn``/``step`` (passed in by the caller), not the ones of
+  the node it rewrites.
+* System messages written here carry ``source: {"kind": "system-prompt"}``.
+* Message ids come from the caller's ``new_id(kind)`` factory, so the loop
+  decides the id scheme (deterministic in tests, anything unique in
+  production).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from processor.agent.prompt import RUNTIME_CONTEXT_CLEARED, RenderedContext
+from processor.core.events import ABSENT, Event
+from processor.core.frozen import freeze
+from processor.core.surface import SurfaceState
+
+__all__ = [
+    "RUNTIME_CONTEXT_KIND",
+    "EventDraft",
+    "IdFactory",
+    "RetainedContext",
+    "RuntimeContextProjection",
+    "SystemPromptProjection",
+    "message_text",
+    "runtime_context_source",
+]
+
+RUNTIME_CONTEXT_KIND: Final = "runtime-context"
+"""``source.kind`` of the runtime-context messages this projection owns (R-2)."""
+
+IdFactory = Callable[[str], str]
+"""``new_id(kind) -> message id``; ``kind`` is e.g. ``"system"`` or ``"user"``."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventDraft:
+    """An event that is not in the log yet: no ``seq``, no ``time``.
+
+    Projections return drafts instead of events because projecting is not
+    appending (R-3): only the loop decides when (and whether) a draft becomes
+    the next event of the session.  ``data`` is deep-frozen so that a draft
+    handed around before commit cannot be edited behind the validator's back.
+    """
+
+    type: str
+    data: Any
+    surface_op: Any = ABSENT
+    source_event_seqs: Any = ABSENT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data", freeze(self.data))
+        if self.surface_op is not ABSENT:
+            object.__setattr__(self, "surface_op", freeze(self.surface_op))
+        if self.source_event_seqs is not ABSENT:
+            object.__setattr__(self, "source_event_seqs", freeze(self.source_event_seqs))
+
+    @property
+    def message(self) -> Any:
+        """The message the draft carries (``data`` itself for ``user/message``)."""
+        if self.type == "user/message":
+            return self.data
+        return self.data.get("message") if isinstance(self.data, dict) else None
+
+
+def message_text(message: Any) -> str:
+    """Concatenated text of a message's ``text`` blocks (``""`` for none)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return ""
+    return "".join(
+        b["text"]
+        for b in content
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    )
+
+
+def _text_content(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}] if text else []
+
+
+# --------------------------------------------------------------------- R-1..R-3
+
+
+def runtime_context_source(rendered: RenderedContext) -> dict[str, Any]:
+    """R-2: the typed ``source`` of a runtime-context message.
+
+    With sections the source keeps their names and texts (attribution: which
+    contribution said what); the CLEARED marker has no sections, so it is just
+    ``{kind}`` — it must not carry contributions that no longer exist.
+    """
+    if rendered.sections:
+        return {
+            "kind": RUNTIME_CONTEXT_KIND,
+            "form": "snapshot",
+            "sections": [{"name": s.name, "text": s.text} for s in rendered.sections],
+        }
+    return {"kind": RUNTIME_CONTEXT_KIND}
+
+
+def _is_runtime_context(event: Event) -> bool:
+    if event.type != "user/message" or not isinstance(event.data, dict):
+        return False
+    source = event.data.get("source")
+    return isinstance(source, dict) and source.get("kind") == RUNTIME_CONTEXT_KIND
+
+
+@dataclass(frozen=True, slots=True)
+class RetainedContext:
+    """The runtime-context message the model currently sees: its seq and text."""
+
+    seq: int
+    text: str
+
+
+class RuntimeContextProjection:
+    """Sends the runtime context only when it changed (R-1..R-3).
+
+    Snapshots accumulate in the history as user-role messages, so sending one
+    per step would flood the context; sending none after a change would leave
+    the model with a stale snapshot.  The projection therefore remembers the
+    *retained* message (the last one it logged that is still on the surface)
+    and proposes a new message only when the rendered text differs from it.
+
+    * :meth:`restore` rebuilds the retained message from a log (newest-first
+      scan for a runtime-context ``user/message``, checked against the
+      surface), so a resumed loop does not resend an unchanged snapshot.
+    * :meth:`observe` is called by the loop for every committed event.
+    * :meth:`project` returns at most one draft and changes nothing (R-3): the
+      loop commits it after it entered the step and prepared the route, and a
+      retry of the step does not project again.
+    """
+
+    __slots__ = ("_retained",)
+
+    def __init__(self) -> None:
+        self._retained: RetainedContext | None = None
+
+    @property
+    def retained(self) -> RetainedContext | None:
+        return self._retained
+
+    def restore(self, events: Sequence[Event], surface: SurfaceState) -> None:
+        """R-1: the newest runtime-context message of the log, if still on the surface.
+
+        Only the *newest* one counts: if it was shadowed by a compaction, an
+        older snapshot that survived is stale by definition (it was superseded
+        before the compaction), so the next step must resend.
+        """
+        self._retained = None
+        for event in reversed(events):
+            if _is_runtime_context(event):
+                if event.seq in surface.node_events:
+                    message = surface.message_of(event.seq)
+                    self._retained = RetainedContext(event.seq, message_text(message))
+                return
+
+    def observe(self, event: Event, surface: SurfaceState) -> None:
+        """Track committed events: our own messages become retained (R-1, R-3)."""
+        if _is_runtime_context(event):
+            self._retained = RetainedContext(event.seq, message_text(event.data))
+        elif self._retained is not None and self._retained.seq not in surface.node_events:
+            self._retained = None  # R-3: a replacement shadowed it
+
+    def current(self, surface: SurfaceState) -> RetainedContext | None:
+        """The retained message, or None when a replacement shadowed it (R-3)."""
+        retained = self._retained
+        if retained is not None and retained.seq not in surface.node_events:
+            return None
+        return retained
+
+    def project(
+        self, rendered: RenderedContext, surface: SurfaceState, new_id: IdFactory
+    ) -> EventDraft | None:
+        """R-1/R-2: the uncommitted runtime-context message of this step, or None.
+
+        * rendered non-empty and different from the retained text -> a snapshot;
+        * rendered empty, retained non-empty (and not already CLEARED) -> the
+          explicit CLEARED text, because silence would let the model keep
+          trusting the last snapshot;
+        * otherwise nothing (in particular: empty and never sent).
+        """
+        retained = self.current(surface)
+        text = rendered.text
+        if text == "":
+            if retained is None or retained.text in ("", RUNTIME_CONTEXT_CLEARED):
+                return None
+            text = RUNTIME_CONTEXT_CLEARED
+        elif retained is not None and retained.text == text:
+            return None
+        message = {
+            "id": new_id("user"),
+            "role": "user",
+            "content": _text_content(text),
+            "source": runtime_context_source(rendered),
+        }
+        return EventDraft("user/message", message, surface_op="append")
+
+
+# --------------------------------------------------------------------- R-4, R-5
+
+
+class SystemPromptProjection:
+    """Admits the rendered system prompt onto the surface (R-4).
+
+    The prompt lives on the surface as ``system/message`` nodes, not in the
+    request header, so that the log alone explains what the model was told.
+    How a *changed* prompt is admitted depends on the route prepared for this
+    very attempt (R-5):
+
+    * a capable route (``inHistory``) continuing its request series gets the
+      new prompt appended at the end of the history — earlier turns keep the
+      instructions they were answered under and the provider's cached prefix
+      stays valid;
+    * an incapable route, a new series, or an empty prompt consolidates: every
+      later non-empty system node is blanked and the head is rewritten to the
+      current text, so exactly one (or no) instruction set remains and an old
+      instruction can never resurface.
+
+    The first system node is reserved even when the prompt is empty, so the
+    head position is fixed (S-6 protects node 0) and a later prompt can be
+    written into it by a replace.
+    """
+
+    __slots__ = ("_new_id",)
+
+    def __init__(self, new_id: IdFactory) -> None:
+        self._new_id = new_id
+
+    def _system_draft(
+        self, text: str, turn: int, step: int, replace: int | None
+    ) -> EventDraft:
+        data = {
+            "turn": turn,
+            "step": step,
+            "message": {
+                "id": self._new_id("system"),
+                "role": "system",
+                "content": _text_content(text),
+                "source": {"kind": "system-prompt"},
+            },
+        }
+        if replace is None:
+            return EventDraft("system/message", data, surface_op="append")
+        return EventDraft(
+            "system/message",
+            data,
+            surface_op={"op": "replace", "startSeq": replace, "endSeq": replace},
+            source_event_seqs=[replace],
+        )
+
+    def project(
+        self,
+        surface: SurfaceState,
+        rendered: str,
+        *,
+        in_history: bool,
+        starts_series: bool,
+        turn: int = 0,
+        step: int = 0,
+    ) -> list[EventDraft]:
+        """R-4: the system events to log before this attempt's request.
+
+        ``in_history`` must come from the route prepared for this attempt
+        (R-5), never from an older ``request/context`` record: a model switch
+        between attempts changes what the route can do.  Each replace targets
+        exactly one node and cites it in ``sourceEventSeqs`` (S-4).
+        """
+        system_nodes = [
+            s for s in surface.nodes if surface.node_events[s].type == "system/message"
+        ]
+        if not system_nodes:
+            return [self._system_draft(rendered, turn, step, None)]
+        texts = {s: message_text(surface.message_of(s)) for s in system_nodes}
+        head, tail = system_nodes[0], system_nodes[1:]
+        if not in_history or starts_series or rendered == "":
+            drafts: list[EventDraft] = []
+            if texts[head] != rendered:
+                drafts.append(self._system_draft(rendered, turn, step, head))
+            drafts.extend(
+                self._system_draft("", turn, step, s) for s in tail if texts[s] != ""
+            )
+            return drafts
+        effective = next((texts[s] for s in reversed(system_nodes) if texts[s] != ""),
+                         texts[head])
+        if effective == rendered:
+            return []
+        return [self._system_draft(rendered, turn, step, None)]
+

@@ -1,0 +1,388 @@
+"""Building the next request from the log (SESSION-SEMANTICS.md §9 H-2..H-4, §10 F-2).
+
+:func:`build_request` is the last thing an attempt does before dispatch.  It
+logs what the model is about to be told that is not already in the log —
+
+* a full ``request/header`` on the first request of a loop (``initial``, or
+  ``resume`` when the log already has one), on a header change (``change``)
+  or on a new request series with an unchanged header (``series``) — H-2;
+* one ``developer/message`` with ``tool-addition``/``tool-removal`` blocks
+  when tool *names* changed against the previous header, additions pointing
+  at the new header through ``headerSeq`` and never inlining a schema — H-3;
+* a ``request/context`` record when provider, model, context window or the
+  route's system-prompt update mode changed — H-4;
+
+and then reads the request back from the session: the derived messages, the
+``toolHistory`` view and the canonical header in effect.  Nothing in a
+:class:`Request` comes from anywhere but the log prefix up to
+``Request.as_of_seq``, which is what makes the acceptance equality of F-3
+hold by construction.
+
+The request is immutable end to end (F-2): header, every message, the message
+list, the tool history and the envelope itself.  Messages are borrowed from
+the session (event data is frozen once when it is parsed), so freezing costs
+nothing per request and each message keeps its identity across requests.
+Only :class:`CancelHandle` stays live: cancelling an in-flight call is not a
+change of what was asked.
+
+Decisions where the spec and seed are silent
+--------------------------------------------
+* The first header of a session declares its tools as the series baseline
+  (H-5), so it is not followed by a developer message: there is no previous
+  header to diff against.  A ``resume`` header is diffed against the last
+  header of the log.
+* ``startsSeries: true`` is written on a ``change`` or ``resume`` header that
+  starts a new series; ``series`` says so by its reason and ``initial`` has no
+  series before it, so neither repeats it.
+* ``systemPromptUpdate`` in ``request/context`` is the route's admission mode
+  for a changed system prompt: ``"in-history"`` (capable route: append) or
+  ``"consolidate"`` (rewrite the head), see R-4.  It is always written.
+* Tool-update blocks list additions in the new header's order, then removals
+  in the previous header's order; the developer message has
+  ``source: {"kind": "tool-update"}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from processor.agent.adapters import PreparedRoute
+from processor.agent.context import EventDraft, IdFactory
+from processor.core.events import Event
+from processor.core.frozen import FrozenDict, FrozenList, freeze, thaw
+from processor.core.header import canonical_header, header_equals
+from processor.core.log import SessionHeader
+from processor.core.message_projections import MessageProjectionRegistry
+from processor.core.projections import ProjectionRegistry
+from processor.core.session import Session
+
+__all__ = [
+    "TOOL_HISTORY_KEY",
+    "CancelHandle",
+    "Commit",
+    "Request",
+    "RequestState",
+    "build_request",
+    "context_record",
+    "header_of",
+    "rebuild_from_log",
+    "request_mismatches",
+    "tool_history_of",
+    "tool_names",
+]
+
+TOOL_HISTORY_KEY: Final = "toolHistory"
+"""Key of the built-in tool-history domain projection (H-5)."""
+
+Commit = Callable[[EventDraft], Event]
+"""Validate-and-append a draft as the next event of the session; returns the event."""
+
+
+class CancelHandle:
+    """The one live part of a request: a flag the adapter may poll (F-2)."""
+
+    __slots__ = ("_cancelled",)
+
+    def __init__(self) -> None:
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def __repr__(self) -> str:
+        return f"CancelHandle(cancelled={self._cancelled})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Request:
+    """One attempt's request; immutable end to end (F-2).
+
+    ``header`` is the canonical header in effect (the last ``request/header``
+    of the prefix, H-1) and ``header_seq`` its seq; ``messages`` the derived
+    model messages (G-2); ``tool_history`` the ``toolHistory`` view (H-5), the
+    input of a provider's tool projection, not interchangeable with
+    ``header["tools"]`` (the current set); ``context`` the
+    ``request/context`` values of this route.  ``as_of_seq`` is the last seq
+    of the log prefix the request was built from: the next event of the log is
+    this attempt's ``assistant/attempt`` or ``assistant/message``.
+    """
+
+    header: Any
+    header_seq: int
+    messages: Any
+    tool_history: Any
+    context: Any
+    route: PreparedRoute
+    as_of_seq: int
+    turn: int
+    step: int
+    attempt: int
+    stream: str
+    starts_series: bool = False
+    cancel: CancelHandle = field(default_factory=CancelHandle)
+
+    def __post_init__(self) -> None:
+        for name in ("header", "messages", "tool_history", "context"):
+            object.__setattr__(self, name, freeze(getattr(self, name)))
+        if not isinstance(self.messages, FrozenList):
+            raise TypeError("request messages must be a list")
+
+    @property
+    def tools(self) -> Any:
+        """The tools of the header in effect (``[]`` when there are none)."""
+        return self.header.get("tools", FrozenList())
+
+
+def tool_names(header: Mapping[str, Any] | None) -> list[str]:
+    """Tool names of a header in header order (``[]`` for none)."""
+    if header is None:
+        return []
+    return [t["name"] for t in header.get("tools") or ()]
+
+
+def header_of(route: PreparedRoute, tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The canonical header of a route and a tool set (H-1)."""
+    raw: dict[str, Any] = {"config": dict(route.config)}
+    if route.adapter_defaults:
+        raw["adapterDefaults"] = dict(route.adapter_defaults)
+    if tools:
+        raw["tools"] = [dict(t) for t in tools]
+    return canonical_header(raw)
+
+
+def context_record(route: PreparedRoute) -> dict[str, Any]:
+    """The ``request/context`` data of a route (H-4)."""
+    record: dict[str, Any] = {"provider": route.provider, "model": route.model}
+    if route.context_window is not None:
+        record["contextWindow"] = route.context_window
+    record["systemPromptUpdate"] = (
+        "in-history" if route.in_history_system_prompt else "consolidate"
+    )
+    return record
+
+
+def tool_history_of(session: Session) -> Any:
+    """The ``toolHistory`` view of the session (H-5), deep-frozen; None if unregistered."""
+    return freeze(session.projections.view_of(TOOL_HISTORY_KEY))
+
+
+@dataclass(slots=True)
+class RequestState:
+    """What one loop remembers between its requests (H-2..H-4).
+
+    ``header``/``header_seq`` are the last ``request/header`` of the log and
+    ``context`` the last ``request/context`` values, both restored from the
+    session when the loop starts, so a resumed loop diffs against what the
+    log says rather than against nothing.  ``requests`` counts the requests
+    this loop built (0 means the next one is the loop's first, H-2).
+    ``generation`` is the surface content generation right after the last
+    request was built: a later rewrite means the next request starts a new
+    series.  ``route_key`` is the (provider, model) of the last request.
+    """
+
+    header: Any = None
+    header_seq: int | None = None
+    context: Any = None
+    requests: int = 0
+    generation: int | None = None
+    route_key: tuple[str, str] | None = None
+
+    @classmethod
+    def from_session(cls, session: Session) -> RequestState:
+        state = cls()
+        headers = session.surface.state.headers
+        if headers:
+            seq = max(headers)
+            state.header = freeze(canonical_header(headers[seq].data["header"]))
+            state.header_seq = seq
+        for event in reversed(list(session.log)):
+            if event.type == "request/context":
+                state.context = event.data
+                break
+        return state
+
+
+def _tool_update(
+    previous: Any,
+    current: Mapping[str, Any],
+    header_seq: int,
+    *,
+    turn: int,
+    step: int,
+    new_id: IdFactory,
+) -> EventDraft | None:
+    """H-3: the developer message announcing tool name changes, or None."""
+    before, after = tool_names(previous), tool_names(current)
+    added = [n for n in after if n not in before]
+    removed = [n for n in before if n not in after]
+    if not added and not removed:
+        return None
+    blocks = [{"type": "tool-addition", "toolName": n} for n in added]
+    blocks += [{"type": "tool-removal", "toolName": n} for n in removed]
+    data: dict[str, Any] = {
+        "turn": turn,
+        "step": step,
+        "message": {
+            "id": new_id("developer"),
+            "role": "developer",
+            "content": blocks,
+            "source": {"kind": "tool-update"},
+        },
+    }
+    if added:
+        data["headerSeq"] = header_seq
+    return EventDraft("developer/message", data, surface_op="append")
+
+
+def build_request(
+    session: Session,
+    state: RequestState,
+    route: PreparedRoute,
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    commit: Commit,
+    new_id: IdFactory,
+    starts_series: bool,
+    turn: int,
+    step: int,
+    attempt: int,
+    stream: str,
+    cancel: CancelHandle | None = None,
+) -> Request:
+    """Log what changed (H-2..H-4), then read the frozen request back from the log.
+
+    ``tools`` are the step's assembled tools (Y-2); ``route`` is the route
+    prepared for this attempt; ``starts_series`` the loop's decision that
+    this request opens a new request series.  ``commit`` appends each event
+    through the session (validate, then append) and returns it.
+    """
+    header = header_of(route, tools)
+    previous = state.header
+    reason: str | None
+    if state.requests == 0:
+        reason = "resume" if previous is not None else "initial"
+    elif previous is None or not header_equals(previous, header):
+        reason = "change"
+    elif starts_series:
+        reason = "series"
+    else:
+        reason = None  # H-2: unchanged header, same series: nothing to log
+    if reason is not None:
+        data: dict[str, Any] = {"header": header, "reason": reason}
+        if starts_series and reason in ("change", "resume"):
+            data["startsSeries"] = True
+        logged = commit(EventDraft("request/header", data))
+        if previous is not None:
+            update = _tool_update(
+                previous, header, logged.seq, turn=turn, step=step, new_id=new_id
+            )
+            if update is not None:
+                commit(update)
+        state.header, state.header_seq = freeze(header), logged.seq
+    record = context_record(route)
+    if state.context is None or state.context != record:  # H-4
+        state.context = commit(EventDraft("request/context", record)).data
+    assert state.header_seq is not None
+    state.requests += 1
+    state.generation = session.surface.state.content_generation
+    state.route_key = (route.provider, route.model)
+    messages = session.derive_messages()
+    request = Request(
+        header=state.header,
+        header_seq=state.header_seq,
+        messages=FrozenList(messages),
+        tool_history=tool_history_of(session),
+        context=state.context,
+        route=route,
+        as_of_seq=session.last_seq,
+        turn=turn,
+        step=step,
+        attempt=attempt,
+        stream=stream,
+        starts_series=starts_series,
+        cancel=cancel if cancel is not None else CancelHandle(),
+    )
+    assert isinstance(request.header, FrozenDict)
+    return request
+
+
+def rebuild_from_log(
+    events: Sequence[Event],
+    as_of_seq: int,
+    header: SessionHeader | None = None,
+    *,
+    message_projections: MessageProjectionRegistry | None = None,
+    projections: ProjectionRegistry | None = None,
+) -> dict[str, Any]:
+    """What a request built at ``as_of_seq`` must contain, rebuilt from the log (F-3).
+
+    Folds the prefix ``events[..as_of_seq]`` into a fresh session (built-in
+    units and message projections unless given) and returns ``messages``
+    (G-2), ``tool_history`` (the ``toolHistory`` view, H-5), ``header`` (the
+    canonical last ``request/header``, H-1), ``header_seq`` and ``context``
+    (the last ``request/context``).
+    """
+    from processor.core.builtin import default_registry
+    from processor.core.message_projections import default_message_projections
+
+    prefix = [e for e in events if e.seq <= as_of_seq]
+    folded = Session.fold(
+        prefix,
+        header,
+        message_projections=(
+            message_projections if message_projections is not None
+            else default_message_projections()
+        ),
+        projections=projections if projections is not None else default_registry(),
+    )
+    last_header = next((e for e in reversed(prefix) if e.type == "request/header"), None)
+    last_context = next((e for e in reversed(prefix) if e.type == "request/context"), None)
+    return {
+        "messages": folded.derive_messages(),
+        "tool_history": folded.projections.view_of(TOOL_HISTORY_KEY),
+        "header": canonical_header(last_header.data["header"]) if last_header else None,
+        "header_seq": last_header.seq if last_header else None,
+        "context": last_context.data if last_context else None,
+    }
+
+
+def request_mismatches(
+    requests: Sequence[Request],
+    events: Sequence[Event],
+    header: SessionHeader | None = None,
+    **registries: Any,
+) -> list[str]:
+    """F-3's acceptance check: every request equals the log rebuild of its prefix.
+
+    Also checks that the event right after the prefix is this attempt's
+    outcome (``assistant/attempt`` or ``assistant/message`` of the request's
+    stream): nothing was logged between building and dispatching.  Returns
+    human-readable mismatches (empty when every request matches).
+    """
+    problems: list[str] = []
+    by_seq = {e.seq: e for e in events}
+    for n, request in enumerate(requests):
+        where = f"request {n} (as of seq {request.as_of_seq}, {request.stream})"
+        expected = rebuild_from_log(events, request.as_of_seq, header, **registries)
+        actual = {
+            "messages": request.messages,
+            "tool_history": request.tool_history,
+            "header": request.header,
+            "header_seq": request.header_seq,
+            "context": request.context,
+        }
+        for key, value in expected.items():
+            if thaw(actual[key]) != thaw(value):
+                problems.append(f"{where}: {key} differs from the log rebuild")
+        outcome = by_seq.get(request.as_of_seq + 1)
+        if outcome is None or outcome.type not in ("assistant/attempt", "assistant/message") or (
+            outcome.data.get("stream") != request.stream
+        ):
+            problems.append(f"{where}: the next event is not this attempt's outcome")
+    return problems
