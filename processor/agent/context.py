@@ -180,11 +180,13 @@ class RuntimeContextProjection:
                 return
 
     def observe(self, event: Event, surface: SurfaceState) -> None:
-        """Track committed events: our own messages become retained (R-1, R-3)."""
-        if _is_runtime_context(event):
+        """Track committed events: our own messages become retained (R-1).
+
+        Shadowing is checked when projecting (:meth:`current`), so a
+        replacement committed by anyone, through any path, is noticed (R-3).
+        """
+        if _is_runtime_context(event) and event.seq in surface.node_events:
             self._retained = RetainedContext(event.seq, message_text(event.data))
-        elif self._retained is not None and self._retained.seq not in surface.node_events:
-            self._retained = None  # R-3: a replacement shadowed it
 
     def current(self, surface: SurfaceState) -> RetainedContext | None:
         """The retained message, or None when a replacement shadowed it (R-3)."""
