@@ -120,8 +120,8 @@ def _tombstone_checkpoints(config: ServiceConfig, partitions: list[int]) -> dict
     codec = default_codec()
     floors: dict[str, int] = {}
     try:
-        for p in partitions:
-            restore = load_checkpoints(consumer, codec, config.topics.checkpoints, p)
+        for p, restore in load_checkpoints(consumer, codec, config.topics.checkpoints,
+                                           partitions).items():
             for sid, cp in restore.checkpoints.items():
                 floors[sid] = cp.last_seq
                 producer.produce(config.topics.checkpoints, key=session_key(sid), value=None,

@@ -19,9 +19,11 @@ served as current.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from processor.core.errors import SessionError
 from processor.core.session import event_digest
@@ -42,97 +44,121 @@ class PartitionRestore:
     bad_records: int = 0
 
 
+def read_partitions(consumer: Consumer, topic: str, starts: Mapping[int, int],
+                    limit_per_partition: int | None = None, timeout: float = 30.0,
+                    ) -> dict[int, list[Message]]:
+    """Committed records of several partitions from ``starts`` to their end, read at once.
+
+    One assignment for all partitions: restoring twelve partitions costs one
+    round of fetches, not twelve.
+    """
+    out: dict[int, list[Message]] = {p: [] for p in starts}
+    highs: dict[int, int] = {}
+    for p in starts:
+        highs[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+    todo = {p for p, start in starts.items() if highs[p] > max(start, 0)}
+    if not todo:
+        return out
+    consumer.assign([TopicPartition(topic, p, starts[p]) for p in todo])
+    deadline = time.monotonic() + timeout
+    try:
+        while todo:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"reading {topic} partitions {sorted(todo)} timed out")
+            for m in consumer.consume(num_messages=10_000, timeout=0.05):
+                p = m.partition() or 0
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        todo.discard(p)
+                        continue
+                    raise RuntimeError(f"reading {topic}[{p}]: {err}")
+                if p not in todo:
+                    continue
+                out[p].append(m)
+                if (m.offset() or 0) >= highs[p] - 1 or (
+                    limit_per_partition is not None and len(out[p]) >= limit_per_partition
+                ):
+                    todo.discard(p)
+    finally:
+        consumer.unassign()
+    return out
+
+
 def read_to_end(consumer: Consumer, topic: str, partition: int, timeout: float = 30.0,
                 ) -> list[tuple[bytes | None, bytes | None]]:
     """All committed (key, value) records of one partition, from the start."""
-    tp = TopicPartition(topic, partition)
-    low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
-    if high <= low:
-        return []
-    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-    out: list[tuple[bytes | None, bytes | None]] = []
-    try:
-        while True:
-            msgs = consumer.consume(num_messages=10_000, timeout=1.0)
-            done = False
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        done = True
-                        continue
-                    raise RuntimeError(f"reading {topic}[{partition}]: {err}")
-                out.append((m.key(), m.value()))
-                if (m.offset() or 0) >= high - 1:
-                    done = True
-            if done:
-                return out
-            if not msgs:
-                pos = consumer.position([tp])[0].offset
-                if pos >= high:
-                    return out
-    finally:
-        consumer.unassign()
+    msgs = read_partitions(consumer, topic, {partition: OFFSET_BEGINNING}, timeout=timeout)
+    return [(m.key(), m.value()) for m in msgs[partition]]
 
 
 def load_checkpoints(consumer: Consumer, codec: Codec, topic: str,
-                     partition: int) -> PartitionRestore:
-    result = PartitionRestore(partition)
-    for key, value in read_to_end(consumer, topic, partition):
-        result.records_read += 1
-        if key is None:
-            continue
-        sid = key.decode("utf-8", "replace")
-        if value is None:
-            result.checkpoints.pop(sid, None)
-            continue
+                     partitions: Iterable[int]) -> dict[int, PartitionRestore]:
+    """The newest checkpoint of every session of each partition (tombstones remove)."""
+    parts = list(partitions)
+    msgs = read_partitions(consumer, topic, {p: OFFSET_BEGINNING for p in parts})
+    results = {}
+    for p in parts:
+        result = PartitionRestore(p)
+        for m in msgs[p]:
+            result.records_read += 1
+            key, value = m.key(), m.value()
+            if key is None:
+                continue
+            sid = key.decode("utf-8", "replace")
+            if value is None:
+                result.checkpoints.pop(sid, None)
+                continue
+            try:
+                result.checkpoints[sid] = codec.decode_checkpoint(value)
+            except CodecError as exc:
+                result.bad_records += 1
+                log.error("checkpoint of %s in %s[%d] is unreadable (%s); it will be refolded",
+                          sid, topic, p, exc)
+                result.checkpoints.pop(sid, None)
+        results[p] = result
+    return results
+
+
+def fetch_events(consumer: Consumer, codec: Codec, topic: str,
+                 offsets: Mapping[int, int]) -> dict[int, tuple[str, int, str] | None]:
+    """(session, seq, digest) of the event at each partition's offset, None if absent."""
+    msgs = read_partitions(consumer, topic, dict(offsets), limit_per_partition=1)
+    found: dict[int, tuple[str, int, str] | None] = {}
+    for p, offset in offsets.items():
+        first = msgs[p][0] if msgs[p] else None
+        found[p] = None
+        if first is None or first.offset() != offset:
+            continue  # compacted away, or a transaction marker: not our event
         try:
-            cp = codec.decode_checkpoint(value)
-        except CodecError as exc:
-            result.bad_records += 1
-            log.error("checkpoint of %s in %s[%d] is unreadable (%s); it will be refolded",
-                      sid, topic, partition, exc)
-            result.checkpoints.pop(sid, None)
+            decoded = codec.decode_event(first.value() or b"")
+            event = decoded.to_event()
+        except (CodecError, SessionError):
             continue
-        result.checkpoints[sid] = cp
-    return result
+        found[p] = (decoded.session_id, event.seq, event_digest(event))
+    return found
 
 
-def fetch_event(consumer: Consumer, codec: Codec, topic: str, partition: int,
-                offset: int) -> tuple[str, int, str] | None:
-    """(session, seq, digest) of the event at ``offset``, or None if absent."""
-    consumer.assign([TopicPartition(topic, partition, offset)])
-    try:
-        for _ in range(10):
-            for m in consumer.consume(num_messages=1, timeout=1.0):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return None
-                    raise RuntimeError(f"reading {topic}[{partition}]@{offset}: {err}")
-                if m.offset() != offset:
-                    return None  # compacted/transaction marker gap: not our event
-                try:
-                    decoded = codec.decode_event(m.value() or b"")
-                    event = decoded.to_event()
-                except (CodecError, SessionError):
-                    return None
-                return decoded.session_id, event.seq, event_digest(event)
+def newest_anchor(restore: PartitionRestore) -> Checkpoint | None:
+    if not restore.checkpoints:
         return None
-    finally:
-        consumer.unassign()
+    return max(restore.checkpoints.values(), key=lambda cp: cp.anchor.offset)
 
 
-def check_anchor(consumer: Consumer, codec: Codec, topic: str, partition: int,
-                 restore: PartitionRestore, committed: int | None) -> str | None:
-    """None when the log still matches, else the reason it does not."""
+def check_anchor(consumer: Consumer, topic: str, restore: PartitionRestore,
+                 committed: int | None, found: tuple[str, int, str] | None) -> str | None:
+    """None when the log still matches, else the reason it does not.
+
+    ``found`` is what :func:`fetch_events` read at the newest anchor's offset.
+    """
+    partition = restore.partition
     low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
     if committed is not None and committed > high:
         return (f"committed offset {committed} is beyond the end of {topic}[{partition}] "
                 f"({high}): the topic was truncated or recreated")
-    if not restore.checkpoints:
+    newest = newest_anchor(restore)
+    if newest is None:
         return None
-    newest = max(restore.checkpoints.values(), key=lambda cp: cp.anchor.offset)
     a = newest.anchor
     if committed is None or committed <= a.offset:
         return (f"checkpoints reach offset {a.offset} of {topic}[{partition}] but the group's "
@@ -140,7 +166,6 @@ def check_anchor(consumer: Consumer, codec: Codec, topic: str, partition: int,
     if a.offset < low:
         return (f"anchor offset {a.offset} of {topic}[{partition}] was deleted (log starts at "
                 f"{low}): retention removed history the checkpoints rely on")
-    found = fetch_event(consumer, codec, topic, partition, a.offset)
     expected = (newest.session_id, a.seq, a.digest.hex())
     if found != expected:
         return (f"anchor event at {topic}[{partition}]@{a.offset} is {found}, expected "

@@ -62,7 +62,13 @@ from processor.service.codec import (
 )
 from processor.service.config import ServiceConfig
 from processor.service.metrics import Metrics
-from processor.service.restore import AnchorError, check_anchor, load_checkpoints
+from processor.service.restore import (
+    AnchorError,
+    check_anchor,
+    fetch_events,
+    load_checkpoints,
+    newest_anchor,
+)
 from processor.service.state import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
@@ -131,6 +137,7 @@ class Processor:
         self._producer: Producer | None = None
         self._restore_consumer: Consumer | None = None
         self._publish_floor = dict(publish_floor or {})
+        self._assigned_at = 0.0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -161,6 +168,7 @@ class Processor:
                     raise AnchorError(self.metrics.fatal)
                 if msgs or not self._partitions:
                     idle_since = time.monotonic()  # idle counts from the assignment on
+                idle_since = max(idle_since, self._assigned_at)
                 if msgs:
                     self._fold_batch(msgs)
                 elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
@@ -201,12 +209,14 @@ class Processor:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("assign").inc()
         self.metrics.ready = False
+        starts = self._restore_partitions([tp.partition for tp in partitions])
         assignment = []
         for tp in partitions:
-            start = self._restore_partition(tp.partition)
-            assignment.append(TopicPartition(tp.topic, tp.partition, start)
-                              if start is not None else TopicPartition(tp.topic, tp.partition))
+            start = starts.get(tp.partition)
+            assignment.append(TopicPartition(tp.topic, tp.partition) if start is None
+                              else TopicPartition(tp.topic, tp.partition, start))
         consumer.incremental_assign(assignment)
+        self._assigned_at = time.monotonic()
         self.metrics.ready = True
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -230,37 +240,51 @@ class Processor:
         consumer.incremental_unassign(partitions)
         self._update_gauges()
 
-    def _restore_partition(self, number: int) -> int | None:
-        """Load partition ``number``'s checkpoints; returns a start offset override."""
+    def _restore_partitions(self, numbers: list[int]) -> dict[int, int | None]:
+        """Load the checkpoints of newly owned partitions; returns start-offset overrides.
+
+        All partitions are read in one assignment of the restore consumer, so
+        the cost is one pass over the (compacted) checkpoints, not one per
+        partition — and never the events behind them.
+        """
         assert self._consumer is not None and self._restore_consumer is not None
+        if not numbers:
+            return {}
         t0 = time.monotonic()
-        rc = self._restore_consumer
-        restore = load_checkpoints(rc, self.codec, self.topics.checkpoints, number)
-        committed_tp = self._consumer.committed(
-            [TopicPartition(self.topics.events, number)], timeout=30)[0]
-        committed = committed_tp.offset if committed_tp.offset >= 0 else None
-        problem = (check_anchor(rc, self.codec, self.topics.events, number, restore, committed)
-                   or self._unusable_rows(restore.checkpoints.values()))
-        start: int | None = None
-        if problem is not None:
-            if self.config.anchor_policy == "fail":
-                self.metrics.fatal = f"anchor check failed: {problem}"
-                log.error("%s", self.metrics.fatal)
-                raise AnchorError(problem)
-            log.warning("anchor check failed (%s); rebuilding partition %d from offset zero",
-                        problem, number)
-            for sid in restore.checkpoints:
-                self._pending.tombstones.append((self.topics.checkpoints, number,
-                                                 session_key(sid)))
-            restore.checkpoints.clear()
-            start = OFFSET_BEGINNING
-        self._partitions[number] = _Partition(number, restore.checkpoints)
-        self.metrics.restored_checkpoints.inc(len(restore.checkpoints))
+        rc, events = self._restore_consumer, self.topics.events
+        restores = load_checkpoints(rc, self.codec, self.topics.checkpoints, numbers)
+        committed = {tp.partition: (tp.offset if tp.offset >= 0 else None)
+                     for tp in self._consumer.committed(
+                         [TopicPartition(events, p) for p in numbers], timeout=30)}
+        anchors = {p: cp.anchor.offset for p, r in restores.items()
+                   if (cp := newest_anchor(r)) is not None}
+        found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
+        starts: dict[int, int | None] = {}
+        for number in numbers:
+            restore = restores[number]
+            problem = (check_anchor(rc, events, restore, committed[number], found.get(number))
+                       or self._unusable_rows(restore.checkpoints.values()))
+            starts[number] = None
+            if problem is not None:
+                if self.config.anchor_policy == "fail":
+                    self.metrics.fatal = f"anchor check failed: {problem}"
+                    log.error("%s", self.metrics.fatal)
+                    raise AnchorError(problem)
+                log.warning("anchor check failed (%s); rebuilding partition %d from offset "
+                            "zero", problem, number)
+                for sid in restore.checkpoints:
+                    self._pending.tombstones.append((self.topics.checkpoints, number,
+                                                     session_key(sid)))
+                restore.checkpoints.clear()
+                starts[number] = OFFSET_BEGINNING
+            self._partitions[number] = _Partition(number, restore.checkpoints)
+            self.metrics.restored_checkpoints.inc(len(restore.checkpoints))
+            log.info("restored partition %d: %d checkpoints from %d records, resuming at %s",
+                     number, len(restore.checkpoints), restore.records_read,
+                     "offset 0" if starts[number] is not None
+                     else f"committed offset {committed[number]}")
         self.metrics.restore_seconds.observe(time.monotonic() - t0)
-        log.info("restored partition %d: %d checkpoints from %d records, resuming at %s",
-                 number, len(restore.checkpoints), restore.records_read,
-                 "offset 0" if start is not None else f"committed offset {committed}")
-        return start
+        return starts
 
     def _unusable_rows(self, checkpoints: Iterable[Checkpoint]) -> str | None:
         """A unit whose checkpoint row cannot be used needs the log prefix (P-7, P-10)."""
@@ -541,12 +565,14 @@ class Processor:
         self._pending = _Pending()
         if not rewind or self._consumer is None:
             return
-        for number in sorted(touched & set(self._partitions)):
-            start = self._restore_partition(number)
-            committed = self._consumer.committed(
-                [TopicPartition(self.topics.events, number)], timeout=30)[0].offset
-            offset = start if start is not None else (committed if committed >= 0
-                                                      else OFFSET_BEGINNING)
+        numbers = sorted(touched & set(self._partitions))
+        starts = self._restore_partitions(numbers)
+        committed = {tp.partition: tp.offset for tp in self._consumer.committed(
+            [TopicPartition(self.topics.events, p) for p in numbers], timeout=30)}
+        for number in numbers:
+            start = starts.get(number)
+            offset = start if start is not None else (
+                committed[number] if committed[number] >= 0 else OFFSET_BEGINNING)
             self._consumer.seek(TopicPartition(self.topics.events, number, offset))
 
     def _update_gauges(self) -> None:

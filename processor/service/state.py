@@ -104,7 +104,7 @@ class SessionRuntime:
         session = self.session
         pub = self._published
         registry = session.projections.registry
-        for key, view in session.projections.drain_view_changes().items():
+        for key, (view, _seq) in session.projections.drain_view_changes().items():
             defn = registry.get(key)
             yield ViewChange(key, defn.state_version if defn is not None else 0, view)
         for key in [k for k in pub if k.startswith("unit:")]:
