@@ -76,7 +76,11 @@ def demo(config: ServiceConfig, n_sessions: int, show_session: str | None) -> No
     from processor.offline import fold_events, session_output
     from processor.service import clients
     from processor.service.topics import create_topics
-    from processor.service.views_reader import materialize_views, session_fold_equivalent
+    from processor.service.views_reader import (
+        materialize_views,
+        offline_equivalent,
+        session_fold_equivalent,
+    )
     from processor.service.writer import SessionWriter
 
     explicit = bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")) or config.bootstrap_servers != (
@@ -99,8 +103,8 @@ def demo(config: ServiceConfig, n_sessions: int, show_session: str | None) -> No
                 writer.flush()
             click.echo(f"· {len(logs)} scripted agent sessions written "
                        f"({sum(len(e) for e in logs.values())} events)", err=True)
-            expected = {sid: orjson.loads(orjson.dumps(session_output(fold_events(ev))))
-                        for sid, ev in logs.items()}
+            expected = {sid: orjson.loads(orjson.dumps(offline_equivalent(
+                session_output(fold_events(ev))))) for sid, ev in logs.items()}
             deadline = time.monotonic() + 90
             got: dict[str, Any] = {}
             views: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from processor.service.codec import default_codec
 from processor.service.config import ServiceConfig
 from processor.service.runner import Processor
 from processor.service.topics import create_topics
+from processor.service.views_reader import offline_equivalent
 from processor.workload import generate_session
 
 REPO = Path(__file__).parents[2]
@@ -58,7 +59,7 @@ class Stack:
 
     def expected(self, sid: str, upto: int | None = None) -> dict[str, Any]:
         events = self.logs[sid] if upto is None else self.logs[sid][: upto + 1]
-        return as_json(session_output(fold_events(events)))
+        return as_json(offline_equivalent(session_output(fold_events(events))))
 
     def run_processor(self, *, max_idle_s: float = 4.0, **overrides: Any) -> Processor:
         proc = Processor(self.config.with_overrides(**overrides))
