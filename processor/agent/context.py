@@ -63,14 +63,16 @@ class EventDraft:
 
     Projections return drafts instead of events because projecting is not
     appending (R-3): only the loop decides when (and whether) a draft becomes
-    the next event of the session.  ``data`` is deep-frozen so that a draft
-    handed around before commit cannot be edited behind the validator's back.
+    the next event of the session.  The fields mirror the envelope (§0).
+    ``data`` is deep-frozen so that a draft handed around before commit cannot
+    be edited behind the validator's back.
     """
 
     type: str
     data: Any
     surface_op: Any = ABSENT
     source_event_seqs: Any = ABSENT
+    ignorable: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data", freeze(self.data))

@@ -508,6 +508,7 @@ class StepLoop:
             time=self.clock(),
             surface_op=draft.surface_op,
             source_event_seqs=draft.source_event_seqs,
+            ignorable=draft.ignorable,
         )
         self.session.validate(event)
         self.session.append(event)

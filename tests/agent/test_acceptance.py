@@ -1,0 +1,192 @@
+"""The acceptance experiment of the seed (06 §6.11, SESSION-SEMANTICS F-3).
+
+Scripted multi-turn sessions run through the step loop and the mock adapter,
+which records every request it received.  For each request, the log prefix up
+to that request is folded from scratch and must give exactly the request's
+messages, tool history and header: no model-facing content exists that is
+not in the log.  The logs must also be valid input for ``processor fold``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processor.agent.adapters.mock import Fail, MaxTokens, Overflow, Say, ToolCall
+from processor.agent.context import message_text
+from processor.agent.request import Request
+from processor.cli.main import cli
+from processor.core.builtin import default_registry
+from processor.core.events import KNOWN_TYPES, Event
+from processor.core.frozen import thaw
+from processor.core.header import canonical_header
+from processor.core.message_projections import default_message_projections
+from processor.core.session import Session
+from processor.examples.make_example import (
+    EXAMPLE_PATH,
+    ScriptedRun,
+    TurnScript,
+    example_session,
+    random_script,
+    run_script,
+    session_header,
+)
+from processor.files import read_session_file, write_session_file
+
+# ---------------------------------------------------------------- the check
+
+
+def rebuild(events: list[Event], as_of_seq: int) -> dict[str, Any]:
+    """Fold the prefix through ``as_of_seq`` from scratch (independent of the loop)."""
+    prefix = events[: as_of_seq + 1]
+    assert [e.seq for e in prefix] == list(range(as_of_seq + 1))
+    folded = Session.fold(prefix, message_projections=default_message_projections(),
+                          projections=default_registry())
+    header = next(e for e in reversed(prefix) if e.type == "request/header")
+    return {
+        "messages": thaw(folded.derive_messages()),
+        "tool_history": thaw(folded.projections.view_of("toolHistory")),
+        "header": thaw(canonical_header(header.data["header"])),
+    }
+
+
+def assert_requests_rebuild_from_log(run: ScriptedRun) -> None:
+    events = run.events
+    requests: list[Request] = run.adapter.requests
+    assert requests, "the script made no request"
+    for n, request in enumerate(requests):
+        expected = rebuild(events, request.as_of_seq)
+        assert thaw(request.messages) == expected["messages"], f"request {n}: messages"
+        assert thaw(request.tool_history) == expected["tool_history"], f"request {n}: tools"
+        assert thaw(request.header) == expected["header"], f"request {n}: header"
+        # the request was dispatched right after it was built: the next event is its outcome
+        outcome = events[request.as_of_seq + 1]
+        assert outcome.type in ("assistant/attempt", "assistant/message")
+        assert outcome.data["stream"] == request.stream
+
+
+def fold_exit_code(tmp: Path, run: ScriptedRun, name: str = "session.jsonl") -> int:
+    path = tmp / name
+    write_session_file(path, run.session.header, run.events)
+    result = CliRunner().invoke(cli, ["fold", str(path), "--compact"])
+    assert result.exit_code == 0, result.output
+    doc = orjson.loads(result.stdout)
+    assert doc["asOfSeq"] == run.events[-1].seq
+    assert doc["messages"] == thaw(run.session.derive_messages())
+    return result.exit_code
+
+
+# ---------------------------------------------------------------- the scripted session
+
+SCRIPT = [
+    # tools offered from the start; a tool call round trip
+    TurnScript(inputs=("Find where the config is loaded.",), add_tools=("read", "grep"),
+               context="cwd: /work",
+               items=(Say("Searching.", [ToolCall("grep", {"pattern": "load_config"})]),
+                      Say("It is in config.py."))),
+    # a tool is added; the prompt changes on a capable route (appended in history)
+    TurnScript(inputs=("Open it.",), add_tools=("edit",),
+               prompt="You are a careful coding agent. Be brief.",
+               items=(Say("", [ToolCall("read", {"path": "config.py"})]), Say("Opened."))),
+    # a retry after a failed attempt, with a route switch between the attempts
+    TurnScript(inputs=("Now explain it.",), context="cwd: /work/src",
+               items=(Fail(), Say("It parses TOML.", route="other"))),
+    # the prompt changes on an incapable route (consolidated into the head)
+    TurnScript(inputs=("Shorter.",), prompt="You are terse.",
+               items=(Say("TOML.", route="incapable"),)),
+    # a tool is removed; the runtime context is cleared
+    TurnScript(inputs=("Edit it.",), remove_tools=("grep",), context="",
+               items=(Say("", [ToolCall("edit", {"path": "config.py"})]), Say("Edited."))),
+    # the context window overflows: the compaction plugin replaces a range, then retries
+    TurnScript(inputs=("Summarise everything.",),
+               items=(Overflow(), Say("Summary: config loading was fixed."))),
+    TurnScript(inputs=("One more thing?",), items=(MaxTokens("Well, "),)),
+]
+
+
+def test_acceptance_scripted_session_rebuilds_every_request(tmp_path: Path) -> None:
+    run = run_script(SCRIPT, "acceptance")
+    events = run.events
+    kinds = Counter(e.type for e in events)
+    # the script really exercised what it claims to
+    assert kinds["tool/call"] == 3 and kinds["tool/result"] == 3
+    devs = [b["type"] for e in events if e.type == "developer/message"
+            for b in e.data["message"]["content"]]
+    assert "tool-addition" in devs and "tool-removal" in devs
+    assert kinds["assistant/attempt"] == 2 and kinds["llm/retry"] == 2
+    compactions = [e for e in events if e.type == "user/message"
+                   and e.data["source"]["kind"] == "compaction"]
+    assert len(compactions) == 1 and isinstance(compactions[0].surface_op, dict)
+    system_ops = [e.surface_op for e in events if e.type == "system/message"]
+    assert "append" in system_ops[1:] and any(isinstance(op, dict) for op in system_ops)
+    contexts = [message_text(e.data) for e in events if e.type == "user/message"
+                and e.data["source"]["kind"] == "runtime-context"]
+    assert len(contexts) == 3 and contexts[-1].startswith("Current runtime context: none.")
+    providers = {r.header["config"]["model"] for r in run.adapter.requests}
+    assert providers == {"mock-1", "mock-2"}
+    assert {r.context["systemPromptUpdate"] for r in run.adapter.requests} == {
+        "in-history", "consolidate"}
+
+    assert_requests_rebuild_from_log(run)
+    assert fold_exit_code(tmp_path, run) == 0
+
+
+def test_acceptance_resumed_loop_rebuilds_every_request(tmp_path: Path) -> None:
+    run = run_script(SCRIPT[:3], "resumed")
+    run.resume()
+    for turn in SCRIPT[3:]:
+        run.play(turn)
+    reasons = [e.data["reason"] for e in run.events if e.type == "request/header"]
+    assert "resume" in reasons
+    assert_requests_rebuild_from_log(run)
+    assert fold_exit_code(tmp_path, run, "resumed.jsonl.zst") == 0
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rng=st.randoms(use_true_random=False), turns=st.integers(1, 6))
+def test_acceptance_property_generated_scripts(rng: random.Random, turns: int,
+                                               tmp_path: Path) -> None:
+    run = run_script(random_script(rng, turns), "generated")
+    assert_requests_rebuild_from_log(run)
+    assert fold_exit_code(tmp_path, run) == 0
+
+
+def test_fold_via_subprocess(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run = run_script(SCRIPT, "subprocess")
+    path = tmp_path / "session.jsonl"
+    write_session_file(path, session_header("subprocess"), run.events)
+    proc = subprocess.run([sys.executable, "-m", "processor", "fold", str(path), "--compact"],
+                          capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert orjson.loads(proc.stdout)["asOfSeq"] == run.events[-1].seq
+
+
+# ---------------------------------------------------------------- the example file
+
+
+def test_example_file_is_regenerated_from_the_script() -> None:
+    header, events = example_session()
+    stored = read_session_file(EXAMPLE_PATH)
+    assert stored.header == header
+    assert [e.to_json() for e in stored.events] == [e.to_json() for e in events]
+
+
+def test_example_file_has_every_event_type_and_folds(tmp_path: Path) -> None:
+    stored = read_session_file(EXAMPLE_PATH)
+    kinds = {e.type for e in stored.events}
+    assert kinds >= KNOWN_TYPES
+    unknown = [e for e in stored.events if e.type not in KNOWN_TYPES]
+    assert len(unknown) == 1 and unknown[0].ignorable is True
+    result = CliRunner().invoke(cli, ["fold", str(EXAMPLE_PATH), "--compact"])
+    assert result.exit_code == 0, result.output
