@@ -149,7 +149,7 @@ def test_acceptance_resumed_loop_rebuilds_every_request(tmp_path: Path) -> None:
     assert fold_exit_code(tmp_path, run, "resumed.jsonl.zst") == 0
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False), turns=st.integers(1, 6))
 def test_acceptance_property_generated_scripts(rng: random.Random, turns: int,
