@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import click
 
+from processor.cli.demo import demo
 from processor.cli.fold import fold
+from processor.cli.replay import replay_command
+from processor.cli.run import run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,6 +21,9 @@ def cli() -> None:
 
 
 cli.add_command(fold)
+cli.add_command(run)
+cli.add_command(replay_command)
+cli.add_command(demo)
 
 
 def main() -> None:

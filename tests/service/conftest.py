@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -79,8 +80,9 @@ class Stack:
                self.config.group_id, "--instance-id", instance_id,
                "--transaction-timeout-ms", "10000", *extra]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+        log = Path(tempfile.gettempdir()) / f"{self.config.topic_prefix}-{instance_id}.log"
+        with log.open("ab") as sink:  # a file, not a pipe: a chatty child never blocks
+            return subprocess.Popen(cmd, env=env, stdout=sink, stderr=sink)
 
 
 def as_json(value: Any) -> Any:
