@@ -61,7 +61,8 @@ Decisions where the spec and seed are silent
 * A reply cut off at the token limit without tool calls ends the turn with
   reason ``max-tokens``; tool calls in it are still run (they are complete
   blocks).  ``turn/end`` reasons: ``stop``, ``max-tokens``, ``max-steps``,
-  ``error``.
+  ``error``; a turn a crashed loop left open is closed with ``interrupted``
+  before the next one starts (:meth:`StepLoop.close_interrupted_turn`).
 * The delay of a retry is recorded in ``llm/retry`` and passed to the ``sleep``
   hook (a no-op by default: the core does no I/O and no waiting).
 * Tool handler exceptions become ``tool/result`` errors
@@ -575,8 +576,29 @@ class StepLoop:
 
     # -------------------------------------------------------------- turns
 
+    def close_interrupted_turn(self) -> bool:
+        """Close a turn a crashed loop left open; True if there was one.
+
+        A resumed loop must not nest a new turn inside an open one: readers
+        (``turnBoundary``, transcripts) would attribute the new turn's events
+        to the old one.  The open step gets its ``step/end`` and the turn a
+        ``turn/end`` with reason ``interrupted``.  Called by :meth:`run_turn`.
+        """
+        boundary = _turn_boundary(self.session)
+        if boundary.get("openTurnStartSeq") is None:
+            return False
+        turn = self._turn
+        last = boundary.get("lastStepBoundary")
+        if isinstance(last, dict) and last.get("kind") == "start":
+            opened = self.session.log.get(last["seq"])
+            step = opened.data.get("step") if opened is not None else last.get("step")
+            self._log("step/end", {"turn": turn, "step": step if isinstance(step, int) else 0})
+        self._log("turn/end", {"turn": turn, "reason": "interrupted"})
+        return True
+
     def run_turn(self, *inputs: str | Mapping[str, Any]) -> TurnResult:
         """Run one turn: admit ``inputs`` in its first step, step until done."""
+        self.close_interrupted_turn()
         first = self.session.next_seq
         self._turn += 1
         turn = self._turn
@@ -784,11 +806,31 @@ class StepLoop:
         )
 
 
-def _last_turn(session: Session) -> int:
-    for event in reversed(list(session.log)):
+def _turn_boundary(session: Session) -> dict[str, Any]:
+    """The ``turnBoundary`` state (built-in unit), or one scanned from the retained log.
+
+    The unit survives a checkpoint restore (the log prefix may be gone); the
+    scan is the fallback for registries without the built-in units.
+    """
+    state = session.projections.state_of("turnBoundary")
+    if isinstance(state, dict):
+        return state
+    found: dict[str, Any] = {"openTurnStartSeq": None, "lastStepBoundary": None,
+                             "lastTurn": None}
+    for event in session.log:
         if event.type == "turn/start":
-            turn = event.data.get("turn")
-            return turn if isinstance(turn, int) else 0
-    return 0
+            found["openTurnStartSeq"], found["lastTurn"] = event.seq, event.data.get("turn")
+        elif event.type == "turn/end":
+            found["openTurnStartSeq"] = None
+        elif event.type in ("step/start", "step/end"):
+            kind = "start" if event.type == "step/start" else "end"
+            found["lastStepBoundary"] = {"kind": kind, "seq": event.seq,
+                                         "step": event.data.get("step")}
+    return found
+
+
+def _last_turn(session: Session) -> int:
+    turn = _turn_boundary(session).get("lastTurn")
+    return turn if isinstance(turn, int) else 0
 
 

@@ -37,6 +37,10 @@ Decisions where the spec and seed are silent
 * ``systemPromptUpdate`` in ``request/context`` is the route's admission mode
   for a changed system prompt: ``"in-history"`` (capable route: append) or
   ``"consolidate"`` (rewrite the head), see R-4.  It is always written.
+* The developer message of H-3 is written on every route, also on one that
+  cannot take tool updates: the log (and the transcript) must say which tools
+  came and went.  Such a route additionally starts a new series (decided by
+  the loop), so its provider can rely on the new baseline header alone.
 * Tool-update blocks list additions in the new header's order, then removals
   in the previous header's order; the developer message has
   ``source: {"kind": "tool-update"}``.

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from processor.agent.adapters import ModelFailure
 from processor.agent.adapters.mock import (
     Fail,
     MaxTokens,
     MockModelAdapter,
     MockRoute,
+    MockScriptExhausted,
     Overflow,
     Say,
     ToolCall,
@@ -293,3 +296,19 @@ def test_turn_numbers_continue_in_a_resumed_loop() -> None:
     again = StepLoop(loop.agent, loop.session, adapter)
     adapter.push(Say("two"))
     assert again.run_turn("q2").turn == 2
+
+
+def test_a_resumed_loop_closes_the_turn_a_crash_left_open() -> None:
+    loop, adapter = loop_for([])  # no script item: stream raises mid-step (a "crash")
+    with pytest.raises(MockScriptExhausted):
+        loop.run_turn("q")
+    assert types(loop.session.log)[-1] == "request/context"
+    again = StepLoop(loop.agent, loop.session, adapter)
+    adapter.push(Say("back"))
+    result = again.run_turn("q again")
+    log = list(loop.session.log)
+    end = next(e for e in log if e.type == "turn/end")
+    assert end.data == {"turn": 1, "reason": "interrupted"}
+    assert types(log)[types(log).index("turn/end") - 1] == "step/end"
+    assert result.turn == 2 and result.reason == "stop"
+    assert loop.session.projections.state_of("turnBoundary")["openTurnStartSeq"] is None
