@@ -74,6 +74,7 @@ from processor.service.state import Quarantine, SessionRuntime, ViewChange
 log = logging.getLogger("processor.runner")
 
 CONTROL_HEADER = "processor-control"
+CORE_VIEW_NAMES = ("messages", "surface", "transcript", "status")
 
 
 @dataclass
@@ -269,12 +270,11 @@ class Processor:
                 if self.config.anchor_policy == "fail":
                     self.metrics.fatal = f"anchor check failed: {problem}"
                     log.error("%s", self.metrics.fatal)
-                    raise AnchorError(problem)
+                    raise AnchorError(self.metrics.fatal)
                 log.warning("anchor check failed (%s); rebuilding partition %d from offset "
                             "zero", problem, number)
-                for sid in restore.checkpoints:
-                    self._pending.tombstones.append((self.topics.checkpoints, number,
-                                                     session_key(sid)))
+                for sid, cp in restore.checkpoints.items():
+                    self._tombstone_session(number, sid, cp)
                 restore.checkpoints.clear()
                 starts[number] = OFFSET_BEGINNING
             self._partitions[number] = _Partition(number, restore.checkpoints)
@@ -285,6 +285,20 @@ class Processor:
                      else f"committed offset {committed[number]}")
         self.metrics.restore_seconds.observe(time.monotonic() - t0)
         return starts
+
+    def _tombstone_session(self, partition: int, sid: str, cp: Checkpoint) -> None:
+        """Remove a session's checkpoint and views before it is rebuilt from zero.
+
+        Its views are about to restart at a lower ``asOfSeq`` (the log
+        changed), which readers would otherwise ignore as stale.
+        """
+        pending = self._pending.tombstones
+        pending.append((self.topics.checkpoints, partition, session_key(sid)))
+        published = cp.surface.get("service", {}).get("published", {})
+        pages = -(-int(published.get("transcript", 0)) // self.config.transcript_page_size)
+        names = [*CORE_VIEW_NAMES, *(d.key for d in self.registry.definitions() if d.wire),
+                 *(f"transcript.{n}" for n in range(pages))]
+        pending.extend((self.topics.views, partition, view_key(sid, name)) for name in names)
 
     def _unusable_rows(self, checkpoints: Iterable[Checkpoint]) -> str | None:
         """A unit whose checkpoint row cannot be used needs the log prefix (P-7, P-10)."""
@@ -470,7 +484,7 @@ class Processor:
         for change in changes:
             ident = (rt.session_id, change.name)
             old_parts = part.view_parts.get(ident, 1)
-            if change.value is None:
+            if change.removed:
                 for k in stale_part_keys(rt.session_id, change.name, old_parts, 0):
                     self._produce(self.topics.views, rt.partition, k, None)
                 part.view_parts.pop(ident, None)

@@ -54,7 +54,8 @@ class Quarantine:
 class ViewChange:
     name: str
     state_version: int
-    value: Any  # None: the view disappeared (tombstone)
+    value: Any  # may be JSON null: a unit's view can legitimately be None
+    removed: bool = False  # the view disappeared (its unit was unregistered): tombstone
 
 
 class SessionRuntime:
@@ -110,7 +111,7 @@ class SessionRuntime:
         for key in [k for k in pub if k.startswith("unit:")]:
             if registry.get(key[5:]) is None:
                 del pub[key]
-                yield ViewChange(key[5:], 0, None)
+                yield ViewChange(key[5:], 0, None, removed=True)
         for key in session.projections.wire_keys():
             pub.setdefault(f"unit:{key}", True)
         state = session.surface.state

@@ -43,7 +43,14 @@ def wait_for_views(stack: Stack, expected: dict[str, dict[str, Any]],
         time.sleep(0.5)
     missing = sorted(set(expected) - set(got))
     wrong = sorted(s for s in got if got[s] != expected[s])
-    raise AssertionError(f"views did not converge: missing {missing[:5]}, differ {wrong[:5]}")
+    detail = ""
+    if wrong:
+        g, e = got[wrong[0]], expected[wrong[0]]
+        keys = [k for k in e if g.get(k) != e[k]]
+        detail = f"; {wrong[0]} differs in {keys}: got {str(g.get(keys[0]))[:300]} expected " \
+                 f"{str(e[keys[0]])[:300]}" if keys else ""
+    raise AssertionError(f"views did not converge: missing {missing[:5]}, differ "
+                         f"{wrong[:5]}{detail}")
 
 
 def dead_letters(stack: Stack) -> list[Any]:
