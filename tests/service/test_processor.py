@@ -370,17 +370,6 @@ def test_replay_into_fresh_topics_leaves_the_old_ones(stack: Stack) -> None:
 def test_compaction_keeps_only_the_last_view_and_checkpoint(stack: Stack) -> None:
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    admin = clients.admin(stack.config)
-    fast = {"segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01",
-            "delete.retention.ms": "1000", "min.compaction.lag.ms": "0"}
-    resources = []
-    for topic in (stack.config.topics.views, stack.config.topics.checkpoints):
-        r = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-            for k, v in fast.items()])
-        resources.append(r)
-    for f in admin.incremental_alter_configs(resources).values():
-        f.result()
     logs = sessions(2, 200, seed=21)
     for step in range(4):  # several committed versions of every view and checkpoint
         for sid, events in logs.items():
@@ -407,7 +396,19 @@ def test_compaction_keeps_only_the_last_view_and_checkpoint(stack: Stack) -> Non
         return counts
 
     key = b"s000"
-    assert versions(stack.config.topics.checkpoints)[key] >= 3
+    assert versions(stack.config.topics.checkpoints)[key] >= 3  # one per committed batch
+    # now let the cleaner loose: small segments, eager cleaning
+    admin = clients.admin(stack.config)
+    fast = {"segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "1000", "min.compaction.lag.ms": "0"}
+    resources = []
+    for topic in (stack.config.topics.views, stack.config.topics.checkpoints):
+        r = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in fast.items()])
+        resources.append(r)
+    for f in admin.incremental_alter_configs(resources).values():
+        f.result()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         time.sleep(2)
