@@ -72,7 +72,7 @@ def _summary(sid: str, views: dict[str, Any], ok: bool) -> str:
               help="Also print the full views of this session as JSON.")
 def demo(config: ServiceConfig, n_sessions: int, show_session: str | None) -> None:
     """Run the service end to end and check it against the offline fold."""
-    from processor.demo_sessions import scripted_sessions
+    from processor.examples.make_example import scripted_sessions
     from processor.offline import fold_events, session_output
     from processor.service import clients
     from processor.service.topics import create_topics
