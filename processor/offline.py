@@ -57,7 +57,7 @@ def _restore_rows(session_events: Sequence[Event], header: SessionHeader,
         return {}, {}
     end = session_events[-1].seq if session_events else -1
     if floor > end + 1:
-        raise SessionError(None, "P-7", f"checkpoint needs seq {floor}, but the log ends at "
+        raise SessionError(floor, "P-7", f"checkpoint needs seq {floor}, but the log ends at "
                            f"{end}: the log was shortened below the checkpoint")
     tail = [e for e in session_events if e.seq >= floor]
     result = restore(registry, header, rows, tail, floor)

@@ -138,11 +138,48 @@ def write_case(name: str, make: Callable[[LogBuilder], Raw | list[Raw]]) -> str:
     return name
 
 
+def _session_checkpoint(events: list[Any]) -> dict[str, Any]:
+    from processor.offline import fold_events
+
+    return fold_events(events).checkpoint()  # type: ignore[no-any-return]
+
+
+def write_checkpoint_cases() -> int:
+    """P cases: a log plus ``<name>.checkpoint.json`` for ``--from-checkpoint``."""
+    b = prefix()
+    events = list(b.events)
+    header = {"type": "session", "version": 1, "id": "p", "createdAt": 0,
+              "isSeeded": False, "delegationDepth": 0}
+    full = _session_checkpoint(events)
+
+    def write(name: str, log: list[Any], checkpoint: Any) -> None:
+        lines = [header, *(e.to_json() for e in log)]
+        (OUT / f"{name}.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+        (OUT / f"{name}.checkpoint.json").write_bytes(orjson.dumps(checkpoint))
+
+    # the log was rewritten at the checkpoint's anchor (same seq, other event)
+    other = prefix()
+    other.events[-1] = other.events[-1].__class__(**{
+        **{f: getattr(other.events[-1], f) for f in ("type", "seq", "data", "surface_op",
+                                                    "source_event_seqs", "ignorable")},
+        "time": 1})
+    write("P6-anchor-event-rewritten", other.events, full)
+    # the log was shortened below the rows' watermark
+    write("P7-log-shortened-below-rows", events[:4], full["rows"])
+    # a session checkpoint whose rows have another stateVersion cannot skip the prefix
+    bumped = copy.deepcopy(full)
+    for row in bumped["rows"].values():
+        row["ver"] = 99
+    write("P7-row-of-another-state-version", events, bumped)
+    return 3
+
+
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     for name, make in CASES.items():
         write_case(name, make)
-    print(f"wrote {len(CASES)} cases to {OUT}")
+    n = write_checkpoint_cases()
+    print(f"wrote {len(CASES) + n} cases to {OUT}")
 
 
 if __name__ == "__main__":
