@@ -1,34 +1,151 @@
-"""Domain projections — rule P.
+"""Domain projections — rule P (SESSION-SEMANTICS.md §6, seed 6.4-6.5).
 
-A domain projection folds the log into one typed state per session (inbox,
-turn boundaries, tool history, UI state).  It never changes the model
-surface.  The registry is shared by many sessions; each session keeps one
-*cell* per unit with the state and its ``observedSeq`` watermark.
+A domain projection folds the log of one session into one typed state
+(inbox, turn boundaries, tool history, UI state) and, optionally, a *wire
+view* that the service publishes.  It never changes the model surface: that
+is the job of message projections (rule M).  This module is pure: no I/O,
+no clocks, no threads.
 
-P-10: ``stateVersion`` versions one unit's fold semantics and state shape —
-the cache key of its checkpoint rows — not the session format.  Bumping it
-makes old rows unusable and forces a refold from the log; a checkpoint is a
-cache and never replaces the log.
+Pieces
+======
+
+* :class:`ProjectionDefinition` — one unit: ``key``, ``state_version``,
+  ``init(header, inherited_event_count)``, pure synchronous
+  ``apply(state, event)``, ``validate_state`` and an optional
+  :class:`WireView`.
+* :class:`ProjectionRegistry` — shared by many sessions; reference counted
+  per key (P-2).
+* :class:`SessionProjections` — the cells of one session (P-3), driven
+  eagerly by :meth:`SessionProjections.on_commit` after each committed event;
+  readers (P-4), checkpoints (P-5), :meth:`~SessionProjections.install` and
+  :meth:`~SessionProjections.hydrate` (P-9).
+* :func:`restore_floor` (P-6), :func:`restore` (P-7) and
+  :func:`view_checkpoint` (P-8): checkpoint arithmetic without a session.
+
+Rules
+=====
+
+P-1  Identity (``is``) is the change gate, not deep equality: ``apply``
+     returns the *same object* for an irrelevant event, and a view is only
+     recomputed when the state object changed; a view that comes back as the
+     same object is unchanged and is never reported or published.  Deep
+     comparison of every state after every event would cost more than the
+     fold itself, and would hide a unit that rebuilds its state needlessly.
+P-2  Several agents (presets) register the same unit; reference counting per
+     key keeps one agent's unload from deleting the key for every session.
+     Only ``state_version`` is compared: a second registration with the same
+     version is trusted to mean the same fold (the first definition stays).
+P-3  Every committed event drives every unit, so a cell's ``observed_seq``
+     watermark always says exactly which prefix it reflects; the watermark
+     advances even when the state does not change, which is what makes a
+     snapshot's ``as_of_seq`` a consistent cut.  A gap can never be folded
+     over: the result would silently miss an event.
+P-4  ``state_of`` and ``snapshot`` materialize (fold to the log end) first;
+     ``cached_snapshot`` never folds and is only a hint.
+P-5  A checkpoint row is a detached deep copy: a live state must never be
+     lent out to a writer that could mutate it.
+P-6  The restore floor backs off one event below the lowest need so that the
+     restore proves the stored log still reaches the checkpoint watermark
+     (a crash repair could have shortened the log).
+P-7  A row that is missing, of another version, outside the given events or
+     invalid cannot be used; with only a suffix of the log (``base_seq > 0``)
+     the unit cannot pretend it saw the prefix, so restore refuses and asks
+     to re-read from seq 0.
+P-8  Rendering stored rows needs no log: rows that do not match are absent.
+P-9  Hydrating a live session never moves a cell back in time.
+P-10 ``state_version`` versions one unit's fold semantics and state shape —
+     the cache key of its checkpoint rows — not the session format.  Bumping
+     it makes old rows unusable and forces a refold from the log.  A
+     checkpoint is a cache: it never replaces the log, which stays the only
+     truth.
+
+Decisions where the spec is silent
+==================================
+
+* Ignorable unknown events (``event.is_known`` false) advance every
+  watermark but are never passed to ``apply``.
+* Change listeners fire after *all* units processed the commit (so a
+  listener reading another unit sees the same cut), for every cell whose
+  state object changed — for a cell folded from ``init``, when the fold
+  returned another object than ``init`` did.  Adopting rows
+  (:meth:`~SessionProjections.install`, :meth:`~SessionProjections.hydrate`)
+  does not fire them: nothing was folded.
+* A key that is released and registered again is a new *incarnation*: the
+  session drops its old cell and folds the new definition from ``init``
+  (which needs the whole log, P-3/P-7), whatever its version.
+* States and views handed out are live objects: treat them as immutable
+  (the built-in units return deep-frozen values, so mutation raises).
+* Errors raised by a unit's ``apply`` propagate; the cell keeps its previous
+  state and watermark (each unit's catch-up is all-or-nothing).
+* Validators may reject malformed checkpoint data with ``ValueError``,
+  ``TypeError``, ``KeyError``, ``IndexError`` or ``AttributeError``; all of
+  them make a row unusable (a stored row is untrusted input).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from processor.core.errors import ProjectionError
 from processor.core.events import Event
 from processor.core.frozen import freeze, thaw
 from processor.core.log import SessionHeader, SessionLog, inherited_event_count
 
+__all__ = [
+    "Checkpoint",
+    "CheckpointRow",
+    "Listener",
+    "ProjectionDefinition",
+    "ProjectionRegistry",
+    "Registration",
+    "RestoreResult",
+    "SessionProjections",
+    "Snapshot",
+    "State",
+    "WireView",
+    "restore",
+    "restore_floor",
+    "view_checkpoint",
+]
+
+#: A unit's state: a plain JSON value (the built-ins use deep-frozen JSON).
 State = Any
+#: ``listener(key, state, view, observed_seq)``; ``view`` is None for non-wire units.
 Listener = Callable[[str, Any, Any, int], None]
+#: One checkpoint row: ``{"ver": int, "seq": int, "val": JSON}``.
+CheckpointRow = dict[str, Any]
+#: ``{key: row}`` for every unit (P-5).
+Checkpoint = dict[str, CheckpointRow]
+
+#: What a validator of untrusted stored data may raise to reject it.
+_BAD_DATA: Final = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+_UNSET: Final[Any] = _Unset()
+
+
+# --------------------------------------------------------------------------
+# Definitions and the registry
+# --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class WireView:
-    """How a unit is published: ``view(state)`` and a validator of the view."""
+    """How a unit is published.
+
+    ``view(state)`` must return the same object when nothing visible changed
+    (P-1); ``validate_view(view)`` raises ``ValueError`` for a view that must
+    not be published (snapshots refuse it instead of publishing garbage).
+    """
 
     view: Callable[[State], Any]
     validate_view: Callable[[Any], None]
@@ -40,7 +157,9 @@ class ProjectionDefinition:
 
     ``apply`` must be pure and synchronous and return the *same object* when
     the event is irrelevant (P-1); state is plain JSON and a state-carrying
-    event carries the complete post-change value, never a delta.
+    event carries the complete post-change value, never a delta (so a fold
+    from any checkpoint converges).  ``validate_state`` raises ``ValueError``
+    for a state the unit cannot continue from; it guards checkpoint rows.
     """
 
     key: str
@@ -51,85 +170,138 @@ class ProjectionDefinition:
     wire: WireView | None = None
 
     def __post_init__(self) -> None:
-        if not self.key:
-            raise ValueError("projection key must be non-empty")
+        if not isinstance(self.key, str) or not self.key:
+            raise ValueError("projection key must be a non-empty string")
         if type(self.state_version) is not int or self.state_version < 0:
             raise ValueError(f"{self.key}: stateVersion must be a non-negative integer")
 
 
+class _Unit:
+    """One incarnation of a registered key: the first definition and its refs.
+
+    The object's identity is the incarnation: a session's cell remembers it,
+    so a key that was released and registered again is noticed even when a
+    session did not look in between.
+    """
+
+    __slots__ = ("definition", "refs")
+
+    def __init__(self, definition: ProjectionDefinition) -> None:
+        self.definition = definition
+        self.refs = 1
+
+
 class Registration:
-    """Handle returned by :meth:`ProjectionRegistry.register`; release once."""
+    """Handle returned by :meth:`ProjectionRegistry.register`.
 
-    __slots__ = ("_key", "_registry", "released")
+    :meth:`release` drops this registrant's reference; calling it again does
+    nothing (a double release must not drop another registrant's reference).
+    """
 
-    def __init__(self, registry: ProjectionRegistry, key: str) -> None:
+    __slots__ = ("_key", "_registry", "_released", "_unit")
+
+    def __init__(self, registry: ProjectionRegistry, key: str, unit: _Unit) -> None:
         self._registry = registry
         self._key = key
-        self.released = False
+        self._unit = unit
+        self._released = False
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def released(self) -> bool:
+        return self._released
 
     def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self._registry._release(self._key)
+        if not self._released:
+            self._released = True
+            self._registry._release(self._key, self._unit)
 
 
 class ProjectionRegistry:
     """P-2: definitions by key, reference counted per registrant.
 
-    Same key + same stateVersion adds a reference and keeps the first
+    Same key + same ``state_version`` adds a reference and keeps the first
     definition (later ones are not compared: registrants must agree on the
-    semantics of a key/version themselves); a different stateVersion is
-    refused; the key disappears when its last registrant leaves.
+    semantics of a key/version themselves); a different ``state_version`` is
+    refused with a :class:`ProjectionError` (rule P-2); the key disappears
+    when its last registrant releases it, and sessions then show it absent.
     """
 
-    __slots__ = ("_defs", "_refs", "generation")
+    __slots__ = ("_generation", "_units")
 
     def __init__(self) -> None:
-        self._defs: dict[str, ProjectionDefinition] = {}
-        self._refs: dict[str, int] = {}
-        #: bumped on every change of the key set, so sessions notice
-        self.generation = 0
+        self._units: dict[str, _Unit] = {}
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """Bumped whenever the key set changes, so sessions resync cheaply."""
+        return self._generation
 
     def register(self, definition: ProjectionDefinition) -> Registration:
-        current = self._defs.get(definition.key)
-        if current is not None:
-            if current.state_version != definition.state_version:
+        if not isinstance(definition, ProjectionDefinition):
+            raise TypeError("register() needs a ProjectionDefinition")
+        unit = self._units.get(definition.key)
+        if unit is not None:
+            have = unit.definition.state_version
+            if have != definition.state_version:
                 raise ProjectionError(
                     None, "P-2", f"projection {definition.key!r} is registered with "
-                    f"stateVersion {current.state_version}; refusing stateVersion "
-                    f"{definition.state_version}")
-            self._refs[definition.key] += 1
+                    f"stateVersion {have}; refusing stateVersion {definition.state_version}")
+            unit.refs += 1
         else:
-            self._defs[definition.key] = definition
-            self._refs[definition.key] = 1
-            self.generation += 1
-        return Registration(self, definition.key)
+            unit = _Unit(definition)
+            self._units[definition.key] = unit
+            self._generation += 1
+        return Registration(self, definition.key, unit)
 
-    def _release(self, key: str) -> None:
-        refs = self._refs.get(key, 0) - 1
-        if refs > 0:
-            self._refs[key] = refs
+    def _release(self, key: str, unit: _Unit) -> None:
+        if self._units.get(key) is not unit:
             return
-        self._refs.pop(key, None)
-        self._defs.pop(key, None)
-        self.generation += 1
+        unit.refs -= 1
+        if unit.refs <= 0:
+            del self._units[key]
+            self._generation += 1
 
     def get(self, key: str) -> ProjectionDefinition | None:
-        return self._defs.get(key)
+        unit = self._units.get(key)
+        return unit.definition if unit is not None else None
 
     def refs(self, key: str) -> int:
-        return self._refs.get(key, 0)
+        unit = self._units.get(key)
+        return unit.refs if unit is not None else 0
 
     def definitions(self) -> list[ProjectionDefinition]:
-        return list(self._defs.values())
+        """Registered definitions in registration order."""
+        return [u.definition for u in self._units.values()]
+
+    def keys(self) -> list[str]:
+        return list(self._units)
+
+    def _incarnations(self) -> list[_Unit]:
+        return list(self._units.values())
+
+    def _incarnation(self, key: str) -> _Unit | None:
+        return self._units.get(key)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._defs
+        return key in self._units
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+
+# --------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Views of wire units at one consistent cut ``as_of_seq``."""
+    """Views of wire units at one consistent cut ``as_of_seq`` (-1: empty log)."""
 
     as_of_seq: int
     values: Mapping[str, Any]
@@ -137,39 +309,23 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class RestoreResult:
+    """What :func:`restore` rebuilt: the snapshot and fresh rows, both at endSeq."""
+
     snapshot: Snapshot
-    rows: Mapping[str, Any]
+    rows: Checkpoint
 
 
-class _Cell:
-    __slots__ = ("definition", "observed_seq", "prev_view", "state", "view", "view_state")
-
-    def __init__(self, definition: ProjectionDefinition, state: State, observed_seq: int) -> None:
-        self.definition = definition
-        self.state = state
-        self.observed_seq = observed_seq
-        self.view_state: Any = _UNSET  # the state object `view` was computed from
-        self.view: Any = None
-        self.prev_view: Any = None
-
-    def current_view(self) -> Any:
-        """P-1: recompute the view only when the state object changed."""
-        wire = self.definition.wire
-        assert wire is not None
-        if self.view_state is not self.state:
-            view = wire.view(self.state)
-            if view is not self.view:
-                self.prev_view, self.view = self.view, view
-            self.view_state = self.state
-        return self.view
-
-
-_UNSET: Any = object()
+# --------------------------------------------------------------------------
+# Folding helpers
+# --------------------------------------------------------------------------
 
 
 def _fold(definition: ProjectionDefinition, state: State, events: Iterable[Event],
           after_seq: int) -> tuple[State, int]:
-    """Apply events with seq > after_seq, checking contiguity (P-3)."""
+    """Apply the events with seq > ``after_seq``, refusing a gap (P-3).
+
+    Ignorable unknown events advance the watermark but are never applied.
+    """
     seq = after_seq
     for event in events:
         if event.seq <= seq:
@@ -177,16 +333,110 @@ def _fold(definition: ProjectionDefinition, state: State, events: Iterable[Event
         if event.seq != seq + 1:
             raise ProjectionError(event.seq, "P-3", f"{definition.key}: cannot advance "
                                   f"across missing seq {seq + 1}")
-        if event.is_known:  # ignorable unknown events advance the watermark only
+        if event.is_known:
             state = definition.apply(state, event)
         seq = event.seq
     return state, seq
 
 
-class SessionProjections:
-    """The cells of one session, driven eagerly by every committed event."""
+def _validate_view(definition: ProjectionDefinition, view: Any, seq: int | None) -> None:
+    wire = definition.wire
+    assert wire is not None
+    try:
+        wire.validate_view(view)
+    except ValueError as exc:
+        raise ProjectionError(seq, "P-4", f"{definition.key}: invalid view: {exc}") from None
 
-    __slots__ = ("_cells", "_drained", "_generation", "_listeners", "header", "log", "registry")
+
+def _row_version_matches(definition: ProjectionDefinition, row: Any) -> bool:
+    """The row exists and was written by this unit's stateVersion (strict int)."""
+    if not isinstance(row, Mapping):
+        return False
+    ver = row.get("ver")
+    return type(ver) is int and ver == definition.state_version
+
+
+def _row_state(definition: ProjectionDefinition, row: Any, lo: int, hi: int) -> Any:
+    """The validated, frozen state of a row usable for ``lo <= row.seq <= hi``.
+
+    Returns ``_UNSET`` when the row is missing, of another version, outside
+    the window or invalid.  The state is a frozen copy (``freeze`` copies
+    plain containers), so the restored state never aliases the caller's
+    checkpoint dict.
+    """
+    if not _row_version_matches(definition, row):
+        return _UNSET
+    seq = row.get("seq")
+    if type(seq) is not int or not lo <= seq <= hi or "val" not in row:
+        return _UNSET
+    state = freeze(row["val"])
+    try:
+        definition.validate_state(state)
+    except _BAD_DATA:
+        return _UNSET
+    return state
+
+
+def _row(definition: ProjectionDefinition, seq: int, state: State) -> CheckpointRow:
+    return {"ver": definition.state_version, "seq": seq, "val": thaw(state)}
+
+
+# --------------------------------------------------------------------------
+# Cells of one session
+# --------------------------------------------------------------------------
+
+
+class _Cell:
+    """P-3: state, watermark and the last two views of one (session, key)."""
+
+    __slots__ = ("definition", "observed_seq", "prev_view", "state", "unit", "valid_view",
+                 "view", "view_state")
+
+    def __init__(self, unit: _Unit, state: State, observed_seq: int) -> None:
+        self.unit = unit
+        self.definition = unit.definition
+        self.state = state
+        self.observed_seq = observed_seq
+        self.view_state: Any = _UNSET  # the state object ``view`` was computed from
+        self.view: Any = None
+        self.prev_view: Any = None
+        self.valid_view: Any = _UNSET  # the last view object that passed validation
+
+    def current_view(self) -> Any:
+        """P-1: recompute the view only when the state object changed.
+
+        A recomputed view that is the same object as the current one is not
+        a change: the previous view is kept as ``prev_view``.
+        """
+        wire = self.definition.wire
+        assert wire is not None
+        if self.view_state is not self.state:
+            view = wire.view(self.state)
+            self.view_state = self.state
+            if view is not self.view:
+                self.prev_view, self.view = self.view, view
+        return self.view
+
+    def validated_view(self) -> Any:
+        view = self.current_view()
+        if self.valid_view is not view:
+            _validate_view(self.definition, view, self.observed_seq)
+            self.valid_view = view
+        return view
+
+
+class SessionProjections:
+    """The cells of one session, driven eagerly by every committed event.
+
+    ``log`` is the session's :class:`SessionLog`; the session appends each
+    event to it and then calls :meth:`on_commit`.  The log may be a suffix
+    (``base_seq > 0``, after a checkpoint restore): cells installed from
+    checkpoint rows catch up from there, while a unit without a cell needs
+    the whole log and raises (P-7).
+    """
+
+    __slots__ = ("_cells", "_drained", "_generation", "_listeners", "header", "log",
+                 "registry")
 
     def __init__(self, registry: ProjectionRegistry, header: SessionHeader,
                  log: SessionLog) -> None:
@@ -200,58 +450,81 @@ class SessionProjections:
 
     # ------------------------------------------------------------ driving
 
-    def _sync_definitions(self) -> None:
-        """Drop cells of released keys; a re-registered key starts over."""
+    def _sync(self) -> None:
+        """Drop cells of released keys and of re-registered incarnations."""
         if self._generation == self.registry.generation:
             return
         self._generation = self.registry.generation
         for key in list(self._cells):
-            if self.registry.get(key) is not self._cells[key].definition:
+            if self.registry._incarnation(key) is not self._cells[key].unit:
                 del self._cells[key]
 
-    def _new_cell(self, definition: ProjectionDefinition) -> _Cell:
-        """P-3: a unit without a cell folds init over the whole prefix."""
+    def _new_cell(self, unit: _Unit) -> tuple[_Cell, bool]:
+        """P-3: a unit without a cell folds ``init`` over the whole prefix.
+
+        Returns the cell and whether the fold changed the state object
+        relative to ``init`` (listeners hear about that change too).
+        """
+        definition = unit.definition
         if self.log.base_seq > 0:
             raise ProjectionError(
-                self.log.base_seq, "P-7", f"{definition.key}: no cell and the log starts at "
-                f"seq {self.log.base_seq}; re-read from seq 0")
+                self.log.base_seq, "P-7", f"{definition.key}: no cell and the retained log "
+                f"starts at seq {self.log.base_seq}; re-read from seq 0")
         events = self.log.events_from(0)
-        state = definition.init(self.header, inherited_event_count(events))
-        state, seq = _fold(definition, state, events, -1)
-        return _Cell(definition, state, seq)
+        initial = definition.init(self.header, inherited_event_count(events))
+        state, seq = _fold(definition, initial, events, -1)
+        return _Cell(unit, state, seq), state is not initial
 
-    def _advance(self, cell: _Cell) -> None:
+    def _advance(self, cell: _Cell) -> bool:
+        """Catch a cell up through the contiguous tail; True if the state changed."""
         end = self.log.end_seq
         if cell.observed_seq >= end:
-            return
+            return False
         if cell.observed_seq + 1 < self.log.base_seq:
             raise ProjectionError(self.log.base_seq, "P-3", f"{cell.definition.key}: cannot "
                                   f"advance across missing seq {cell.observed_seq + 1}")
         before = cell.state
-        cell.state, cell.observed_seq = _fold(cell.definition, cell.state,
-                                              self.log.events_from(cell.observed_seq + 1),
-                                              cell.observed_seq)
-        if cell.state is not before and self._listeners:
-            view = cell.current_view() if cell.definition.wire is not None else None
-            for listener in list(self._listeners):
-                listener(cell.definition.key, cell.state, view, cell.observed_seq)
+        state, seq = _fold(cell.definition, cell.state,
+                           self.log.events_from(cell.observed_seq + 1), cell.observed_seq)
+        cell.state, cell.observed_seq = state, seq
+        return state is not before
 
     def materialize(self) -> None:
-        """Bring every registered unit to the end of the log."""
-        self._sync_definitions()
-        for definition in self.registry.definitions():
-            cell = self._cells.get(definition.key)
+        """Bring every registered unit to the end of the log (P-3, P-4)."""
+        self._sync()
+        changed: list[_Cell] = []
+        for unit in self.registry._incarnations():
+            cell = self._cells.get(unit.definition.key)
             if cell is None:
-                self._cells[definition.key] = self._new_cell(definition)
+                cell, moved = self._new_cell(unit)
+                self._cells[unit.definition.key] = cell
             else:
-                self._advance(cell)
+                moved = self._advance(cell)
+            if moved:
+                changed.append(cell)
+        if changed and self._listeners:
+            for cell in changed:
+                view = cell.current_view() if cell.definition.wire is not None else None
+                for listener in list(self._listeners):
+                    listener(cell.definition.key, cell.state, view, cell.observed_seq)
 
     def on_commit(self, event: Event) -> None:
-        """Drive every unit with a just-committed event (already in the log)."""
+        """Drive every unit with a just-committed event (already in the log).
+
+        Units that have no cell yet fold the whole prefix first; existing
+        cells catch up through the contiguous tail (P-3).
+        """
+        if event.seq > self.log.end_seq or event.seq < self.log.base_seq:
+            raise ProjectionError(event.seq, "P-3", f"on_commit: seq {event.seq} is not in the "
+                                  f"retained log ({self.log.base_seq}..{self.log.end_seq}); "
+                                  "append it to the log first")
         self.materialize()
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
-        """Called on an identity change of a unit's state (P-1); returns a remover."""
+        """Call ``listener(key, state, view, seq)`` on an identity change (P-1).
+
+        Returns a function that removes the listener.
+        """
         self._listeners.append(listener)
 
         def remove() -> None:
@@ -262,60 +535,82 @@ class SessionProjections:
 
     # ------------------------------------------------------------ reading
 
-    def state_of(self, key: str) -> State | None:
+    def state_of(self, key: str) -> State:
         """P-4: live state at the end of the log (None for an unknown key)."""
         self.materialize()
         cell = self._cells.get(key)
         return cell.state if cell is not None else None
 
     def view_of(self, key: str) -> Any:
-        """The current (validated) view of one wire unit at the log end, or None."""
+        """The validated view of one wire unit at the log end (None if absent)."""
         self.materialize()
         cell = self._cells.get(key)
         if cell is None or cell.definition.wire is None:
             return None
-        view = cell.current_view()
-        _validate_view(cell.definition, view, cell.observed_seq)
-        return view
+        return cell.validated_view()
 
     def observed_seq(self, key: str) -> int | None:
+        """The watermark of an existing cell (never folds); None without a cell."""
+        self._sync()
         cell = self._cells.get(key)
         return cell.observed_seq if cell is not None else None
+
+    def views_of(self, key: str) -> tuple[Any, Any] | None:
+        """``(previous, current)`` view of an existing wire cell (never folds)."""
+        self._sync()
+        cell = self._cells.get(key)
+        if cell is None or cell.definition.wire is None:
+            return None
+        current = cell.current_view()
+        return cell.prev_view, current
 
     def wire_keys(self) -> list[str]:
         return [d.key for d in self.registry.definitions() if d.wire is not None]
 
-    def snapshot(self, keys: Sequence[str] | None = None) -> Snapshot:
-        """P-4: materialize all, then validated views of the wire units."""
+    def snapshot(self, keys: Iterable[str] | None = None) -> Snapshot:
+        """P-4: materialize all, then validated views of the wire units.
+
+        ``keys`` restricts the values (unknown or non-wire keys are absent);
+        every unit is materialized anyway so the cut is consistent.
+        """
         self.materialize()
+        wanted = None if keys is None else set(keys)
         values: dict[str, Any] = {}
         for definition in self.registry.definitions():
-            if definition.wire is None or (keys is not None and definition.key not in keys):
+            if definition.wire is None or (wanted is not None and definition.key not in wanted):
                 continue
-            view = self._cells[definition.key].current_view()
-            _validate_view(definition, view, self.log.end_seq)
-            values[definition.key] = view
+            values[definition.key] = self._cells[definition.key].validated_view()
         return Snapshot(self.log.end_seq, values)
 
     def cached_snapshot(self) -> Snapshot | None:
-        """P-4: never folds; existing wire cells only; lowest watermark; a hint."""
-        self._sync_definitions()
+        """P-4: never folds; existing wire cells only; the lowest watermark.
+
+        A hint, not a baseline: cells may be at different watermarks.  None
+        when no wire cell exists.
+        """
+        self._sync()
         cells = [c for c in self._cells.values() if c.definition.wire is not None]
         if not cells:
             return None
         return Snapshot(min(c.observed_seq for c in cells),
-                        {c.definition.key: c.current_view() for c in cells})
+                        {c.definition.key: c.validated_view() for c in cells})
 
     def drain_view_changes(self) -> dict[str, tuple[Any, int]]:
-        """Wire views whose identity changed since the last drain (for publishing)."""
+        """Wire views whose identity changed since the last drain.
+
+        ``{key: (view, observed_seq)}`` for a runner that publishes coalesced
+        changes after a batch of commits: a view that is the same object as
+        the one drained last time is unchanged and not returned (P-1).  A
+        released key is simply no longer returned (check the registry for
+        removals); a re-registered key reports its fresh view.
+        """
         self.materialize()
         out: dict[str, tuple[Any, int]] = {}
         for key, cell in self._cells.items():
             if cell.definition.wire is None:
                 continue
-            view = cell.current_view()
+            view = cell.validated_view()
             if self._drained.get(key, _UNSET) is not view:
-                _validate_view(cell.definition, view, cell.observed_seq)
                 self._drained[key] = view
                 out[key] = (view, cell.observed_seq)
         for key in [k for k in self._drained if k not in self._cells]:
@@ -324,118 +619,139 @@ class SessionProjections:
 
     # ------------------------------------------------------------ checkpoints
 
-    def checkpoint(self) -> dict[str, dict[str, Any]]:
-        """P-5: ``{key: {ver, seq, val}}`` for every unit, ``val`` detached."""
+    def checkpoint(self) -> Checkpoint:
+        """P-5: ``{key: {ver, seq, val}}`` for every unit, ``val`` detached (thawed)."""
         self.materialize()
-        return {key: {"ver": c.definition.state_version, "seq": c.observed_seq,
-                      "val": thaw(c.state)} for key, c in self._cells.items()}
+        return {d.key: _row(d, self._cells[d.key].observed_seq, self._cells[d.key].state)
+                for d in self.registry.definitions()}
 
-    def install(self, rows: Mapping[str, Any], last_seq: int) -> None:
-        """Adopt rows at ``last_seq`` for a session whose log starts after it.
+    def install(self, rows: Mapping[str, Any], last_seq: int | None = None) -> None:
+        """Adopt checkpoint rows as cells (restoring a session without its prefix).
 
-        Every registered unit needs a usable row (ver matches, seq ==
-        last_seq, valid state); otherwise the prefix is needed (P-7).
+        Every registered unit needs a usable row: version matches, the state
+        validates and its ``seq`` lies in ``base_seq - 1 .. end_seq`` of the
+        retained log (so the cell can catch up through the tail without the
+        prefix); with ``last_seq`` the row must be exactly at it.  Otherwise
+        nothing is installed and a :class:`ProjectionError` (P-7) asks to
+        re-read from seq 0.  The cell watermark is the row's seq.  A cell
+        that already exists and is not behind the row is kept (never moved
+        back, as in P-9).
         """
-        self._sync_definitions()
-        for definition in self.registry.definitions():
-            state = _usable_row(definition, rows.get(definition.key), last_seq, last_seq)
+        self._sync()
+        lo, hi = self.log.base_seq - 1, self.log.end_seq
+        if last_seq is not None:
+            if not lo <= last_seq <= hi:
+                raise ProjectionError(last_seq, "P-7", f"install at seq {last_seq}: the "
+                                      f"retained log covers {lo + 1}..{hi}; re-read from seq 0")
+            lo = hi = last_seq
+        staged: list[tuple[_Unit, State, int]] = []
+        for unit in self.registry._incarnations():
+            definition = unit.definition
+            row: Any = rows.get(definition.key)
+            state = _row_state(definition, row, lo, hi)
             if state is _UNSET:
                 raise ProjectionError(
-                    None, "P-7", f"{definition.key}: checkpoint row missing, stale or of "
-                    f"another stateVersion; re-read from seq 0")
-            self._cells[definition.key] = _Cell(definition, state, last_seq)
+                    last_seq, "P-7", f"{definition.key}: checkpoint row is missing, of another "
+                    f"stateVersion, invalid or outside seq {lo}..{hi}; re-read from seq 0")
+            staged.append((unit, state, row["seq"]))
+        for unit, state, seq in staged:
+            cell = self._cells.get(unit.definition.key)
+            if cell is None or cell.observed_seq < seq:
+                self._cells[unit.definition.key] = _Cell(unit, state, seq)
 
     def hydrate(self, cp: Mapping[str, Any], events: Sequence[Event],
                 base_seq: int) -> Snapshot:
-        """P-9: view cells already at endSeq; otherwise restore and install.
+        """P-9: view the cells when all are at endSeq; else restore and install.
 
-        A cell is never moved back: one ahead of the restored seq is kept.
+        ``events`` start at ``base_seq`` (the restore floor, P-6).  When every
+        registered unit already has a cell exactly at endSeq their views are
+        returned without folding.  Otherwise :func:`restore` runs and its rows
+        are installed for units whose cell is missing or behind endSeq; a
+        cell ahead of endSeq is kept (never moved back).  The returned
+        snapshot is at endSeq.
         """
         end = events[-1].seq if events else base_seq - 1
-        self._sync_definitions()
-        defs = self.registry.definitions()
-        if defs and all(k.key in self._cells and self._cells[k.key].observed_seq >= end
-                        for k in defs):
-            return Snapshot(end, {d.key: self._cells[d.key].current_view() for d in defs
-                                  if d.wire is not None})
+        self._sync()
+        units = self.registry._incarnations()
+        cells = [self._cells.get(u.definition.key) for u in units]
+        if units and all(c is not None and c.observed_seq == end for c in cells):
+            return Snapshot(end, {c.definition.key: c.validated_view() for c in cells
+                                  if c is not None and c.definition.wire is not None})
         result = restore(self.registry, self.header, cp, events, base_seq)
-        for definition in defs:
-            cell = self._cells.get(definition.key)
-            row = result.rows[definition.key]
+        for unit, cell in zip(units, cells, strict=True):
+            row = result.rows[unit.definition.key]
             if cell is None or cell.observed_seq < row["seq"]:
-                self._cells[definition.key] = _Cell(definition, freeze(row["val"]), row["seq"])
+                self._cells[unit.definition.key] = _Cell(unit, freeze(row["val"]), row["seq"])
         return result.snapshot
 
 
-def _validate_view(definition: ProjectionDefinition, view: Any, seq: int) -> None:
-    assert definition.wire is not None
-    try:
-        definition.wire.validate_view(view)
-    except ValueError as exc:
-        raise ProjectionError(seq, "P-4", f"{definition.key}: invalid view: {exc}") from None
-
-
-def _usable_row(definition: ProjectionDefinition, row: Any, lo: int, hi: int) -> Any:
-    """The row's state when it is usable for seqs lo..hi, else ``_UNSET``."""
-    if not isinstance(row, Mapping) or row.get("ver") != definition.state_version:
-        return _UNSET
-    seq = row.get("seq")
-    if type(seq) is not int or not lo <= seq <= hi:
-        return _UNSET
-    state = freeze(row.get("val"))
-    try:
-        definition.validate_state(state)
-    except ValueError:
-        return _UNSET
-    return state
+# --------------------------------------------------------------------------
+# Checkpoint arithmetic without a session
+# --------------------------------------------------------------------------
 
 
 def restore_floor(registry: ProjectionRegistry, cp: Mapping[str, Any]) -> int | None:
     """P-6: the first seq to re-read, one event below the lowest need (the anchor).
 
-    need = row.seq + 1 when the row exists with the right ver, else 0;
+    need = row.seq + 1 when the row exists with the right ``ver``, else 0;
     floor = max(min(need) - 1, 0); None when no unit is registered.  Reading
-    one event below lets restore prove the stored log still reaches the
-    watermark instead of trusting a checkpoint of a log that was shortened.
+    one event below lets :func:`restore` prove the stored log still reaches
+    the watermark instead of trusting a checkpoint of a log that was
+    shortened: the anchor event must be there, or the rows fall outside the
+    events and are refused.
     """
-    defs = registry.definitions()
-    if not defs:
+    definitions = registry.definitions()
+    if not definitions:
         return None
-    needs = []
-    for definition in defs:
-        row = cp.get(definition.key)
-        ok = isinstance(row, Mapping) and row.get("ver") == definition.state_version and (
-            type(row.get("seq")) is int)
-        needs.append(row["seq"] + 1 if ok else 0)  # type: ignore[index]
+    needs: list[int] = []
+    for definition in definitions:
+        row: Any = cp.get(definition.key)
+        seq = row.get("seq") if isinstance(row, Mapping) else None
+        ok = _row_version_matches(definition, row) and type(seq) is int and seq >= -1
+        needs.append(seq + 1 if ok and seq is not None else 0)
     return max(min(needs) - 1, 0)
 
 
 def restore(registry: ProjectionRegistry, header: SessionHeader, cp: Mapping[str, Any],
             events: Sequence[Event], base_seq: int) -> RestoreResult:
-    """P-7: rebuild every unit at endSeq from its row (or init) plus events."""
+    """P-7: rebuild every unit at endSeq from its row (or ``init``) plus events.
+
+    ``events`` are the stored log from ``base_seq`` (contiguous); endSeq is
+    the last event's seq, or ``base_seq - 1`` without events.  A row is
+    usable when its ``ver`` matches, ``base_seq - 1 <= row.seq <= endSeq``
+    and its ``val`` passes ``validate_state``.  An unusable row is refused
+    when ``base_seq > 0`` ("re-read from seq 0": the prefix is not here);
+    with ``base_seq == 0`` the unit folds from ``init``.  Returns the
+    validated snapshot and fresh rows, both at endSeq.  Nothing in ``cp`` is
+    aliased by the result.
+    """
+    if base_seq < 0:
+        raise ValueError("base_seq must be >= 0")
+    for i, event in enumerate(events):
+        if event.seq != base_seq + i:
+            raise ProjectionError(event.seq, "P-3", f"restore: cannot advance across missing "
+                                  f"seq {base_seq + i}")
     end = events[-1].seq if events else base_seq - 1
-    if events and events[0].seq != base_seq:
-        raise ProjectionError(events[0].seq, "P-7", f"restore events start at seq "
-                              f"{events[0].seq}, expected base seq {base_seq}")
+    inherited: int | None = None
     values: dict[str, Any] = {}
-    rows: dict[str, Any] = {}
+    rows: Checkpoint = {}
     for definition in registry.definitions():
-        state = _usable_row(definition, cp.get(definition.key), base_seq - 1, end)
+        row: Any = cp.get(definition.key)
+        state = _row_state(definition, row, base_seq - 1, end)
         if state is _UNSET:
             if base_seq > 0:
                 raise ProjectionError(
-                    base_seq, "P-7", f"{definition.key}: checkpoint row is unusable and the "
+                    base_seq, "P-7", f"{definition.key}: checkpoint row is missing, of another "
+                    f"stateVersion, invalid or outside seq {base_seq - 1}..{end}, and the "
                     f"events start at seq {base_seq}; re-read from seq 0")
-            after = -1
-            state = definition.init(header, inherited_event_count(events))
+            if inherited is None:
+                inherited = inherited_event_count(events)
+            state, after = definition.init(header, inherited), -1
         else:
-            after = cp[definition.key]["seq"]
+            after = row["seq"]
         state, seq = _fold(definition, state, events, after)
-        if seq != end:
-            raise ProjectionError(end, "P-7", f"{definition.key}: restore reached seq {seq}, "
-                                  f"not the log end {end}")
-        rows[definition.key] = {"ver": definition.state_version, "seq": end,
-                                "val": thaw(state)}
+        assert seq == end
+        rows[definition.key] = _row(definition, end, state)
         if definition.wire is not None:
             view = definition.wire.view(state)
             _validate_view(definition, view, end)
@@ -444,20 +760,23 @@ def restore(registry: ProjectionRegistry, header: SessionHeader, cp: Mapping[str
 
 
 def view_checkpoint(registry: ProjectionRegistry, cp: Mapping[str, Any]) -> dict[str, Any]:
-    """P-8: zero-I/O views of rows whose ver matches and whose val validates."""
+    """P-8: zero-I/O views of rows whose ``ver`` matches and whose ``val`` validates.
+
+    Bad rows (missing, other version, invalid state or view) are absent:
+    this is a best-effort render of stored data, never an error.
+    """
     out: dict[str, Any] = {}
     for definition in registry.definitions():
-        if definition.wire is None:
+        wire = definition.wire
+        row: Any = cp.get(definition.key)
+        if wire is None or not _row_version_matches(definition, row) or "val" not in row:
             continue
-        row = cp.get(definition.key)
-        if not isinstance(row, Mapping) or row.get("ver") != definition.state_version:
-            continue
-        state = freeze(row.get("val"))
+        state = freeze(row["val"])
         try:
             definition.validate_state(state)
-            view = definition.wire.view(state)
-            definition.wire.validate_view(view)
-        except ValueError:
+            view = wire.view(state)
+            wire.validate_view(view)
+        except _BAD_DATA:
             continue
         out[definition.key] = view
     return out

@@ -1,4 +1,16 @@
-"""The built-in domain projection units the service ships (SESSION-SEMANTICS §6)."""
+"""The built-in domain projection units the service ships (SESSION-SEMANTICS §6).
+
+Each module documents its exact state and view shape:
+
+* :mod:`~processor.core.builtin.turn_boundary` — ``turnBoundary``
+* :mod:`~processor.core.builtin.tool_history` — ``toolHistory`` (H-5)
+* :mod:`~processor.core.builtin.request_header` — ``requestHeader`` (H-1)
+* :mod:`~processor.core.builtin.session_stats` — ``sessionStats``
+* :mod:`~processor.core.builtin.inbox` — ``inbox``
+
+All are wire units; states are deep-frozen plain JSON and ``apply`` returns
+the same object for an irrelevant event (P-1).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +19,25 @@ from processor.core.builtin.request_header import REQUEST_HEADER
 from processor.core.builtin.session_stats import SESSION_STATS
 from processor.core.builtin.tool_history import TOOL_HISTORY
 from processor.core.builtin.turn_boundary import TURN_BOUNDARY
-from processor.core.projections import ProjectionRegistry, Registration
+from processor.core.projections import ProjectionDefinition, ProjectionRegistry, Registration
 
-BUILTIN_UNITS = (TURN_BOUNDARY, TOOL_HISTORY, REQUEST_HEADER, SESSION_STATS, INBOX)
+__all__ = [
+    "BUILTIN_UNITS",
+    "INBOX",
+    "REQUEST_HEADER",
+    "SESSION_STATS",
+    "TOOL_HISTORY",
+    "TURN_BOUNDARY",
+    "default_registry",
+    "register_builtins",
+]
+
+BUILTIN_UNITS: tuple[ProjectionDefinition, ...] = (
+    TURN_BOUNDARY, TOOL_HISTORY, REQUEST_HEADER, SESSION_STATS, INBOX)
 
 
 def register_builtins(registry: ProjectionRegistry) -> list[Registration]:
+    """Register the five built-in units (P-2: adds a reference when already there)."""
     return [registry.register(unit) for unit in BUILTIN_UNITS]
 
 

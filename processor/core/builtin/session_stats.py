@@ -1,64 +1,86 @@
 """``sessionStats``: counters for dashboards.
 
-State and view::
+State and view (the same deep-frozen JSON object)::
 
-    {"turns": int, "steps": int, "toolCalls": int, "toolErrors": int,
-     "attempts": int, "retries": int,
-     "messages": {role: count},          # surface events by message role
-     "usage": {field: sum}}              # every numeric field of assistant usage
+    {"turns": int,          # turn/start events
+     "steps": int,          # step/start events
+     "toolCalls": int,      # tool/call events
+     "toolErrors": int,     # appended tool/result events carrying data.error
+     "attempts": int,       # assistant/attempt events (failed model calls, F-3)
+     "retries": int,        # llm/retry events
+     "replacements": int,   # surface events with a replace surfaceOp (compactions, rewrites)
+     "messages": {role: int},   # appended surface events by message role
+     "usage": {field: number}}  # sums of every numeric top-level field of
+                                # data.usage of appended assistant/message events
 
-Counts are of events in the log (a compaction does not uncount).
+Decisions: counts are of events in the log, so a compaction never uncounts
+anything; a *replacement* surface event (``surfaceOp.op == "replace"``) is
+counted in ``replacements`` only — it rewrites what was already counted (a
+tool/result rewrite keeps its ``error`` by S-5 and must not count twice).
+Usage values that are not numbers (booleans included) and nested objects
+are ignored.  Every event outside these rules returns the same object (P-1).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from processor.core.builtin._common import identity, require_dict
+from processor.core.builtin._common import identity, is_int, is_number, require_dict
 from processor.core.events import SURFACE_TYPES, Event
+from processor.core.frozen import freeze
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
 
+KEY = "sessionStats"
 COUNTERS = {"turn/start": "turns", "step/start": "steps", "tool/call": "toolCalls",
             "assistant/attempt": "attempts", "llm/retry": "retries"}
-KEYS = ("turns", "steps", "toolCalls", "toolErrors", "attempts", "retries", "messages", "usage")
+INT_KEYS = ("turns", "steps", "toolCalls", "toolErrors", "attempts", "retries", "replacements")
+KEYS = (*INT_KEYS, "messages", "usage")
 
 
-def init(header: SessionHeader, inherited: int) -> dict[str, Any]:
-    return {"turns": 0, "steps": 0, "toolCalls": 0, "toolErrors": 0, "attempts": 0,
-            "retries": 0, "messages": {}, "usage": {}}
+def init(header: SessionHeader, inherited: int) -> Any:
+    return freeze({**{k: 0 for k in INT_KEYS}, "messages": {}, "usage": {}})
 
 
-def _num(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def apply(state: dict[str, Any], event: Event) -> dict[str, Any]:
+def apply(state: Any, event: Event) -> Any:
     t = event.type
     counter = COUNTERS.get(t)
     if counter is not None:
-        return {**state, counter: state[counter] + 1}
+        return freeze({**state, counter: state[counter] + 1})
     if t not in SURFACE_TYPES:
         return state
-    role = event.message["role"]
-    new = {**state, "messages": {**state["messages"],
-                                 role: state["messages"].get(role, 0) + 1}}
+    if event.surface_op != "append":
+        return freeze({**state, "replacements": state["replacements"] + 1})
+    message = event.message
+    role = message.get("role") if isinstance(message, dict) else None
+    if not isinstance(role, str):
+        return state
+    new = {**state, "messages": {**state["messages"], role: state["messages"].get(role, 0) + 1}}
     if t == "tool/result" and "error" in event.data:
         new["toolErrors"] = state["toolErrors"] + 1
     usage = event.data.get("usage") if t == "assistant/message" else None
     if isinstance(usage, dict):
         summed = dict(state["usage"])
         for k, v in usage.items():
-            if _num(v):
+            if is_number(v):
                 summed[k] = summed.get(k, 0) + v
         new["usage"] = summed
-    return new
+    return freeze(new)
 
 
 def validate(state: Any) -> None:
     require_dict(state, KEYS, "sessionStats state")
+    for k in INT_KEYS:
+        if not is_int(state[k]) or state[k] < 0:
+            raise ValueError(f"sessionStats.{k} must be a non-negative integer")
+    require_dict(state["messages"], (), "sessionStats.messages")
+    if not all(is_int(v) for v in state["messages"].values()):
+        raise ValueError("sessionStats.messages counts must be integers")
+    require_dict(state["usage"], (), "sessionStats.usage")
+    if not all(is_number(v) for v in state["usage"].values()):
+        raise ValueError("sessionStats.usage sums must be numbers")
 
 
 SESSION_STATS = ProjectionDefinition(
-    key="sessionStats", state_version=1, init=init, apply=apply, validate_state=validate,
+    key=KEY, state_version=2, init=init, apply=apply, validate_state=validate,
     wire=WireView(view=identity, validate_view=validate))

@@ -1,88 +1,159 @@
 """``toolHistory`` (H-5): the tool declarations a provider must replay.
 
-State::
+A provider that keeps a cached request prefix needs the tools of the request
+that *started* the series (the baseline) plus every later addition/removal,
+in log order — not just the current tool set (seed 6.10: the history and
+``request.tools`` are not interchangeable).
 
-    {"baselineSeq": int | None,          # header that started the series
-     "baseline": [tool, ...],            # its tools
-     "headers": {"<seq>": [tool, ...]},  # tools of every header, by seq
+State (deep-frozen JSON)::
+
+    {"headers": {"<seq>": [tool, ...]},  # tools of every request/header that has tools
+     "activeSeq": int | None,            # seq of the latest request/header
      "declared": {name: tool},           # every definition declared in the series
      "available": [name, ...],           # baseline names + additions - removals
-     "active": [tool, ...],              # tools of the latest header
-     "updates": [{"seq", "added": [tool], "removed": [name]}]}
+     "series": {"baselineSeq": int | None, "tools": [tool, ...], "updates": [update]},
+     "fallback": None | {"baselineSeq": int | None, "tools": [tool, ...], "updates": []}}
 
-A new series (baseline = this header, no updates) starts when there is no
-baseline, the header's reason is ``series``, ``startsSeries`` is set, or a
-declared name comes back with a different definition (a provider must not
-reuse a prefix that declared the old schema).  Removing a tool never erases
-its declared definition.
+    update = {"seq": int, "added": [tool, ...], "removed": [name, ...]}
 
-View: ``{"baselineSeq", "tools": baseline, "updates"}``; when the active
-names differ from the available set (old logs without developer updates) it
-falls back to ``{"baselineSeq", "tools": active, "updates": []}``.
+View (what is published and what a provider reads)::
+
+    {"baselineSeq": int | None, "tools": [tool, ...], "updates": [update, ...]}
+
+which is ``series`` — the baseline header's tools and the developer updates
+since — or, when the active header's tool names differ from the available
+set (old logs that changed tools without developer updates), ``fallback``:
+the active header's tools with no updates.  Before any header the view is
+``{"baselineSeq": None, "tools": [], "updates": []}``.
+
+Folding:
+
+* ``request/header``: record the header's tools by seq and make them active.
+  A new series (baseline = this header, declarations = its tools, no
+  updates) starts when there is no baseline yet, ``reason`` is ``series``,
+  ``data.startsSeries`` is true, or a declared name (removed ones included)
+  comes back with a different definition — a provider must not reuse a
+  prefix that declared the old schema.
+* ``developer/message`` with ``tool-addition``/``tool-removal`` blocks:
+  each addition is resolved from the tools of the header at ``headerSeq``
+  (exactly one tool of that name, else :class:`ProjectionError` rule H-5 —
+  D-3 checks this on append, but a unit must not trust that its input was
+  validated), marked declared and made available; a removal makes the name
+  unavailable but never erases its declared definition.  One update per
+  message, in block order.
+
+Why ``series`` and ``fallback`` live in the state: the view must keep its
+object identity when nothing visible changed (P-1), e.g. on a ``resume``
+header with the same tools, even though the state itself changes (the new
+header is recorded by seq).  Storing the view parts lets ``view`` return an
+existing object instead of building an equal new one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from processor.core.builtin._common import require_dict
+from processor.core.builtin._common import is_int, require_dict, require_list, require_seq
 from processor.core.errors import ProjectionError
 from processor.core.events import Event
+from processor.core.frozen import freeze
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
 
-KEYS = ("baselineSeq", "baseline", "headers", "declared", "available", "active", "updates")
+KEY = "toolHistory"
+KEYS = ("headers", "activeSeq", "declared", "available", "series", "fallback")
+VIEW_KEYS = ("baselineSeq", "tools", "updates")
 
 
-def init(header: SessionHeader, inherited: int) -> dict[str, Any]:
-    return {"baselineSeq": None, "baseline": [], "headers": {}, "declared": {},
-            "available": [], "active": [], "updates": []}
+def init(header: SessionHeader, inherited: int) -> Any:
+    return freeze({"headers": {}, "activeSeq": None, "declared": {}, "available": [],
+                   "series": {"baselineSeq": None, "tools": [], "updates": []},
+                   "fallback": None})
 
 
-def _on_header(state: dict[str, Any], event: Event) -> dict[str, Any]:
-    tools = list(event.data["header"].get("tools") or [])
-    headers = {**state["headers"], str(event.seq): tools}
+def _active_tools(state: Any) -> Any:
+    seq = state["activeSeq"]
+    return state["headers"].get(str(seq), []) if seq is not None else []
+
+
+def _with_fallback(state: dict[str, Any], previous: Any) -> Any:
+    """Set ``fallback`` (reusing the previous object when equal, P-1) and freeze."""
+    active = _active_tools(state)
+    names = {t.get("name") for t in active}
+    if names == set(state["available"]):
+        state["fallback"] = None
+    else:
+        baseline = state["series"]["baselineSeq"]
+        if (previous is not None and previous["baselineSeq"] == baseline
+                and previous["tools"] == active):
+            state["fallback"] = previous
+        else:
+            state["fallback"] = {"baselineSeq": baseline, "tools": active, "updates": []}
+    return freeze(state)
+
+
+def _on_header(state: Any, event: Event) -> Any:
+    header = event.data.get("header")
+    raw = header.get("tools") if isinstance(header, dict) else None
+    tools = freeze([t for t in raw if isinstance(t, dict)] if isinstance(raw, list) else [])
+    headers = {**state["headers"], str(event.seq): tools} if tools else state["headers"]
     declared = state["declared"]
-    redefined = any(t["name"] in declared and declared[t["name"]] != t for t in tools)
-    if (state["baselineSeq"] is None or event.data.get("reason") == "series"
+    redefined = any(t.get("name") in declared and declared[t.get("name")] != t for t in tools)
+    new: dict[str, Any] = {**state, "headers": headers, "activeSeq": event.seq}
+    if (state["series"]["baselineSeq"] is None or event.data.get("reason") == "series"
             or event.data.get("startsSeries") is True or redefined):
-        return {"baselineSeq": event.seq, "baseline": tools, "headers": headers,
-                "declared": {t["name"]: t for t in tools},
-                "available": [t["name"] for t in tools], "active": tools, "updates": []}
-    return {**state, "headers": headers, "active": tools}
+        new["series"] = {"baselineSeq": event.seq, "tools": tools, "updates": []}
+        new["declared"] = {t.get("name"): t for t in tools}
+        new["available"] = list(dict.fromkeys(t.get("name") for t in tools))
+    return _with_fallback(new, state["fallback"])
 
 
-def _on_developer(state: dict[str, Any], event: Event) -> dict[str, Any]:
-    blocks = [b for b in event.data["message"]["content"]
-              if isinstance(b, dict) and b.get("type") in ("tool-addition", "tool-removal")]
+def _resolve(state: Any, event: Event, name: str) -> Any:
+    header_seq = event.data.get("headerSeq")
+    tools = state["headers"].get(str(header_seq), []) if is_int(header_seq) else []
+    matches = [t for t in tools if t.get("name") == name]
+    if len(matches) != 1:
+        raise ProjectionError(event.seq, "H-5", f"toolHistory: tool-addition {name!r} does "
+                              f"not resolve to exactly one tool of request/header "
+                              f"{header_seq!r} (found {len(matches)})")
+    return matches[0]
+
+
+def _on_developer(state: Any, event: Event) -> Any:
+    message = event.data.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    blocks = [b for b in content if isinstance(b, dict)
+              and b.get("type") in ("tool-addition", "tool-removal")] if isinstance(
+                  content, list) else []
     if not blocks:
         return state
     declared = dict(state["declared"])
     available = list(state["available"])
     added: list[Any] = []
     removed: list[str] = []
-    header_tools = state["headers"].get(str(event.data.get("headerSeq")), [])
     for block in blocks:
-        name = block["toolName"]
+        name = block.get("toolName")
+        if not isinstance(name, str) or not name:
+            raise ProjectionError(event.seq, "H-5", f"toolHistory: {block.get('type')} block "
+                                  "without a toolName")
         if block["type"] == "tool-addition":
-            match = [t for t in header_tools if t.get("name") == name]
-            if len(match) != 1:
-                raise ProjectionError(event.seq, "H-5", f"toolHistory: addition {name!r} not "
-                                      f"found in header {event.data.get('headerSeq')}")
-            declared[name] = match[0]
-            added.append(match[0])
+            tool = _resolve(state, event, name)
+            declared[name] = tool
+            added.append(tool)
             if name not in available:
                 available.append(name)
         else:
             removed.append(name)
             if name in available:
                 available.remove(name)
+    series = state["series"]
     update = {"seq": event.seq, "added": added, "removed": removed}
-    return {**state, "declared": declared, "available": available,
-            "updates": [*state["updates"], update]}
+    new = {**state, "declared": declared, "available": available,
+           "series": {**series, "updates": [*series["updates"], update]}}
+    return _with_fallback(new, state["fallback"])
 
 
-def apply(state: dict[str, Any], event: Event) -> dict[str, Any]:
+def apply(state: Any, event: Event) -> Any:
     if event.type == "request/header":
         return _on_header(state, event)
     if event.type == "developer/message":
@@ -90,22 +161,49 @@ def apply(state: dict[str, Any], event: Event) -> dict[str, Any]:
     return state
 
 
-def view(state: dict[str, Any]) -> dict[str, Any]:
-    active_names = sorted(t["name"] for t in state["active"])
-    if active_names != sorted(state["available"]):
-        return {"baselineSeq": state["baselineSeq"], "tools": state["active"], "updates": []}
-    return {"baselineSeq": state["baselineSeq"], "tools": state["baseline"],
-            "updates": state["updates"]}
+def view(state: Any) -> Any:
+    fallback = state["fallback"]
+    return fallback if fallback is not None else state["series"]
+
+
+def _validate_tools(tools: Any, what: str) -> None:
+    require_list(tools, what)
+    for tool in tools:
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise ValueError(f"{what}: every tool must be an object with a string name")
+
+
+def validate_view(value: Any) -> None:
+    require_dict(value, VIEW_KEYS, "toolHistory view")
+    require_seq(value["baselineSeq"], "toolHistory.baselineSeq")
+    _validate_tools(value["tools"], "toolHistory.tools")
+    require_list(value["updates"], "toolHistory.updates")
+    for update in value["updates"]:
+        require_dict(update, ("seq", "added", "removed"), "toolHistory update")
+        require_seq(update["seq"], "toolHistory update seq", optional=False)
+        _validate_tools(update["added"], "toolHistory update added")
+        require_list(update["removed"], "toolHistory update removed")
+        if not all(isinstance(n, str) for n in update["removed"]):
+            raise ValueError("toolHistory update removed must be tool names")
 
 
 def validate(state: Any) -> None:
     require_dict(state, KEYS, "toolHistory state")
-
-
-def validate_view(value: Any) -> None:
-    require_dict(value, ("baselineSeq", "tools", "updates"), "toolHistory view")
+    require_dict(state["headers"], (), "toolHistory.headers")
+    for seq, tools in state["headers"].items():
+        if not seq.isdigit():
+            raise ValueError("toolHistory.headers keys must be seqs")
+        _validate_tools(tools, f"toolHistory.headers[{seq}]")
+    require_seq(state["activeSeq"], "toolHistory.activeSeq")
+    require_dict(state["declared"], (), "toolHistory.declared")
+    require_list(state["available"], "toolHistory.available")
+    if not all(isinstance(n, str) for n in state["available"]):
+        raise ValueError("toolHistory.available must be tool names")
+    validate_view(state["series"])
+    if state["fallback"] is not None:
+        validate_view(state["fallback"])
 
 
 TOOL_HISTORY = ProjectionDefinition(
-    key="toolHistory", state_version=1, init=init, apply=apply, validate_state=validate,
+    key=KEY, state_version=2, init=init, apply=apply, validate_state=validate,
     wire=WireView(view=view, validate_view=validate_view))

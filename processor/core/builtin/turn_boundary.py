@@ -1,53 +1,83 @@
 """``turnBoundary``: where the open turn and the last step boundary are.
 
-State and view (plain JSON)::
+State and view (the same deep-frozen JSON object)::
 
     {"openTurnStartSeq": int | None,   # seq of the turn/start of the open turn
      "lastStepStartSeq": int | None,   # seq of the last step/start
-     "lastStepBoundary": {"kind": "start" | "end", "seq": int} | None,
+     "lastStepBoundary": {"kind": "start" | "end", "seq": int,
+                          "turn": int | None, "step": int | None} | None,
      "lastTurn": int | None}           # data.turn of the last turn/start
 
-A resumed agent uses it to know whether it crashed inside a turn or a step.
+Why: a resumed agent must know whether it crashed inside a turn or a step
+(it closes them before starting a new turn), and after a checkpoint restore
+the log prefix holding those events may be gone, so the boundary keeps the
+``turn``/``step`` numbers of the boundary event too (an addition to the
+spec's ``{kind, seq}``).
+
+Folds ``turn/start``, ``turn/end``, ``step/start`` and ``step/end``; every
+other event returns the same object (P-1), and so does a ``turn/end`` when
+no turn is open.  Non-integer ``turn``/``step`` values are recorded as null.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from processor.core.builtin._common import identity, require_dict
+from processor.core.builtin._common import identity, is_int, require_dict, require_seq
 from processor.core.events import Event
+from processor.core.frozen import freeze
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
 
+KEY = "turnBoundary"
 KEYS = ("openTurnStartSeq", "lastStepStartSeq", "lastStepBoundary", "lastTurn")
 
 
-def init(header: SessionHeader, inherited: int) -> dict[str, Any]:
-    return {k: None for k in KEYS}
+def init(header: SessionHeader, inherited: int) -> Any:
+    return freeze({k: None for k in KEYS})
 
 
-def apply(state: dict[str, Any], event: Event) -> dict[str, Any]:
+def _int_or_none(value: Any) -> int | None:
+    return value if is_int(value) else None
+
+
+def _boundary(kind: str, event: Event) -> dict[str, Any]:
+    return {"kind": kind, "seq": event.seq, "turn": _int_or_none(event.data.get("turn")),
+            "step": _int_or_none(event.data.get("step"))}
+
+
+def apply(state: Any, event: Event) -> Any:
     t, seq = event.type, event.seq
     if t == "turn/start":
-        return {**state, "openTurnStartSeq": seq, "lastTurn": event.data.get("turn")}
+        return freeze({**state, "openTurnStartSeq": seq,
+                       "lastTurn": _int_or_none(event.data.get("turn"))})
     if t == "turn/end":
-        return {**state, "openTurnStartSeq": None}
+        if state["openTurnStartSeq"] is None:
+            return state
+        return freeze({**state, "openTurnStartSeq": None})
     if t == "step/start":
-        return {**state, "lastStepStartSeq": seq,
-                "lastStepBoundary": {"kind": "start", "seq": seq}}
+        return freeze({**state, "lastStepStartSeq": seq,
+                       "lastStepBoundary": _boundary("start", event)})
     if t == "step/end":
-        return {**state, "lastStepBoundary": {"kind": "end", "seq": seq}}
+        return freeze({**state, "lastStepBoundary": _boundary("end", event)})
     return state
 
 
 def validate(state: Any) -> None:
     require_dict(state, KEYS, "turnBoundary state")
+    require_seq(state["openTurnStartSeq"], "turnBoundary.openTurnStartSeq")
+    require_seq(state["lastStepStartSeq"], "turnBoundary.lastStepStartSeq")
+    if state["lastTurn"] is not None and not is_int(state["lastTurn"]):
+        raise ValueError("turnBoundary.lastTurn must be an integer or null")
     boundary = state["lastStepBoundary"]
-    if boundary is not None and (not isinstance(boundary, dict)
-                                 or boundary.get("kind") not in ("start", "end")):
-        raise ValueError("turnBoundary.lastStepBoundary must be {kind, seq} or null")
+    if boundary is None:
+        return
+    require_dict(boundary, ("kind", "seq"), "turnBoundary.lastStepBoundary")
+    if boundary["kind"] not in ("start", "end"):
+        raise ValueError("turnBoundary.lastStepBoundary.kind must be 'start' or 'end'")
+    require_seq(boundary["seq"], "turnBoundary.lastStepBoundary.seq", optional=False)
 
 
 TURN_BOUNDARY = ProjectionDefinition(
-    key="turnBoundary", state_version=1, init=init, apply=apply, validate_state=validate,
+    key=KEY, state_version=2, init=init, apply=apply, validate_state=validate,
     wire=WireView(view=identity, validate_view=validate))
