@@ -12,12 +12,13 @@ import urllib.request
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING
 
 from processor.core.builder import LogBuilder
 from processor.service import clients
 from processor.service.codec import default_codec
 from processor.service.metrics import Metrics, serve
+from processor.service.restore import read_partitions
 from processor.service.runner import CONTROL_HEADER, Processor
 from processor.service.topics import create_topics, delete_topics
 from processor.service.views_reader import (
@@ -53,29 +54,21 @@ def wait_for_views(stack: Stack, expected: dict[str, dict[str, Any]],
                          f"{wrong[:5]}{detail}")
 
 
-def dead_letters(stack: Stack) -> list[Any]:
-    consumer = clients.plain_consumer(stack.config, "test-dlq")
-    codec = default_codec()
-    out = []
+def topic_records(stack: Stack, topic: str) -> list[Any]:
+    """Every committed record of a topic, partition by partition."""
+    consumer = clients.plain_consumer(stack.config, "test-reader")
     try:
-        for p in range(stack.config.partitions):
-            tp = TopicPartition(stack.config.topics.dlq, p, OFFSET_BEGINNING)
-            consumer.assign([tp])
-            while True:
-                msgs = consumer.consume(100, timeout=2)
-                if not msgs:
-                    break
-                done = False
-                for m in msgs:
-                    if m.error() is not None:
-                        done = m.error().code() == KafkaError._PARTITION_EOF
-                        continue
-                    out.append(codec.decode_dead_letter(m.value()))
-                if done:
-                    break
+        parts = read_partitions(consumer, topic, {p: OFFSET_BEGINNING
+                                                  for p in range(stack.config.partitions)})
     finally:
         consumer.close()
-    return out
+    return [m for p in sorted(parts) for m in parts[p]]
+
+
+def dead_letters(stack: Stack) -> list[Any]:
+    codec = default_codec()
+    return [codec.decode_dead_letter(m.value())
+            for m in topic_records(stack, stack.config.topics.dlq)]
 
 
 def test_single_processor_views_equal_offline_fold(stack: Stack) -> None:
@@ -109,30 +102,13 @@ def test_two_processors_with_a_rebalance_in_the_middle(stack: Stack) -> None:
 
 def _view_history(stack: Stack) -> dict[tuple[str, str], list[int]]:
     """asOfSeq per (session, view) in committed order, from the views topic."""
-    consumer = clients.plain_consumer(stack.config, "test-history")
     codec = default_codec()
     history: dict[tuple[str, str], list[int]] = {}
-    try:
-        for p in range(stack.config.partitions):
-            consumer.assign([TopicPartition(stack.config.topics.views, p, OFFSET_BEGINNING)])
-            while True:
-                msgs = consumer.consume(1000, timeout=2)
-                if not msgs:
-                    break
-                eof = False
-                for m in msgs:
-                    if m.error() is not None:
-                        eof = True
-                        continue
-                    if m.value() is None:
-                        continue
-                    v = codec.decode_view(m.value())
-                    if v.part == 0:
-                        history.setdefault((v.session_id, v.view), []).append(v.as_of_seq)
-                if eof:
-                    break
-    finally:
-        consumer.close()
+    for m in topic_records(stack, stack.config.topics.views):
+        if m.value() is not None:
+            v = codec.decode_view(m.value())
+            if v.part == 0:
+                history.setdefault((v.session_id, v.view), []).append(v.as_of_seq)
     return history
 
 
@@ -377,22 +353,9 @@ def test_compaction_keeps_only_the_last_view_and_checkpoint(stack: Stack) -> Non
         stack.run_processor(max_idle_s=1.5)
 
     def versions(topic: str) -> dict[bytes, int]:
-        consumer = clients.plain_consumer(stack.config, "test-compaction")
         counts: dict[bytes, int] = {}
-        try:
-            for p in range(stack.config.partitions):
-                consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
-                while True:
-                    msgs = consumer.consume(1000, timeout=2)
-                    if not msgs or any(m.error() is not None for m in msgs):
-                        for m in msgs:
-                            if m.error() is None:
-                                counts[m.key()] = counts.get(m.key(), 0) + 1
-                        break
-                    for m in msgs:
-                        counts[m.key()] = counts.get(m.key(), 0) + 1
-        finally:
-            consumer.close()
+        for m in topic_records(stack, topic):
+            counts[m.key()] = counts.get(m.key(), 0) + 1
         return counts
 
     key = b"s000"
