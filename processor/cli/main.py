@@ -9,9 +9,13 @@ from __future__ import annotations
 import click
 
 from processor.cli.demo import demo
+from processor.cli.dlq import dlq, redrive
 from processor.cli.fold import fold
+from processor.cli.ingest import ingest
 from processor.cli.replay import replay_command
 from processor.cli.run import run
+from processor.cli.topics import topics
+from processor.cli.views import views
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,6 +28,11 @@ cli.add_command(fold)
 cli.add_command(run)
 cli.add_command(replay_command)
 cli.add_command(demo)
+cli.add_command(topics)
+cli.add_command(ingest)
+cli.add_command(views)
+cli.add_command(dlq)
+cli.add_command(redrive)
 
 
 def main() -> None:

@@ -1,29 +1,82 @@
-"""Reading the views topic back: materialize, follow, and compare with ``fold``.
+"""Reading the service's output back: views, dead letters, and ``fold`` parity.
 
 Subscribers read with ``read_committed``, so they only ever see whole
-batches of the processor.  Split views are reassembled (``ViewAssembler``),
-tombstones remove a view, and the paged transcript is stitched back
-together so a session's views can be compared with ``processor fold``.
+batches of the processor (a session's views, checkpoint and offsets commit in
+one transaction).  Split views are reassembled (``ViewAssembler``), a
+tombstone on a view's head key removes the view, and the paged transcript is
+stitched back together so a session's views can be compared with
+``processor fold`` (:func:`session_fold_equivalent` vs
+:func:`offline_equivalent`).
+
+Materializing reads every partition from the beginning to its end as it was
+when the read started; following first takes such a snapshot and then tails
+from exactly where the snapshot ended, so a follower sees every later commit
+once and misses none.  Readers never assume the views topic is partitioned by
+key hash (the processor writes a session's views to its *events* partition).
+
+The dead-letter readers decode ``DeadLetter`` records; :func:`dead_letter_json`
+shows the refused record's value as the decoded event envelope when it is a
+readable ``SessionEvent``, else as base64 — the bytes are kept verbatim in the
+DLQ precisely so an operator can see what was sent.
 """
 
 from __future__ import annotations
 
+import base64
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from processor.service import clients
-from processor.service.codec import View, ViewAssembler, default_codec
+from processor.service.codec import (
+    Codec,
+    CodecError,
+    DeadLetter,
+    View,
+    ViewAssembler,
+    default_codec,
+)
 from processor.service.config import ServiceConfig
 from processor.service.restore import read_partitions
+
+__all__ = [
+    "CORE_VIEWS",
+    "SessionViews",
+    "ViewRecord",
+    "ViewUpdate",
+    "assemble_transcript",
+    "dead_letter_json",
+    "follow_dead_letters",
+    "follow_views",
+    "materialize_views",
+    "offline_equivalent",
+    "read_committed_records",
+    "read_dead_letters",
+    "session_fold_equivalent",
+    "view_update_json",
+]
+
+log = logging.getLogger("processor.views_reader")
+
+#: Views every session has besides its domain projection units.
+CORE_VIEWS = ("messages", "surface", "transcript", "status")
 
 
 @dataclass(frozen=True, slots=True)
 class ViewRecord:
-    """One materialized view of one session."""
+    """One materialized view of one session (``value`` is decoded JSON)."""
 
     name: str
     as_of_seq: int
@@ -34,84 +87,204 @@ class ViewRecord:
 SessionViews = dict[str, ViewRecord]
 
 
-def _parse_key(key: bytes) -> tuple[str, str, int]:
-    text = key.decode("utf-8", "replace")
-    sid, _, rest = text.partition("/")
-    name, _, part = rest.partition("#")
-    return sid, name, int(part) if part else 0
+@dataclass(frozen=True, slots=True)
+class ViewUpdate:
+    """A committed change of one view; ``record`` is None when it was removed."""
+
+    session_id: str
+    view: str
+    record: ViewRecord | None
 
 
-def _apply(views: dict[str, SessionViews], assembler: ViewAssembler, key: bytes | None,
-           value: bytes | None, session: str | None, view: str | None) -> ViewRecord | None:
-    codec = default_codec()
-    if key is None:
-        return None
-    sid, name, part = _parse_key(key)
-    if (session is not None and sid != session) or (view is not None and name != view):
-        return None
-    if value is None:
-        if part == 0:
-            views.get(sid, {}).pop(name, None)
-            assembler.forget(sid, name)
-        return None
-    whole: View | None = assembler.add(codec.decode_view(value))
-    if whole is None:
-        return None
-    record = ViewRecord(whole.view, whole.as_of_seq, whole.state_version, whole.json_value())
-    views.setdefault(whole.session_id, {})[whole.view] = record
-    return record
+class _Materializer:
+    """Views of all (filtered) sessions, fed records in partition order.
+
+    Session and view come from the decoded record (authoritative: ids may
+    contain ``/``); a tombstone has only its key, so head keys seen are
+    remembered to know what a tombstone removes.  Tombstones of part keys
+    (a shrunk split view) need no action.
+    """
+
+    def __init__(self, codec: Codec, session: str | None, view: str | None) -> None:
+        self.codec = codec
+        self.session = session
+        self.view = view
+        self.views: dict[str, SessionViews] = {}
+        self.assembler = ViewAssembler()
+        self._heads: dict[bytes, tuple[str, str]] = {}
+
+    def apply(self, key: bytes | None, value: bytes | None) -> ViewUpdate | None:
+        if value is None:
+            ident = self._heads.pop(key, None) if key is not None else None
+            if ident is None:
+                return None
+            sid, name = ident
+            self.assembler.forget(sid, name)
+            existed = self.views.get(sid, {}).pop(name, None) is not None
+            return ViewUpdate(sid, name, None) if existed else None
+        part = self.codec.decode_view(value)
+        if (self.session is not None and part.session_id != self.session) or (
+            self.view is not None and part.view != self.view
+        ):
+            return None
+        if part.part == 0 and key is not None:
+            self._heads[key] = (part.session_id, part.view)
+        whole: View | None = self.assembler.add(part)
+        if whole is None:
+            return None  # waiting for the other parts of a split view
+        record = ViewRecord(whole.view, whole.as_of_seq, whole.state_version, whole.json_value())
+        self.views.setdefault(whole.session_id, {})[whole.view] = record
+        return ViewUpdate(whole.session_id, whole.view, record)
+
+
+def _partitions(consumer: Consumer, topic: str, timeout: float) -> list[int]:
+    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise RuntimeError(f"topic {topic} does not exist (run `processor topics create`)")
+    return sorted(meta.partitions)
+
+
+#: Errors of a topic that exists but whose leaders are not known yet (just
+#: created, or a broker restarting): worth a retry, not a failure.
+_TRANSIENT = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+})
+
+
+def _snapshot(consumer: Consumer, topic: str, timeout: float,
+              ) -> tuple[list[int], dict[int, list[Any]]]:
+    """All committed records of every partition, from the beginning to the end."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        parts = _partitions(consumer, topic, timeout)
+        try:
+            msgs = read_partitions(consumer, topic, {p: OFFSET_BEGINNING for p in parts},
+                                   timeout=max(deadline - time.monotonic(), 1.0))
+            return parts, msgs
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            transient = isinstance(err, KafkaError) and (err.retriable()
+                                                         or err.code() in _TRANSIENT)
+            if not transient or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def read_committed_records(config: ServiceConfig, topic: str, *, timeout: float = 60.0,
+                           purpose: str = "reader") -> list[Message]:
+    """Every committed record of ``topic`` (all partitions, partition by partition).
+
+    Retries the transient "no leader yet" errors of a just-created topic, so
+    tools and tests can read right after ``processor topics create``.
+    """
+    consumer = clients.plain_consumer(config, purpose)
+    try:
+        parts, msgs = _snapshot(consumer, topic, timeout)
+    finally:
+        consumer.close()
+    return [m for p in parts for m in msgs[p]]
+
+
+def _resume_offsets(parts: list[int], msgs: dict[int, list[Any]]) -> list[tuple[int, int]]:
+    """Where tailing continues after a snapshot: one past its last record."""
+    out = []
+    for p in parts:
+        last = msgs[p][-1].offset() if msgs[p] else None
+        out.append((p, OFFSET_BEGINNING if last is None else last + 1))
+    return out
+
+
+def _tail(consumer: Consumer, topic: str, starts: list[tuple[int, int]],
+          stop_after_s: float | None) -> Iterator[Any]:
+    """Committed records from ``starts`` on, until ``stop_after_s`` (or forever)."""
+    consumer.assign([TopicPartition(topic, p, o) for p, o in starts])
+    deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
+    while deadline is None or time.monotonic() < deadline:
+        for m in consumer.consume(500, timeout=0.2):
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise RuntimeError(f"{topic}: {err}")
+                log.warning("%s: %s", topic, err)
+                continue
+            yield m
+
+
+# --------------------------------------------------------------------------
+# Views
+# --------------------------------------------------------------------------
 
 
 def materialize_views(config: ServiceConfig, *, session: str | None = None,
                       view: str | None = None, timeout: float = 60.0,
-                      ) -> dict[str, SessionViews]:
-    """Every committed view, by session and view name, as of now."""
-    consumer = clients.plain_consumer(config, "views-reader")
-    try:
-        meta = consumer.list_topics(config.topics.views, timeout=timeout)
-        parts = sorted(meta.topics[config.topics.views].partitions)
-        msgs = read_partitions(consumer, config.topics.views,
-                               {p: OFFSET_BEGINNING for p in parts}, timeout=timeout)
-    finally:
-        consumer.close()
-    views: dict[str, SessionViews] = {}
-    assembler = ViewAssembler()
-    for p in parts:
-        for m in msgs[p]:
-            _apply(views, assembler, m.key(), m.value(), session, view)
-    return views
+                      codec: Codec | None = None) -> dict[str, SessionViews]:
+    """Every committed view, by session and view name, as of now.
+
+    ``session`` / ``view`` keep only those (the whole topic is still read:
+    the views of a session live in its events partition, which a reader
+    cannot compute without knowing the producers' partitioner).
+    """
+    state = _Materializer(codec or default_codec(), session, view)
+    for m in read_committed_records(config, config.topics.views, timeout=timeout,
+                                    purpose="views-reader"):
+        state.apply(m.key(), m.value())
+    return state.views
 
 
 def follow_views(config: ServiceConfig, *, session: str | None = None,
-                 view: str | None = None, from_beginning: bool = True,
-                 stop_after_s: float | None = None) -> Iterator[tuple[str, ViewRecord]]:
-    """Yield ``(session id, view)`` as views commit (runs until stopped)."""
+                 view: str | None = None, snapshot: bool = True,
+                 stop_after_s: float | None = None, timeout: float = 60.0,
+                 codec: Codec | None = None) -> Iterator[ViewUpdate]:
+    """Yield view updates as they commit (until ``stop_after_s`` or forever).
+
+    ``snapshot``: first yield the current value of every view (one update
+    each, sessions and views sorted), then the changes after it.  Without it,
+    only changes committed after the call are yielded.
+    """
+    state = _Materializer(codec or default_codec(), session, view)
+    topic = config.topics.views
     consumer = clients.plain_consumer(config, "views-follow")
-    views: dict[str, SessionViews] = {}
-    assembler = ViewAssembler()
-    deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
     try:
-        meta = consumer.list_topics(config.topics.views, timeout=30)
-        start = OFFSET_BEGINNING if from_beginning else -1  # OFFSET_END
-        consumer.assign([TopicPartition(config.topics.views, p, start)
-                         for p in meta.topics[config.topics.views].partitions])
-        while deadline is None or time.monotonic() < deadline:
-            for m in consumer.consume(500, timeout=0.2):
-                err = m.error()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(f"views: {err}")
-                    continue
-                record = _apply(views, assembler, m.key(), m.value(), session, view)
-                if record is not None:
-                    key = m.key() or b""
-                    yield _parse_key(key)[0], record
+        if snapshot:
+            parts, msgs = _snapshot(consumer, topic, timeout)
+            for p in parts:
+                for m in msgs[p]:
+                    state.apply(m.key(), m.value())
+            for sid in sorted(state.views):
+                for name in sorted(state.views[sid]):
+                    yield ViewUpdate(sid, name, state.views[sid][name])
+            starts = _resume_offsets(parts, msgs)
+        else:
+            starts = [(p, OFFSET_END) for p in _partitions(consumer, topic, timeout)]
+        for m in _tail(consumer, topic, starts, stop_after_s):
+            update = state.apply(m.key(), m.value())
+            if update is not None:
+                yield update
     finally:
         consumer.close()
 
 
+def view_update_json(update: ViewUpdate) -> dict[str, Any]:
+    """One ``--follow`` line: the view with its seq, or ``removed: true``."""
+    if update.record is None:
+        return {"session": update.session_id, "view": update.view, "removed": True}
+    r = update.record
+    return {"session": update.session_id, "view": update.view, "asOfSeq": r.as_of_seq,
+            "stateVersion": r.state_version, "value": r.value}
+
+
 def assemble_transcript(views: SessionViews) -> list[Any]:
-    """The transcript entries, stitched from ``transcript.<n>`` pages."""
+    """The transcript entries, stitched from ``transcript.<n>`` pages in index order.
+
+    The index (``{total, pageSize, pages}``) commits in the same transaction
+    as the pages it counts, so a missing page or a count mismatch means the
+    views topic is damaged (or was read with ``read_uncommitted``).
+    """
     index = views.get("transcript")
     if index is None:
         return []
@@ -121,14 +294,19 @@ def assemble_transcript(views: SessionViews) -> list[Any]:
         if page is None:
             raise ValueError(f"transcript page {n} is missing")
         out.extend(page.value)
+    if len(out) != index.value["total"]:
+        raise ValueError(f"transcript index says {index.value['total']} entries, the pages "
+                         f"hold {len(out)}")
     return out
 
 
-CORE_VIEWS = ("messages", "surface", "transcript", "status")
-
-
 def session_fold_equivalent(views: SessionViews) -> dict[str, Any]:
-    """A session's views shaped like ``processor fold`` output (minus ``checkpoint``)."""
+    """A session's views shaped like ``processor fold`` output (minus ``checkpoint``).
+
+    ``asOfSeq`` is the ``status`` view's ``lastSeq`` (the session's
+    watermark), ``projections`` every non-core view; ``status`` is added so
+    a quarantined session never compares equal to a healthy fold.
+    """
     status = views["status"].value
     return {
         "asOfSeq": status["lastSeq"],
@@ -145,4 +323,82 @@ def offline_equivalent(fold_output: dict[str, Any]) -> dict[str, Any]:
     """What :func:`session_fold_equivalent` must equal for a healthy session."""
     doc = {k: v for k, v in fold_output.items() if k != "checkpoint"}
     doc["status"] = "ok"
+    return doc
+
+
+# --------------------------------------------------------------------------
+# Dead letters
+# --------------------------------------------------------------------------
+
+
+def _letters(codec: Codec, msgs: Iterator[Any], session: str | None) -> Iterator[DeadLetter]:
+    for m in msgs:
+        value = m.value()
+        if value is None:
+            continue
+        try:
+            letter = codec.decode_dead_letter(value)
+        except CodecError as exc:
+            log.warning("dlq record at %s[%s]@%s is unreadable: %s", m.topic(), m.partition(),
+                        m.offset(), exc)
+            continue
+        if session is None or letter.session_id == session:
+            yield letter
+
+
+def read_dead_letters(config: ServiceConfig, *, session: str | None = None,
+                      timeout: float = 60.0, codec: Codec | None = None) -> list[DeadLetter]:
+    """Every committed dead letter (optionally of one session), oldest first."""
+    records = read_committed_records(config, config.topics.dlq, timeout=timeout,
+                                     purpose="dlq-reader")
+    letters = list(_letters(codec or default_codec(), iter(records), session))
+    return sorted(letters, key=lambda d: (d.timestamp, d.partition, d.offset))
+
+
+def follow_dead_letters(config: ServiceConfig, *, session: str | None = None,
+                        from_beginning: bool = True, stop_after_s: float | None = None,
+                        timeout: float = 60.0, codec: Codec | None = None,
+                        ) -> Iterator[DeadLetter]:
+    """Yield dead letters as they commit (the existing ones first by default)."""
+    topic = config.topics.dlq
+    consumer = clients.plain_consumer(config, "dlq-follow")
+    try:
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        starts = [(p, start) for p in _partitions(consumer, topic, timeout)]
+        yield from _letters(codec or default_codec(),
+                            _tail(consumer, topic, starts, stop_after_s), session)
+    finally:
+        consumer.close()
+
+
+def _bytes_json(raw: bytes | None) -> Any:
+    """UTF-8 text when it is text, else ``{"base64": ...}``."""
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(raw).decode()}
+
+
+def dead_letter_json(letter: DeadLetter, codec: Codec | None = None) -> dict[str, Any]:
+    """A dead letter as JSON; the refused value as an event envelope when decodable."""
+    codec = codec or default_codec()
+    doc: dict[str, Any] = {
+        "sessionId": letter.session_id, "rule": letter.rule, "reason": letter.reason,
+        "seq": letter.seq, "topic": letter.topic, "partition": letter.partition,
+        "offset": letter.offset, "timestamp": letter.timestamp,
+        "processor": letter.processor, "key": _bytes_json(letter.key),
+    }
+    if letter.value is None:
+        doc["value"] = None
+        return doc
+    try:
+        decoded = codec.decode_event(letter.value)
+        doc["event"] = decoded.envelope
+        if decoded.producer is not None:
+            doc["producer"] = decoded.producer
+    except CodecError as exc:
+        doc["valueBase64"] = base64.b64encode(letter.value).decode()
+        doc["valueError"] = str(exc)
     return doc

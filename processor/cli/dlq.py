@@ -1,0 +1,87 @@
+"""``processor dlq`` and ``processor redrive``: inspect and clear rejected input.
+
+The DLQ keeps every refused record with its origin (topic, partition,
+offset), the rule and reason, and the raw key and value bytes.  ``dlq``
+prints one JSON line per dead letter, the refused value shown as the decoded
+event envelope when it is a readable ``SessionEvent`` (else base64), so the
+cause can be fixed at the writer.  ``redrive`` then lifts a session's
+quarantine through a control record in the events topic (ordered with the
+session's events); produce the corrected events after it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import orjson
+from confluent_kafka import KafkaException
+
+from processor.cli.common import service_options
+from processor.service.codec import DeadLetter
+from processor.service.config import ServiceConfig
+from processor.service.views_reader import (
+    dead_letter_json,
+    follow_dead_letters,
+    read_dead_letters,
+)
+from processor.service.writer import DeliveryError, SessionWriter
+
+
+def summary_line(letter: DeadLetter) -> str:
+    """``topic[partition]@offset session seq RULE: reason`` (one line)."""
+    seq = "-" if letter.seq is None else str(letter.seq)
+    return (f"{letter.topic}[{letter.partition}]@{letter.offset}  {letter.session_id}  "
+            f"seq={seq}  {letter.rule}: {letter.reason}")
+
+
+def _echo(letter: DeadLetter, fmt: str) -> None:
+    if fmt == "summary":
+        click.echo(summary_line(letter))
+    else:
+        click.echo(orjson.dumps(dead_letter_json(letter)).decode())
+
+
+@click.command("dlq")
+@service_options
+@click.option("--session", "session_id", default=None, help="Only this session's records.")
+@click.option("--follow", is_flag=True, default=False,
+              help="Print the existing records, then new ones as they commit.")
+@click.option("--format", "fmt", type=click.Choice(["json", "summary"]), default="json",
+              show_default=True, help="json: one JSON line per record; summary: one text line.")
+@click.option("--stop-after", type=float, default=None, metavar="SECONDS",
+              help="With --follow: stop after this many seconds.")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Longest time to read the topic to its end.")
+def dlq(config: ServiceConfig, session_id: str | None, follow: bool, fmt: str,
+        stop_after: float | None, timeout: float) -> None:
+    """Print dead letters (refused events with the rule and reason)."""
+    try:
+        if follow:
+            try:
+                for letter in follow_dead_letters(config, session=session_id,
+                                                  stop_after_s=stop_after, timeout=timeout):
+                    _echo(letter, fmt)
+            except KeyboardInterrupt:
+                pass
+            return
+        for letter in read_dead_letters(config, session=session_id, timeout=timeout):
+            _echo(letter, fmt)
+    except (RuntimeError, KafkaException) as exc:
+        click.echo(f"processor dlq: {exc}", err=True)
+        sys.exit(1)
+
+
+@click.command("redrive")
+@service_options
+@click.argument("session_ids", nargs=-1, required=True)
+def redrive(config: ServiceConfig, session_ids: tuple[str, ...]) -> None:
+    """Lift the quarantine of sessions once the cause is fixed."""
+    try:
+        with SessionWriter(config, client_id="processor-redrive") as writer:
+            for sid in session_ids:
+                writer.redrive(sid)
+                click.echo(f"redrive requested for {sid}")
+    except DeliveryError as exc:
+        click.echo(f"processor redrive: {exc}", err=True)
+        sys.exit(1)

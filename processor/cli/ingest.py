@@ -1,0 +1,236 @@
+"""``processor ingest PATH...``: agent session files into the events topic.
+
+Each file (JSON Lines, plain or zstd — see :mod:`processor.files`) is
+validated in full by the session core *before* any of its events is
+produced: a file with an invalid event is refused as a whole and reported as
+``PATH: seq N: reason (RULE)``, the other files are still ingested, and the
+command exits 1.  Refusing the whole file (rather than producing its valid
+prefix) keeps a half-ingested session from being mistaken for a complete one;
+the processor would quarantine it at the same seq anyway.
+
+``--raw`` skips that validation and produces every line that the Avro
+envelope can carry, as-is — the processor then judges it and dead-letters
+what is invalid (demos, tests, DLQ drills).
+
+Events are produced with the idempotent, murmur2-partitioned event producer
+(key = session id).  Re-ingesting a file is harmless: the processor's seq
+gate drops exact duplicates by digest, so a longer version of a session file
+only adds its new tail.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+from confluent_kafka import KafkaError, Message, Producer
+from tqdm import tqdm
+
+from processor.cli.common import service_options
+from processor.core.builtin import default_registry
+from processor.core.errors import SessionError
+from processor.core.events import Event
+from processor.core.message_projections import default_message_projections
+from processor.core.session import Session
+from processor.files import (
+    SessionFileError,
+    check_header,
+    iter_lines,
+    read_bytes,
+    read_session_file,
+)
+from processor.service import clients
+from processor.service.codec import Codec, CodecError, default_codec, session_key
+from processor.service.config import ServiceConfig
+from processor.service.writer import producer_name
+
+
+@dataclass
+class IngestStats:
+    """What one ``ingest`` run did (the summary line)."""
+
+    files: int = 0
+    refused: int = 0
+    sessions: set[str] = field(default_factory=set)
+    events: int = 0
+    skipped_lines: int = 0
+    delivery_errors: int = 0
+    first_delivery_error: str | None = None
+    seconds: float = 0.0
+
+    def on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self.delivery_errors += 1
+            if self.first_delivery_error is None:
+                self.first_delivery_error = str(err)
+
+
+def _file_session_id(path: Path) -> str:
+    """The id :func:`processor.files.read_session_file` gives a header-less file."""
+    name = path.name.split(".")[0]
+    if name == "session" and path.parent.name:
+        name = path.parent.name
+    return name
+
+
+def validated_events(path: Path, session_id: str | None, drop_torn_tail: bool,
+                     ) -> tuple[str, list[Event]]:
+    """The file's session id and events, after a full fold by the core.
+
+    The fold uses the processor's registries, so a projection rule a unit
+    enforces at commit refuses the file here too.  Raises
+    ``SessionFileError`` or ``SessionError``.
+    """
+    file = read_session_file(path, drop_torn_tail=drop_torn_tail)
+    sid = session_id or (str(file.header["id"]) if file.has_header else _file_session_id(path))
+    session = Session(file.header, message_projections=default_message_projections(),
+                      projections=default_registry())
+    for event in file.events:
+        session.append(event)
+        session.log.trim_before(event.seq + 1)  # validation needs no log prefix
+    return sid, file.events
+
+
+def raw_envelopes(path: Path, session_id: str | None, drop_torn_tail: bool,
+                  ) -> tuple[str, list[tuple[int, Any]]]:
+    """The file's session id and ``(byte offset, JSON value)`` of every event line.
+
+    Nothing is validated except that each line is JSON and, for a first line
+    of type ``session``, the header (it names the session).  The whole file
+    is read before anything is produced, so an unreadable file produces
+    nothing even in raw mode.
+    """
+    content = read_bytes(path)
+    lines = list(iter_lines(content))
+    header_id: str | None = None
+    if lines:
+        line = lines[0][1]
+        try:
+            first = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            first = None
+        if isinstance(first, dict) and first.get("type") == "session":
+            header_id = str(check_header(first)["id"])
+            lines = lines[1:]
+    sid = session_id or header_id or _file_session_id(path)
+
+    def envelopes() -> Iterator[tuple[int, Any]]:
+        for offset, line, terminated in lines:
+            try:
+                yield offset, orjson.loads(line)
+            except orjson.JSONDecodeError:
+                if not terminated:
+                    if drop_torn_tail:
+                        return
+                    raise SessionFileError(f"torn last line at byte offset {offset} "
+                                           f"({len(line)} bytes); pass --drop-torn-tail") from None
+                raise SessionFileError(f"line at byte offset {offset} is not valid JSON"
+                                       ) from None
+
+    return sid, list(envelopes())
+
+
+def _produce(producer: Producer, topic: str, key: bytes, value: bytes,
+             stats: IngestStats) -> None:
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, on_delivery=stats.on_delivery)
+            break
+        except BufferError:
+            producer.poll(0.05)
+    producer.poll(0)
+
+
+def ingest_file(path: Path, *, producer: Producer, codec: Codec, topic: str,
+                session_id: str | None, raw: bool, drop_torn_tail: bool,
+                stats: IngestStats, bar: tqdm[Any]) -> str | None:
+    """Ingest one file; returns the refusal message, or None when produced."""
+    name = producer_name("ingest")
+    try:
+        if not raw:
+            sid, events = validated_events(path, session_id, drop_torn_tail)
+            key = session_key(sid)
+            bar.total = (bar.total or 0) + len(events)
+            for event in events:
+                _produce(producer, topic, key,
+                         codec.encode_parsed_event(sid, event, producer=name), stats)
+                stats.events += 1
+                bar.update(1)
+        else:
+            sid, items = raw_envelopes(path, session_id, drop_torn_tail)
+            key = session_key(sid)
+            bar.total = (bar.total or 0) + len(items)
+            for offset, envelope in items:
+                try:
+                    value = codec.encode_event(sid, envelope, producer=name)
+                except CodecError as exc:
+                    click.echo(f"{path}: line at byte offset {offset} skipped: {exc}", err=True)
+                    stats.skipped_lines += 1
+                    continue
+                _produce(producer, topic, key, value, stats)
+                stats.events += 1
+                bar.update(1)
+    except (SessionFileError, SessionError) as exc:
+        return f"{path}: {exc}"
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    stats.sessions.add(sid)
+    return None
+
+
+@click.command("ingest")
+@service_options
+@click.argument("paths", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--session-id", default=None,
+              help="Session id to write under (one PATH only; default: the header's id, "
+                   "else the file name).")
+@click.option("--raw", is_flag=True, default=False,
+              help="Produce events as they are, without validating them (the processor "
+                   "dead-letters what is invalid).")
+@click.option("--drop-torn-tail", is_flag=True, default=False,
+              help="Ingest a file whose last line was torn by a crash without that line.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar (default: when stderr is a terminal).")
+def ingest(config: ServiceConfig, paths: tuple[Path, ...], session_id: str | None, raw: bool,
+           drop_torn_tail: bool, progress: bool | None) -> None:
+    """Produce agent session files (JSONL, plain or .zst) to the events topic."""
+    if session_id is not None and len(paths) != 1:
+        raise click.UsageError("--session-id needs exactly one PATH")
+    t0 = time.monotonic()
+    stats = IngestStats()
+    codec = default_codec()
+    producer = clients.event_producer(config, "processor-ingest")
+    show = sys.stderr.isatty() if progress is None else progress
+    failures: list[str] = []
+    with tqdm(total=0, unit="ev", disable=not show, file=sys.stderr, dynamic_ncols=True) as bar:
+        for path in paths:
+            problem = ingest_file(path, producer=producer, codec=codec,
+                                  topic=config.topics.events, session_id=session_id, raw=raw,
+                                  drop_torn_tail=drop_torn_tail, stats=stats, bar=bar)
+            if problem is None:
+                stats.files += 1
+            else:
+                stats.refused += 1
+                failures.append(problem)
+                click.echo(problem, err=True)
+        remaining = producer.flush(60)
+    stats.seconds = time.monotonic() - t0
+    rate = stats.events / stats.seconds if stats.seconds else 0.0
+    refused = f", {stats.refused} file(s) refused" if stats.refused else ""
+    skipped = f", {stats.skipped_lines} line(s) skipped" if stats.skipped_lines else ""
+    click.echo(f"ingested {stats.files} file(s), {len(stats.sessions)} session(s), "
+               f"{stats.events} event(s) in {stats.seconds:.2f}s ({rate:,.0f} ev/s) into "
+               f"{config.topics.events}{refused}{skipped}")
+    if remaining or stats.delivery_errors:
+        click.echo(f"processor ingest: {stats.delivery_errors + remaining} event(s) not "
+                   f"delivered ({stats.first_delivery_error or 'flush timed out'})", err=True)
+        sys.exit(1)
+    if failures:
+        sys.exit(1)

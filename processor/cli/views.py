@@ -1,0 +1,121 @@
+"""``processor views``: what subscribers see, read back with ``read_committed``.
+
+Without ``--follow`` the views topic is read from the beginning to its
+current end and every (session, view) is printed once, split views
+reassembled and removed views left out.  ``--follow`` prints that snapshot
+as one JSON line per view and then one line per committed change, so a
+dashboard can pipe it without ever missing an update.  ``--format fold``
+prints each session shaped like ``processor fold`` output, to diff the
+service against an offline fold of the same file.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import orjson
+from confluent_kafka import KafkaException
+
+from processor.cli.common import service_options
+from processor.service.config import ServiceConfig
+from processor.service.views_reader import (
+    SessionViews,
+    follow_views,
+    materialize_views,
+    session_fold_equivalent,
+    view_update_json,
+)
+
+
+def _dump(value: Any, *, pretty: bool = False) -> str:
+    option = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS if pretty else 0
+    return orjson.dumps(value, option=option).decode()
+
+
+def summary_line(sid: str, views: SessionViews) -> str:
+    """One line per session: status, watermark and the size of each core view."""
+    status = views.get("status")
+    state = status.value.get("state", "?") if status is not None else "?"
+    last = status.value.get("lastSeq", "?") if status is not None else "?"
+    surface = views.get("surface")
+    messages = views.get("messages")
+    index = views.get("transcript")
+    parts = [
+        f"{sid}", f"status={state}", f"lastSeq={last}",
+        f"surface={len(surface.value['nodes']) if surface is not None else '-'}",
+        f"messages={len(messages.value) if messages is not None else '-'}",
+        f"transcript={index.value['total'] if index is not None else '-'}",
+        f"views={len(views)}",
+    ]
+    if status is not None and state == "quarantined":
+        q = status.value.get("quarantine") or {}
+        parts.append(f"quarantine=seq {q.get('seq')}: {q.get('rule')}: {q.get('reason')}")
+    return "  ".join(parts)
+
+
+def views_json(views: dict[str, SessionViews]) -> dict[str, Any]:
+    """``{session: {view: {asOfSeq, stateVersion, value}}}``."""
+    return {sid: {name: {"asOfSeq": r.as_of_seq, "stateVersion": r.state_version,
+                         "value": r.value} for name, r in sorted(per.items())}
+            for sid, per in sorted(views.items())}
+
+
+@click.command("views")
+@service_options
+@click.option("--session", "session_id", default=None, help="Only this session.")
+@click.option("--view", "view_name", default=None,
+              help="Only this view (e.g. messages, surface, status, sessionStats).")
+@click.option("--follow", is_flag=True, default=False,
+              help="Print the current views, then every committed update (JSON lines).")
+@click.option("--format", "fmt", type=click.Choice(["json", "summary", "fold"]),
+              default="json", show_default=True,
+              help="json: raw views; summary: one line per session; fold: shaped like "
+                   "`processor fold` output.")
+@click.option("--no-snapshot", is_flag=True, default=False,
+              help="With --follow: only updates committed from now on.")
+@click.option("--stop-after", type=float, default=None, metavar="SECONDS",
+              help="With --follow: stop after this many seconds.")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Longest time to read the topic to its end.")
+def views(config: ServiceConfig, session_id: str | None, view_name: str | None, follow: bool,
+          fmt: str, no_snapshot: bool, stop_after: float | None, timeout: float) -> None:
+    """Print the materialized views, or follow them as they commit."""
+    if fmt == "fold" and (follow or view_name is not None):
+        raise click.UsageError("--format fold needs every view of a session (no --view, "
+                               "no --follow)")
+    try:
+        if follow:
+            _follow(config, session_id, view_name, fmt, not no_snapshot, stop_after, timeout)
+            return
+        found = materialize_views(config, session=session_id, view=view_name, timeout=timeout)
+    except (RuntimeError, KafkaException) as exc:
+        click.echo(f"processor views: {exc}", err=True)
+        sys.exit(1)
+    if session_id is not None and session_id not in found:
+        click.echo(f"processor views: no views of session {session_id!r}", err=True)
+        sys.exit(1)
+    if fmt == "summary":
+        for sid in sorted(found):
+            click.echo(summary_line(sid, found[sid]))
+    elif fmt == "fold":
+        click.echo(_dump({sid: session_fold_equivalent(per) for sid, per in sorted(found.items())},
+                         pretty=True))
+    else:
+        click.echo(_dump(views_json(found), pretty=True))
+
+
+def _follow(config: ServiceConfig, session_id: str | None, view_name: str | None, fmt: str,
+            snapshot: bool, stop_after: float | None, timeout: float) -> None:
+    try:
+        for update in follow_views(config, session=session_id, view=view_name,
+                                   snapshot=snapshot, stop_after_s=stop_after, timeout=timeout):
+            if fmt == "summary":
+                r = update.record
+                click.echo(f"{update.session_id}  {update.view}  "
+                           + ("removed" if r is None else f"asOfSeq={r.as_of_seq}"))
+            else:
+                click.echo(_dump(view_update_json(update)))
+    except KeyboardInterrupt:
+        pass
