@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", type=Path, default=Path("bench/results/fold_speed.json"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/tmp/fold_speed.json"))
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "session.jsonl"

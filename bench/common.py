@@ -1,0 +1,167 @@
+"""Shared helpers of the benchmark suite: context, statistics, results, names.
+
+Every figure is a dict written as ``bench/results/<figure>.json`` with the
+same top-level keys, so :mod:`bench.report` can render any of them:
+
+- ``figure``, ``title``, ``revision``, ``command``, ``date``, ``runs``;
+- ``value`` / ``baseline``: ``{"label", "unit", "median", "min", "max", "samples"}``;
+- ``ratio``: ``{"label", "median", "min", "max", "samples"}`` (per-run ratios,
+  each measured within one run, so machine drift hits both sides alike);
+- ``targets``: ``[{"text", "met": bool | None}]``;
+- ``rows``: extra table rows ``[[name, value], ...]``; ``notes``: list of text;
+- ``error``: set when the figure could not be measured (with the reason).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from processor.service.config import ServiceConfig
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+
+
+@dataclass
+class Context:
+    """What every figure runner gets: the broker, the produced workload, the options."""
+
+    bootstrap: str
+    runs: int
+    scale: str
+    command: str
+    results: Path = RESULTS
+    workload: Any = None  # bench.workload.Workload once produced
+    revision: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def config(self, **overrides: Any) -> ServiceConfig:
+        """A service config on this broker (defaults of the service otherwise)."""
+        return ServiceConfig(bootstrap_servers=self.bootstrap).with_overrides(**overrides)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def git_revision() -> str:
+    """Short HEAD, with ``+dirty`` when ``processor/`` or ``bench/`` has local changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True,
+                              text=True).stdout.strip()
+    rev = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "processor", "schemas")
+    return f"{rev}+dirty" if dirty else rev
+
+
+def spread(samples: Sequence[float], digits: int = 3) -> dict[str, Any]:
+    return {"median": round(statistics.median(samples), digits),
+            "min": round(min(samples), digits), "max": round(max(samples), digits),
+            "samples": [round(s, digits) for s in samples]}
+
+
+def measure(label: str, unit: str, samples: Sequence[float], digits: int = 1,
+            ) -> dict[str, Any]:
+    return {"label": label, "unit": unit, **spread(samples, digits)}
+
+
+def ratio(label: str, nums: Sequence[float], dens: Sequence[float]) -> dict[str, Any]:
+    """Per-run ratios ``nums[i] / dens[i]`` (pairs measured back to back)."""
+    return {"label": label, **spread([n / d for n, d in zip(nums, dens, strict=True)], 3)}
+
+
+def result(ctx: Context, figure: str, title: str, **fields: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "figure": figure, "title": title, "revision": ctx.revision or git_revision(),
+        "command": ctx.command, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "runs": ctx.runs, "scale": ctx.scale, "python": sys.version.split()[0],
+    }
+    doc.update(fields)
+    return doc
+
+
+def write_result(ctx: Context, doc: dict[str, Any]) -> Path:
+    ctx.results.mkdir(parents=True, exist_ok=True)
+    path = ctx.results / f"{doc['figure']}.json"
+    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    return path
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (VmRSS)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def group_offsets(config: ServiceConfig, group: str, topic: str,
+                  partitions: Iterable[int]) -> dict[int, int]:
+    """Committed offsets of ``group`` (the consumer is created with that group id)."""
+    consumer = Consumer({**config.common(), "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in tps}
+
+
+def wait_topics_ready(config: ServiceConfig, topics: Iterable[str], timeout: float = 30,
+                      ) -> None:
+    """Block until every partition of ``topics`` has a leader that answers a watermark query.
+
+    A just-created topic answers NOT_LEADER_FOR_PARTITION for a moment; the
+    processor's restore does not retry that, so the benches wait first.
+    """
+    consumer = Consumer({**config.common(), "group.id": "bench-ready-probe"})
+    deadline = time.monotonic() + timeout
+    try:
+        for topic in topics:
+            while True:
+                try:
+                    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+                    if meta.error is None and meta.partitions and all(
+                            pm.leader >= 0 for pm in meta.partitions.values()):
+                        for p in meta.partitions:
+                            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                        break
+                except KafkaException:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"topic {topic} not ready after {timeout} s")
+                time.sleep(0.1)
+    finally:
+        consumer.close()
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(interval)
+    return cond()
+
+
+def python_env() -> dict[str, str]:
+    """Environment for subprocesses that import this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def shell_command(argv: Sequence[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,179 @@
+"""Figure 5: latency from produce to the view visible to a read_committed subscriber.
+
+Per run: fresh topics; a ``python -m processor run`` subprocess (service
+defaults: exactly-once, ``commit_interval_ms`` as shipped); in this process
+a read_committed consumer thread on the views topic and a paced producer.
+Warm-up: the first event of every session is produced and the bench waits
+until every session's ``status`` view is visible (the processor is
+assigned and folding); those events are not counted.  Then ``RATE``
+events/s for ``DURATION`` s, sessions interleaved, each send time noted
+per (session, seq) at the ``produce`` call.  Whenever a ``status`` view of
+a session arrives with ``asOfSeq`` = s, every event of that session with
+seq <= s not yet seen is visible now: its latency is receive time - send
+time (one clock, one process).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from bench.common import REPO, Context, measure, python_env, result, unique, wait_for
+from bench.workload import PARTITIONS, create, interleave, session_logs
+from processor.service import clients
+from processor.service.codec import default_codec
+from processor.service.config import ServiceConfig
+
+SESSIONS = 200
+RATE = 400  # events/s: moderate, a few % of one processor's capacity
+DURATION = 15.0  # s of paced load per run
+
+
+class ViewWatcher(threading.Thread):
+    """Reads ``status`` views (read_committed) and turns them into latencies."""
+
+    def __init__(self, config: ServiceConfig, sent: dict[tuple[str, int], float]) -> None:
+        super().__init__(daemon=True)
+        self.config = config
+        self.sent = sent
+        self.seen: dict[str, int] = {}
+        self.latencies: list[float] = []
+        self.stop_flag = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:
+            self.error = exc
+
+    def _loop(self) -> None:
+        codec = default_codec()
+        consumer = clients.plain_consumer(self.config, "bench-latency")
+        topic = self.config.topics.views
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        try:
+            while not self.stop_flag.is_set():
+                msgs = consumer.consume(num_messages=1000, timeout=0.05)
+                now = time.perf_counter()
+                for msg in msgs:
+                    if msg.error() is not None or msg.value() is None:
+                        continue
+                    key = (msg.key() or b"").decode()
+                    sid, _, view = key.partition("/")
+                    if view != "status":
+                        continue
+                    as_of = codec.decode_view(msg.value() or b"").as_of_seq
+                    last = self.seen.get(sid, -1)
+                    for seq in range(last + 1, as_of + 1):
+                        t = self.sent.get((sid, seq))
+                        if t is not None:
+                            self.latencies.append(now - t)
+                    if as_of > last:
+                        self.seen[sid] = as_of
+        finally:
+            consumer.close()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def one_run(ctx: Context) -> dict[str, float]:
+    prefix = unique("bench-latency")
+    config = ctx.config(topic_prefix=prefix, group_id=f"{prefix}-group")
+    create(config)
+    per_session = int(RATE * DURATION / SESSIONS) + 2
+    logs = list(session_logs(SESSIONS, per_session, seed=31, tag="lat"))
+    sent: dict[tuple[str, int], float] = {}
+    watcher = ViewWatcher(config, sent)
+    watcher.start()
+    argv = [sys.executable, "-m", "processor", "run", "-b", ctx.bootstrap,
+            "--topic-prefix", prefix, "--group-id", config.group_id,
+            "--instance-id", f"{prefix}-0", "--max-idle-s", "60", "--log-level", "WARNING"]
+    proc = subprocess.Popen(argv, cwd=REPO, env=python_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    codec = default_codec()
+    producer = clients.event_producer(config, "bench-latency")
+    topic = config.topics.events
+    try:
+        for sid, events in logs:  # warm-up: seq 0 of every session, not measured
+            producer.produce(topic, key=sid.encode(), value=codec.encode_parsed_event(
+                sid, events[0]))
+        producer.flush(30)
+        if not wait_for(lambda: len(watcher.seen) >= SESSIONS, 60):
+            raise RuntimeError(f"warm-up: {len(watcher.seen)} of {SESSIONS} sessions visible; "
+                               f"processor stderr: {_stderr(proc)}")
+        stream = list(interleave([(sid, evs[1:]) for sid, evs in logs]))
+        stream = stream[: int(RATE * DURATION)]
+        payloads = [(sid, e.seq, codec.encode_parsed_event(sid, e)) for sid, e in stream]
+        t0 = time.perf_counter()
+        for i, (sid, seq, value) in enumerate(payloads):
+            due = t0 + i / RATE
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            sent[(sid, seq)] = time.perf_counter()
+            producer.produce(topic, key=sid.encode(), value=value)
+            producer.poll(0)
+        producer.flush(30)
+        last = {sid: seq for sid, seq, _ in payloads}
+        wait_for(lambda: all(watcher.seen.get(s, -1) >= q for s, q in last.items()), 60)
+    finally:
+        watcher.stop_flag.set()
+        watcher.join(10)
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    if watcher.error is not None:
+        raise watcher.error
+    lat = watcher.latencies
+    if len(lat) < len(payloads) * 0.99:
+        raise RuntimeError(f"only {len(lat)} of {len(payloads)} events became visible")
+    return {"p50_ms": 1000 * statistics.median(lat), "p99_ms": 1000 * _percentile(lat, 0.99),
+            "max_ms": 1000 * max(lat), "events": len(lat)}
+
+
+def _stderr(proc: subprocess.Popen[bytes]) -> str:
+    if proc.poll() is None or proc.stderr is None:
+        return "(still running)"
+    return proc.stderr.read().decode(errors="replace")[-2000:]
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    runs = [one_run(ctx) for _ in range(ctx.runs)]
+    interval = ctx.config().commit_interval_ms
+    p99 = [r["p99_ms"] for r in runs]
+    med99 = statistics.median(p99)
+    return result(
+        ctx, "latency", "Latency: produce -> view visible to a read_committed subscriber",
+        workload=f"{SESSIONS} sessions, {RATE} events/s for {DURATION:g} s per run",
+        value=measure("p99", "ms", p99),
+        baseline={"label": "commit interval (ServiceConfig.commit_interval_ms)", "unit": "ms",
+                  "median": interval, "min": interval, "max": interval, "samples": [interval]},
+        ratio={"label": "p99 / commit interval",
+               "median": round(med99 / interval, 3), "min": round(min(p99) / interval, 3),
+               "max": round(max(p99) / interval, 3),
+               "samples": [round(p / interval, 3) for p in p99]},
+        targets=[{"text": f"p99 <= 2 x commit interval = {2 * interval} ms (median p99 "
+                  f"{med99:.0f} ms)", "met": med99 <= 2 * interval}],
+        rows=[["p50 (ms)", _fmt([r["p50_ms"] for r in runs])],
+              ["max (ms)", _fmt([r["max_ms"] for r in runs])],
+              ["events measured per run", _fmt([r["events"] for r in runs])]],
+        raw={"runs": runs},
+    )
+
+
+def _fmt(samples: list[float]) -> str:
+    m = measure("", "", samples, 1)
+    return f"{m['median']:g} (min {m['min']:g}, max {m['max']:g})"

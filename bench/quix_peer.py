@@ -1,0 +1,125 @@
+"""Figure 2: the same fold in Quix Streams (state store + exactly-once) vs the Processor.
+
+Quix Streams is not a project dependency: it lives in its own plain venv,
+``bench/.venv-quix`` (its confluent-kafka pin differs from ours), made on
+first use with ``pip install quixstreams==<QUIX_VERSION>``, this checkout
+``--no-deps`` and the processor's pure-Python deps.  The peer app is
+:mod:`bench.quix_app` (its docstring says exactly what it does), run as a
+subprocess of that venv's python.
+
+Per run, back to back on the same events topic: one Processor run (as in
+figure 1: exactly-once, fresh group and output topics, until committed),
+then one Quix run (fresh consumer group, so fresh changelog topics, fresh
+state dir, same commit interval as the Processor).  Rates are events/s
+from the first record to the end of the run (all committed).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, Context, measure, ratio, result, unique
+from bench.throughput import fresh_output, service
+
+VENV = REPO / "bench" / ".venv-quix"
+QUIX_VERSION = "3.28.1"
+PROCESSOR_DEPS = ("fastavro", "orjson", "zstandard", "click", "tqdm", "prometheus-client")
+TARGET = 2.0
+
+
+def venv_python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def ensure_venv(log: Any = print) -> Path:
+    """Create ``bench/.venv-quix`` with Quix Streams unless it already works."""
+    py = venv_python()
+    check = [str(py), "-c", "import quixstreams, processor.core.session, fastavro, zstandard"]
+    if py.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return py
+    log(f"creating {VENV} (quixstreams=={QUIX_VERSION}) ...")
+    steps = [
+        [sys.executable, "-m", "venv", str(VENV)],
+        [str(py), "-m", "pip", "install", "-q", f"quixstreams=={QUIX_VERSION}"],
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "-e", str(REPO)],
+        [str(py), "-m", "pip", "install", "-q", *PROCESSOR_DEPS],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(step)} failed:\n{done.stderr[-2000:]}")
+    done = subprocess.run(check, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the Quix venv does not import: {done.stderr[-2000:]}")
+    return py
+
+
+def quix_run(ctx: Context, py: Path, commit_interval_s: float) -> dict[str, Any]:
+    wl = ctx.workload
+    argv = [str(py), str(REPO / "bench" / "quix_app.py"), "--bootstrap", ctx.bootstrap,
+            "--topic", wl.events_topic, "--group", unique("bench-quix"),
+            "--count", str(wl.events), "--commit-interval", str(commit_interval_s)]
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"Quix app failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    out: dict[str, Any] = json.loads(lines[-1])
+    out["process_wall"] = wall
+    if out["events"] != wl.events:
+        raise RuntimeError(f"Quix app processed {out['events']} of {wl.events} events")
+    return out
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    wl = ctx.workload
+    try:
+        py = ensure_venv()
+    except Exception as exc:  # report plainly, never fake a number
+        return result(ctx, "quix_peer", "Peer: Quix Streams (state store, exactly-once)",
+                      error=f"Quix Streams could not be installed: {exc}")
+    interval = ctx.config().commit_interval_ms / 1000
+    services: list[float] = []
+    quix: list[dict[str, Any]] = []
+    for _ in range(ctx.runs):
+        svc, _ = service(fresh_output(ctx, "peer"), wl.highs)
+        services.append(svc.rate)
+        try:
+            quix.append(quix_run(ctx, py, interval))
+        except Exception as exc:
+            return result(ctx, "quix_peer", "Peer: Quix Streams (state store, exactly-once)",
+                          error=str(exc))
+    quix_rates = [wl.events / q["first_to_end"] for q in quix]
+    r = ratio("Processor / Quix", services, quix_rates)
+    return result(
+        ctx, "quix_peer", "Peer: Quix Streams (state store, exactly-once) vs the Processor",
+        workload=wl.describe(),
+        value=measure("Processor, first record -> all committed", "events/s", services),
+        baseline=measure(f"Quix Streams {QUIX_VERSION}, first record -> stopped after the "
+                         "last record (committed)", "events/s", quix_rates),
+        ratio=r,
+        targets=[{"text": f"Processor >= {TARGET} x Quix (median ratio {r['median']:.3f})",
+                  "met": r["median"] >= TARGET}],
+        rows=[
+            ["Quix process wall incl. interpreter + imports (s)",
+             _fmt([q["process_wall"] for q in quix])],
+            ["Quix commit_interval (s), same as the Processor's", f"{interval:g}"],
+        ],
+        notes=["Quix app: bench/quix_app.py - per record: codec.decode_event + to_event, "
+               "Session.append (same core, same registries), log.trim_before, "
+               "state.set('checkpoint', session.checkpoint()) into the RocksDB state store "
+               "(changelog-backed); processing_guarantee='exactly-once'; no views output "
+               "(the Processor also publishes changed views every batch)."],
+        raw={"quix": quix},
+    )
+
+
+def _fmt(samples: list[float]) -> str:
+    m = measure("", "", samples, 2)
+    return f"{m['median']:g} (min {m['min']:g}, max {m['max']:g})"

@@ -1,0 +1,188 @@
+"""Render ``BENCHMARKS.md`` from ``bench/results/*.json`` (and ``bench/analysis.md``).
+
+``python -m bench.report`` re-renders without measuring anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, RESULTS
+
+ORDER = ("throughput", "quix_peer", "restore", "replay", "latency", "memory", "scaleout",
+         "fold_speed")
+NUMBER = {"throughput": "1", "quix_peer": "2", "restore": "3", "replay": "4", "latency": "5",
+          "memory": "6", "scaleout": "7", "fold_speed": "core"}
+PROFILE_ROWS = 15
+
+
+def _num(x: Any) -> str:
+    if isinstance(x, float):
+        if abs(x) >= 100:
+            return f"{x:,.0f}"
+        return f"{x:.3g}"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return str(x)
+
+
+def _met(flag: bool | None) -> str:
+    return {True: "**target met**", False: "**target not met**", None: "no target"}[flag]
+
+
+def one_line(doc: dict[str, Any]) -> str:
+    if doc.get("error"):
+        return f"FAILED: {doc['error'][:200]}"
+    if "ratio" not in doc:
+        return "done"
+    r = doc["ratio"]
+    v = doc.get("value", {})
+    met = [t.get("met") for t in doc.get("targets", [])]
+    verdict = "" if not met or met[0] is None else (" (target met)" if met[0]
+                                                    else " (target not met)")
+    return (f"{_num(v.get('median'))} {v.get('unit', '')}, ratio {_num(r['median'])} "
+            f"[{_num(r['min'])}..{_num(r['max'])}]{verdict}")
+
+
+def _load(results: Path) -> dict[str, dict[str, Any]]:
+    docs: dict[str, dict[str, Any]] = {}
+    for path in sorted(results.glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and "figure" in doc:
+            docs[doc["figure"]] = doc
+    return docs
+
+
+def _figure(doc: dict[str, Any]) -> list[str]:
+    n = NUMBER.get(doc["figure"], "")
+    out = [f"## {n}. {doc['title']}" if n.isdigit() else f"## {doc['title']}", ""]
+    if doc.get("error"):
+        out += [f"**Not measured — failed:** `{doc['error']}`", ""]
+    else:
+        out += ["| | median | min | max | unit | samples |", "|---|---:|---:|---:|---|---|"]
+        for key in ("value", "baseline"):
+            m = doc.get(key)
+            if m:
+                samples = ", ".join(_num(s) for s in m.get("samples", []))
+                out.append(f"| {key}: {m['label']} | {_num(m['median'])} | {_num(m['min'])} | "
+                           f"{_num(m['max'])} | {m.get('unit', '')} | {samples} |")
+        r = doc.get("ratio")
+        if r:
+            samples = ", ".join(_num(s) for s in r.get("samples", []))
+            out.append(f"| **ratio: {r['label']}** | **{_num(r['median'])}** | {_num(r['min'])} "
+                       f"| {_num(r['max'])} | | {samples} |")
+        out.append("")
+        for t in doc.get("targets", []):
+            out.append(f"- {_met(t.get('met'))}: {t['text']}")
+        if doc.get("rows"):
+            out += ["", "| detail | value |", "|---|---|"]
+            out += [f"| {name.strip()} | {value} |" for name, value in doc["rows"]]
+        out.append("")
+    if doc.get("workload"):
+        out.append(f"- workload: {doc['workload']}")
+    out.append(f"- revision `{doc.get('revision')}`, {doc.get('date')}, runs: {doc.get('runs')}"
+               f", took {doc.get('duration_s', '?')} s")
+    out.append(f"- command: `{doc.get('command')}`")
+    for note in doc.get("notes", []):
+        out.append(f"- {note}")
+    return [*out, ""]
+
+
+def _profile(doc: dict[str, Any]) -> list[str]:
+    out = ["## Where the time goes (profile of one figure-1 Processor run)", ""]
+    if doc.get("error"):
+        return [*out, f"**Not measured — failed:** `{doc['error']}`", ""]
+    for tool, title in (("pyspy", "py-spy (sampling from outside, --idle; trust these %)"),
+                        ("pyinstrument", "pyinstrument (in-process; inflates deep recursion)")):
+        part = doc.get(tool) or {}
+        out += [f"### {title}", ""]
+        if part.get("error"):
+            out += [f"not available: `{part['error']}`", ""]
+            continue
+        run = part.get("run") or {}
+        out.append(f"Profiled run: {run.get('events')} events in {run.get('seconds')} s "
+                   f"({run.get('events_per_s')} events/s under the profiler).")
+        out.append("")
+        for kind in ("inclusive", "self"):
+            out += [f"{kind.capitalize()} time, top {PROFILE_ROWS}:", "",
+                    "| function | % of run | s |", "|---|---:|---:|"]
+            out += [f"| `{name}` | {pct} | {sec} |"
+                    for name, pct, sec in part.get(kind, [])[:PROFILE_ROWS]]
+            out.append("")
+    out += [f"- revision `{doc.get('revision')}`, {doc.get('date')}; command: "
+            f"`{doc.get('command')}`; full pyinstrument tree: `bench/results/profile.txt`", ""]
+    return out
+
+
+def render(results: Path = RESULTS) -> str:
+    docs = _load(results)
+    summary = docs.pop("summary", {})
+    full = summary.get("full_suite") or {}
+    out = [
+        "# Benchmarks",
+        "",
+        "Generated by `bench/report.py` from `bench/results/*.json` (the analysis section is "
+        "`bench/analysis.md`); re-render with `python -m bench.report`. The suite is not part "
+        "of the test suite.",
+        "",
+        "Run everything (starts a local Kafka broker unless `KAFKA_BOOTSTRAP_SERVERS` is set; "
+        "makes `bench/.venv-quix` for the Quix peer on first use):",
+        "",
+        "```",
+        "python -m bench                      # whole suite, default scale 1k, 3 runs per figure",
+        "python -m bench --only throughput,restore --runs 5",
+        "python -m bench --scale 10k          # 10k sessions x 60 events (100k: x 12 events)",
+        "```",
+        "",
+        "Every figure that matters is a ratio of two measurements taken back to back in the "
+        "same run; the tables give the median over runs with min and max. The machine is "
+        f"shared and noisy ({os.cpu_count()} cores, broker and bench on the same box).",
+        "",
+    ]
+    if full:
+        out += [f"Last whole-suite run: `{full.get('command')}` took **{full.get('total_s')} s** "
+                f"({full.get('date')}, revision `{full.get('revision')}`).", ""]
+    if summary:
+        out += [f"Last run of any part: `{summary.get('command')}` ({summary.get('total_s')} s, "
+                f"{summary.get('date')}); workload: {summary.get('workload')}.", ""]
+    out += ["## Summary", "", "| # | figure | value (median) | baseline (median) | "
+            "ratio: median (min..max) | target |", "|---|---|---:|---:|---|---|"]
+    for name in ORDER:
+        doc = docs.get(name)
+        if doc is None:
+            continue
+        n = NUMBER[name]
+        if doc.get("error"):
+            out.append(f"| {n} | {doc['title']} | failed | | | `{doc['error'][:120]}` |")
+            continue
+        v, b, r = doc.get("value", {}), doc.get("baseline", {}), doc.get("ratio", {})
+        targets = "; ".join(f"{_met(t.get('met'))}: {t['text']}" for t in doc.get("targets", []))
+        out.append(f"| {n} | {doc['title']} | {_num(v.get('median'))} {v.get('unit', '')} | "
+                   f"{_num(b.get('median'))} {b.get('unit', '')} | {r.get('label', '')}: "
+                   f"**{_num(r.get('median'))}** ({_num(r.get('min'))}..{_num(r.get('max'))}) "
+                   f"| {targets} |")
+    out.append("")
+    for name in ORDER:
+        if name in docs:
+            out += _figure(docs[name])
+    if "profile" in docs:
+        out += _profile(docs["profile"])
+    analysis = REPO / "bench" / "analysis.md"
+    if analysis.exists():
+        out += [analysis.read_text().rstrip(), ""]
+    return "\n".join(out)
+
+
+def write(results: Path = RESULTS, target: Path = REPO / "BENCHMARKS.md") -> Path:
+    target.write_text(render(results))
+    return target
+
+
+if __name__ == "__main__":
+    print(write())

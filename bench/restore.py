@@ -1,0 +1,136 @@
+"""Figure 3: restore cost after a restart, short vs 100x longer log behind the checkpoint.
+
+Two events topics with the same session ids (``SESSIONS`` sessions on 12
+partitions): *short* has ``SHORT`` events per session behind the
+checkpoint, *long* has ``100 x SHORT``.  Set-up: produce that log and fold
+it with one Processor until committed (checkpoints + offsets).  Then, per
+run, for each variant in turn: produce the same small tail (``TAIL`` more
+events per session), start a new Processor of the same group and instance
+id, and time from its construction to ``run(until_offsets=...)`` returning
+(tail folded, views + checkpoints + offsets committed, consumer closed):
+restore of every checkpoint, anchor checks, group join and the tail fold.
+The restarts are in-process, so interpreter start-up (the same for both)
+is left out.  Each run's tail is folded from the previous run's checkpoint,
+so the log behind the checkpoint grows by ``TAIL`` per run on both sides.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING
+
+from bench.common import Context, measure, ratio, result, unique
+from bench.workload import create, high_watermarks, interleave, produce, session_logs
+from processor.core.events import Event
+from processor.service import clients
+from processor.service.config import ServiceConfig
+from processor.service.metrics import Metrics
+from processor.service.restore import read_partitions
+from processor.service.runner import Processor
+
+SESSIONS = 100
+SHORT = 10
+LONG_FACTOR = 100
+TAIL = 2
+TARGET = 1.5
+
+
+@dataclass
+class Variant:
+    name: str
+    behind: int
+    config: ServiceConfig
+    logs: list[tuple[str, list[Event]]]
+    produced: int = 0  # events per session produced so far
+    setup_s: float = 0.0
+
+
+def _produce_slice(v: Variant, start: int, stop: int) -> None:
+    produce(v.config, interleave([(sid, evs[start:stop]) for sid, evs in v.logs]))
+    v.produced = stop
+
+
+def _fold(v: Variant) -> tuple[float, Metrics]:
+    metrics = Metrics()
+    t0 = time.perf_counter()
+    Processor(v.config, metrics=metrics).run(until_offsets=high_watermarks(v.config))
+    return time.perf_counter() - t0, metrics
+
+
+def _checkpoint_bytes(config: ServiceConfig) -> float:
+    """Average size of the newest checkpoint record per session."""
+    consumer = clients.plain_consumer(config, "bench-cp-size")
+    try:
+        parts = read_partitions(consumer, config.topics.checkpoints,
+                                {p: OFFSET_BEGINNING for p in range(config.partitions)})
+    finally:
+        consumer.close()
+    newest: dict[bytes, int] = {}
+    for msgs in parts.values():
+        for m in msgs:
+            if m.key() is not None:
+                newest[m.key() or b""] = len(m.value() or b"")
+    return sum(newest.values()) / max(len(newest), 1)
+
+
+def setup(ctx: Context, name: str, behind: int) -> Variant:
+    prefix = unique(f"bench-restore-{name}")
+    config = ctx.config(topic_prefix=prefix, group_id=f"{prefix}-group",
+                        instance_id=f"{prefix}-0")
+    create(config)
+    length = behind + TAIL * ctx.runs
+    logs = list(session_logs(SESSIONS, length, seed=23, tag="restore"))
+    v = Variant(name, behind, config, logs)
+    _produce_slice(v, 0, behind)
+    v.setup_s, _ = _fold(v)
+    return v
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    variants = [setup(ctx, "short", SHORT), setup(ctx, "long", SHORT * LONG_FACTOR)]
+    times: dict[str, list[float]] = {v.name: [] for v in variants}
+    restore_s: dict[str, list[float]] = {v.name: [] for v in variants}
+    for _ in range(ctx.runs):
+        for v in variants:  # alternate, so drift hits both alike
+            _produce_slice(v, v.produced, v.produced + TAIL)
+            seconds, metrics = _fold(v)
+            times[v.name].append(seconds)
+            restore_s[v.name].append(metrics.restore_seconds._sum.get())
+    short, long = variants
+    r = ratio("long / short", times["long"], times["short"])
+    return result(
+        ctx, "restore", "Restore cost: restart to caught-up, short vs 100x longer log",
+        workload=(f"{SESSIONS} sessions; {SHORT} vs {SHORT * LONG_FACTOR} events per session "
+                  f"behind the checkpoint, tail {TAIL} events per session per run"),
+        value=measure(f"long log ({long.behind} events/session behind)", "s",
+                      times["long"], 3),
+        baseline=measure(f"short log ({short.behind} events/session behind)", "s",
+                         times["short"], 3),
+        ratio=r,
+        targets=[{"text": f"long / short <= {TARGET} (median ratio {r['median']:.3f})",
+                  "met": r["median"] <= TARGET}],
+        rows=[
+            ["restore_seconds (checkpoint load + anchor check), short (s)",
+             _fmt(restore_s["short"])],
+            ["restore_seconds (checkpoint load + anchor check), long (s)",
+             _fmt(restore_s["long"])],
+            ["avg newest checkpoint record, short (bytes)",
+             f"{_checkpoint_bytes(short.config):.0f}"],
+            ["avg newest checkpoint record, long (bytes)",
+             f"{_checkpoint_bytes(long.config):.0f}"],
+            ["set-up fold of the whole log, short / long (s)",
+             f"{short.setup_s:.2f} / {long.setup_s:.2f}"],
+        ],
+        notes=["A longer session also has more state (surface nodes, open transcript page, "
+               "projection rows), so some growth of the checkpoint and its decode is "
+               "inherent; the checkpoint sizes above show how much."],
+    )
+
+
+def _fmt(samples: Sequence[float]) -> str:
+    m = measure("", "", samples, 3)
+    return f"{m['median']:g} (min {m['min']:g}, max {m['max']:g})"
