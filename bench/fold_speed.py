@@ -13,6 +13,7 @@ a projection snapshot once at the end.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=Path("bench/results/tmp/fold_speed.json"))
     args = ap.parse_args(argv)
+    gc.set_threshold(50_000, 20, 100)  # as the `processor` command does
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "session.jsonl"
         events = generate_session(random.Random(args.seed), args.events)

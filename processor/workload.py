@@ -6,7 +6,9 @@ action that is valid against the current surface (it keeps a
 exercises appends, compaction replaces of ranges, tool-result rewrites,
 system-head rewrites, tool additions/removals, image offloads, domain events
 and ignorable unknown events.  With a ``random.Random`` it is a fast workload
-generator; with hypothesis' ``st.randoms()`` it shrinks.
+generator; with hypothesis' ``st.randoms()`` it shrinks.  Like a real agent it
+compacts when the surface outgrows its context budget and admits spliced
+inbox messages a little later, so the surface and the inbox stay bounded.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class _Walker:
         self.header_seq: int | None = None
         self.header_tools: dict[str, dict[str, Any]] = {}
         self.in_step = False
+        self.inbox_pending: list[dict[str, Any]] = []
+        self.context_budget = rng.randint(60, 200)  # surface nodes before a compaction
 
     # every event goes through the real planner: the generator cannot drift
     def commit(self, event: Event) -> None:
@@ -140,16 +144,30 @@ class _Walker:
         self.user()
 
     def inbox(self) -> None:
+        message = {"id": f"inbox-{self.b.next_seq}", "role": "user", "content": [text("ping")]}
         self.b.add_raw("agent/inbox/spliced", {
-            "delivery": self.rng.choice(["next-turn", "next-step"]),
-            "messages": [{"id": f"inbox-{self.b.next_seq}", "role": "user",
-                          "content": [text("ping")]}]})
+            "delivery": self.rng.choice(["next-turn", "next-step"]), "messages": [message]})
+        self.inbox_pending.append(message)
+
+    def deliver_inbox(self) -> None:
+        """Admit a spliced message at a later step, as the agent loop does."""
+        self.b.add_raw("user/message", {**self.inbox_pending.pop(0), "source": {
+            "kind": "inbox"}}, surfaceOp="append")
+
+    def compact_window(self) -> None:
+        """Compact like an agent at its context budget: all but the recent tail."""
+        nodes = self.state.nodes
+        lo = 1 if nodes and self.state.node_events[nodes[0]].type == "system/message" else 0
+        keep = self.rng.randint(4, 12)
+        shadowed = nodes[lo : len(nodes) - keep]
+        self.b.summary(f"summary of {len(shadowed)} messages", shadowed[0], shadowed[-1],
+                       list(shadowed))
 
     def ignorable(self) -> None:
         self.b.add_raw("vendor/telemetry", {"n": self.rng.randint(0, 9)}, ignorable=True)
 
     ACTIONS: tuple[tuple[str, float], ...] = (
-        ("user", 18), ("assistant", 30), ("turn", 14), ("attempt", 2), ("header", 4),
+        ("user", 18), ("assistant", 30), ("turn", 14), ("attempt", 2), ("header", 1),
         ("compact", 4), ("rewrite_tool_result", 3), ("rewrite_system", 2), ("offload", 2),
         ("inbox", 2), ("ignorable", 1),
     )
@@ -164,7 +182,12 @@ def generate_session(rng: random.Random, n_events: int, *, big_result_bytes: int
     names = [a for a, _ in w.ACTIONS]
     weights = [wt for _, wt in w.ACTIONS]
     while len(w.b.events) < n_events:
-        getattr(w, rng.choices(names, weights)[0])()
+        if len(w.state.nodes) > w.context_budget:
+            w.compact_window()
+        elif w.inbox_pending and rng.random() < 0.3:
+            w.deliver_inbox()
+        else:
+            getattr(w, rng.choices(names, weights)[0])()
         for event in w.b.events[w.state.next_seq :]:
             w.commit(event)
     return w.b.events[:n_events]

@@ -6,6 +6,8 @@ API and prints; there is no logic here a test could not reach directly.
 
 from __future__ import annotations
 
+import gc
+
 import click
 
 from processor.cli.demo import demo
@@ -36,4 +38,9 @@ cli.add_command(redrive)
 
 
 def main() -> None:
+    # Folding allocates many small long-lived objects (frozen events and
+    # messages); the default gen-0 threshold of 700 makes the collector run
+    # constantly over them.  Measured: reading a 100k-event log takes half
+    # the time with these thresholds.  Nothing here makes reference cycles.
+    gc.set_threshold(50_000, 20, 100)
     cli(prog_name="processor")

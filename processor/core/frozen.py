@@ -70,15 +70,23 @@ class FrozenList(list[Any]):
         return (FrozenList, (list(self),))
 
 
+# Values that need no work: already frozen, or immutable scalars.  Checked
+# inline so freezing a dict of mostly-frozen values costs no call per value.
+_DONE = frozenset({str, int, float, bool, type(None)})
+
+
 def freeze(value: Any) -> Any:
     """Return a deep-frozen copy of a JSON value (frozen parts are reused)."""
     t = type(value)
     if t is FrozenDict or t is FrozenList:
         return value
     if t is dict:
-        return FrozenDict({k: freeze(v) for k, v in value.items()})
+        return FrozenDict({k: v if type(v) in _DONE or type(v) is FrozenDict
+                           or type(v) is FrozenList else freeze(v)
+                           for k, v in value.items()})
     if t is list or t is tuple:
-        return FrozenList([freeze(v) for v in value])
+        return FrozenList([v if type(v) in _DONE or type(v) is FrozenDict
+                           or type(v) is FrozenList else freeze(v) for v in value])
     if isinstance(value, dict):
         return FrozenDict({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list | tuple):

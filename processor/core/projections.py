@@ -518,7 +518,42 @@ class SessionProjections:
             raise ProjectionError(event.seq, "P-3", f"on_commit: seq {event.seq} is not in the "
                                   f"retained log ({self.log.base_seq}..{self.log.end_seq}); "
                                   "append it to the log first")
-        self.materialize()
+        if not self._apply_next(event):
+            self.materialize()
+
+    def _apply_next(self, event: Event) -> bool:
+        """Fast path of :meth:`materialize` for the common case (P-3 unchanged).
+
+        When no registration changed and every unit already has a cell at
+        ``event.seq - 1``, catching up is exactly one ``apply`` per unit.
+        """
+        if self._generation != self.registry.generation:
+            return False
+        units = self.registry._incarnations()
+        cells = self._cells
+        prev = event.seq - 1
+        if len(cells) != len(units) or event.seq != self.log.end_seq:
+            return False
+        for unit in units:
+            cell = cells.get(unit.definition.key)
+            if cell is None or cell.unit is not unit or cell.observed_seq != prev:
+                return False
+        known = event.is_known
+        changed: list[_Cell] = []
+        for unit in units:
+            cell = cells[unit.definition.key]
+            if known:
+                before = cell.state
+                cell.state = unit.definition.apply(before, event)
+                if cell.state is not before:
+                    changed.append(cell)
+            cell.observed_seq = event.seq
+        if changed and self._listeners:
+            for cell in changed:
+                view = cell.current_view() if cell.definition.wire is not None else None
+                for listener in list(self._listeners):
+                    listener(cell.definition.key, cell.state, view, cell.observed_seq)
+        return True
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(key, state, view, seq)`` on an identity change (P-1).
