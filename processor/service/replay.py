@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
 from processor.core.builtin import default_registry
 from processor.core.projections import ProjectionRegistry
 from processor.service import clients
 from processor.service.codec import default_codec, session_key
 from processor.service.config import ServiceConfig
-from processor.service.restore import load_checkpoints
+from processor.service.restore import load_checkpoints, watermarks
 from processor.service.runner import Processor
 from processor.service.topics import create_topics
 
@@ -86,8 +86,7 @@ def replay(config: ServiceConfig, *, into_prefix: str | None = None,
                 raise
     consumer = clients.plain_consumer(config, "replay-watermarks")
     try:
-        marks = {p: consumer.get_watermark_offsets(TopicPartition(events_topic, p), timeout=30)
-                 for p in partitions}
+        marks = {p: watermarks(consumer, events_topic, p) for p in partitions}
     finally:
         consumer.close()
     total = sum(high - low for low, high in marks.values())

@@ -23,7 +23,14 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from processor.core.errors import SessionError
 from processor.core.session import event_digest
@@ -44,6 +51,30 @@ class PartitionRestore:
     bad_records: int = 0
 
 
+def watermarks(consumer: Consumer, topic: str, partition: int,
+               timeout: float = 30.0) -> tuple[int, int]:
+    """(low, high) of a partition, retrying the leader moves of a fresh topic.
+
+    Right after a topic is created the broker answers NOT_LEADER for a few
+    seconds; a restore started then must wait, not fail.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=timeout)
+            return low, high
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = isinstance(err, KafkaError) and (
+                err.retriable() or err.code() in (KafkaError.NOT_LEADER_FOR_PARTITION,
+                                                  KafkaError.LEADER_NOT_AVAILABLE,
+                                                  KafkaError.UNKNOWN_TOPIC_OR_PART))
+            if not retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_partitions(consumer: Consumer, topic: str, starts: Mapping[int, int],
                     limit_per_partition: int | None = None, timeout: float = 30.0,
                     ) -> dict[int, list[Message]]:
@@ -55,7 +86,7 @@ def read_partitions(consumer: Consumer, topic: str, starts: Mapping[int, int],
     out: dict[int, list[Message]] = {p: [] for p in starts}
     highs: dict[int, int] = {}
     for p in starts:
-        highs[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+        highs[p] = watermarks(consumer, topic, p, timeout)[1]
     todo = {p for p, start in starts.items() if highs[p] > max(start, 0)}
     if not todo:
         return out
@@ -152,7 +183,7 @@ def check_anchor(consumer: Consumer, topic: str, restore: PartitionRestore,
     ``found`` is what :func:`fetch_events` read at the newest anchor's offset.
     """
     partition = restore.partition
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+    low, high = watermarks(consumer, topic, partition)
     if committed is not None and committed > high:
         return (f"committed offset {committed} is beyond the end of {topic}[{partition}] "
                 f"({high}): the topic was truncated or recreated")
