@@ -35,6 +35,8 @@ from bench.common import REPO, Context, python_env, result
 from bench.throughput import fresh_output, service
 
 PYSPY_RATE = 1000
+#: frames above the Processor (interpreter start, this bench): left out of the tables
+_WRAPPERS = ("<frozen runpy>", "bench/")
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
 TOP = 25
@@ -133,8 +135,9 @@ def pyspy_profile(ctx: Context) -> dict[str, Any]:
     child_out = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
 
     def top(table: dict[str, float]) -> list[list[Any]]:
-        rows = sorted(table.items(), key=lambda kv: -kv[1])[:TOP]
-        return [[name, round(100 * n / total, 1), round(n / PYSPY_RATE, 3)] for name, n in rows]
+        rows = sorted(((k, v) for k, v in table.items() if not k.startswith(_WRAPPERS)),
+                      key=lambda kv: -kv[1])[:TOP]
+        return [[name, round(100 * n / total, 1), int(n)] for name, n in rows]
 
     return {"samples": total, "rate_hz": PYSPY_RATE,
             "run": json.loads(child_out[-1]) if child_out else None,

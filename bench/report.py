@@ -106,12 +106,14 @@ def _profile(doc: dict[str, Any]) -> list[str]:
             out += [f"not available: `{part['error']}`", ""]
             continue
         run = part.get("run") or {}
+        unit = "samples" if tool == "pyspy" else "s"
+        extra = f", {part.get('samples')} samples" if tool == "pyspy" else ""
         out.append(f"Profiled run: {run.get('events')} events in {run.get('seconds')} s "
-                   f"({run.get('events_per_s')} events/s under the profiler).")
+                   f"({run.get('events_per_s')} events/s under the profiler{extra}).")
         out.append("")
         for kind in ("inclusive", "self"):
             out += [f"{kind.capitalize()} time, top {PROFILE_ROWS}:", "",
-                    "| function | % of run | s |", "|---|---:|---:|"]
+                    f"| function | % of run | {unit} |", "|---|---:|---:|"]
             out += [f"| `{name}` | {pct} | {sec} |"
                     for name, pct, sec in part.get(kind, [])[:PROFILE_ROWS]]
             out.append("")

@@ -12,6 +12,8 @@ restore of every checkpoint, anchor checks, group join and the tail fold.
 The restarts are in-process, so interpreter start-up (the same for both)
 is left out.  Each run's tail is folded from the previous run's checkpoint,
 so the log behind the checkpoint grows by ``TAIL`` per run on both sides.
+Each run also restarts both variants once more with ``TUNED`` librdkafka
+settings (an experiment row; the figure uses the shipped settings).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING
 
-from bench.common import Context, measure, ratio, result, unique
+from bench.common import Context, group_offsets, measure, ratio, result, unique
 from bench.workload import create, high_watermarks, interleave, produce, session_logs
 from processor.core.events import Event
 from processor.service import clients
@@ -37,6 +39,9 @@ SHORT = 10
 LONG_FACTOR = 100
 TAIL = 2
 TARGET = 1.5
+IDLE_S = 30.0  # a restart that makes no progress this long is a failure, not a hang
+#: experiment: restores without fetch long-polling (librdkafka's default waits 500 ms)
+TUNED = {"fetch.wait.max.ms": "10"}
 
 
 @dataclass
@@ -54,11 +59,19 @@ def _produce_slice(v: Variant, start: int, stop: int) -> None:
     v.produced = stop
 
 
-def _fold(v: Variant) -> tuple[float, Metrics]:
+def _fold(v: Variant, kafka: dict[str, str] | None = None) -> tuple[float, Metrics]:
     metrics = Metrics()
+    config = v.config.with_overrides(kafka=kafka) if kafka else v.config
+    highs = high_watermarks(v.config)
     t0 = time.perf_counter()
-    Processor(v.config, metrics=metrics).run(until_offsets=high_watermarks(v.config))
-    return time.perf_counter() - t0, metrics
+    Processor(config, metrics=metrics).run(until_offsets=highs, max_idle_s=IDLE_S)
+    seconds = time.perf_counter() - t0
+    done = group_offsets(v.config, v.config.group_id, v.config.topics.events, highs)
+    behind = {p: (done.get(p), h) for p, h in highs.items() if h > 0 and done.get(p, -1) < h}
+    if behind:
+        raise RuntimeError(f"{v.name}: the restarted processor stopped idle without catching "
+                           f"up (partition: (committed, high)) {behind}")
+    return seconds, metrics
 
 
 def _checkpoint_bytes(config: ServiceConfig) -> float:
@@ -75,6 +88,10 @@ def _checkpoint_bytes(config: ServiceConfig) -> float:
             if m.key() is not None:
                 newest[m.key() or b""] = len(m.value() or b"")
     return sum(newest.values()) / max(len(newest), 1)
+
+
+def _records(config: ServiceConfig) -> int:
+    return sum(high_watermarks(config, config.topics.checkpoints).values())
 
 
 def setup(ctx: Context, name: str, behind: int) -> Variant:
@@ -94,12 +111,19 @@ def run(ctx: Context) -> dict[str, Any]:
     variants = [setup(ctx, "short", SHORT), setup(ctx, "long", SHORT * LONG_FACTOR)]
     times: dict[str, list[float]] = {v.name: [] for v in variants}
     restore_s: dict[str, list[float]] = {v.name: [] for v in variants}
+    tuned: dict[str, list[float]] = {v.name: [] for v in variants}
+    tuned_restore: dict[str, list[float]] = {v.name: [] for v in variants}
     for _ in range(ctx.runs):
         for v in variants:  # alternate, so drift hits both alike
             _produce_slice(v, v.produced, v.produced + TAIL)
             seconds, metrics = _fold(v)
             times[v.name].append(seconds)
             restore_s[v.name].append(metrics.restore_seconds._sum.get())
+        for v in variants:  # the same restart with TUNED client settings
+            _produce_slice(v, v.produced, v.produced + TAIL)
+            seconds, metrics = _fold(v, TUNED)
+            tuned[v.name].append(seconds)
+            tuned_restore[v.name].append(metrics.restore_seconds._sum.get())
     short, long = variants
     r = ratio("long / short", times["long"], times["short"])
     return result(
@@ -122,6 +146,15 @@ def run(ctx: Context) -> dict[str, Any]:
              f"{_checkpoint_bytes(short.config):.0f}"],
             ["avg newest checkpoint record, long (bytes)",
              f"{_checkpoint_bytes(long.config):.0f}"],
+            ["records in the checkpoints topic at the end (sum of high watermarks, "
+             "transaction markers included), short / long",
+             f"{_records(short.config)} / {_records(long.config)}"],
+            [f"experiment, {_tuned()}: restart -> caught up, short (s)", _fmt(tuned["short"])],
+            [f"experiment, {_tuned()}: restart -> caught up, long (s)", _fmt(tuned["long"])],
+            [f"experiment, {_tuned()}: long / short",
+             _fmt([a / b for a, b in zip(tuned["long"], tuned["short"], strict=True)])],
+            [f"experiment, {_tuned()}: restore_seconds short / long (s)",
+             f"{_fmt(tuned_restore['short'])} / {_fmt(tuned_restore['long'])}"],
             ["set-up fold of the whole log, short / long (s)",
              f"{short.setup_s:.2f} / {long.setup_s:.2f}"],
         ],
@@ -129,6 +162,10 @@ def run(ctx: Context) -> dict[str, Any]:
                "projection rows), so some growth of the checkpoint and its decode is "
                "inherent; the checkpoint sizes above show how much."],
     )
+
+
+def _tuned() -> str:
+    return ", ".join(f"{k}={v}" for k, v in TUNED.items())
 
 
 def _fmt(samples: Sequence[float]) -> str:

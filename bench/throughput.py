@@ -129,7 +129,7 @@ def service(config: ServiceConfig, highs: dict[int, int], profiler: Any = None,
     if profiler is not None:
         profiler.start()
     try:
-        proc.run(until_offsets=dict(highs))
+        proc.run(until_offsets=dict(highs), max_idle_s=60)
     finally:
         if profiler is not None:
             profiler.stop()
