@@ -139,6 +139,7 @@ class Processor:
         self._restore_consumer: Consumer | None = None
         self._publish_floor = dict(publish_floor or {})
         self._assigned_at = 0.0
+        self._applied = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -368,6 +369,9 @@ class Processor:
             pending.offsets[part.number] = _offset(msg) + 1
         pending.events += consumed
         self.metrics.records_consumed.inc(consumed)
+        if self._applied:  # one labelled counter update per batch, not per event
+            self.metrics.events.labels("applied").inc(self._applied)
+            self._applied = 0
         self.metrics.fold_seconds.observe(time.perf_counter() - t0)
 
     def _fold_record(self, part: _Partition, msg: Message) -> None:
@@ -427,7 +431,7 @@ class Processor:
         rt.record_applied(event, _offset(msg))
         rt.session.log.trim_before(event.seq + 1)
         self._pending.dirty[(part.number, sid)] = rt
-        self.metrics.events.labels("applied").inc()
+        self._applied += 1
 
     def _control(self, part: _Partition, sid: str, command: bytes, msg: Message) -> None:
         """Operator commands travel in the events topic to keep partition order."""

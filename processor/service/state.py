@@ -85,7 +85,9 @@ class SessionRuntime:
     # ------------------------------------------------------------ seq gate
 
     def record_applied(self, event: Event, offset: int) -> None:
-        self._digests.append(_short_digest(event))
+        """Remember a folded event (the session computed its digest on append)."""
+        digest = self.session.last_digest
+        self._digests.append(bytes.fromhex(digest[:16]) if digest else _short_digest(event))
         self.last_offset = offset
 
     def duplicate_verdict(self, event: Event) -> str:
