@@ -40,6 +40,8 @@ def plain_consumer(config: ServiceConfig, purpose: str) -> Consumer:
     """A group-less consumer for restores, views and verification reads."""
     conf: dict[str, Any] = {
         "fetch.max.bytes": 64 * 1024 * 1024,
+        # read-to-end jobs: do not long-poll 500 ms at every partition end
+        "fetch.wait.max.ms": 10,
         **config.common(),
         "group.id": f"{config.group_id}-{purpose}-unused",
         "enable.auto.commit": False,

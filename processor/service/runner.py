@@ -163,16 +163,20 @@ class Processor:
         try:
             while not self._stop.is_set():
                 self.metrics.tick()
+                # A batch consume returns only when it is full or its timeout is
+                # over, so poll in short slices and date the batch from the poll
+                # that brought its first record: the batch then stays open one
+                # commit interval, not two (measured: p99 latency ~2x -> ~1x).
+                polled_at = time.monotonic()
                 msgs = consumer.consume(num_messages=min(cfg.max_batch_events, 5_000),
-                                        timeout=min(interval, 0.5) if self._pending.empty()
-                                        else 0.05)
+                                        timeout=min(0.02, interval))
                 if self.metrics.fatal:
                     raise AnchorError(self.metrics.fatal)
                 if msgs or not self._partitions:
                     idle_since = time.monotonic()  # idle counts from the assignment on
                 idle_since = max(idle_since, self._assigned_at)
                 if msgs:
-                    self._fold_batch(msgs)
+                    self._fold_batch(msgs, polled_at)
                 elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
                     break
                 p = self._pending
@@ -189,10 +193,15 @@ class Processor:
         if not self._pending.empty() or set(targets) - set(self._partitions):
             return False
         assert self._consumer is not None
-        positions = self._consumer.position(
-            [TopicPartition(self.topics.events, p) for p in targets])
-        return all(tp.offset >= targets[tp.partition] or targets[tp.partition] <= 0
-                   for tp in positions)
+        tps = [TopicPartition(self.topics.events, p) for p in targets]
+        positions = {tp.partition: tp.offset for tp in self._consumer.position(tps)}
+        if any(o < 0 for o in positions.values()):
+            # no record consumed since the assignment: the committed offset is
+            # where this member stands
+            for tp in self._consumer.committed(tps, timeout=30):
+                if positions[tp.partition] < 0:
+                    positions[tp.partition] = tp.offset
+        return all(positions[p] >= target or target <= 0 for p, target in targets.items())
 
     def _close(self) -> None:
         if self._consumer is not None:
@@ -346,11 +355,11 @@ class Processor:
             # the replay command rebuilds such sessions from offset zero.
             raise AnchorError(f"session {cp.session_id}: {exc}; run `processor replay`") from exc
 
-    def _fold_batch(self, msgs: Iterable[Message]) -> None:
+    def _fold_batch(self, msgs: Iterable[Message], polled_at: float | None = None) -> None:
         t0 = time.perf_counter()
         pending = self._pending
         if pending.empty():
-            pending.started = time.monotonic()
+            pending.started = polled_at if polled_at is not None else time.monotonic()
         consumed = 0
         for msg in msgs:
             err = msg.error()
