@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from processor.service.config import ServiceConfig, load_config, parse_kafka_overrides
+from processor.service.config import load_config, parse_kafka_overrides
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,6 +43,3 @@ def service_options(fn: F) -> F:
 
     return wrapper  # type: ignore[return-value]
 
-
-def config_with(config: ServiceConfig, **values: Any) -> ServiceConfig:
-    return config.with_overrides(**values)

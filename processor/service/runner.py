@@ -107,6 +107,9 @@ class _Partition:
     def __init__(self, number: int, checkpoints: dict[str, Checkpoint]) -> None:
         self.number = number
         self.checkpoints = checkpoints  # not yet materialised sessions
+        # quarantined session ids, kept as they change so the gauge is O(partitions)
+        self.quarantined = {sid for sid, cp in checkpoints.items()
+                            if (cp.surface.get("service") or {}).get("quarantine")}
         self.sessions: dict[str, SessionRuntime] = {}
         self.view_parts: dict[tuple[str, str], int] = {}
 
@@ -390,7 +393,7 @@ class Processor:
         if sid is not None and CONTROL_HEADER in headers:
             command = headers[CONTROL_HEADER]
             self._control(part, sid, command.encode() if isinstance(command, str)
-                          else command or b"", msg)
+                          else command or b"")
             return
         try:
             decoded = self.codec.decode_event(msg.value() or b"")
@@ -442,13 +445,14 @@ class Processor:
         self._pending.dirty[(part.number, sid)] = rt
         self._applied += 1
 
-    def _control(self, part: _Partition, sid: str, command: bytes, msg: Message) -> None:
+    def _control(self, part: _Partition, sid: str, command: bytes) -> None:
         """Operator commands travel in the events topic to keep partition order."""
         rt = self._runtime(part, sid)
         if command == b"redrive" and rt.quarantine is not None:
             log.info("re-driving session %s (was quarantined at seq %d)", sid,
                      rt.quarantine.seq)
             rt.quarantine = None
+            part.quarantined.discard(sid)
             self._pending.dirty[(part.number, sid)] = rt
 
     def _reject(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
@@ -460,6 +464,7 @@ class Processor:
         rt = rt or self._runtime(part, sid)
         if rt.quarantine is None:
             rt.quarantine = Quarantine(rt.last_seq, rule, reason, _offset(msg))
+            part.quarantined.add(sid)
             self._pending.dirty[(part.number, sid)] = rt
 
     def _dead_letter(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
@@ -604,8 +609,7 @@ class Processor:
 
     def _update_gauges(self) -> None:
         live = sum(len(p.sessions) + len(p.checkpoints) for p in self._partitions.values())
-        quarantined = sum(1 for p in self._partitions.values() for rt in p.sessions.values()
-                          if rt.quarantine is not None)
+        quarantined = sum(len(p.quarantined) for p in self._partitions.values())
         self.metrics.sessions.set(live)
         self.metrics.quarantined.set(quarantined)
         if self._consumer is None:
