@@ -124,11 +124,27 @@ def runtime_context_source(rendered: RenderedContext) -> dict[str, Any]:
     return {"kind": RUNTIME_CONTEXT_KIND}
 
 
-def _is_runtime_context(event: Event) -> bool:
-    if event.type != "user/message" or not isinstance(event.data, dict):
+def _is_runtime_context(data: Any) -> bool:
+    if not isinstance(data, dict):
         return False
-    source = event.data.get("source")
+    source = data.get("source")
     return isinstance(source, dict) and source.get("kind") == RUNTIME_CONTEXT_KIND
+
+
+def single_text(message: Any) -> str | None:
+    """The text of a message made of exactly one ``text`` block, else None.
+
+    This is how the runtime reads back its own prompt and context messages:
+    a message of any other shape has no comparable text, so it never counts
+    as "already sent" and never suppresses a resend.
+    """
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, list | tuple) and len(content) == 1:
+        block = content[0]
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text")
+            return text if isinstance(text, str) else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,90 +152,90 @@ class RetainedContext:
     """The runtime-context message the model currently sees: its seq and text."""
 
     seq: int
-    text: str
+    text: str | None
+
+
+_NEVER: Final = "never"
 
 
 class RuntimeContextProjection:
-    """Sends the runtime context only when it changed (R-1..R-3).
+    """Sends the runtime context only when it changed (R-1..R-3), as the runtime does.
 
     Snapshots accumulate in the history as user-role messages, so sending one
     per step would flood the context; sending none after a change would leave
-    the model with a stale snapshot.  The projection therefore remembers the
-    *retained* message (the last one it logged that is still on the surface)
-    and proposes a new message only when the rendered text differs from it.
+    the model with a stale snapshot.  The projection keeps three states:
 
-    * :meth:`restore` rebuilds the retained message from a log (newest-first
-      scan for a runtime-context ``user/message``, checked against the
-      surface), so a resumed loop does not resend an unchanged snapshot.
-    * :meth:`observe` is called by the loop for every committed event.
-    * :meth:`project` returns at most one draft and changes nothing (R-3): the
-      loop commits it after it entered the step and prepared the route, and a
-      retry of the step does not project again.
+    * *never*: no runtime-context message exists in the log -- an empty
+      context sends nothing;
+    * *none retained* (``retained is None``): one existed but a replacement
+      shadowed it -- any context is (re)sent, an empty one as CLEARED (issue
+      17 item 4: the model may still hold the compacted summary of the old
+      snapshot, so silence would not revoke it);
+    * *retained* ``(seq, text)``: the last one sent -- a context whose text
+      equals it is not resent.
+
+    :meth:`restore` scans newest-first for runtime-context messages and keeps
+    the first one still on the surface, skipping shadowed ones (item 5: an
+    older snapshot that survived a compaction with the same text is what the
+    model sees, so it is not resent).  :meth:`observe` follows every
+    committed event: a runtime-context message becomes retained, a
+    replacement citing the retained seq in ``sourceEventSeqs`` drops it.
     """
 
     __slots__ = ("_retained",)
 
     def __init__(self) -> None:
-        self._retained: RetainedContext | None = None
+        self._retained: RetainedContext | str | None = _NEVER
 
     @property
     def retained(self) -> RetainedContext | None:
-        return self._retained
+        return self._retained if isinstance(self._retained, RetainedContext) else None
+
+    @property
+    def ever_sent(self) -> bool:
+        return self._retained != _NEVER
 
     def restore(self, events: Sequence[Event], surface: SurfaceState) -> None:
-        """R-1: the newest runtime-context message of the log, if still on the surface.
-
-        Only the *newest* one counts: if it was shadowed by a compaction, an
-        older snapshot that survived is stale by definition (it was superseded
-        before the compaction), so the next step must resend.
-        """
-        self._retained = None
+        """R-1: the newest runtime-context message still on the surface (older ones included)."""
+        self._retained = _NEVER
         for event in reversed(events):
-            if _is_runtime_context(event):
-                if event.seq in surface.node_events:
-                    message = surface.message_of(event.seq)
-                    self._retained = RetainedContext(event.seq, message_text(message))
+            if event.type != "user/message" or not _is_runtime_context(event.data):
+                continue
+            if self._retained == _NEVER:
+                self._retained = None
+            if event.seq in surface.node_events:
+                self._retained = RetainedContext(event.seq, single_text(event.data))
                 return
 
     def observe(self, event: Event, surface: SurfaceState) -> None:
-        """Track committed events: our own messages become retained (R-1).
-
-        Shadowing is checked when projecting (:meth:`current`), so a
-        replacement committed by anyone, through any path, is noticed (R-3).
-        """
-        if _is_runtime_context(event) and event.seq in surface.node_events:
-            self._retained = RetainedContext(event.seq, message_text(event.data))
-
-    def current(self, surface: SurfaceState) -> RetainedContext | None:
-        """The retained message, or None when a replacement shadowed it (R-3)."""
+        """Follow a committed event (the runtime's ``session/event`` listener)."""
+        if event.type == "user/message" and _is_runtime_context(event.data):
+            self._retained = RetainedContext(event.seq, single_text(event.data))
+            return
         retained = self._retained
-        if retained is not None and retained.seq not in surface.node_events:
-            return None
-        return retained
+        if (
+            isinstance(retained, RetainedContext)
+            and isinstance(event.surface_op, dict)
+            and isinstance(event.source_event_seqs, list | tuple)
+            and retained.seq in event.source_event_seqs
+        ):
+            self._retained = None
 
     def project(
         self, rendered: RenderedContext, surface: SurfaceState, new_id: IdFactory
     ) -> EventDraft | None:
-        """R-1/R-2: the uncommitted runtime-context message of this step, or None.
-
-        * rendered non-empty and different from the retained text -> a snapshot;
-        * rendered empty, retained non-empty (and not already CLEARED) -> the
-          explicit CLEARED text, because silence would let the model keep
-          trusting the last snapshot;
-        * otherwise nothing (in particular: empty and never sent).
-        """
-        retained = self.current(surface)
+        """R-1/R-2: the uncommitted runtime-context message of this step, or None."""
         text = rendered.text
-        if text == "":
-            if retained is None or retained.text in ("", RUNTIME_CONTEXT_CLEARED):
-                return None
-            text = RUNTIME_CONTEXT_CLEARED
-        elif retained is not None and retained.text == text:
+        if self._retained == _NEVER and text == "":
+            return None
+        snapshot = RUNTIME_CONTEXT_CLEARED if text == "" else text
+        retained = self._retained
+        if isinstance(retained, RetainedContext) and retained.text == snapshot:
             return None
         message = {
             "id": new_id("user"),
             "role": "user",
-            "content": _text_content(text),
+            "content": [{"type": "text", "text": snapshot}],
             "source": runtime_context_source(rendered),
         }
         return EventDraft("user/message", message, surface_op="append")
@@ -293,25 +309,33 @@ class SystemPromptProjection:
         (R-5), never from an older ``request/context`` record: a model switch
         between attempts changes what the route can do.  Each replace targets
         exactly one node and cites it in ``sourceEventSeqs`` (S-4).
+
+        Consolidation blanks the later non-empty nodes first and rewrites the
+        head last (issue 17 item 6, the runtime's order): at every point of
+        the sequence no instruction set is visible that was not visible
+        before, and a reader of a cut-off log never sees the new head next to
+        a stale later node.  A node's text is ``""`` when it has no content,
+        the text of its single text block, or None (not comparable: it is
+        rewritten / never matches).
         """
         system_nodes = [
             s for s in surface.nodes if surface.node_events[s].type == "system/message"
         ]
         if not system_nodes:
             return [self._system_draft(rendered, turn, step, None)]
-        texts = {s: message_text(surface.message_of(s)) for s in system_nodes}
+        texts: dict[int, str | None] = {}
+        for s in system_nodes:
+            message = surface.message_of(s)
+            content = message.get("content") if isinstance(message, dict) else None
+            texts[s] = "" if isinstance(content, list | tuple) and not content else (
+                single_text(message))
         head, tail = system_nodes[0], system_nodes[1:]
         if not in_history or starts_series or rendered == "":
-            drafts: list[EventDraft] = []
+            drafts = [self._system_draft("", turn, step, s) for s in tail if texts[s] != ""]
             if texts[head] != rendered:
                 drafts.append(self._system_draft(rendered, turn, step, head))
-            drafts.extend(
-                self._system_draft("", turn, step, s) for s in tail if texts[s] != ""
-            )
             return drafts
-        effective = next((texts[s] for s in reversed(system_nodes) if texts[s] != ""),
-                         texts[head])
-        if effective == rendered:
+        latest = next((s for s in reversed(system_nodes) if texts[s] != ""), head)
+        if texts[latest] == rendered:
             return []
         return [self._system_draft(rendered, turn, step, None)]
-

@@ -82,6 +82,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from processor.agent.adapters import (
     ModelAdapter,
     ModelFailure,
@@ -96,6 +98,7 @@ from processor.agent.context import (
     SystemPromptProjection,
     message_text,
 )
+from processor.agent.header import canonical_header, header_equals
 from processor.agent.prompt import (
     Assembly,
     Registration,
@@ -105,7 +108,8 @@ from processor.agent.prompt import (
     render_contexts,
     render_prompt,
 )
-from processor.agent.request import Request, RequestState, build_request, tool_names
+from processor.agent.request import Request, RequestState, build_request
+from processor.agent.stream import failure_stream, reply_stream
 from processor.core.events import Event, make_event
 from processor.core.frozen import thaw
 from processor.core.log import SessionHeader
@@ -452,7 +456,7 @@ class TurnResult:
 
 @dataclass(slots=True)
 class _StepOutcome:
-    reason: str | None  # None: continue with another step
+    reason: dict[str, Any] | None  # the turn/end reason; None: continue with another step
     reply: Any = None
 
 
@@ -593,35 +597,51 @@ class StepLoop:
             opened = self.session.log.get(last["seq"])
             step = opened.data.get("step") if opened is not None else last.get("step")
             self._log("step/end", {"turn": turn, "step": step if isinstance(step, int) else 0})
-        self._log("turn/end", {"turn": turn, "reason": "interrupted"})
+        self._log("turn/end", {"turn": turn, "reason": {"kind": "interrupted"}})
         return True
 
     def run_turn(self, *inputs: str | Mapping[str, Any]) -> TurnResult:
-        """Run one turn: admit ``inputs`` in its first step, step until done."""
+        """Run one turn: admit ``inputs`` in its first step, step until done.
+
+        As in the runtime, a turn whose first step would admit nothing (no
+        input, no inbox message, no runtime-context update) ends
+        ``completed`` without a step: it spends no model call.
+        """
         self.close_interrupted_turn()
         first = self.session.next_seq
         self._turn += 1
         turn = self._turn
         self._log("turn/start", {"turn": turn})
         given = [self._as_message(i) for i in inputs]
-        reason, reply, step = "max-steps", None, 0
-        for step in range(1, self.max_steps + 1):
-            outcome = self._run_step(turn, step, given)
+        reason: dict[str, Any] = {"kind": "max-steps"}
+        reply, step = None, 0
+        for n in range(1, self.max_steps + 1):
+            outcome = self._run_step(turn, n, given)
             given = []
+            if outcome is None:  # nothing to admit in the first step
+                reason = {"kind": "completed"}
+                break
+            step = n
             reply = outcome.reply if outcome.reply is not None else reply
             if outcome.reason is not None:
                 reason = outcome.reason
                 break
         self._log("turn/end", {"turn": turn, "reason": reason})
         events = tuple(e for e in self.session.log.events_from(first))
-        return TurnResult(turn, reason, step, reply, events)
+        return TurnResult(turn, str(reason["kind"]), step, reply, events)
 
     # -------------------------------------------------------------- steps
 
-    def _run_step(self, turn: int, step: int, admitted: list[dict[str, Any]]) -> _StepOutcome:
-        """F-1: decide assembly and inputs once, then attempt until success or give-up."""
-        self._log("step/start", {"turn": turn, "step": step})
-        ctx = StepContext(self, turn, step)
+    def _run_step(
+        self, turn: int, step: int, admitted: list[dict[str, Any]]
+    ) -> _StepOutcome | None:
+        """F-1: decide assembly and inputs once, then attempt until success or give-up.
+
+        The step's user messages are the claimed inbox messages, then the
+        given inputs, then the runtime-context update (issue 17 item 13: the
+        runtime appends the context after the admitted messages, so the
+        snapshot is the newest thing the model reads before answering).
+        """
         admitted = self._inbox_messages(step == 1) + admitted
         assembly = self.agent.assemble()
         prompt_text = render_prompt(assembly)
@@ -631,7 +651,11 @@ class StepLoop:
         )
         inputs = [EventDraft("user/message", m, surface_op="append") for m in admitted]
         if context_draft is not None:
-            inputs.insert(0, context_draft)
+            inputs.append(context_draft)
+        if step == 1 and not inputs:
+            return None
+        self._log("step/start", {"turn": turn, "step": step})
+        ctx = StepContext(self, turn, step)
         tools = [dict(t) for t in assembly.tools]
         failure: ModelFailure | None = None
         for attempt in range(1, self.max_attempts + 1):
@@ -644,7 +668,8 @@ class StepLoop:
             failure = result
             self._log(
                 "assistant/attempt",
-                {"turn": turn, "step": step, "stream": stream, "error": failure.to_json()},
+                {"turn": turn, "step": step,
+                 "stream": failure_stream(self._stream_time(), failure.code, failure.message)},
             )
             decision: RetryDecision | None = None
             for plugin in self.plugins:
@@ -664,23 +689,20 @@ class StepLoop:
             self.sleep(decision.delay_ms)
             self._log("llm/retry-started", {"turn": turn, "step": step, "attempt": attempt + 1})
         self._log("step/end", {"turn": turn, "step": step})
-        return _StepOutcome("error")
+        error = {"message": failure.message, "code": failure.code} if failure is not None else {
+            "message": "no attempt", "code": "UNKNOWN"}
+        return _StepOutcome({"kind": "error", "error": error})
 
-    def _starts_series(self, route: PreparedRoute, tools: Sequence[Mapping[str, Any]]) -> bool:
-        """Does this attempt's request open a new series?  (module docstring)"""
-        state = self.request_state
-        if self.series_requested:
-            return True
-        generation = self.session.surface.state.content_generation
-        if state.generation is not None and generation != state.generation:
-            return True
-        if state.route_key is not None and state.route_key != (route.provider, route.model):
-            return True
-        return (
-            state.header is not None
-            and not route.tool_updates
-            and tool_names({"tools": tools}) != tool_names(state.header)
-        )
+    def _stream_time(self) -> int:
+        """The time stamped on an attempt's stream records (the clock's next reading)."""
+        return self.clock()
+
+    def _tools_changed(self, tools: Sequence[Mapping[str, Any]]) -> bool:
+        """Do the assembled tools differ from the logged header's?  (the runtime's toolsChanged)"""
+        baseline = self.request_state.header
+        if baseline is None:
+            return False
+        return not header_equals(baseline, canonical_header({**baseline, "tools": list(tools)}))
 
     def _attempt(
         self,
@@ -700,24 +722,29 @@ class StepLoop:
         except RouteUnavailable as exc:
             return ModelFailure("route-unavailable", str(exc), retryable=True)
         ctx.route = route
-        starts = self._starts_series(route, tools)
+        state = self.request_state
+        requested = self.series_requested
+        self.series_requested = False
+        # R-4's startsSeries: asked for, the surface rewritten since the last
+        # request, or a tool change the route cannot take as an update.  Only
+        # the first two also mark the header (build_request): a tool change
+        # alone does not start a request series (issue 17 item 8).
+        consolidate = (
+            requested
+            or self.session.surface.state.content_generation != state.generation
+            or (not route.tool_updates and self._tools_changed(tools))
+        )
         for draft in self.system_prompt.project(
             self.session.surface.state,
             prompt_text,
             in_history=route.in_history_system_prompt,  # R-5: this attempt's route
-            starts_series=starts,
+            starts_series=consolidate,
             turn=ctx.turn,
             step=ctx.step,
         ):
             self.commit(draft)
         for draft in inputs:  # R-3: after entering the step and preparing the route
             self.commit(draft)
-        state = self.request_state
-        if state.generation is not None and (
-            self.session.surface.state.content_generation != state.generation
-        ):
-            starts = True  # the reconcile itself rewrote the surface
-        self.series_requested = False
         request = build_request(
             self.session,
             state,
@@ -725,7 +752,7 @@ class StepLoop:
             tools,
             commit=self.commit,
             new_id=self.new_id,
-            starts_series=starts,
+            starts_series=requested,
             turn=ctx.turn,
             step=ctx.step,
             attempt=ctx.attempt,
@@ -747,24 +774,36 @@ class StepLoop:
             "content": [thaw(b) for b in reply.content],
             "source": {"kind": "model", "provider": route.provider, "model": route.model},
         }
-        if reply.stop_reason != "stop":
-            message["stopReason"] = reply.stop_reason
-        data: dict[str, Any] = {"turn": ctx.turn, "step": ctx.step, "stream": stream,
-                                "message": message}
+        data: dict[str, Any] = {"turn": ctx.turn, "step": ctx.step, "message": message}
         if reply.usage is not None:
             data["usage"] = dict(reply.usage)
+        data["stream"] = reply_stream(self._stream_time(), message["content"], reply.usage,
+                                      reply.stop_reason)
         logged = self.commit(EventDraft("assistant/message", data, surface_op="append"))
+        if reply.stop_reason == "max-tokens":
+            # The runtime ends the turn on a cut-off answer without running its
+            # tool calls (they may be truncated).
+            self._log("step/end", {"turn": ctx.turn, "step": ctx.step})
+            return _StepOutcome({"kind": "max-tokens"}, logged.data["message"])
         offered = {t["name"] for t in assembly.tools}
         for call in reply.tool_calls:
             self._run_tool(ctx, call, offered)
         self._log("step/end", {"turn": ctx.turn, "step": ctx.step})
         if reply.tool_calls:
             return _StepOutcome(None, logged.data["message"])
-        reason = "max-tokens" if reply.stop_reason == "max-tokens" else "stop"
-        return _StepOutcome(reason, logged.data["message"])
+        return _StepOutcome({"kind": "completed"}, logged.data["message"])
 
     def _run_tool(self, ctx: StepContext, call: Any, offered: set[str]) -> None:
-        call_id, name, arguments = call["id"], call["name"], call.get("arguments", {})
+        """Log the call and its result the way the runtime does (format v4).
+
+        ``tool/call`` carries the raw ``arguments`` string; the handler gets
+        it parsed (an empty string is ``{}``, invalid JSON stays the string).
+        The result is a ``tool`` message ``{role: "tool", content, source:
+        {kind: "tool", callId}, toolCallId, isError}`` citing its call.
+        """
+        call_id, name = call["id"], call["name"]
+        raw = call.get("arguments", "")
+        arguments = raw if isinstance(raw, str) else orjson.dumps(thaw(raw)).decode()
         call_event = self._log(
             "tool/call",
             {"turn": ctx.turn, "step": ctx.step, "callId": call_id, "name": name,
@@ -772,18 +811,18 @@ class StepLoop:
         )
         handler = self.agent.handler(name) if name in offered else None
         if handler is None:
-            output = ToolOutput(f"unknown tool {name!r}",
+            output = ToolOutput(f"Error: unknown tool {name!r}",
                                 error={"name": "UnknownTool", "code": "unknown-tool"})
         else:
             try:
-                produced = handler(thaw(arguments), ToolContext(ctx.turn, ctx.step, call_id,
-                                                                name, self.session))
+                produced = handler(_parse_arguments(arguments),
+                                   ToolContext(ctx.turn, ctx.step, call_id, name, self.session))
                 output = ToolOutput(produced) if isinstance(produced, str) else produced
             except Exception as exc:  # a failing tool is reported to the model
-                output = ToolOutput(str(exc), error={"name": type(exc).__name__,
-                                                     "code": "tool-failed", "reason": str(exc)})
+                output = ToolOutput(f"Error: {exc}", error={"name": type(exc).__name__,
+                                                            "code": "tool-failed"})
         content = (
-            [{"type": "tool-result", "text": output.content}]
+            [{"type": "text", "text": output.content}]
             if isinstance(output.content, str)
             else [thaw(b) for b in output.content]
         )
@@ -791,19 +830,29 @@ class StepLoop:
             "id": self.new_id("tool"),
             "role": "tool",
             "content": content,
-            "source": {"kind": "tool", "name": name},
+            "source": {"kind": "tool", "callId": call_id},
             "toolCallId": call_id,
+            "isError": output.error is not None,
         }
         data: dict[str, Any] = {"turn": ctx.turn, "step": ctx.step, "message": message}
         if output.error is not None:
-            message["isError"] = True
-            data["error"] = dict(output.error)
+            data["error"] = {"name": output.error["name"], "code": output.error["code"]}
         if output.meta is not None:
             data["meta"] = dict(output.meta)
         self.commit(
             EventDraft("tool/result", data, surface_op="append",
                        source_event_seqs=[call_event.seq])
         )
+
+
+def _parse_arguments(raw: str) -> Any:
+    """The runtime's argument parsing: empty -> ``{}``, invalid JSON stays text."""
+    if not raw:
+        return {}
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
 
 
 def _turn_boundary(session: Session) -> dict[str, Any]:

@@ -29,8 +29,9 @@ suppressor; variables global first, then scopes far-to-near (nearest wins);
 sections and contexts merged by name (nearest layer wins); tools collected
 from the global layer and every scope of the chain (merged, never shadowed);
 sections sorted by ``(order, name by UTF-16 code unit)``, contexts by
-``(order, name by code unit)``, tools by name (code unit) unless a tool order
-is set; dynamic texts evaluated once; hooks run as a waterfall; finally the
+``order`` only (equal orders keep merge order: global registrations first in
+registration order, a scoped context that shadows one takes its place), tools
+by name (code unit) unless a tool order is set; dynamic texts evaluated once; hooks run as a waterfall; finally the
 complete-section and suppressor policies are restored so a hook cannot undo
 them.
 
@@ -70,9 +71,17 @@ Decisions where the spec and seed are silent
   :class:`ToolSpec` or tool mappings (camelCase keys ``name``,
   ``description``, ``parameters``, optional ``deferLoading``; other keys are
   dropped).  ``name`` must be a non-empty str, ``description`` a str,
-  ``parameters`` a JSON object; ``deferLoading`` a bool or ``None``.  The same
-  tool name from two providers (or twice from one) is a ``PromptError`` (rule
-  ``Y-2``): tools merge, so there is no "nearest wins" to fall back on.
+  ``parameters`` a JSON object; ``deferLoading`` a bool or ``None`` and kept
+  only when ``True`` (the runtime drops ``false``: it means the default).
+* The same tool name from two providers (or twice from one) is a
+  ``PromptError`` (rule ``Y-2``).  Kept on purpose although the runtime keeps
+  both (issue 17 item 3): two schemas under one name make the model's call
+  ambiguous and the H-3 tool update cannot say which one was added (the
+  runtime's tool history resolves the first).  It is safe for logs the
+  runtime wrote: the refusal happens only when *we* assemble a prompt; reading
+  a log never assembles, so a runtime header with a duplicated name folds as
+  the core's checks decide.
+* Orders must be finite numbers (the runtime throws on a non-finite order).
 * The tool order in effect is the nearest layer's (scoped shadows global).
 * Assemble hooks run global first, then scopes far-to-near, each layer in
   registration order.  A hook must return an :class:`Assembly`.
@@ -199,8 +208,8 @@ def _check_order(kind: str, name: str, order: float) -> None:
     """Orders must be real numbers: NaN would make the sort non-deterministic."""
     if isinstance(order, bool) or not isinstance(order, int | float):
         raise TypeError(f"{kind} {name!r}: order must be a number, got {order!r}")
-    if isinstance(order, float) and math.isnan(order):
-        raise ValueError(f"{kind} {name!r}: order must not be NaN")
+    if isinstance(order, float) and not math.isfinite(order):
+        raise ValueError(f"{kind} {name!r}: order must be a finite number")
 
 
 def _check_text(kind: str, name: str, text: object) -> None:
@@ -254,8 +263,8 @@ class ContextSection:
 class ToolSpec:
     """A tool definition offered by a tools provider.
 
-    ``defer_loading`` maps to the wire key ``deferLoading`` and is omitted when
-    ``None`` so headers of harnesses that never set it stay byte-identical.
+    ``defer_loading`` maps to the wire key ``deferLoading`` and is written only
+    when ``True`` (``False`` means the default, as for the runtime).
     """
 
     name: str
@@ -614,7 +623,9 @@ class SystemPrompt(_Registrar):
                 AssembledContext(
                     name=c.name, order=c.order, text=_evaluate("context", c.name, c.text, ctx)
                 )
-                for c in sorted(contexts.values(), key=lambda c: (c.order, code_unit_key(c.name)))
+                # Y-2: by order only; equal orders keep merge (registration) order,
+                # as the runtime's stable sort does (issue 17 item 1).
+                for c in sorted(contexts.values(), key=lambda c: c.order)
             )
 
         assembly = Assembly(
@@ -689,7 +700,8 @@ def _collect_tools(layers: Sequence[_Layer]) -> list[JsonObject]:
     """Tools from every layer of the chain, merged; duplicate names are an error.
 
     Duplicates are refused rather than shadowed because two providers offering
-    the same tool name would give the model two schemas for one call.
+    the same tool name would give the model two schemas for one call (kept on
+    purpose, unlike the runtime: see the module docstring, issue 17 item 3).
     """
     tools: list[JsonObject] = []
     seen: set[str] = set()
@@ -737,8 +749,8 @@ def _project_tool(tool: object) -> JsonObject:
         "description": description,
         "parameters": _clone_json(parameters, name),
     }
-    if defer is not None:
-        out["deferLoading"] = defer
+    if defer is True:  # only a true flag is kept (issue 17 item 2, the runtime's projection)
+        out["deferLoading"] = True
     return out
 
 

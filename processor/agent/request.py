@@ -25,25 +25,28 @@ nothing per request and each message keeps its identity across requests.
 Only :class:`CancelHandle` stays live: cancelling an in-flight call is not a
 change of what was asked.
 
-Decisions where the spec and seed are silent
---------------------------------------------
-* The first header of a session declares its tools as the series baseline
-  (H-5), so it is not followed by a developer message: there is no previous
-  header to diff against.  A ``resume`` header is diffed against the last
-  header of the log.
-* ``startsSeries: true`` is written on a ``change`` or ``resume`` header that
-  starts a new series; ``series`` says so by its reason and ``initial`` has no
-  series before it, so neither repeats it.
-* ``systemPromptUpdate`` in ``request/context`` is the route's admission mode
-  for a changed system prompt: ``"in-history"`` (capable route: append) or
-  ``"consolidate"`` (rewrite the head), see R-4.  It is always written.
-* The developer message of H-3 is written on every route, also on one that
-  cannot take tool updates: the log (and the transcript) must say which tools
-  came and went.  Such a route additionally starts a new series (decided by
-  the loop), so its provider can rely on the new baseline header alone.
-* Tool-update blocks list additions in the new header's order, then removals
-  in the previous header's order; the developer message has
-  ``source: {"kind": "tool-update"}``.
+Decisions (the runtime's ``buildRequest`` is the reference)
+------------------------------------------------------------
+* Header reasons: the loop's first request logs ``initial`` (no header in
+  the log) or ``resume``; later, a header that differs from the log's last
+  one (:func:`processor.agent.header.header_equals`) logs ``change``; an
+  unchanged header logs ``series`` only when the request starts a series.
+* ``startsSeries: true`` is written on ``initial``, ``resume`` and ``change``
+  whenever the request starts a series (issue 17 item 8); ``series`` says so
+  by its reason.  A request starts a series when the step asked for one or
+  the surface content was rewritten since the loop's previous request (or
+  since the loop was created).  A model or tool change alone does not.
+* The H-3 developer message follows every ``initial``/``resume``/``change``
+  header that has a previous header to diff against; its source is
+  ``{"kind": "tool-registry"}`` (item 7); blocks list additions in the new
+  header's order, then removals in the previous header's order; ``headerSeq``
+  only when something was added.
+* ``request/context`` is ``{provider, model, contextWindow?,
+  systemPromptUpdate?}`` (``systemPromptUpdate: "in-history"`` only for a
+  route that admits later system messages) and is logged when any of the
+  four differs from the log's last record (H-4).
+* ``Request.tool_history`` is the runtime's tool-history snapshot
+  (:mod:`processor.agent.tool_history`), what its provider would replay.
 """
 
 from __future__ import annotations
@@ -54,9 +57,10 @@ from typing import Any, Final
 
 from processor.agent.adapters import PreparedRoute
 from processor.agent.context import EventDraft, IdFactory
+from processor.agent.header import ADAPTER_DEFAULT_FLAGS, canonical_header, header_equals
+from processor.agent.tool_history import tool_history
 from processor.core.events import Event
 from processor.core.frozen import FrozenDict, FrozenList, freeze, thaw
-from processor.core.header import canonical_header, header_equals
 from processor.core.log import SessionHeader
 from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.projections import ProjectionRegistry
@@ -64,6 +68,7 @@ from processor.core.session import Session
 
 __all__ = [
     "TOOL_HISTORY_KEY",
+    "TOOL_REGISTRY_KIND",
     "CancelHandle",
     "Commit",
     "Request",
@@ -79,6 +84,9 @@ __all__ = [
 
 TOOL_HISTORY_KEY: Final = "toolHistory"
 """Key of the built-in tool-history domain projection (H-5)."""
+
+TOOL_REGISTRY_KIND: Final = "tool-registry"
+"""``source.kind`` of the developer message announcing tool changes (H-3)."""
 
 Commit = Callable[[EventDraft], Event]
 """Validate-and-append a draft as the next event of the session; returns the event."""
@@ -151,10 +159,15 @@ def tool_names(header: Mapping[str, Any] | None) -> list[str]:
 
 
 def header_of(route: PreparedRoute, tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The canonical header of a route and a tool set (H-1)."""
+    """The canonical header of a route and a tool set (H-1, the runtime's form).
+
+    Only the adapter-default markers the runtime knows, and only ``true``
+    ones, are taken from the route (item 10).
+    """
     raw: dict[str, Any] = {"config": dict(route.config)}
-    if route.adapter_defaults:
-        raw["adapterDefaults"] = dict(route.adapter_defaults)
+    flags = {k: True for k in ADAPTER_DEFAULT_FLAGS if route.adapter_defaults.get(k) is True}
+    if flags:
+        raw["adapterDefaults"] = flags
     if tools:
         raw["tools"] = [dict(t) for t in tools]
     return canonical_header(raw)
@@ -165,15 +178,22 @@ def context_record(route: PreparedRoute) -> dict[str, Any]:
     record: dict[str, Any] = {"provider": route.provider, "model": route.model}
     if route.context_window is not None:
         record["contextWindow"] = route.context_window
-    record["systemPromptUpdate"] = (
-        "in-history" if route.in_history_system_prompt else "consolidate"
-    )
+    if route.in_history_system_prompt:
+        record["systemPromptUpdate"] = "in-history"
     return record
 
 
+def _context_equal(a: Any, b: Mapping[str, Any]) -> bool:
+    """H-4: provider, model, contextWindow and systemPromptUpdate all equal."""
+    if not isinstance(a, Mapping):
+        return False
+    return all(a.get(k) == b.get(k) and (k in a) == (k in b)
+               for k in ("provider", "model", "contextWindow", "systemPromptUpdate"))
+
+
 def tool_history_of(session: Session) -> Any:
-    """The ``toolHistory`` view of the session (H-5), deep-frozen; None if unregistered."""
-    return freeze(session.projections.view_of(TOOL_HISTORY_KEY))
+    """The runtime's tool-history snapshot of the session's log (H-5), deep-frozen."""
+    return tool_history(session.log)
 
 
 @dataclass(slots=True)
@@ -183,23 +203,26 @@ class RequestState:
     ``header``/``header_seq`` are the last ``request/header`` of the log and
     ``context`` the last ``request/context`` values, both restored from the
     session when the loop starts, so a resumed loop diffs against what the
-    log says rather than against nothing.  ``requests`` counts the requests
-    this loop built (0 means the next one is the loop's first, H-2).
-    ``generation`` is the surface content generation right after the last
-    request was built: a later rewrite means the next request starts a new
-    series.  ``route_key`` is the (provider, model) of the last request.
+    log says rather than against nothing.  ``logged`` tells whether this loop
+    already wrote its ``initial``/``resume`` header (H-2).  ``generation`` is
+    the surface content generation when the loop was created or its previous
+    request was built: a rewrite since then starts a new series.
     """
 
     header: Any = None
     header_seq: int | None = None
     context: Any = None
-    requests: int = 0
-    generation: int | None = None
-    route_key: tuple[str, str] | None = None
+    logged: bool = False
+    generation: int = 0
+
+    @property
+    def requests(self) -> int:
+        """1 once this loop logged its first header, else 0 (kept for callers)."""
+        return 1 if self.logged else 0
 
     @classmethod
     def from_session(cls, session: Session) -> RequestState:
-        state = cls()
+        state = cls(generation=session.surface.state.content_generation)
         headers = session.surface.state.headers
         if headers:
             seq = max(headers)
@@ -236,7 +259,7 @@ def _tool_update(
             "id": new_id("developer"),
             "role": "developer",
             "content": blocks,
-            "source": {"kind": "tool-update"},
+            "source": {"kind": TOOL_REGISTRY_KIND},
         },
     }
     if added:
@@ -262,40 +285,39 @@ def build_request(
     """Log what changed (H-2..H-4), then read the frozen request back from the log.
 
     ``tools`` are the step's assembled tools (Y-2); ``route`` is the route
-    prepared for this attempt; ``starts_series`` the loop's decision that
-    this request opens a new request series.  ``commit`` appends each event
-    through the session (validate, then append) and returns it.
+    prepared for this attempt; ``starts_series`` the step's request for a new
+    series (only on its first attempt).  A surface rewrite since the previous
+    request also starts one.  ``commit`` appends each event through the
+    session (validate, then append) and returns it.
     """
+    generation = session.surface.state.content_generation
     header = header_of(route, tools)
-    previous = state.header
-    reason: str | None
-    if state.requests == 0:
-        reason = "resume" if previous is not None else "initial"
-    elif previous is None or not header_equals(previous, header):
-        reason = "change"
-    elif starts_series:
-        reason = "series"
-    else:
-        reason = None  # H-2: unchanged header, same series: nothing to log
-    if reason is not None:
-        data: dict[str, Any] = {"header": header, "reason": reason}
-        if starts_series and reason in ("change", "resume"):
+    baseline = state.header
+    starts = starts_series or generation != state.generation
+    data: dict[str, Any] | None = None
+    if not state.logged:
+        data = {"header": header, "reason": "initial" if baseline is None else "resume"}
+    elif baseline is None or not header_equals(baseline, header):
+        data = {"header": header, "reason": "change"}
+    elif starts:
+        data = {"header": header, "reason": "series"}
+    if data is not None:
+        if starts and data["reason"] != "series":
             data["startsSeries"] = True
         logged = commit(EventDraft("request/header", data))
-        if previous is not None:
+        state.logged = True
+        if baseline is not None and data["reason"] != "series":
             update = _tool_update(
-                previous, header, logged.seq, turn=turn, step=step, new_id=new_id
+                baseline, header, logged.seq, turn=turn, step=step, new_id=new_id
             )
             if update is not None:
                 commit(update)
         state.header, state.header_seq = freeze(header), logged.seq
+    state.generation = generation
     record = context_record(route)
-    if state.context is None or state.context != record:  # H-4
+    if not _context_equal(state.context, record):  # H-4
         state.context = commit(EventDraft("request/context", record)).data
     assert state.header_seq is not None
-    state.requests += 1
-    state.generation = session.surface.state.content_generation
-    state.route_key = (route.provider, route.model)
     messages = session.derive_messages()
     request = Request(
         header=state.header,
@@ -309,7 +331,7 @@ def build_request(
         step=step,
         attempt=attempt,
         stream=stream,
-        starts_series=starts_series,
+        starts_series=starts,
         cancel=cancel if cancel is not None else CancelHandle(),
     )
     assert isinstance(request.header, FrozenDict)
@@ -349,7 +371,7 @@ def rebuild_from_log(
     last_context = next((e for e in reversed(prefix) if e.type == "request/context"), None)
     return {
         "messages": folded.derive_messages(),
-        "tool_history": folded.projections.view_of(TOOL_HISTORY_KEY),
+        "tool_history": tool_history(prefix),
         "header": canonical_header(last_header.data["header"]) if last_header else None,
         "header_seq": last_header.seq if last_header else None,
         "context": last_context.data if last_context else None,
@@ -366,7 +388,7 @@ def request_mismatches(
 
     Also checks that the event right after the prefix is this attempt's
     outcome (``assistant/attempt`` or ``assistant/message`` of the request's
-    stream): nothing was logged between building and dispatching.  Returns
+    turn and step): nothing was logged between building and dispatching.  Returns
     human-readable mismatches (empty when every request matches).
     """
     problems: list[str] = []
@@ -386,7 +408,6 @@ def request_mismatches(
                 problems.append(f"{where}: {key} differs from the log rebuild")
         outcome = by_seq.get(request.as_of_seq + 1)
         if outcome is None or outcome.type not in ("assistant/attempt", "assistant/message") or (
-            outcome.data.get("stream") != request.stream
-        ):
+            outcome.data.get("turn"), outcome.data.get("step")) != (request.turn, request.step):
             problems.append(f"{where}: the next event is not this attempt's outcome")
     return problems

@@ -21,8 +21,9 @@ Routes
 ------
 A :class:`MockRoute` describes a provider/model with its context window, its
 capabilities (``in_history_system_prompt``, ``tool_updates``) and adapter
-defaults: config keys the agent did not set are filled from ``defaults`` and
-flagged in ``adapterDefaults`` (H-1 keeps only true flags).
+defaults: config keys the agent did not set are filled from ``defaults``;
+the ones the runtime knows as adapter defaults (``maxTokens``,
+``reasoningEffort``) are flagged in ``adapterDefaults``.
 
 Usage is computed from the request (about four characters per token), so
 replays are byte-identical.
@@ -42,6 +43,7 @@ from processor.agent.adapters import (
     PreparedRoute,
     RequestContext,
 )
+from processor.agent.header import ADAPTER_DEFAULT_FLAGS, js_json
 from processor.agent.request import Request
 from processor.core.frozen import thaw
 
@@ -79,7 +81,11 @@ class MockRoute:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A tool call the scripted model makes; ``id`` defaults to ``call-<n>``."""
+    """A tool call the scripted model makes; ``id`` defaults to ``call-<n>``.
+
+    ``arguments`` is a JSON value (serialised as ``JSON.stringify`` would) or
+    the raw argument text itself (e.g. invalid JSON, to script a bad call).
+    """
 
     name: str
     arguments: Any = field(default_factory=dict)
@@ -183,7 +189,8 @@ class MockModelAdapter:
         for key, value in route.defaults.items():
             if key not in config:
                 config[key] = value
-                flags[key] = True
+                if key in ADAPTER_DEFAULT_FLAGS:  # the markers the runtime knows
+                    flags[key] = True
         prepared = PreparedRoute(
             adapter=self,
             config={"provider": route.provider, "model": route.model, **config},
@@ -223,12 +230,14 @@ class MockModelAdapter:
         if isinstance(item, Say):
             for call in item.tool_calls:
                 self._calls += 1
+                arguments = call.arguments if isinstance(call.arguments, str) else js_json(
+                    call.arguments)
                 content.append(
                     {
                         "type": "tool-call",
                         "id": call.id or f"call-{self._calls}",
                         "name": call.name,
-                        "arguments": call.arguments,
+                        "arguments": arguments,  # raw JSON text, as models produce it
                     }
                 )
             if item.tool_calls:
