@@ -147,6 +147,64 @@ def test_R1_restore_scans_newest_first_for_a_surviving_snapshot() -> None:
     assert len(ctx_messages(list(session.log))) == 1
 
 
+def compact_all(session: Session) -> Event:
+    """Replace every surface node after the first with one summary (a compaction)."""
+    nodes = list(session.surface.state.nodes)[1:]
+    return commit(session, EventDraft(
+        "user/message", {"id": new_id("user"), "role": "user", "source": {"kind": "compaction"},
+                         "content": [{"type": "text", "text": "summary"}]},
+        surface_op={"op": "replace", "startSeq": nodes[0], "endSeq": nodes[-1]},
+        source_event_seqs=nodes))
+
+
+def test_R1_cleared_after_a_compaction_shadowed_the_snapshot() -> None:
+    """Issue 17 item 4: a snapshot existed, a compaction shadowed it, the context is now
+    empty: the runtime sends CLEARED (the summary may still carry the old snapshot), where
+    we used to send nothing."""
+    session = Agent().new_session()
+    user(session, "q")
+    proj = RuntimeContextProjection()
+    state = session.surface.state
+    first = proj.project(rendered(env="cwd: /a"), state, new_id)
+    assert first is not None
+    proj.observe(commit(session, first), state)
+    proj.observe(compact_all(session), state)
+    assert proj.retained is None and proj.ever_sent
+    cleared = proj.project(rendered(), state, new_id)
+    assert cleared is not None and message_text(cleared.message) == RUNTIME_CONTEXT_CLEARED
+    # the same after a restore from the log (a resumed loop)
+    restored = RuntimeContextProjection()
+    restored.restore(list(session.log), state)
+    again = restored.project(rendered(), state, new_id)
+    assert again is not None and message_text(again.message) == RUNTIME_CONTEXT_CLEARED
+
+
+def test_R1_restore_finds_an_older_surviving_snapshot_with_the_same_text() -> None:
+    """Issue 17 item 5: the newest snapshot is shadowed but an older one with the same
+    text is still on the surface: the runtime keeps scanning past the shadowed one, finds
+    the older one and sends nothing; we used to stop at the newest and resend."""
+    session = Agent().new_session()
+    user(session, "q")
+    proj = RuntimeContextProjection()
+    state = session.surface.state
+    for text in ("cwd: /a", "cwd: /b"):
+        draft = proj.project(rendered(env=text), state, new_id)
+        assert draft is not None
+        proj.observe(commit(session, draft), state)
+    # shadow only the newest snapshot (cwd: /b), keep the older one (cwd: /a)
+    newest = list(state.nodes)[-1]
+    commit(session, EventDraft(
+        "user/message", {"id": new_id("user"), "role": "user", "source": {"kind": "compaction"},
+                         "content": [{"type": "text", "text": "summary"}]},
+        surface_op={"op": "replace", "startSeq": newest, "endSeq": newest},
+        source_event_seqs=[newest]))
+    restored = RuntimeContextProjection()
+    restored.restore(list(session.log), state)
+    assert restored.retained is not None and restored.retained.seq < newest
+    assert restored.project(rendered(env="cwd: /a"), state, new_id) is None
+    assert restored.project(rendered(env="cwd: /b"), state, new_id) is not None
+
+
 def proj_none(proj: RuntimeContextProjection, session: Session, text: str) -> bool:
     return proj.project(rendered(env=text), session.surface.state, new_id) is None
 
@@ -218,7 +276,8 @@ def test_R3_committed_only_after_the_route_is_prepared() -> None:
     types = [e.type for e in events]
     (ctx,) = ctx_messages(events)
     failed = types.index("assistant/attempt")
-    assert events[failed].data["error"]["code"] == "route-unavailable"
+    finish = events[failed].data["stream"][-1]["chunk"]
+    assert finish["reason"]["failure"]["code"] == "route-unavailable"
     assert ctx.seq > failed  # not before the first successfully prepared attempt
     assert types.index("step/start") < failed
 
@@ -248,7 +307,8 @@ def system_project(session: Session, text: str, *, in_history: bool = True,
 
 def user(session: Session, text: str) -> None:
     commit(session, EventDraft("user/message", {"id": new_id("user"), "role": "user",
-                                                "content": [{"type": "text", "text": text}]},
+                                                "content": [{"type": "text", "text": text}],
+                                                "source": {"kind": "user"}},
                                surface_op="append"))
 
 
@@ -306,6 +366,24 @@ def test_R4_empty_prompt_blanks_every_system_text() -> None:
     assert wire_system(session) == []  # an old instruction cannot resurface
 
 
+def test_R4_consolidation_blanks_later_nodes_before_rewriting_the_head() -> None:
+    """Issue 17 item 6: the runtime's order (R-4) -- every later non-empty system node is
+    blanked first, the head is rewritten last; we used to rewrite the head first."""
+    session = Agent().new_session()
+    system_project(session, "A")
+    user(session, "q")
+    system_project(session, "B")
+    user(session, "q2")
+    system_project(session, "C")
+    drafts = system_project(session, "D", in_history=False)
+    targets = [d.surface_op["startSeq"] for d in drafts]
+    texts = [message_text(d.message) for d in drafts]
+    head = targets[-1]
+    assert texts == ["", "", "D"] and head < min(targets[:-1])
+    assert targets[:-1] == sorted(targets[:-1])  # later nodes in surface order
+    assert system_texts(session) == ["D", "", ""]
+
+
 def test_R4_unchanged_head_is_not_rewritten() -> None:
     session = Agent().new_session()
     system_project(session, "A")
@@ -329,7 +407,7 @@ def test_R5_in_history_comes_from_this_attempts_route() -> None:
     first, second = adapter.requests[-2:]
     assert [message_text(m) for m in first.messages if m["role"] == "system"] == ["A", "B"]
     assert [message_text(m) for m in second.messages if m["role"] == "system"] == ["B"]
-    assert second.context["systemPromptUpdate"] == "consolidate"
+    assert "systemPromptUpdate" not in second.context  # only "in-history" is ever written
 
 
 def test_R5_capable_route_after_an_incapable_record_appends() -> None:

@@ -73,7 +73,7 @@ def test_F1_a_retry_does_not_reassemble_or_readmit() -> None:
     agent = make_agent(counter)
     loop, adapter = loop_for([Fail(), Fail(), Say("ok")], agent=agent)
     result = loop.run_turn("question")
-    assert result.reason == "stop"
+    assert result.reason == "completed"
     assert counter.n == 1  # one assembly for the step, not one per attempt
     users = [e for e in loop.session.log if e.type == "user/message"]
     assert len(users) == 2  # runtime context + the question, once
@@ -88,7 +88,7 @@ def test_F1_every_attempt_prepares_reconciles_and_builds_a_new_request() -> None
     assert r1 is not r2 is not r3
     assert [r.attempt for r in adapter.requests] == [1, 2, 3]
     assert r2.header["config"]["provider"] == "mock-b"  # the route of attempt 2
-    assert r3.context["systemPromptUpdate"] == "consolidate"
+    assert "systemPromptUpdate" not in r3.context  # incapable route: the field is absent
     # headers are logged on change only: attempt 2 (other provider) and 3 (back)
     headers = [e for e in loop.session.log if e.type == "request/header"]
     assert [h.data["reason"] for h in headers] == ["initial", "change", "change"]
@@ -110,7 +110,7 @@ def test_F2_the_adapter_that_prepared_the_route_is_called() -> None:
 
     loop.sink = swap
     result = loop.run_turn("question")
-    assert result.reason == "stop"
+    assert result.reason == "completed"
     assert len(a.requests) == 1 and a.requests[0].header["config"]["provider"] == "mock"
     assert len(b.requests) == 1 and b.requests[0].header["config"]["provider"] == "b"
     assert all(r.route.adapter is a for r in a.requests)
@@ -126,9 +126,12 @@ def test_F3_failed_attempt_logs_attempt_success_logs_message() -> None:
     log = list(loop.session.log)
     attempts = [e for e in log if e.type == "assistant/attempt"]
     messages = [e for e in log if e.type == "assistant/message"]
-    assert [a.data["stream"] for a in attempts] == [adapter.requests[0].stream]
-    assert attempts[0].data["error"]["code"] == "overloaded"
-    assert [m.data["stream"] for m in messages] == [adapter.requests[1].stream]
+    # each settlement embeds its model stream (the runtime's compact records)
+    finish = attempts[0].data["stream"][-1]["chunk"]
+    assert finish["reason"] == {"kind": "error", "failure": {"message": "the model is overloaded",
+                                                             "code": "overloaded"}}
+    assert set(attempts[0].data) == {"turn", "step", "stream"}
+    assert messages[0].data["stream"][-1]["chunk"]["reason"] == {"kind": "stop"}
     assert message_text(messages[0].data["message"]) == "fine"
     # the failed attempt put nothing on the surface
     assert attempts[0].seq not in loop.session.surface.state.node_events
@@ -166,7 +169,7 @@ def test_event_sequence_of_a_tool_turn() -> None:
     loop, _ = loop_for([Say("reading", [ToolCall("read", {"path": "a"}, id="c1")]),
                         Say("done")])
     result = loop.run_turn("question")
-    assert result.steps == 2 and result.reason == "stop"
+    assert result.steps == 2 and result.reason == "completed"
     assert types(loop.session.log) == [
         "turn/start", "step/start", "system/message", "user/message", "user/message",
         "request/header", "request/context", "assistant/message", "tool/call", "tool/result",
@@ -174,10 +177,14 @@ def test_event_sequence_of_a_tool_turn() -> None:
     call = next(e for e in loop.session.log if e.type == "tool/call")
     res = next(e for e in loop.session.log if e.type == "tool/result")
     assert call.data == {"turn": 1, "step": 1, "callId": "c1", "name": "read",
-                         "arguments": {"path": "a"}}
+                         "arguments": '{"path":"a"}'}  # the raw JSON text, as the model wrote it
     assert res.source_event_seqs == [call.seq]
+    # format v4: a tool-role message answering its call
+    assert res.data["message"]["role"] == "tool"
+    assert res.data["message"]["source"] == {"kind": "tool", "callId": "c1"}
     assert res.data["message"]["toolCallId"] == "c1"
-    assert res.data["message"]["content"] == [{"type": "tool-result", "text": "contents of a"}]
+    assert res.data["message"]["isError"] is False
+    assert res.data["message"]["content"] == [{"type": "text", "text": "contents of a"}]
 
 
 def test_retry_policy_hook_can_give_up() -> None:
@@ -241,7 +248,10 @@ def test_max_tokens_ends_the_turn() -> None:
     loop, _ = loop_for([MaxTokens("partial answer")])
     result = loop.run_turn("q")
     assert result.reason == "max-tokens"
-    assert result.reply["stopReason"] == "max-tokens"
+    end = [e for e in loop.session.log if e.type == "turn/end"][-1]
+    assert end.data["reason"] == {"kind": "max-tokens"}
+    message = [e for e in loop.session.log if e.type == "assistant/message"][-1]
+    assert message.data["stream"][-1]["chunk"]["reason"] == {"kind": "max-tokens"}
 
 
 def test_unknown_tool_and_failing_tool_become_error_results() -> None:
@@ -257,7 +267,8 @@ def test_unknown_tool_and_failing_tool_become_error_results() -> None:
     results = [e.data for e in loop.session.log if e.type == "tool/result"]
     assert [r["error"]["code"] for r in results] == ["unknown-tool", "tool-failed"]
     assert all(r["message"]["isError"] is True for r in results)
-    assert results[1]["error"]["reason"] == "disk on fire"
+    assert results[1]["error"] == {"name": "RuntimeError", "code": "tool-failed"}
+    assert "disk on fire" in message_text({"content": results[1]["message"]["content"]})
 
 
 def test_inbox_messages_are_admitted_at_the_next_step() -> None:
@@ -308,7 +319,7 @@ def test_a_resumed_loop_closes_the_turn_a_crash_left_open() -> None:
     result = again.run_turn("q again")
     log = list(loop.session.log)
     end = next(e for e in log if e.type == "turn/end")
-    assert end.data == {"turn": 1, "reason": "interrupted"}
+    assert end.data == {"turn": 1, "reason": {"kind": "interrupted"}}
     assert types(log)[types(log).index("turn/end") - 1] == "step/end"
-    assert result.turn == 2 and result.reason == "stop"
+    assert result.turn == 2 and result.reason == "completed"
     assert loop.session.projections.state_of("turnBoundary")["openTurnStartSeq"] is None

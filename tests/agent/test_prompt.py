@@ -223,12 +223,18 @@ def test_Y2_code_unit_key_matches_utf16_order() -> None:
     assert code_unit_key("\ud800") < code_unit_key("\ue000")  # lone surrogate tolerated
 
 
-def test_Y2_contexts_sorted_by_order() -> None:
+def test_Y2_contexts_sorted_by_order_equal_orders_keep_registration_order() -> None:
+    """Issue 17 item 1: the runtime sorts contexts by order only (a stable sort), so equal
+    orders keep registration order; we used to break the tie by name (this test then
+    expected one-a before one-z)."""
     prompt = SystemPrompt()
     prompt.add_context(ContextSection("b", 2, "two"))
     prompt.add_context(ContextSection("z", 1, "one-z"))
     prompt.add_context(ContextSection("a", 1, "one-a"))
-    assert [c.text for c in prompt.assemble().contexts] == ["one-a", "one-z", "two"]
+    assert [c.text for c in prompt.assemble().contexts] == ["one-z", "one-a", "two"]
+    # a scoped context shadowing a global one takes the global one's place
+    prompt.scope("s").add_context(ContextSection("z", 1, "scoped-z"))
+    assert [c.text for c in prompt.assemble("s").contexts] == ["scoped-z", "one-a", "two"]
 
 
 def test_Y2_tools_merged_from_chain_and_sorted_by_name() -> None:
