@@ -14,7 +14,9 @@ so every log is what a real agent run would write (and valid input for
   demo and benches; pass ``sink`` to :func:`run_script` to stream events live.
 * :func:`example_session` / ``python -m processor.examples.make_example`` —
   regenerate ``processor/examples/session.jsonl``, which holds every event
-  type of SESSION-SEMANTICS §1 plus one ignorable unknown event.
+  type the step loop writes (SESSION-SEMANTICS §1), ``session/end-seed``,
+  ``image/offload`` and one ignorable unknown event, in the runtime's newest
+  format (v4 header and shapes).
 """
 
 from __future__ import annotations
@@ -163,8 +165,14 @@ class ScriptedRun:
 
 def session_header(session_id: str, *, seeded: bool = False,
                    parent: str | None = None) -> SessionHeader:
-    """A §11 session header line for a scripted session (format version 0)."""
-    header: SessionHeader = {"type": "session", "version": 0, "id": session_id,
+    """A §11 session header line for a scripted session (the newest format version).
+
+    The step loop writes the runtime's newest shapes (format v4: tool-role tool
+    results, producer-owned message sources), so the file says so.
+    """
+    from processor.files import CURRENT_VERSION
+
+    header: SessionHeader = {"type": "session", "version": CURRENT_VERSION, "id": session_id,
                              "createdAt": 1_700_000_000_000, "isSeeded": seeded,
                              "delegationDepth": 0, "cwd": "/work/example"}
     if parent is not None:
@@ -309,8 +317,9 @@ def example_session() -> tuple[SessionHeader, list[Event]]:
     ))
     image = next(e for e in reversed(run.events) if e.type == "user/message"
                  and any(b.get("type") == "image" for b in e.data["content"]))
-    run.loop.commit(EventDraft("image/offload", {"images": [
-        {"seq": image.seq, "index": 1, "uri": "blob://example/screenshot.png"}]}))
+    # the runtime's image-offload payload: the first image block of that message
+    run.loop.commit(EventDraft("image/offload", {"targets": [
+        {"seq": image.seq, "imageIndexes": [0]}]}))
     run.loop.commit(EventDraft("vendor/telemetry", {"latencyMs": 42}, ignorable=True))
     run.play(TurnScript(
         inputs=("Fix it, please.",),
