@@ -2,30 +2,49 @@
 
 JSON Lines: an optional header line ``{"type": "session", ...}`` then one
 event envelope per line in seq order; plain or zstd-compressed (``.zst`` /
-``.zstd``, or recognised by the zstd magic bytes).  A crashed writer can leave
-a torn last line: it is reported with its byte offset and refused unless the
+``.zstd``, or recognised by the zstd magic bytes).  The runtime names a log
+``session.jsonl`` (format 0) or ``session.vN.jsonl`` and adds ``.zstd`` when
+compressed (:func:`log_filename`).  Formats 3 and 4 are read as written, each
+with its own message rules; older ones are refused naming the version.
+
+Nothing is lost quietly: a truncated or corrupt zstd stream, a byte-order
+mark, an empty file, a line over :data:`MAX_LINE_BYTES` and a header line with
+a wrong field are each refused with one line.  A crashed writer can leave a
+torn last line: it is reported with its byte offset and refused unless the
 caller explicitly drops it.
 """
 
 from __future__ import annotations
 
-import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import orjson
 import zstandard
 
+from processor.core.errors import SessionError
 from processor.core.events import Event, parse_event
 from processor.core.log import SessionHeader
 from processor.core.session import synthetic_header
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-SUPPORTED_VERSIONS = frozenset({0, 1})
+UTF8_BOM = b"\xef\xbb\xbf"
+#: The runtime's newest session format (its ``SESSION_FORMAT_VERSION``).
+CURRENT_VERSION = 4
+#: Versions read as written: v4, and the released v3 whose messages differ
+#: (see :func:`processor.core.events.check_message_shape`).
+SUPPORTED_VERSIONS = frozenset({3, 4})
 HEADER_REQUIRED = frozenset({"type", "version", "id", "createdAt", "isSeeded", "delegationDepth"})
 HEADER_OPTIONAL = frozenset({"cwd", "parentSession", "origin", "agentPreset"})
+#: Policy fields of pre-release headers that the runtime refuses by name.
+RETIRED_HEADER_FIELDS = ("sandboxMode", "approvalPolicy")
+#: Bounds on what one file may make us hold: a line and the decompressed file.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+MAX_FILE_BYTES = 1024 * 1024 * 1024
+MAX_SAFE_INT = 2**53 - 1
 
 
 class SessionFileError(ValueError):
@@ -45,47 +64,154 @@ class SessionFile:
     has_header: bool
     torn_tail: TornTail | None = None
 
+    @property
+    def dialect(self) -> int | None:
+        """Message rules of the header's format version; None without a header."""
+        return int(self.header["version"]) if self.has_header else None
+
+
+def log_filename(version: int, compressed: bool = False) -> str:
+    """The runtime's name for one format generation of a session's log.
+
+    Version 0 is ``session.jsonl``; later versions ``session.vN.jsonl``; a
+    zstd-compressed log adds ``.zstd``.
+    """
+    base = "session.jsonl" if version == 0 else f"session.v{version}.jsonl"
+    return base + (".zstd" if compressed else "")
+
+
+def version_of_filename(name: str) -> int | None:
+    """The format version a canonical log file name declares, or None."""
+    m = re.fullmatch(r"session(?:\.v([1-9][0-9]*))?\.jsonl(?:\.zstd?)?", name)
+    if m is None:
+        return None
+    return int(m.group(1)) if m.group(1) else 0
+
+
+def _decompress(raw: bytes, path: str | Path) -> bytes:
+    """Every zstd frame of ``raw``; a truncated or corrupt stream is refused."""
+    dctx = zstandard.ZstdDecompressor()
+    out = bytearray()
+    data = raw
+    while data:
+        dobj = dctx.decompressobj()
+        try:
+            out += dobj.decompress(data)
+        except zstandard.ZstdError as exc:
+            raise SessionFileError(f"{path}: corrupt zstd data: {exc}") from None
+        if not dobj.eof:
+            raise SessionFileError(
+                f"{path}: truncated zstd stream (the last frame ends early after "
+                f"{len(out)} decompressed bytes); the file was cut short"
+            )
+        if len(out) > MAX_FILE_BYTES:
+            raise SessionFileError(
+                f"{path}: decompresses to more than {MAX_FILE_BYTES} bytes; refused"
+            )
+        data = dobj.unused_data
+        if data and not data.startswith(ZSTD_MAGIC):
+            raise SessionFileError(f"{path}: trailing bytes after the last zstd frame")
+    return bytes(out)
+
 
 def read_bytes(path: str | Path) -> bytes:
-    """The decompressed content of a session file."""
+    """The decompressed content of a session file (BOM and empty files refused)."""
     raw = Path(path).read_bytes()
+    if not raw:
+        raise SessionFileError(f"{path}: empty file (no header line, no events)")
     if raw.startswith(ZSTD_MAGIC) or str(path).endswith((".zst", ".zstd")):
-        try:
-            with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)) as reader:
-                return reader.read()
-        except zstandard.ZstdError as exc:
-            raise SessionFileError(f"{path}: not a valid zstd stream: {exc}") from None
+        if not raw.startswith(ZSTD_MAGIC):
+            raise SessionFileError(f"{path}: named as zstd but does not start with a zstd frame")
+        raw = _decompress(raw, path)
+        if not raw:
+            raise SessionFileError(f"{path}: empty file (no header line, no events)")
+    elif len(raw) > MAX_FILE_BYTES:
+        raise SessionFileError(f"{path}: larger than {MAX_FILE_BYTES} bytes; refused")
+    if raw.startswith(UTF8_BOM):
+        raise SessionFileError(
+            f"{path}: starts with a UTF-8 byte-order mark (EF BB BF); session logs are "
+            "plain UTF-8 JSON Lines without one"
+        )
     return raw
 
 
+def _safe_nonneg(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= MAX_SAFE_INT
+
+
 def check_header(raw: dict[str, Any]) -> SessionHeader:
-    """Validate a header line; unsupported versions say so plainly."""
-    missing = sorted(HEADER_REQUIRED - set(raw))
-    extra = sorted(set(raw) - HEADER_REQUIRED - HEADER_OPTIONAL)
+    """Validate a header line as the runtime's reader does.
+
+    A version this reader does not read is refused first, before any shape
+    check (a newer format need not look like this one): versions 0-2 need the
+    runtime's own migrations, newer ones a newer processor.
+    """
     version = raw.get("version")
-    if isinstance(version, int) and not isinstance(version, bool) and (
+    if isinstance(version, int | float) and not isinstance(version, bool) and (
         version not in SUPPORTED_VERSIONS
     ):
+        if isinstance(version, int) and 0 <= version < min(SUPPORTED_VERSIONS):
+            raise SessionFileError(
+                f"session format v{version} is not read here: it needs the runtime's "
+                f"v{version}->v{CURRENT_VERSION} migrations (open it once with the agent "
+                f"runtime, which rewrites it as {log_filename(CURRENT_VERSION)})"
+            )
         raise SessionFileError(
             f"unsupported session format version {version} (this reader supports "
             f"{', '.join(map(str, sorted(SUPPORTED_VERSIONS)))}); upgrade the processor"
         )
+    retired = [k for k in RETIRED_HEADER_FIELDS if k in raw]
+    if retired:
+        raise SessionFileError(f"session header uses retired policy field(s): "
+                               f"{', '.join(retired)}")
+    missing = sorted(HEADER_REQUIRED - set(raw))
+    extra = sorted(set(raw) - HEADER_REQUIRED - HEADER_OPTIONAL)
     if missing or extra:
         parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
             [f"unknown {', '.join(extra)}"] if extra else []
         )
         raise SessionFileError(f"session header line: {'; '.join(parts)}")
-    if not isinstance(raw["id"], str) or not isinstance(raw["isSeeded"], bool):
-        raise SessionFileError("session header line: id must be a string, isSeeded a boolean")
+    problems = []
+    if not isinstance(raw["version"], int) or isinstance(raw["version"], bool):
+        problems.append("version must be a number")
+    if not isinstance(raw["id"], str):
+        problems.append("id must be a string")
+    if not isinstance(raw["isSeeded"], bool):
+        problems.append("isSeeded must be a boolean")
+    if not _safe_nonneg(raw["createdAt"]):
+        problems.append("createdAt must be a non-negative safe integer")
+    if not _safe_nonneg(raw["delegationDepth"]):
+        problems.append("delegationDepth must be a non-negative safe integer")
+    cwd = raw.get("cwd")
+    if "cwd" in raw and not (isinstance(cwd, str) and PurePosixPath(cwd).is_absolute()):
+        problems.append("cwd must be an absolute path")
+    if "parentSession" in raw and not isinstance(raw["parentSession"], str):
+        problems.append("parentSession must be a string")
+    if "origin" in raw and raw["origin"] != "subagent":
+        problems.append("origin must be 'subagent'")
+    if "agentPreset" in raw and not isinstance(raw["agentPreset"], str):
+        problems.append("agentPreset must be a string")
+    if problems:
+        raise SessionFileError(f"session header line: {'; '.join(problems)}")
     return raw
 
 
-def iter_lines(content: bytes) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield ``(byte offset, line, terminated)`` for every non-empty line."""
+def iter_lines(content: bytes, max_line_bytes: int = MAX_LINE_BYTES,
+               ) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield ``(byte offset, line, terminated)`` for every non-empty line.
+
+    A line longer than ``max_line_bytes`` is refused with its offset and size
+    (a consumer could not carry it, and holding it is unbounded).
+    """
     pos, end = 0, len(content)
     while pos < end:
         nl = content.find(b"\n", pos)
         stop = end if nl < 0 else nl
+        if stop - pos > max_line_bytes:
+            raise SessionFileError(
+                f"line at byte offset {pos} is {stop - pos} bytes, over the "
+                f"{max_line_bytes}-byte line limit"
+            )
         line = content[pos:stop]
         if line.strip():
             yield pos, line, nl >= 0
@@ -122,7 +248,14 @@ def parse_session_bytes(content: bytes, *, drop_torn_tail: bool = False,
             first = False
             continue
         first = False
-        events.append(parse_event(raw, trusted_json=True))
+        try:
+            events.append(parse_event(raw, trusted_json=True))
+        except SessionError as exc:
+            if exc.seq is not None:
+                raise
+            # No usable seq on the line: name its position, the seq it must have.
+            index = events[-1].seq + 1 if events else 0
+            raise SessionError(index, exc.rule, exc.reason) from None
     return SessionFile(
         header=header if header is not None else synthetic_header(session_id),
         events=events,

@@ -43,9 +43,10 @@ def session_output(session: Session, rows: Mapping[str, Any] | None = None,
     }
 
 
-def fold_events(events: Sequence[Event], header: SessionHeader | None = None) -> Session:
+def fold_events(events: Sequence[Event], header: SessionHeader | None = None,
+                dialect: int | None = None) -> Session:
     return Session.fold(events, header, message_projections=default_message_projections(),
-                        projections=default_registry())
+                        projections=default_registry(), dialect=dialect)
 
 
 def _restore_rows(session_events: Sequence[Event], header: SessionHeader,
@@ -71,27 +72,28 @@ def fold_file(path: str | Path, *, at_seq: int | None = None,
     file = read_session_file(path, drop_torn_tail=drop_torn_tail, stop_after_seq=at_seq)
     events = file.events if at_seq is None else [e for e in file.events if e.seq <= at_seq]
     if checkpoint_path is None:
-        session = fold_events(events, file.header)
+        session = fold_events(events, file.header, file.dialect)
         return FoldResult(session_output(session), session.checkpoint())
     raw = orjson.loads(Path(checkpoint_path).read_bytes())
     if isinstance(raw, dict) and "surface" in raw and "lastSeq" in raw:
-        session = restore_session(raw, events, file.header)
+        session = restore_session(raw, events, file.header, file.dialect)
         return FoldResult(session_output(session), session.checkpoint())
     rows = raw["checkpoint"] if isinstance(raw, dict) and "asOfSeq" in raw else raw
     registry = default_registry()
     session = Session.fold(events, file.header,
                            message_projections=default_message_projections(),
-                           projections=ProjectionRegistry())
+                           projections=ProjectionRegistry(), dialect=file.dialect)
     values, fresh_rows = _restore_rows(events, file.header, rows, registry)
     return FoldResult(session_output(session, fresh_rows, values), session.checkpoint())
 
 
 def restore_session(checkpoint: Mapping[str, Any], events: Sequence[Event],
-                    header: SessionHeader | None = None) -> Session:
+                    header: SessionHeader | None = None,
+                    dialect: int | None = None) -> Session:
     """Continue a session checkpoint over the log, proving the anchor first."""
     session = Session.from_checkpoint(checkpoint, header,
                                       message_projections=default_message_projections(),
-                                      projections=default_registry())
+                                      projections=default_registry(), dialect=dialect)
     last = session.last_seq
     by_seq = {e.seq: e for e in events}
     anchor = by_seq.get(last) if last >= 0 else None

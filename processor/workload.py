@@ -25,9 +25,10 @@ TOOL_NAMES = ("read", "grep", "edit", "shell", "search", "fetch")
 
 
 class _Walker:
-    def __init__(self, rng: random.Random, big_result_bytes: int, big_ratio: float) -> None:
+    def __init__(self, rng: random.Random, big_result_bytes: int, big_ratio: float,
+                 form: int) -> None:
         self.rng = rng
-        self.b = LogBuilder()
+        self.b = LogBuilder(form=form)
         self.state = SurfaceState()
         self.registry = default_message_projections()
         self.big = big_result_bytes
@@ -134,13 +135,16 @@ class _Walker:
             self.b.system(f"prompt v{self.b.next_seq}")
 
     def offload(self) -> None:
-        for seq in reversed(self.state.nodes):
-            message = self.state.message_of(seq)
-            for i, block in enumerate(message.get("content", [])):
-                if isinstance(block, dict) and block.get("type") == "image":
-                    self.b.add_raw("image/offload", {"images": [
-                        {"seq": seq, "index": i, "uri": f"blob://{seq}/{i}"}]})
-                    return
+        """Omit the oldest images still sent, as the image-offload plugin does."""
+        for seq in self.state.nodes:
+            if self.state.node_events[seq].type not in ("user/message", "tool/result"):
+                continue
+            images = list(_images(self.state.message_of(seq).get("content", [])))
+            chosen = [i for i, done in enumerate(images) if not done]
+            if chosen:
+                self.b.add_raw("image/offload", {"targets": [
+                    {"seq": seq, "imageIndexes": chosen[: self.rng.randint(1, len(chosen))]}]})
+                return
         self.user()
 
     def inbox(self) -> None:
@@ -173,10 +177,23 @@ class _Walker:
     )
 
 
+def _images(blocks: Any) -> Any:
+    """``offloaded`` flags of a message's image blocks, depth-first (M-5 indexes)."""
+    for block in blocks if isinstance(blocks, list) else ():
+        if isinstance(block, dict) and block.get("type") == "image":
+            yield block.get("offloaded") is True
+        elif isinstance(block, dict) and block.get("type") == "tool-result":
+            yield from _images(block.get("content"))
+
+
 def generate_session(rng: random.Random, n_events: int, *, big_result_bytes: int = 10_000,
-                     big_ratio: float = 0.02) -> list[Event]:
-    """A valid session log of at least ``n_events`` events (cut to exactly n)."""
-    w = _Walker(rng, big_result_bytes, big_ratio)
+                     big_ratio: float = 0.02, form: int = 4) -> list[Event]:
+    """A valid session log of at least ``n_events`` events (cut to exactly n).
+
+    ``form`` picks the message shapes of session format 4 (the runtime's
+    newest) or 3 (its released v3 form); see :class:`LogBuilder`.
+    """
+    w = _Walker(rng, big_result_bytes, big_ratio, form)
     w.b.system("You are a careful coding agent.")
     w.commit(w.b.events[0])
     names = [a for a, _ in w.ACTIONS]

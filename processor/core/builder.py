@@ -21,7 +21,12 @@ def text(value: str) -> dict[str, Any]:
 class LogBuilder:
     """Append-only list of envelopes with seq and id bookkeeping."""
 
-    def __init__(self, start_seq: int = 0, time0: int = 1_700_000_000_000) -> None:
+    def __init__(self, start_seq: int = 0, time0: int = 1_700_000_000_000,
+                 form: int = 4) -> None:
+        #: Session format whose message shapes are written: 4 (the runtime's
+        #: newest) or 3 (the released v3 form: plugin-sourced system messages,
+        #: user-role tool results wrapping one tool-result block).
+        self.form = form
         self.events: list[Event] = []
         self.next_seq = start_seq
         self.time = time0
@@ -54,8 +59,13 @@ class LogBuilder:
     # ------------------------------------------------------------ messages
 
     def message(self, role: str, content: list[Any], **fields: Any) -> dict[str, Any]:
+        """A message whose ``source`` is what the runtime requires of its role."""
+        if role == "system" and self.form == 3:
+            source: dict[str, Any] = {"kind": "plugin", "plugin": "@deepseek-ai/dsh-system-prompt"}
+        else:
+            source = dict(_SOURCES.get(role, {"kind": "test"}))
         return {"id": self._id(role[:3]), "role": role, "content": content,
-                "source": {"kind": "test"}, **fields}
+                "source": source, **fields}
 
     def _op(self, replace: tuple[int, int] | None) -> Any:
         if replace is None:
@@ -89,7 +99,7 @@ class LogBuilder:
         content: list[Any] = [text(body)] if body else []
         for call in tool_calls or []:
             content.append({"type": "tool-call", **call})
-        data: dict[str, Any] = {"turn": self.turn, "step": self.step, "stream": "s1",
+        data: dict[str, Any] = {"turn": self.turn, "step": self.step, "stream": [],
                                 "message": self.message("assistant", content)}
         if usage:
             data["usage"] = usage
@@ -107,15 +117,31 @@ class LogBuilder:
     def tool_result(self, call_id: str, body: str, *, call_seq: int | None = None,
                     error: dict[str, Any] | None = None,
                     replace: tuple[int, int] | None = None,
-                    like: Event | None = None) -> Event:
-        """A tool result; ``like`` rewrites an earlier result's content (S-5)."""
+                    like: Event | None = None, form: int | None = None) -> Event:
+        """A tool result; ``like`` rewrites an earlier result's content (S-5).
+
+        ``form`` (default: the builder's) 4 writes the runtime's newest shape (a
+        ``tool`` message with ``toolCallId``); 3 writes the released v3 shape (a
+        ``user`` message wrapping one ``tool-result`` block).
+        """
         if like is not None:
-            rewrite = {**like.data,
-                       "message": {**like.data["message"], "content": [text(body)]}}
+            old = like.data["message"]
+            if old["role"] == "user":
+                wrapper = {**old["content"][0], "content": [text(body)]}
+                rewrite = {**like.data, "message": {**old, "content": [wrapper]}}
+            else:
+                rewrite = {**like.data, "message": {**old, "content": [text(body)]}}
             return self.add_raw("tool/result", rewrite,
                                 **self._surface_extra(replace, [like.seq]))
-        message = self.message("tool", [{"type": "tool-result", "text": body}],
-                               toolCallId=call_id)
+        source = {"kind": "tool", "callId": call_id}
+        if (form or self.form) == 3:
+            block: dict[str, Any] = {"type": "tool-result", "toolCallId": call_id,
+                                     "content": [text(body)]}
+            if error is not None:
+                block["isError"] = True
+            message = self.message("user", [block], source=source)
+        else:
+            message = self.message("tool", [text(body)], source=source, toolCallId=call_id)
         if error is not None:
             message["isError"] = True
         data: dict[str, Any] = {"turn": self.turn, "step": self.step, "message": message}
@@ -131,8 +157,8 @@ class LogBuilder:
         self.step = 0
         return self.add_raw("turn/start", {"turn": self.turn})
 
-    def turn_end(self, reason: str = "stop") -> Event:
-        return self.add_raw("turn/end", {"turn": self.turn, "reason": reason})
+    def turn_end(self, reason: str = "completed") -> Event:
+        return self.add_raw("turn/end", {"turn": self.turn, "reason": {"kind": reason}})
 
     def step_start(self) -> Event:
         self.step += 1
@@ -163,7 +189,15 @@ class LogBuilder:
 
     def attempt(self, error: str = "overloaded") -> Event:
         return self.add_raw("assistant/attempt", {"turn": self.turn, "step": self.step,
-                                                  "stream": "s1", "error": error})
+                                                  "stream": [], "error": error})
+
+
+_SOURCES: dict[str, dict[str, Any]] = {
+    "system": {"kind": "system-prompt"},
+    "user": {"kind": "user"},
+    "developer": {"kind": "tool-update"},
+    "assistant": {"kind": "model", "provider": "mock", "model": "mock-1"},
+}
 
 
 def tool_def(name: str, description: str = "", **params: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ types.  The data checks D-1..D-6 need earlier events (D-3 looks up a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -22,26 +23,37 @@ from processor.core.frozen import freeze, json_problem
 SURFACE_TYPES: Final = frozenset(
     {"system/message", "developer/message", "user/message", "assistant/message", "tool/result"}
 )
-LOG_ONLY_TYPES: Final = frozenset(
-    {
-        "turn/start",
-        "turn/end",
-        "step/start",
-        "step/end",
-        "assistant/attempt",
-        "tool/call",
-        "request/header",
-        "request/context",
-        "session/end-seed",
-        "llm/retry",
-        "llm/retry-started",
-        "agent/inbox/spliced",
-    }
-)
 #: Types that only make sense through a registered message projection (M-3).
 MESSAGE_PROJECTION_TYPES: Final = frozenset({"image/offload"})
-KNOWN_TYPES: Final = SURFACE_TYPES | LOG_ONLY_TYPES | MESSAGE_PROJECTION_TYPES
+#: The runtime's ``KNOWN_SESSION_EVENT_TYPES`` (its newest generated catalog).
+#: A type in here needs no ``ignorable`` marker; a type outside it does (E-4).
+KNOWN_TYPES: Final = frozenset(
+    {
+        "agent-preset/selected", "agent/inbox/spliced", "approval/asked",
+        "approval/decided", "approval/policy", "assistant/attempt", "assistant/message",
+        "command/done", "command/run", "compaction/end", "compaction/prune",
+        "compaction/start", "compaction/summary", "deliverables/presented",
+        "developer/message", "feedback/message-delete", "feedback/message-put",
+        "feedback/record", "goal/change", "hook/invoked", "hook/result", "image/offload",
+        "llm/retry", "llm/retry-started", "model/selection", "permission/preset",
+        "plan/mode", "request/context", "request/header", "sandbox/mode",
+        "schedule/change", "session-log-deepseek/delivery-accepted", "session/end-seed",
+        "session/title", "session/title-llm-request", "slots/dispatch", "step/end",
+        "step/start", "subagent/catalog", "subagent/descriptor",
+        "subagent/model-selection-policy", "system/message", "team/member",
+        "team/message/delivered", "team/message/queued", "team/task", "todo/write",
+        "tool-workflow/agent-end", "tool-workflow/agent-start", "tool-workflow/run-end",
+        "tool-workflow/run-start", "tool/call", "tool/ptc-dispatch",
+        "tool/ptc-dispatch-start", "tool/result", "turn/end", "turn/start",
+        "user/message", "web/deepseek-search-llm-request", "workspace/changes",
+    }
+)
+#: Known types that neither join the surface nor project messages.
+LOG_ONLY_TYPES: Final = KNOWN_TYPES - SURFACE_TYPES - MESSAGE_PROJECTION_TYPES
 
+#: The role a message of each surface type carries.  A ``tool/result`` carries
+#: a ``tool`` message (format v4) or, in the released v3 form, a ``user``
+#: message wrapping one ``tool-result`` block; see :func:`check_message_shape`.
 ROLE_OF_TYPE: Final = {
     "system/message": "system",
     "developer/message": "developer",
@@ -49,6 +61,9 @@ ROLE_OF_TYPE: Final = {
     "assistant/message": "assistant",
     "tool/result": "tool",
 }
+#: JavaScript's Number.MAX_SAFE_INTEGER: the runtime refuses larger integers
+#: where it needs exact ones (seq, time, turn, step, seq references).
+MAX_SAFE_INT: Final = 2**53 - 1
 HEADER_REASONS: Final = frozenset({"initial", "resume", "change", "series"})
 
 _ENVELOPE_KEYS: Final = frozenset(
@@ -145,16 +160,43 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def safe_int(value: Any) -> int | None:
+    """``value`` as a JavaScript safe integer, or None.
+
+    The runtime reads JSON numbers as doubles and asks ``Number.isSafeInteger``:
+    ``3.0`` is the integer 3 there, ``-0.0`` and anything beyond 2**53-1 are not
+    exact and are refused.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -MAX_SAFE_INT <= value <= MAX_SAFE_INT else None
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_SAFE_INT:
+        if value == 0 and math.copysign(1.0, value) < 0:
+            return None
+        return int(value)
+    return None
+
+
+def is_seq(value: Any) -> bool:
+    """A non-negative safe integer (a seq, turn, step or index)."""
+    n = safe_int(value)
+    return n is not None and n >= 0
+
+
 def _seq_hint(raw: Mapping[str, Any]) -> int | None:
-    seq = raw.get("seq")
-    return seq if _is_int(seq) else None
+    seq = safe_int(raw.get("seq"))
+    return seq if seq is not None and seq >= 0 else None
 
 
 def parse_event(raw: Any, *, trusted_json: bool = False) -> Event:
     """Validate an envelope (a dict decoded from JSON) and freeze it.
 
-    ``trusted_json`` skips the plain-JSON walk when ``raw`` came from a strict
-    JSON decoder (orjson refuses NaN/Infinity itself).
+    The envelope rules are the runtime's ``assertSessionEventEnvelope``: the
+    seven keys only, ``type`` a string, ``seq`` a non-negative safe integer,
+    ``time`` a safe integer, ``data`` present (any JSON value), ``ignorable``
+    absent or exactly ``true``.  ``trusted_json`` skips the plain-JSON walk when
+    ``raw`` came from a strict JSON decoder (orjson refuses NaN/Infinity itself).
     """
     if not isinstance(raw, dict):
         raise SessionError(None, "E-1", "event envelope must be a JSON object")
@@ -165,18 +207,22 @@ def parse_event(raw: Any, *, trusted_json: bool = False) -> Event:
     missing = [k for k in _REQUIRED_KEYS if k not in raw]
     if missing:
         raise SessionError(seq_hint, "E-1", f"missing envelope key(s): {', '.join(missing)}")
-    etype, seq, time = raw["type"], raw["seq"], raw["time"]
-    if not _is_int(seq) or seq < 0:
-        raise SessionError(None, "E-2", f"seq must be an integer >= 0, got {seq!r}")
-    if not isinstance(etype, str) or not etype:
-        raise SessionError(seq, "E-2", "type must be a non-empty string")
-    if not _is_int(time):
-        raise SessionError(seq, "E-2", "time must be an integer (epoch ms)")
-    ignorable = raw.get("ignorable")
-    if ignorable is not None and not isinstance(ignorable, bool):
-        raise SessionError(seq, "E-2", "ignorable must be a boolean")
-    if "ignorable" in raw and ignorable is None:
-        raise SessionError(seq, "E-2", "ignorable must be a boolean")
+    etype = raw["type"]
+    seq = safe_int(raw["seq"])
+    if seq is None or seq < 0:
+        raise SessionError(
+            None, "E-2", f"seq must be a non-negative safe integer (<= 2**53-1), got {raw['seq']!r}"
+        )
+    if not isinstance(etype, str):
+        raise SessionError(seq, "E-2", "type must be a string")
+    time = safe_int(raw["time"])
+    if time is None:
+        raise SessionError(seq, "E-2", "time must be a safe integer (epoch ms, <= 2**53-1)")
+    if "ignorable" in raw and raw["ignorable"] is not True:
+        raise SessionError(
+            seq, "E-2", f"ignorable must be absent or true, got {raw['ignorable']!r}"
+        )
+    ignorable: bool | None = True if "ignorable" in raw else None
     if not trusted_json:
         for key in ("data", "surfaceOp", "sourceEventSeqs"):
             if key in raw:
@@ -242,30 +288,130 @@ def _blocks(message: Any) -> list[Any]:
     return content if isinstance(content, list) else []
 
 
-def check_message_shape(event: Event) -> None:
-    """D-6 (and D-1): a surface event carries a well-formed message."""
+def _nonempty_str(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _has_provider_model(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and _nonempty_str(value.get("provider"))
+        and _nonempty_str(value.get("model"))
+    )
+
+
+def _check_tool_result_v4(seq: int, message: Mapping[str, Any], call_id: str) -> None:
+    """Format v4: a first-class ``tool`` message answering ``source.callId``."""
+    if message.get("toolCallId") != call_id:
+        raise SessionError(seq, "D-6", "tool/result message toolCallId must equal source.callId")
+    if "isError" in message and not isinstance(message["isError"], bool):
+        raise SessionError(seq, "D-6", "tool/result message isError must be a boolean")
+    for block in message["content"]:
+        if isinstance(block, dict) and block.get("type") == "tool-result":
+            raise SessionError(
+                seq, "D-6", "a tool-role message must not wrap a tool-result block"
+            )
+
+
+def _check_tool_result_v3(seq: int, message: Mapping[str, Any], call_id: str) -> None:
+    """Released v3 form: a ``user`` message with exactly one ``tool-result`` block."""
+    content = message["content"]
+    block = content[0] if len(content) == 1 else None
+    if (
+        not isinstance(block, dict)
+        or block.get("type") != "tool-result"
+        or not isinstance(block.get("content"), list)
+    ):
+        raise SessionError(
+            seq, "D-6", "a user-role tool/result message must contain exactly one tool-result "
+            "block with a content list"
+        )
+    if block.get("toolCallId") != call_id:
+        raise SessionError(seq, "D-6", "tool-result block toolCallId must equal source.callId")
+
+
+def check_message_shape(event: Event, dialect: int | None = None) -> None:
+    """D-6 (with D-1): a surface event carries a message the runtime can replay.
+
+    ``dialect`` selects the session format whose message rules apply: 4 (the
+    runtime's newest: tool results are ``tool`` messages, system messages come
+    from ``system-prompt``), 3 (the released v3 form: a tool result is a
+    ``user`` message wrapping one ``tool-result`` block, a system message has a
+    ``plugin`` source) or None, used where no file header names the format
+    (Kafka, header-less files): each message may take either form.
+    """
     seq, etype = event.seq, event.type
     if etype != "user/message" and not isinstance(event.data, dict):
         raise SessionError(seq, "D-6", f"{etype} data must be an object")
     message = event.message
     where = "data" if etype == "user/message" else "data.message"
-    if not isinstance(message, dict):
-        raise SessionError(seq, "D-6", f"{etype} {where} must be a message object")
+    if not isinstance(message, dict) or not _nonempty_str(message.get("id")):
+        raise SessionError(seq, "D-6", f"{etype} lacks an identified message ({where}.id)")
     role = message.get("role")
     if (role == "developer") != (etype == "developer/message"):
         raise SessionError(
             seq, "D-1", f"developer/message type and role developer must occur together "
             f"(type {etype}, role {role!r})"
         )
-    mid = message.get("id")
-    if not isinstance(mid, str) or not mid:
-        raise SessionError(seq, "D-6", f"{where}.id must be a non-empty string")
-    if role != ROLE_OF_TYPE[etype]:
+    if etype == "tool/result":
+        allowed = {3: ("user",), 4: ("tool",)}.get(dialect or 0, ("tool", "user"))
+        if role not in allowed:
+            raise SessionError(
+                seq, "D-6", f"{where}.role must be {' or '.join(map(repr, allowed))} for "
+                f"tool/result, got {role!r}"
+            )
+    elif role != ROLE_OF_TYPE[etype]:
         raise SessionError(
             seq, "D-6", f"{where}.role must be {ROLE_OF_TYPE[etype]!r} for {etype}, got {role!r}"
         )
+    source = message.get("source")
+    if not isinstance(source, dict) or not _nonempty_str(source.get("kind")):
+        raise SessionError(seq, "D-6", f"{where}.source must be an object with a non-empty kind")
     if not isinstance(message.get("content"), list):
         raise SessionError(seq, "D-6", f"{where}.content must be a list of blocks")
+    kind = source["kind"]
+    if dialect == 4 and kind == "plugin":
+        raise SessionError(seq, "D-6", f"{where}.source.kind 'plugin' is the v3 form; format v4 "
+                           "needs a producer-owned kind")
+    if etype == "system/message":
+        v4_ok = kind == "system-prompt"
+        v3_ok = kind == "plugin" and _nonempty_str(source.get("plugin"))
+        if not (v4_ok if dialect == 4 else v3_ok if dialect == 3 else v4_ok or v3_ok):
+            raise SessionError(
+                seq, "D-6", f"system/message source must be {{kind: 'system-prompt'}} (v4) or "
+                f"{{kind: 'plugin', plugin}} (v3), got kind {kind!r}"
+            )
+    elif etype == "assistant/message":
+        if kind != "model" or not _has_provider_model(source):
+            raise SessionError(
+                seq, "D-6", "assistant/message source must be {kind: 'model', provider, model}"
+            )
+    elif etype == "tool/result":
+        call_id = source.get("callId")
+        if kind != "tool" or not _nonempty_str(call_id):
+            raise SessionError(
+                seq, "D-6", "tool/result source must be {kind: 'tool', callId} with a "
+                "non-empty callId"
+            )
+        if role == "tool":
+            _check_tool_result_v4(seq, message, str(call_id))
+        else:
+            _check_tool_result_v3(seq, message, str(call_id))
+
+
+def _check_settlement(event: Event) -> None:
+    """D-7: assistant/attempt and assistant/message settle one step of one turn."""
+    data = event.data
+    if (
+        not isinstance(data, dict)
+        or not is_seq(data.get("turn"))
+        or not is_seq(data.get("step"))
+        or not isinstance(data.get("stream"), list)
+    ):
+        raise SessionError(
+            event.seq, "D-7", f"{event.type} needs turn and step (non-negative safe integers) "
+            "and a stream list"
+        )
 
 
 def _check_tool_blocks(event: Event) -> list[str]:
@@ -303,9 +449,11 @@ def _check_header_seq(event: Event, added: list[str], lookup: EventLookup) -> No
         return
     if not has:
         raise SessionError(seq, "D-3", "developer message with tool additions needs headerSeq")
-    header_seq = event.data["headerSeq"]
-    if not _is_int(header_seq) or header_seq < 0 or header_seq >= seq:
-        raise SessionError(seq, "D-3", f"headerSeq {header_seq!r} must be an earlier seq")
+    header_seq = safe_int(event.data["headerSeq"])
+    if header_seq is None or header_seq < 0 or header_seq >= seq:
+        raise SessionError(
+            seq, "D-3", f"headerSeq {event.data['headerSeq']!r} must be an earlier seq"
+        )
     target = lookup(header_seq)
     if target is None or target.type != "request/header":
         raise SessionError(seq, "D-3", f"headerSeq {header_seq} is not a request/header")
@@ -328,9 +476,14 @@ def _check_header_seq(event: Event, added: list[str], lookup: EventLookup) -> No
             raise SessionError(seq, "D-3", f"tool {name!r} deferLoading must be true when present")
 
 
+_ADAPTER_DEFAULT_KEYS: Final = frozenset({"reasoningEffort", "maxTokens"})
+
+
 def _check_header(event: Event) -> None:
-    """D-4: the request/header payload."""
+    """D-4: the request/header payload, as the runtime's load path checks it."""
     seq, data = event.seq, event.data
+    if not isinstance(data, dict):
+        raise SessionError(seq, "D-4", "request/header data must be an object")
     header = data.get("header")
     if not isinstance(header, dict):
         raise SessionError(seq, "D-4", "request/header data.header must be an object")
@@ -339,8 +492,6 @@ def _check_header(event: Event) -> None:
             seq, "D-4", "header.system is refused: the prompt lives on the surface as "
             "system/message"
         )
-    if not isinstance(header.get("config"), dict):
-        raise SessionError(seq, "D-4", "header.config must be an object")
     if "tools" in header:
         tools = header["tools"]
         if not isinstance(tools, list):
@@ -350,42 +501,78 @@ def _check_header(event: Event) -> None:
         for tool in tools:
             if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
                 raise SessionError(seq, "D-4", "every header tool must be an object with a name")
+    defaults = header.get("adapterDefaults")
+    if isinstance(defaults, dict) and not defaults:
+        raise SessionError(seq, "D-4", "header.adapterDefaults: {} is refused (omit it instead)")
+    config = header.get("config")
+    if not isinstance(config, dict) or not _has_provider_model(config):
+        raise SessionError(
+            seq, "D-4", "header.config must name a provider and a model (non-empty strings)"
+        )
+    effort = config.get("reasoningEffort")
+    if "reasoningEffort" in config and not _nonempty_str(effort):
+        raise SessionError(seq, "D-4", "header.config.reasoningEffort must be a non-empty string")
     if "adapterDefaults" in header:
-        defaults = header["adapterDefaults"]
         if not isinstance(defaults, dict):
             raise SessionError(seq, "D-4", "header.adapterDefaults must be an object")
-        if not defaults:
-            raise SessionError(
-                seq, "D-4", "header.adapterDefaults: {} is refused (omit it instead)"
-            )
+        for key, flag in defaults.items():
+            if key not in _ADAPTER_DEFAULT_KEYS or flag is not True:
+                raise SessionError(
+                    seq, "D-4", f"header.adapterDefaults.{key} is invalid (only reasoningEffort "
+                    "and maxTokens, each exactly true)"
+                )
+            if key not in config:
+                raise SessionError(
+                    seq, "D-4", f"header.adapterDefaults.{key} requires header.config.{key}"
+                )
     if data.get("reason") not in HEADER_REASONS:
         raise SessionError(
             seq, "D-4", f"request/header reason must be one of initial|resume|change|series, "
             f"got {data.get('reason')!r}"
         )
+    if "startsSeries" in data and data["startsSeries"] is not True:
+        raise SessionError(seq, "D-4", "request/header startsSeries must be absent or true")
 
 
-def check_event_data(event: Event, lookup: EventLookup) -> None:
-    """Run the data checks D-1..D-6 that apply to ``event``."""
+def check_event_data(event: Event, lookup: EventLookup, dialect: int | None = None) -> None:
+    """Run the data checks D-1..D-7 that apply to ``event``.
+
+    Log-only types other than request/header and assistant/attempt are opaque:
+    their ``data`` may be any JSON value, as in the runtime.
+    """
     etype = event.type
     if not event.is_known:
         return  # ignorable unknown type: opaque
     if etype in SURFACE_TYPES:
-        check_message_shape(event)
+        # The runtime's order: relation-free data checks (D-1, D-2, headerSeq
+        # presence, D-5), then the message shape (D-6), then the settlement
+        # fields (D-7), then the header the additions point at (D-3).
+        message = event.message
+        if isinstance(event.data, dict) and isinstance(message, dict):
+            role = message.get("role")
+            if (role == "developer") != (etype == "developer/message"):
+                raise SessionError(
+                    event.seq, "D-1", f"developer/message type and role developer must occur "
+                    f"together (type {etype}, role {role!r})"
+                )
         added = _check_tool_blocks(event)
-        if etype == "developer/message":
-            _check_header_seq(event, added, lookup)
-        if (
-            etype == "tool/result"
-            and "error" in event.data
-            and event.data["message"].get("isError") is not True
-        ):
-            raise SessionError(
+        if etype == "tool/result":
+            data = event.data
+            if not isinstance(data, dict):
+                raise SessionError(event.seq, "D-6", "tool/result data must be an object")
+            if "error" in data and not (
+                isinstance(message, dict) and message.get("isError") is True
+            ):
+                raise SessionError(
                     event.seq, "D-5", "tool/result with error requires message.isError === true"
                 )
+        check_message_shape(event, dialect)
+        if etype == "assistant/message":
+            _check_settlement(event)
+        if etype == "developer/message":
+            _check_header_seq(event, added, lookup)
         return
-    if not isinstance(event.data, dict):
-        raise SessionError(event.seq, "D-6", f"{etype} data must be an object")
     if etype == "request/header":
         _check_header(event)
-
+    elif etype == "assistant/attempt":
+        _check_settlement(event)

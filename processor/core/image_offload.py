@@ -1,19 +1,21 @@
 """The built-in ``image/offload`` message projection (M-5).
 
-Large inline images are moved out of the model context once they have been
-stored elsewhere.  The event is durable, so any reader of the log reaches the
-same messages.
+The payload is the runtime's image-offload plugin's (``dsh-compaction-image-
+offload``): when a request exceeds a route's image budget the plugin records
+which input images are permanently omitted from later requests::
 
-Payload (``data``)::
+    {"targets": [{"seq": S, "imageIndexes": [i, j, ...]}, ...]}
 
-    {"images": [{"seq": S, "index": I, "uri": "s3://...", "mediaType"?: str}, ...]}
-
-Each entry names the content block ``I`` of the message at surface node ``S``;
-that block must currently be ``{"type": "image", ...}``.  It is replaced by
-``{"type": "image-ref", "uri": uri, "mediaType"?: ...}`` (mediaType from the
-entry, else from the original block when it had one).  Several entries may
-target one message.  The whole payload is validated before anything is
-returned: one bad entry rejects the event and nothing is projected.
+``data`` has exactly that one key and a non-empty list; every target has
+exactly ``seq`` and a non-empty ``imageIndexes``.  ``seq`` names a current
+surface node holding a ``user/message`` or ``tool/result`` (at most once per
+event); the indexes are strictly increasing non-negative safe integers that
+count the message's image blocks depth-first (into ``tool-result`` blocks of a
+v3-form tool result as well) including images already offloaded.  Each
+selected image block gains ``"offloaded": true``; an index that does not exist
+or names an image already offloaded refuses the whole event.  Message identity
+and node membership never change, and nothing is returned before the whole
+payload is validated.
 """
 
 from __future__ import annotations
@@ -22,64 +24,116 @@ from collections.abc import Mapping
 from typing import Any
 
 from processor.core.errors import SessionError
-from processor.core.events import Event
-from processor.core.frozen import FrozenDict, FrozenList, freeze
+from processor.core.events import Event, is_seq
+from processor.core.frozen import FrozenDict, FrozenList
 from processor.core.message_projections import ProjectionContext
 
-_ENTRY_KEYS = frozenset({"seq", "index", "uri", "mediaType"})
+_TARGET_TYPES = frozenset({"user/message", "tool/result"})
+
+
+def _is_index(value: Any) -> bool:
+    return type(value) is int and is_seq(value)
+
+
+class _Offloader:
+    """Walks one message's blocks depth-first and marks the selected images."""
+
+    def __init__(self, seq: int, indexes: list[int]) -> None:
+        self.seq = seq
+        self.indexes = indexes
+        self.image = 0
+        self.selected = 0
+
+    def visit(self, blocks: Any) -> Any:
+        out: list[Any] | None = None
+        for i, block in enumerate(blocks):
+            new = block
+            if isinstance(block, dict) and block.get("type") == "image":
+                if (
+                    self.selected < len(self.indexes)
+                    and self.image == self.indexes[self.selected]
+                ):
+                    if block.get("offloaded") is True:
+                        raise SessionError(
+                            self.seq, "M-5", f"image/offload: image index {self.image} is "
+                            "already offloaded"
+                        )
+                    new = FrozenDict({**block, "offloaded": True})
+                    self.selected += 1
+                self.image += 1
+            elif (
+                isinstance(block, dict)
+                and block.get("type") == "tool-result"
+                and isinstance(block.get("content"), list)
+            ):
+                inner = self.visit(block["content"])
+                if inner is not block["content"]:
+                    new = FrozenDict({**block, "content": inner})
+            if new is not block and out is None:
+                out = list(blocks[:i])
+            if out is not None:
+                out.append(new)
+        return FrozenList(out) if out is not None else blocks
 
 
 class ImageOffload:
-    """Replace inline image blocks of earlier messages with references."""
+    """Mark selected image blocks of earlier messages as offloaded."""
 
     type = "image/offload"
 
     def project(self, event: Event, ctx: ProjectionContext) -> Mapping[int, Any]:
         seq = event.seq
         data = event.data
-        images = data.get("images") if isinstance(data, dict) else None
-        if not isinstance(images, list) or not images:
-            raise SessionError(seq, "M-5", "image/offload data.images must be a non-empty list")
-        node_set = set(ctx.nodes)
-        edits: dict[int, dict[int, dict[str, Any]]] = {}
-        for n, entry in enumerate(images):
-            where = f"image/offload images[{n}]"
-            if not isinstance(entry, dict) or not {"seq", "index", "uri"} <= set(entry):
-                raise SessionError(seq, "M-5", f"{where} needs seq, index and uri")
-            if set(entry) - _ENTRY_KEYS:
-                raise SessionError(
-                    seq, "M-5", f"{where} has unknown keys {sorted(set(entry) - _ENTRY_KEYS)}"
-                )
-            target, index, uri = entry["seq"], entry["index"], entry["uri"]
-            if not isinstance(uri, str) or not uri:
-                raise SessionError(seq, "M-5", f"{where}.uri must be a non-empty string")
-            if "mediaType" in entry and not isinstance(entry["mediaType"], str):
-                raise SessionError(seq, "M-5", f"{where}.mediaType must be a string")
-            if type(target) is not int or target not in node_set:
-                raise SessionError(seq, "M-5", f"{where}.seq {target!r} is not a surface node")
-            message = ctx.message_of(target)
-            content = message.get("content") if isinstance(message, dict) else None
-            if type(index) is not int or not isinstance(content, list) or not (
-                0 <= index < len(content)
-            ):
-                raise SessionError(seq, "M-5", f"{where}.index {index!r} is not a content block")
-            block = content[index]
-            if not isinstance(block, dict) or block.get("type") != "image":
-                raise SessionError(
-                    seq, "M-5", f"{where}: block {index} of seq {target} is not an image"
-                )
-            if index in edits.get(target, {}):
-                raise SessionError(seq, "M-5", f"{where} repeats block {index} of seq {target}")
-            ref: dict[str, Any] = {"type": "image-ref", "uri": uri}
-            media = entry.get("mediaType", block.get("mediaType"))
-            if media is not None:
-                ref["mediaType"] = media
-            edits.setdefault(target, {})[index] = ref
-        out: dict[int, Any] = {}
-        for target, blocks in edits.items():
-            message = ctx.message_of(target)
-            content = FrozenList(
-                [freeze(blocks[i]) if i in blocks else b for i, b in enumerate(message["content"])]
+        targets = data.get("targets") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or len(data) != 1 or not isinstance(targets, list) or (
+            not targets
+        ):
+            raise SessionError(
+                seq, "M-5", "image/offload: data must contain a nonempty targets array"
             )
-            out[target] = FrozenDict({**message, "content": content})
+        node_set = set(ctx.nodes)
+        out: dict[int, Any] = {}
+        for target in targets:
+            if (
+                not isinstance(target, dict)
+                or len(target) != 2
+                or not _is_index(target.get("seq"))
+                or not isinstance(target.get("imageIndexes"), list)
+                or not target["imageIndexes"]
+            ):
+                raise SessionError(
+                    seq, "M-5", "image/offload: each target must contain a seq and nonempty "
+                    "imageIndexes"
+                )
+            tseq = target["seq"]
+            if tseq in out:
+                raise SessionError(seq, "M-5", f"image/offload: duplicate target seq {tseq}")
+            if tseq not in node_set:
+                raise SessionError(
+                    seq, "M-5", f"image/offload: target seq {tseq} is not a current surface node"
+                )
+            source = ctx.event_of(tseq)
+            if source is None or source.type not in _TARGET_TYPES:
+                raise SessionError(
+                    seq, "M-5", f"image/offload: target seq {tseq} must be user/message or "
+                    "tool/result"
+                )
+            indexes = target["imageIndexes"]
+            previous = -1
+            for index in indexes:
+                if not _is_index(index) or index <= previous:
+                    raise SessionError(
+                        seq, "M-5", "image/offload: imageIndexes must be strictly increasing "
+                        "non-negative safe integers"
+                    )
+                previous = index
+            message = ctx.message_of(tseq)
+            walker = _Offloader(seq, list(indexes))
+            content = walker.visit(message["content"])
+            if walker.selected != len(indexes):
+                raise SessionError(
+                    seq, "M-5", f"image/offload: image index {indexes[walker.selected]} does "
+                    f"not exist in seq {tseq}"
+                )
+            out[tseq] = FrozenDict({**message, "content": content})
         return out

@@ -21,7 +21,11 @@ def inherited_event_count(events: Sequence[Event]) -> int:
     """The cut of a forked session: 1 + seq of the last inherited end-seed (§11)."""
     count = 0
     for ev in events:
-        if ev.type == "session/end-seed" and ev.data.get("inherited") is True:
+        if (
+            ev.type == "session/end-seed"
+            and isinstance(ev.data, dict)
+            and ev.data.get("inherited") is True
+        ):
             count = ev.seq + 1
     return count
 

@@ -37,7 +37,7 @@ def synthetic_header(session_id: str = "unknown") -> SessionHeader:
     """The header given to a log that has no header line (§11)."""
     return {
         "type": "session",
-        "version": 0,
+        "version": 4,
         "id": session_id,
         "createdAt": 0,
         "isSeeded": False,
@@ -60,10 +60,13 @@ class Session:
         _log: SessionLog | None = None,
         _surface: SurfaceState | None = None,
         _transcript: list[dict[str, Any]] | None = None,
+        dialect: int | None = None,
     ) -> None:
         self.header: SessionHeader = header if header is not None else synthetic_header()
         self.log = _log if _log is not None else SessionLog()
         self.surface = SurfaceManager(message_projections, _surface)
+        # Message rules of the file's format version (see check_message_shape).
+        self.surface.state.dialect = dialect
         self._derived = DerivedMessages()
         self._last_digest: str | None = None
         self._transcript: list[dict[str, Any]] = _transcript if _transcript is not None else []
@@ -177,6 +180,7 @@ class Session:
         *,
         message_projections: MessageProjectionRegistry | None = None,
         projections: ProjectionRegistry | None = None,
+        dialect: int | None = None,
     ) -> Session:
         """Continue a session from :meth:`checkpoint` output (no log prefix).
 
@@ -199,6 +203,7 @@ class Session:
             _log=SessionLog(base_seq=last_seq + 1),
             _surface=state,
             _transcript=[freeze(e) for e in checkpoint["transcript"]],
+            dialect=dialect,
         )
         session.projections.install(checkpoint["rows"], last_seq)
         session._last_digest = checkpoint.get("lastDigest")
@@ -220,8 +225,10 @@ class Session:
         *,
         message_projections: MessageProjectionRegistry | None = None,
         projections: ProjectionRegistry | None = None,
+        dialect: int | None = None,
     ) -> Session:
         """Fold a whole log offline through the same path as live appends."""
-        session = cls(header, message_projections=message_projections, projections=projections)
+        session = cls(header, message_projections=message_projections, projections=projections,
+                      dialect=dialect)
         session.extend(events)
         return session

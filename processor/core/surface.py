@@ -25,6 +25,7 @@ from processor.core.errors import SessionError
 from processor.core.events import (
     ABSENT,
     KNOWN_TYPES,
+    MAX_SAFE_INT,
     MESSAGE_PROJECTION_TYPES,
     SURFACE_TYPES,
     Event,
@@ -103,6 +104,9 @@ class SurfaceState:
     projection_types_used: set[str] = field(default_factory=set)
     replace_generation: int = 0
     content_generation: int = 0
+    #: Session format whose message rules apply (3, 4), or None for either; it
+    #: comes from the file header, so it is not part of the checkpoint.
+    dialect: int | None = None
 
     def event_of(self, seq: int) -> Event | None:
         return self.node_events.get(seq) or self.headers.get(seq)
@@ -154,7 +158,8 @@ class SurfaceState:
 
 
 def _is_seq(value: Any) -> bool:
-    return type(value) is int and value >= 0
+    # Integers only: a float seq (3.0) in surface metadata would key nothing.
+    return type(value) is int and 0 <= value <= MAX_SAFE_INT
 
 
 def _surface_op(event: Event) -> tuple[int, int] | None:
@@ -311,7 +316,7 @@ def plan_event(state: SurfaceState, event: Event,
         raise SessionError(
             seq, "E-4", f"unknown event type {event.type!r} (not marked ignorable: true)"
         )
-    check_event_data(event, state.event_of)
+    check_event_data(event, state.event_of, state.dialect)
     if event.type not in SURFACE_TYPES:
         return LogOnlyPlan(seq)
     op = _surface_op(event)

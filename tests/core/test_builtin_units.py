@@ -52,14 +52,16 @@ def session(b: LogBuilder) -> Session:
 # ------------------------------------------------------------------ the set
 
 
-def test_builtin_units_are_five_wire_units_with_valid_init_states() -> None:
+def test_builtin_units_have_valid_init_states() -> None:
     assert [u.key for u in BUILTIN_UNITS] == ["turnBoundary", "toolHistory", "requestHeader",
-                                             "sessionStats", "inbox"]
+                                             "sessionStats", "inbox", "title", "titleInput",
+                                             "todos", "plan"]
     for unit in BUILTIN_UNITS:
-        assert unit.wire is not None
+        assert (unit.wire is None) == (unit.key == "titleInput")
         state = unit.init(HEADER, 0)
         unit.validate_state(state)
-        unit.wire.validate_view(unit.wire.view(state))
+        if unit.wire is not None:
+            unit.wire.validate_view(unit.wire.view(state))
         orjson.dumps(state)  # plain JSON
 
 
@@ -95,7 +97,8 @@ def test_builtin_states_restore_through_json_checkpoints() -> None:
     b.header([tool_def("read"), tool_def("grep")], reason="change")
     b.tool_update(h.seq + 5, added=["grep"])
     b.add_raw("agent/inbox/spliced", {"delivery": "next-step", "messages": [
-        {"id": "in-1", "role": "user", "content": []}]})
+        {"id": "in-1", "role": "user", "content": [],
+         "source": {"kind": "user"}}]})
     b.step_end()
     b.turn_end()
     registry = default_registry()
@@ -171,9 +174,11 @@ def test_session_stats_counts_events_and_sums_usage() -> None:
     b.add_raw("llm/retry", {})
     call = b.tool_call("c1", "read", {})
     b.assistant("a", usage={"inputTokens": 10, "outputTokens": 3})
-    b.add_raw("assistant/message", {"turn": 1, "step": 1, "stream": "s", "usage": {
+    b.add_raw("assistant/message", {"turn": 1, "step": 1, "stream": [], "usage": {
         "inputTokens": 5, "cost": 0.5, "cached": True, "detail": {"x": 1}},
-        "message": {"id": "a-x", "role": "assistant", "content": []}}, surfaceOp="append")
+        "message": {"id": "a-x", "role": "assistant", "content": [],
+                    "source": {"kind": "model", "provider": "p", "model": "m"}}},
+        surfaceOp="append")
     bad = b.tool_result("c1", "boom", call_seq=call.seq, error={"name": "read", "code": "E"})
     b.tool_result("c1", "short", like=bad, replace=(bad.seq, bad.seq))  # S-5 rewrite
     stats = session(b).projections.view_of("sessionStats")
@@ -196,11 +201,13 @@ def test_session_stats_rejects_malformed_rows() -> None:
 
 def splice(seq: int, *ids: str, delivery: str = "next-turn") -> Event:
     return make_event("agent/inbox/spliced", seq, {"delivery": delivery, "messages": [
-        {"id": i, "role": "user", "content": []} for i in ids]})
+        {"id": i, "role": "user", "content": [],
+         "source": {"kind": "user"}} for i in ids]})
 
 
 def deliver(seq: int, mid: str) -> Event:
-    return make_event("user/message", seq, {"id": mid, "role": "user", "content": []},
+    return make_event("user/message", seq, {"id": mid, "role": "user", "content": [],
+         "source": {"kind": "user"}},
                       surface_op="append")
 
 
@@ -209,9 +216,11 @@ def test_inbox_keeps_spliced_messages_until_a_user_message_delivers_them() -> No
               make_event("turn/start", 2, {"turn": 1}), deliver(3, "b")]
     assert view(INBOX, events) == {"pending": [
         {"seq": 0, "delivery": "next-turn", "message": {"id": "a", "role": "user",
-                                                          "content": []}},
+                                                          "content": [],
+                                                          "source": {"kind": "user"}}},
         {"seq": 1, "delivery": "next-step", "message": {"id": "c", "role": "user",
-                                                          "content": []}}]}
+                                                          "content": [],
+                                                          "source": {"kind": "user"}}}]}
 
 
 def test_inbox_ignores_malformed_splices_duplicates_and_non_user_messages() -> None:
@@ -375,16 +384,18 @@ def test_H5_view_keeps_its_identity_when_nothing_visible_changed() -> None:
     before = s.projections.view_of("toolHistory")
     s.projections.drain_view_changes()
     s.append(make_event("request/header", s.next_seq, {
-        "header": {"config": {"model": "x"}, "tools": [tool_def("read")]}, "reason": "resume"}))
+        "header": {"config": {"provider": "p", "model": "x"}, "tools": [tool_def("read")]},
+        "reason": "resume"}))
     assert s.projections.view_of("toolHistory") is before
     assert "toolHistory" not in s.projections.drain_view_changes()
     # the same for the fallback view of an old log
     s.append(make_event("request/header", s.next_seq, {
-        "header": {"config": {}, "tools": [tool_def("read"), tool_def("grep")]},
-        "reason": "change"}))
+        "header": {"config": {"provider": "p", "model": "x"},
+                   "tools": [tool_def("read"), tool_def("grep")]}, "reason": "change"}))
     fallback = s.projections.view_of("toolHistory")
     s.append(make_event("request/header", s.next_seq, {
-        "header": {"config": {"model": "y"}, "tools": [tool_def("read"), tool_def("grep")]},
+        "header": {"config": {"provider": "p", "model": "y"},
+                   "tools": [tool_def("read"), tool_def("grep")]},
         "reason": "resume"}))
     assert s.projections.view_of("toolHistory") is fallback
 

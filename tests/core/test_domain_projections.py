@@ -70,7 +70,8 @@ def test_P1_irrelevant_event_keeps_state_identity_and_view() -> None:
     assert s.projections.state_of("users") is before
     assert s.projections.view_of("users") is view  # same object: not republished
     assert changes == []
-    s.append(make_event("user/message", s.next_seq, {"id": "m", "role": "user", "content": []},
+    s.append(make_event("user/message", s.next_seq, {"id": "m", "role": "user", "content": [],
+         "source": {"kind": "user"}},
                         surface_op="append"))
     assert changes == [("users", s.last_seq)]
 
@@ -345,15 +346,17 @@ def test_builtin_units_fold_a_session() -> None:
     b.step_end()
     b.turn_end()
     b.add_raw("agent/inbox/spliced", {"delivery": "next-turn", "messages": [
-        {"id": "in-1", "role": "user", "content": []}]})
+        {"id": "in-1", "role": "user", "content": [],
+         "source": {"kind": "user"}}]})
     s = Session.fold(b.events, projections=default_registry())
     values = s.projections.snapshot().values
-    assert set(values) == {u.key for u in BUILTIN_UNITS}
+    assert set(values) == {u.key for u in BUILTIN_UNITS if u.wire is not None}
     assert values["turnBoundary"]["openTurnStartSeq"] is None
     assert values["turnBoundary"]["lastStepBoundary"]["kind"] == "end"
     stats = values["sessionStats"]
     assert stats["turns"] == 2 and stats["usage"] == {"inputTokens": 10, "outputTokens": 3}
     assert [p["message"]["id"] for p in values["inbox"]["pending"]] == ["in-1"]
     s.append(make_event("user/message", s.next_seq, {"id": "in-1", "role": "user",
+                                                      "source": {"kind": "user"},
                                                       "content": []}, surface_op="append"))
     assert s.projections.view_of("inbox") == {"pending": []}

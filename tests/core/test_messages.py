@@ -29,7 +29,8 @@ def test_G1_derive_event_message_per_type() -> None:
     assert derive_event_message(asst) is asst.data["message"]
     assert derive_event_message(call) is None
     assert derive_event_message(res) is res.data["message"]
-    override = {"id": user.data["id"], "role": "user", "content": []}
+    override = {"id": user.data["id"], "role": "user", "content": [],
+         "source": {"kind": "user"}}
     assert derive_event_message(user, {user.seq: override}) is override  # projection wins
     s = session(b)
     assert s.surface.nodes == [0, 1, 2, 3, 5]
@@ -69,13 +70,14 @@ def test_G2_messages_are_immutable() -> None:
 def test_G2_cache_is_dropped_when_generation_changes() -> None:
     b = LogBuilder()
     b.user("a")
-    b.add_raw("user/message", {"id": "img", "role": "user", "content": [
+    b.add_raw("user/message", {"id": "img", "role": "user", "source": {"kind": "user"},
+                               "content": [
         {"type": "image", "data": "AA"}]}, surfaceOp="append")
     s = session(b)
     cache = DerivedMessages()
     assert cache.derive(s.surface.state)[1]["content"][0]["type"] == "image"
-    s.append(b.add_raw("image/offload", {"images": [{"seq": 1, "index": 0, "uri": "u"}]}))
-    assert cache.derive(s.surface.state)[1]["content"][0]["type"] == "image-ref"
+    s.append(b.add_raw("image/offload", {"targets": [{"seq": 1, "imageIndexes": [0]}]}))
+    assert cache.derive(s.surface.state)[1]["content"][0]["offloaded"] is True
 
 
 def test_G3_derivation_never_wraps_content() -> None:
@@ -100,14 +102,16 @@ def test_G4_transcript_survives_compaction() -> None:
 def test_G5_fold_surface_reports_nodes_replacements_and_projections() -> None:
     b = LogBuilder()
     b.system("s")
-    b.add_raw("user/message", {"id": "img", "role": "user", "content": [
+    b.add_raw("user/message", {"id": "img", "role": "user", "source": {"kind": "user"},
+                               "content": [
         {"type": "image", "data": "AA"}]}, surfaceOp="append")
     b.user("q")
-    b.add_raw("image/offload", {"images": [{"seq": 1, "index": 0, "uri": "u"}]})
+    b.add_raw("image/offload", {"targets": [{"seq": 1, "imageIndexes": [0]}]})
     b.summary("sum", 2, 2, [2])
     folded = fold_surface(b.events, default_message_projections())
     assert folded.nodes == (0, 1, 4)
     assert [r.to_json() for r in folded.replacements] == [
         {"seq": 4, "startSeq": 2, "endSeq": 2, "shadowed": [2]}]
-    assert folded.projected[1]["content"][0] == {"type": "image-ref", "uri": "u"}
+    assert folded.projected[1]["content"][0] == {"type": "image", "data": "AA",
+                                                 "offloaded": True}
     assert (folded.replace_generation, folded.content_generation) == (1, 2)

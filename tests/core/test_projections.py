@@ -836,5 +836,6 @@ def test_P6_P7_checkpoint_at_any_k_restores_to_the_full_fold(seed: int, n: int,
 
 def test_builtin_units_are_all_registered_by_the_property_registry() -> None:
     registry, _ = _registry()
-    assert [d.key for d in registry.definitions()][:5] == [u.key for u in BUILTIN_UNITS]
+    keys = [u.key for u in BUILTIN_UNITS]
+    assert [d.key for d in registry.definitions()][: len(keys)] == keys
     assert isinstance(_fold(registry, [user(0)]).state_of("sessionStats"), FrozenDict)

@@ -23,19 +23,27 @@ Raw = dict[str, Any]
 Case = Callable[[LogBuilder], list[Raw]]
 
 
-def prefix() -> LogBuilder:
-    b = LogBuilder()
+#: Cases written as format v3 files (header version 3, v3 message shapes).
+V3_CASES = frozenset({"D6-tool-result-wrapper-two-blocks", "D6-v4-system-source-in-v3-file",
+                      "D6-v4-tool-result-in-v3-file"})
+
+
+def prefix(form: int = 4) -> LogBuilder:
+    b = LogBuilder(form=form)
     b.system("You are a careful agent.")  # 0
     b.turn_start()  # 1
     b.step_start()  # 2
     b.user("hello")  # 3
     call = b.tool_call("c1", "read", {"path": "a"})  # 4
     b.tool_result("c1", "contents", call_seq=call.seq)  # 5
-    b.add_raw("user/message", {"id": "img", "role": "user", "source": {"kind": "test"},
+    b.add_raw("user/message", {"id": "img", "role": "user", "source": {"kind": "user"},
                                "content": [text("pic"), {"type": "image", "data": "AA"}]},
               surfaceOp="append")  # 6
     b.header([tool_def("grep")])  # 7
     return b
+
+
+CFG = {"provider": "mock", "model": "mock-1"}
 
 
 def raws(b: LogBuilder) -> list[Raw]:
@@ -80,16 +88,69 @@ CASES: dict[str, Callable[[LogBuilder], Raw | list[Raw]]] = {
         "headerSeq": 7, "message": msg(b, "developer", [
             {"type": "tool-addition", "toolName": "find"}])}, surfaceOp="append"),
     "D4-header-system": lambda b: env(b, "request/header", {
-        "header": {"config": {}, "system": "prompt"}, "reason": "change"}),
+        "header": {"config": CFG, "system": "prompt"}, "reason": "change"}),
     "D4-empty-tools": lambda b: env(b, "request/header", {
-        "header": {"config": {}, "tools": []}, "reason": "change"}),
+        "header": {"config": CFG, "tools": []}, "reason": "change"}),
+    "D4-config-without-provider-model": lambda b: env(b, "request/header", {
+        "header": {"config": {"model": "m"}}, "reason": "change"}),
+    "D4-starts-series-false": lambda b: env(b, "request/header", {
+        "header": {"config": CFG}, "reason": "change", "startsSeries": False}),
+    "D4-adapter-default-without-config-field": lambda b: env(b, "request/header", {
+        "header": {"config": CFG, "adapterDefaults": {"maxTokens": True}}, "reason": "change"}),
+    "D4-adapter-default-not-true": lambda b: env(b, "request/header", {
+        "header": {"config": {**CFG, "maxTokens": 9}, "adapterDefaults": {"maxTokens": False}},
+        "reason": "change"}),
+    "D4-empty-reasoning-effort": lambda b: env(b, "request/header", {
+        "header": {"config": {**CFG, "reasoningEffort": ""}}, "reason": "change"}),
+    "D4-unknown-reason": lambda b: env(b, "request/header", {
+        "header": {"config": CFG}, "reason": "fallback"}),
     "D5-error-without-is-error": lambda b: env(b, "tool/result", {
         "turn": 1, "step": 1, "error": {"name": "E", "code": "x"},
-        "message": msg(b, "tool", toolCallId="c9")}, surfaceOp="append"),
+        "message": msg(b, "tool", toolCallId="c9", source={"kind": "tool", "callId": "c9"})},
+        surfaceOp="append"),
     "D6-message-without-id": lambda b: env(b, "assistant/message", {
-        "stream": "s", "message": {"role": "assistant", "content": []}}, surfaceOp="append"),
+        "turn": 1, "step": 1, "stream": [], "message": {"role": "assistant", "content": []}},
+        surfaceOp="append"),
     "D6-role-mismatch": lambda b: env(b, "tool/result", {"message": msg(b, "assistant")},
                                       surfaceOp="append"),
+    "D6-message-without-source-kind": lambda b: env(
+        b, "user/message", {**msg(b, "user"), "source": {}}, surfaceOp="append"),
+    "D6-tool-result-call-id-mismatch": lambda b: env(b, "tool/result", {
+        "turn": 1, "step": 1, "message": msg(b, "tool", toolCallId="c2",
+                                             source={"kind": "tool", "callId": "c1"})},
+        surfaceOp="append"),
+    "D6-tool-result-wrapper-two-blocks": lambda b: env(b, "tool/result", {
+        "turn": 1, "step": 1, "message": msg(b, "user", [
+            {"type": "tool-result", "toolCallId": "c1", "content": []}, text("extra")],
+            source={"kind": "tool", "callId": "c1"})}, surfaceOp="append"),
+    "D6-tool-result-without-tool-source": lambda b: env(b, "tool/result", {
+        "turn": 1, "step": 1, "message": msg(b, "tool", toolCallId="c1")}, surfaceOp="append"),
+    "D6-assistant-source-not-model": lambda b: env(b, "assistant/message", {
+        "turn": 1, "step": 1, "stream": [],
+        "message": msg(b, "assistant", source={"kind": "user"})}, surfaceOp="append"),
+    "D6-system-source-not-system-prompt": lambda b: env(b, "system/message", {
+        "turn": 1, "step": 1, "message": msg(b, "system", source={"kind": "runtime-context"})},
+        surfaceOp="append"),
+    "D6-v3-tool-result-in-v4-file": lambda b: env(b, "tool/result", {
+        "turn": 1, "step": 1, "message": msg(b, "user", [
+            {"type": "tool-result", "toolCallId": "c1", "content": [text("r")]}],
+            source={"kind": "tool", "callId": "c1"})}, surfaceOp="append"),
+    "D6-v4-system-source-in-v3-file": lambda b: env(b, "system/message", {
+        "turn": 1, "step": 1, "message": msg(b, "system", source={"kind": "system-prompt"})},
+        surfaceOp="append"),
+    "D6-v4-tool-result-in-v3-file": lambda b: env(b, "tool/result", {
+        "turn": 1, "step": 1, "message": msg(b, "tool", [text("r")], toolCallId="c1",
+                                             source={"kind": "tool", "callId": "c1"})},
+        surfaceOp="append"),
+    "D7-attempt-without-stream": lambda b: env(b, "assistant/attempt", {"turn": 1, "step": 1}),
+    "D7-assistant-step-negative": lambda b: env(b, "assistant/message", {
+        "turn": 1, "step": -1, "stream": [], "message": msg(b, "assistant")},
+        surfaceOp="append"),
+    "E2-ignorable-false": lambda b: {**env(b, "vendor/thing", {}), "ignorable": False},
+    "E2-seq-beyond-safe-integer": lambda b: {**env(b, "turn/end", {"turn": 1}),
+                                             "seq": 2**53},
+    "E2-time-beyond-safe-integer": lambda b: {**env(b, "turn/end", {"turn": 1}),
+                                              "time": 2**53},
     "S1-gap": lambda b: {**env(b, "user/message", msg(b, "user"), surfaceOp="append"),
                          "seq": 12},
     "S2-missing-surface-op": lambda b: env(b, "user/message", msg(b, "user")),
@@ -99,8 +160,8 @@ CASES: dict[str, Callable[[LogBuilder], Raw | list[Raw]]] = {
         b, "user/message", msg(b, "user"),
         surfaceOp={"op": "replace", "startSeq": 3, "endSeq": 99}, sourceEventSeqs=[3]),
     "S3-sources-on-assistant": lambda b: env(b, "assistant/message", {
-        "stream": "s", "message": msg(b, "assistant")}, surfaceOp="append",
-        sourceEventSeqs=[3]),
+        "turn": 1, "step": 1, "stream": [], "message": msg(b, "assistant")},
+        surfaceOp="append", sourceEventSeqs=[3]),
     "S3-duplicate-sources": lambda b: env(b, "user/message", msg(b, "user"),
                                           surfaceOp="append", sourceEventSeqs=[3, 3]),
     "S4-endpoint-not-on-surface": lambda b: env(
@@ -118,20 +179,31 @@ CASES: dict[str, Callable[[LogBuilder], Raw | list[Raw]]] = {
     "S6-summary-over-system-head": lambda b: env(
         b, "user/message", msg(b, "user"),
         surfaceOp={"op": "replace", "startSeq": 0, "endSeq": 3}, sourceEventSeqs=[0, 3]),
-    "M5-offload-non-image": lambda b: env(b, "image/offload", {
-        "images": [{"seq": 6, "index": 0, "uri": "blob://x"}]}),
+    "M5-offload-index-missing": lambda b: env(b, "image/offload", {
+        "targets": [{"seq": 6, "imageIndexes": [1]}]}),
     "M5-offload-not-on-surface": lambda b: env(b, "image/offload", {
-        "images": [{"seq": 4, "index": 0, "uri": "blob://x"}]}),
-    "M5-offload-bad-payload": lambda b: env(b, "image/offload", {"images": []}),
+        "targets": [{"seq": 4, "imageIndexes": [0]}]}),
+    "M5-offload-bad-payload": lambda b: env(b, "image/offload", {"targets": []}),
+    "M5-offload-our-old-payload": lambda b: env(b, "image/offload", {
+        "images": [{"seq": 6, "index": 1, "uri": "blob://x"}]}),
+    "M5-offload-system-message": lambda b: env(b, "image/offload", {
+        "targets": [{"seq": 0, "imageIndexes": [0]}]}),
+    "M5-offload-twice": lambda b: [
+        env(b, "image/offload", {"targets": [{"seq": 6, "imageIndexes": [0]}]}),
+        {**env(b, "image/offload", {"targets": [{"seq": 6, "imageIndexes": [0]}]}),
+         "seq": b.next_seq + 1}],
+    "M5-offload-indexes-not-increasing": lambda b: env(b, "image/offload", {
+        "targets": [{"seq": 6, "imageIndexes": [0, 0]}]}),
 }
 
 
 def write_case(name: str, make: Callable[[LogBuilder], Raw | list[Raw]]) -> str:
-    b = prefix()
+    version = 3 if name in V3_CASES else 4
+    b = prefix(version)
     lines = raws(b)
     bad = make(b)
     lines += bad if isinstance(bad, list) else [bad]
-    header = {"type": "session", "version": 1, "id": name, "createdAt": 0,
+    header = {"type": "session", "version": version, "id": name, "createdAt": 0,
               "isSeeded": False, "delegationDepth": 0}
     body = b"".join(orjson.dumps(x) + b"\n" for x in [header, *lines])
     (OUT / f"{name}.jsonl").write_bytes(body)
@@ -148,7 +220,7 @@ def write_checkpoint_cases() -> int:
     """P cases: a log plus ``<name>.checkpoint.json`` for ``--from-checkpoint``."""
     b = prefix()
     events = list(b.events)
-    header = {"type": "session", "version": 1, "id": "p", "createdAt": 0,
+    header = {"type": "session", "version": 4, "id": "p", "createdAt": 0,
               "isSeeded": False, "delegationDepth": 0}
     full = _session_checkpoint(events)
 

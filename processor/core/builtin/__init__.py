@@ -7,8 +7,10 @@ Each module documents its exact state and view shape:
 * :mod:`~processor.core.builtin.request_header` — ``requestHeader`` (H-1)
 * :mod:`~processor.core.builtin.session_stats` — ``sessionStats``
 * :mod:`~processor.core.builtin.inbox` — ``inbox``
+* :mod:`~processor.core.builtin.runtime_units` — the runtime's own units
+  ``title``, ``titleInput`` (not a wire unit), ``todos`` and ``plan``
 
-All are wire units; states are deep-frozen plain JSON and ``apply`` returns
+All but ``titleInput`` are wire units; states are deep-frozen plain JSON and ``apply`` returns
 the same object for an irrelevant event (P-1).
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from processor.core.builtin.inbox import INBOX
 from processor.core.builtin.request_header import REQUEST_HEADER
+from processor.core.builtin.runtime_units import RUNTIME_UNITS
 from processor.core.builtin.session_stats import SESSION_STATS
 from processor.core.builtin.tool_history import TOOL_HISTORY
 from processor.core.builtin.turn_boundary import TURN_BOUNDARY
@@ -33,11 +36,11 @@ __all__ = [
 ]
 
 BUILTIN_UNITS: tuple[ProjectionDefinition, ...] = (
-    TURN_BOUNDARY, TOOL_HISTORY, REQUEST_HEADER, SESSION_STATS, INBOX)
+    TURN_BOUNDARY, TOOL_HISTORY, REQUEST_HEADER, SESSION_STATS, INBOX, *RUNTIME_UNITS)
 
 
 def register_builtins(registry: ProjectionRegistry) -> list[Registration]:
-    """Register the five built-in units (P-2: adds a reference when already there)."""
+    """Register the built-in units (P-2: adds a reference when already there)."""
     return [registry.register(unit) for unit in BUILTIN_UNITS]
 
 

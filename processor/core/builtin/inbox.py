@@ -56,6 +56,8 @@ def _deliverable(message: Any) -> bool:
 
 def _on_splice(state: Any, event: Event) -> Any:
     data = event.data
+    if not isinstance(data, dict):
+        return state
     messages = data.get("messages")
     delivery = data.get("delivery")
     if delivery not in DELIVERIES or not isinstance(messages, list):

@@ -53,6 +53,8 @@ def apply(state: Any, event: Event) -> Any:
         return freeze({**state, "replacements": state["replacements"] + 1})
     message = event.message
     role = message.get("role") if isinstance(message, dict) else None
+    if t == "tool/result":
+        role = "tool"  # a v3 tool result is a user-role message; count it as a tool result
     if not isinstance(role, str):
         return state
     new = {**state, "messages": {**state["messages"], role: state["messages"].get(role, 0) + 1}}
@@ -82,5 +84,5 @@ def validate(state: Any) -> None:
 
 
 SESSION_STATS = ProjectionDefinition(
-    key=KEY, state_version=2, init=init, apply=apply, validate_state=validate,
+    key=KEY, state_version=3, init=init, apply=apply, validate_state=validate,
     wire=WireView(view=identity, validate_view=validate))

@@ -41,16 +41,22 @@ def _int_or_none(value: Any) -> int | None:
     return value if is_int(value) else None
 
 
+def _field(event: Event, key: str) -> int | None:
+    # Log-only data may be any JSON value in the runtime's logs, not only an object.
+    data = event.data
+    return _int_or_none(data.get(key)) if isinstance(data, dict) else None
+
+
 def _boundary(kind: str, event: Event) -> dict[str, Any]:
-    return {"kind": kind, "seq": event.seq, "turn": _int_or_none(event.data.get("turn")),
-            "step": _int_or_none(event.data.get("step"))}
+    return {"kind": kind, "seq": event.seq, "turn": _field(event, "turn"),
+            "step": _field(event, "step")}
 
 
 def apply(state: Any, event: Event) -> Any:
     t, seq = event.type, event.seq
     if t == "turn/start":
         return freeze({**state, "openTurnStartSeq": seq,
-                       "lastTurn": _int_or_none(event.data.get("turn"))})
+                       "lastTurn": _field(event, "turn")})
     if t == "turn/end":
         if state["openTurnStartSeq"] is None:
             return state
