@@ -196,21 +196,22 @@ def check_header(raw: dict[str, Any]) -> SessionHeader:
     return raw
 
 
-def iter_lines(content: bytes, max_line_bytes: int = MAX_LINE_BYTES,
+def iter_lines(content: bytes, max_line_bytes: int | None = None,
                ) -> Iterator[tuple[int, bytes, bool]]:
     """Yield ``(byte offset, line, terminated)`` for every non-empty line.
 
     A line longer than ``max_line_bytes`` is refused with its offset and size
     (a consumer could not carry it, and holding it is unbounded).
     """
+    limit = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
     pos, end = 0, len(content)
     while pos < end:
         nl = content.find(b"\n", pos)
         stop = end if nl < 0 else nl
-        if stop - pos > max_line_bytes:
+        if stop - pos > limit:
             raise SessionFileError(
                 f"line at byte offset {pos} is {stop - pos} bytes, over the "
-                f"{max_line_bytes}-byte line limit"
+                f"{limit}-byte line limit"
             )
         line = content[pos:stop]
         if line.strip():

@@ -17,7 +17,8 @@ import random
 from typing import Any
 
 from processor.core.builder import LogBuilder, text, tool_def
-from processor.core.events import Event
+from processor.core.events import Event, parse_event
+from processor.core.frozen import thaw
 from processor.core.message_projections import default_message_projections
 from processor.core.surface import SurfaceState, commit_plan, plan_event
 
@@ -72,7 +73,20 @@ class _Walker:
             ev = self.b.tool_call(call["id"], call["name"], call["arguments"])
             body = "x" * self.big if self.rng.random() < self.big_ratio else "ok " * 10
             error = {"name": "ToolError", "code": "E1"} if self.rng.random() < 0.1 else None
-            self.b.tool_result(call["id"], body, call_seq=ev.seq, error=error)
+            res = self.b.tool_result(call["id"], body, call_seq=ev.seq, error=error)
+            if self.rng.random() < 0.05:
+                self._with_image(res)
+
+    def _with_image(self, res: Event) -> None:
+        """Swap a just-written tool result for one that also returns an image."""
+        image = {"type": "image", "mediaType": "image/png", "data": "iVBORw0KGgo="}
+        raw = thaw(res.to_json())
+        message = raw["data"]["message"]
+        if message["role"] == "user":
+            message["content"][0]["content"].append(image)
+        else:
+            message["content"].append(image)
+        self.b.events[-1] = parse_event(raw)
 
     def turn(self) -> None:
         if self.in_step:
@@ -104,6 +118,32 @@ class _Walker:
         self.b.add_raw("request/context", {"provider": "mock", "model": "mock-1",
                                            "contextWindow": 200_000})
 
+    def domain(self) -> None:
+        """A log-only event of the runtime's own plugins, in their payload shape."""
+        r, n = self.rng, self.b.next_seq
+        kind = r.randrange(5)
+        if kind == 0:
+            statuses = ("pending", "in_progress", "completed")
+            todos = [{"content": f"task {n}-{i}", "status": statuses[min(i, 2)]}
+                     for i in range(r.randint(1, 4))]
+            self.b.add_raw("todo/write", {"todos": todos})
+        elif kind == 1:
+            self.b.add_raw("session/title", {"title": f"session about {n}", "messageSeqs": [],
+                                             "source": {"kind": "fallback"}})
+        elif kind == 2:
+            self.b.add_raw("plan/mode", {"active": r.random() < 0.5})
+        elif kind == 3:
+            aid = f"approval-{n}"
+            self.b.add_raw("approval/asked", {"id": aid, "toolName": r.choice(TOOL_NAMES),
+                                              "reason": "writes a file"})
+            self.b.add_raw("approval/decided", {"id": aid, "outcome": r.choice(
+                ["allowed-once", "rejected"])})
+        else:
+            cid = f"cmd-{n}"
+            self.b.add_raw("command/run", {"name": "plan", "commandId": cid,
+                                           "args": r.choice(["", "off"])})
+            self.b.add_raw("command/done", {"commandId": cid, "kind": "success"})
+
     def compact(self) -> None:
         nodes = self.state.nodes
         lo = 1 if nodes and self.state.node_events[nodes[0]].type == "system/message" else 0
@@ -114,7 +154,9 @@ class _Walker:
         shadowed = nodes[i : j + 1]
         extra = [self.b.next_seq - 1] if self.rng.random() < 0.3 else []
         sources = sorted(set(shadowed) | set(extra))
+        self.b.add_raw("compaction/start", {"trigger": "manual"})
         self.b.summary(f"summary of {len(shadowed)} messages", nodes[i], nodes[j], sources)
+        self.b.add_raw("compaction/end", {"ok": True})
         return None
 
     def rewrite_tool_result(self) -> None:
@@ -164,8 +206,12 @@ class _Walker:
         lo = 1 if nodes and self.state.node_events[nodes[0]].type == "system/message" else 0
         keep = self.rng.randint(4, 12)
         shadowed = nodes[lo : len(nodes) - keep]
+        self.b.add_raw("compaction/start", {"trigger": "auto"})
         self.b.summary(f"summary of {len(shadowed)} messages", shadowed[0], shadowed[-1],
                        list(shadowed))
+        self.b.add_raw("compaction/summary", {"tokensBefore": 100 * len(shadowed),
+                                              "tokensAfter": 100})
+        self.b.add_raw("compaction/end", {"ok": True})
 
     def ignorable(self) -> None:
         self.b.add_raw("vendor/telemetry", {"n": self.rng.randint(0, 9)}, ignorable=True)
@@ -173,7 +219,7 @@ class _Walker:
     ACTIONS: tuple[tuple[str, float], ...] = (
         ("user", 18), ("assistant", 30), ("turn", 14), ("attempt", 2), ("header", 1),
         ("compact", 4), ("rewrite_tool_result", 3), ("rewrite_system", 2), ("offload", 2),
-        ("inbox", 2), ("ignorable", 1),
+        ("inbox", 2), ("ignorable", 1), ("domain", 3),
     )
 
 

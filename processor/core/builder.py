@@ -107,7 +107,8 @@ class LogBuilder:
 
     def summary(self, body: str, start: int, end: int, sources: list[int]) -> Event:
         """A compaction: a user-role summary replacing ``start..end``."""
-        return self.user(body, replace=(start, end), sources=sources)
+        return self.user(body, replace=(start, end), sources=sources,
+                         source={"kind": "compaction"})
 
     def tool_call(self, call_id: str, name: str, arguments: Any) -> Event:
         return self.add_raw("tool/call", {"turn": self.turn, "step": self.step,
