@@ -49,7 +49,8 @@ def canonical_header(header: Mapping[str, Any]) -> dict[str, Any]:
     """The runtime's ``canonicalHeader``: config, known-flag adapter defaults, non-empty tools."""
     out: dict[str, Any] = {"config": header.get("config")}
     defaults = header.get("adapterDefaults")
-    if isinstance(defaults, Mapping) and any(defaults.get(f) is True for f in ADAPTER_DEFAULT_FLAGS):
+    if isinstance(defaults, Mapping) and any(
+            defaults.get(f) is True for f in ADAPTER_DEFAULT_FLAGS):
         out["adapterDefaults"] = defaults
     tools = header.get("tools")
     if isinstance(tools, Sequence) and not isinstance(tools, str | bytes) and len(tools) > 0:
@@ -78,7 +79,7 @@ def js_strict_equals(a: Any, b: Any) -> bool:
 
 
 def call_config_equals(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """The runtime's ``callConfigEquals`` (item 9: ``stop: []`` is not absent, null is not absent)."""
+    """The runtime's ``callConfigEquals`` (item 9: ``stop: []`` and null are not absent)."""
     for key in _CONFIG_SCALARS:
         if not js_strict_equals(a.get(key, _ABSENT), b.get(key, _ABSENT)):
             return False
@@ -142,7 +143,7 @@ def _js_number(value: float | int) -> str:
 
 
 def js_json(value: Any) -> str:
-    """``JSON.stringify(value)`` for JSON data: key order kept, numbers as JavaScript prints them."""
+    """``JSON.stringify(value)`` for JSON data: key order kept, numbers printed as in JS."""
     if value is None:
         return "null"
     if value is True:

@@ -31,9 +31,9 @@ from the global layer and every scope of the chain (merged, never shadowed);
 sections sorted by ``(order, name by UTF-16 code unit)``, contexts by
 ``order`` only (equal orders keep merge order: global registrations first in
 registration order, a scoped context that shadows one takes its place), tools
-by name (code unit) unless a tool order is set; dynamic texts evaluated once; hooks run as a waterfall; finally the
-complete-section and suppressor policies are restored so a hook cannot undo
-them.
+by name (code unit) unless a tool order is set; dynamic texts evaluated once;
+hooks run as a waterfall; finally the complete-section and suppressor policies
+are restored so a hook cannot undo them.
 
 Rendering (Y-4, Y-5)
 --------------------

@@ -321,13 +321,14 @@ def example_session() -> tuple[SessionHeader, list[Event]]:
     run.loop.commit(EventDraft("image/offload", {"targets": [
         {"seq": image.seq, "imageIndexes": [0]}]}))
     run.loop.commit(EventDraft("vendor/telemetry", {"latencyMs": 42}, ignorable=True))
+    # no new input: the prompt queued for the next turn drives it (the runtime's inbox)
     run.play(TurnScript(
-        inputs=("Fix it, please.",),
+        inputs=(),
         prompt="You are a careful coding agent. Prefer small diffs.",
-        items=(Overflow(), Say("Fixed.", [ToolCall("edit", {"path": "config.py",
-                                                             "old": "a", "new": "b"})],
+        items=(Overflow(), Say("Updating it.", [ToolCall("edit", {"path": "CHANGELOG.md",
+                                                                  "old": "", "new": "fix"})],
                                 route="incapable"),
-               Say("Done: the key has a default now.")),
+               Say("Done: the changelog has an entry now.")),
         remove_tools=("grep",),
         context="",
     ))

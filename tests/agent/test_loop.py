@@ -121,7 +121,7 @@ def test_F2_the_adapter_that_prepared_the_route_is_called() -> None:
 
 
 def test_F3_failed_attempt_logs_attempt_success_logs_message() -> None:
-    loop, adapter = loop_for([Fail(code="overloaded"), Say("fine")])
+    loop, _ = loop_for([Fail(code="overloaded"), Say("fine")])
     loop.run_turn("question")
     log = list(loop.session.log)
     attempts = [e for e in log if e.type == "assistant/attempt"]
@@ -170,10 +170,12 @@ def test_event_sequence_of_a_tool_turn() -> None:
                         Say("done")])
     result = loop.run_turn("question")
     assert result.steps == 2 and result.reason == "completed"
+    # the runtime's order: the prompt is queued, the turn claims it, then the step runs
     assert types(loop.session.log) == [
-        "turn/start", "step/start", "system/message", "user/message", "user/message",
-        "request/header", "request/context", "assistant/message", "tool/call", "tool/result",
-        "step/end", "step/start", "assistant/message", "step/end", "turn/end"]
+        "agent/inbox/spliced", "turn/start", "agent/inbox/spliced", "step/start",
+        "system/message", "user/message", "user/message", "request/header", "request/context",
+        "assistant/message", "tool/call", "tool/result", "step/end", "step/start",
+        "assistant/message", "step/end", "turn/end"]
     call = next(e for e in loop.session.log if e.type == "tool/call")
     res = next(e for e in loop.session.log if e.type == "tool/result")
     assert call.data == {"turn": 1, "step": 1, "callId": "c1", "name": "read",
@@ -284,14 +286,20 @@ def test_inbox_messages_are_admitted_at_the_next_step() -> None:
             loop.splice("after this turn", delivery="next-turn")
 
     loop.sink = sink
-    loop.run_turn("q")
+    result = loop.run_turn("q")
     second_step = [message_text(m) for m in adapter.requests[1].messages if m["role"] == "user"]
     assert second_step[-1] == "also check b"
     assert "after this turn" not in second_step
-    loop.run_turn("next")
+    # as the runtime's driver: the queued prompt opens one more turn right away
+    assert result.turn == 2
     third = [message_text(m) for m in adapter.requests[2].messages if m["role"] == "user"]
-    assert third[-2:] == ["after this turn", "next"]
-    assert loop.session.projections.state_of("inbox") == {"pending": []}
+    assert third[-1] == "after this turn"
+    assert not loop.inbox.has_pending
+    splices = [e.data for e in loop.session.log if e.type == "agent/inbox/spliced"]
+    # send q, claim q, queue two, claim next-step, claim next-turn
+    assert [(d["target"], d.get("removedCount", 0), len(d["inserted"])) for d in splices] == [
+        ("next-turn", 0, 1), ("next-turn", 1, 0), ("next-step", 0, 1), ("next-turn", 0, 1),
+        ("next-step", 1, 0), ("next-turn", 1, 0)]
 
 
 def test_sink_receives_every_committed_event_in_order() -> None:

@@ -1,0 +1,154 @@
+"""Retry policy and step-loop plugins (SESSION-SEMANTICS.md §10, F-1..F-3).
+
+A plugin sees the running step through :class:`StepContext` and writes only
+through :meth:`StepContext.commit`, so everything it does is in the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from processor.agent.adapters import ModelFailure, PreparedRoute
+from processor.agent.context import EventDraft, message_text
+from processor.core.events import Event
+from processor.core.session import Session
+
+if TYPE_CHECKING:
+    from processor.agent.loop import StepLoop
+    from processor.agent.request import Request
+
+__all__ = [
+    "CompactionPlugin",
+    "LoopPlugin",
+    "RetryDecision",
+    "RetryPolicy",
+    "StepContext",
+    "Summarizer",
+    "default_retry_policy",
+    "default_summarizer",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDecision:
+    """Retry after ``delay_ms`` (recorded in ``llm/retry``)."""
+
+    delay_ms: int = 0
+    reason: str = ""
+
+
+RetryPolicy = Callable[[ModelFailure, int], RetryDecision | None]
+"""``policy(failure, attempt) -> RetryDecision | None`` (None: give up)."""
+
+
+def default_retry_policy(base_delay_ms: int = 500) -> RetryPolicy:
+    """Retry retryable failures with exponential backoff (attempt 1 -> base)."""
+
+    def policy(failure: ModelFailure, attempt: int) -> RetryDecision | None:
+        if not failure.retryable:
+            return None
+        return RetryDecision(base_delay_ms * 2 ** (attempt - 1), failure.code)
+
+    return policy
+
+
+# ------------------------------------------------------------------ plugins
+
+
+class StepContext:
+    """What a plugin sees of the running step; it writes only through :meth:`commit`."""
+
+    def __init__(self, loop: StepLoop, turn: int, step: int) -> None:
+        self._loop = loop
+        self.turn = turn
+        self.step = step
+        self.attempt = 0
+        self.route: PreparedRoute | None = None
+        self.request: Request | None = None
+
+    @property
+    def session(self) -> Session:
+        return self._loop.session
+
+    def new_id(self, kind: str) -> str:
+        return self._loop.new_id(kind)
+
+    def commit(self, draft: EventDraft) -> Event:
+        """Validate and append ``draft`` as the next event (the only way to write)."""
+        return self._loop.commit(draft)
+
+    def request_new_series(self) -> None:
+        """Make the next request start a new series (H-2, R-4 consolidation)."""
+        self._loop.series_requested = True
+
+
+class LoopPlugin(Protocol):
+    """A step-loop plugin; every hook is optional (see :class:`CompactionPlugin`)."""
+
+    def on_failure(self, ctx: StepContext, failure: ModelFailure) -> bool:
+        """React to a failed attempt; True: handled, retry now (no policy delay)."""
+        ...
+
+
+Summarizer = Callable[[Sequence[Any]], str]
+
+
+def default_summarizer(messages: Sequence[Any]) -> str:
+    """A deterministic summary: one line per message, role and first 60 characters."""
+    lines = [f"Summary of {len(messages)} earlier messages:"]
+    for message in messages:
+        text = message_text(message).replace("\n", " ")
+        lines.append(f"- {message.get('role')}: {text[:60]}")
+    return "\n".join(lines)
+
+
+class CompactionPlugin:
+    """On a context-window overflow, replace a surface range with a summary.
+
+    The range starts after the system head (S-6 protects node 0) and ends
+    before the last ``keep_last`` nodes; the first kept node is never a
+    ``tool/result`` (its tool call would be summarised away).  The summary is
+    a ``user/message`` replace citing every shadowed node (S-4), with
+    ``source: {kind: "compaction", shadowed: [...]}``.  The rewrite bumps the
+    content generation, so the retry starts a new series and consolidates the
+    system prompt (R-4).  Returns False when there is nothing to compact.
+    """
+
+    def __init__(self, *, keep_last: int = 2, summarize: Summarizer = default_summarizer,
+                 min_nodes: int = 2) -> None:
+        self.keep_last = keep_last
+        self.summarize = summarize
+        self.min_nodes = min_nodes
+        self.compactions = 0
+
+    def on_failure(self, ctx: StepContext, failure: ModelFailure) -> bool:
+        if not failure.context_overflow:
+            return False
+        state = ctx.session.surface.state
+        nodes = list(state.nodes)
+        lo = 1 if nodes and state.node_events[nodes[0]].type == "system/message" else 0
+        cut = len(nodes) - self.keep_last
+        while cut > lo and state.node_events[nodes[cut]].type == "tool/result":
+            cut -= 1
+        shadowed = nodes[lo:cut]
+        if len(shadowed) < self.min_nodes:
+            return False
+        messages = [m for m in (state.message_of(s) for s in shadowed) if m is not None]
+        message = {
+            "id": ctx.new_id("user"),
+            "role": "user",
+            "content": [{"type": "text", "text": self.summarize(messages)}],
+            "source": {"kind": "compaction", "shadowed": shadowed},
+        }
+        ctx.commit(
+            EventDraft(
+                "user/message",
+                message,
+                surface_op={"op": "replace", "startSeq": shadowed[0], "endSeq": shadowed[-1]},
+                source_event_seqs=shadowed,
+            )
+        )
+        self.compactions += 1
+        return True
