@@ -331,3 +331,35 @@ def test_a_resumed_loop_closes_the_turn_a_crash_left_open() -> None:
     assert types(log)[types(log).index("turn/end") - 1] == "step/end"
     assert result.turn == 2 and result.reason == "completed"
     assert loop.session.projections.state_of("turnBoundary")["openTurnStartSeq"] is None
+
+
+def test_a_resumed_loop_closes_dangling_tool_calls_like_the_runtime() -> None:
+    """The runtime's interruptedTurnClosers: an error result for each tool call of the open
+    step without one (TOOL_OUTCOME_UNKNOWN citing a recorded call, TOOL_NOT_STARTED
+    otherwise), then step/end and turn/end, all stamped with the last event's time."""
+    agent = make_agent()
+
+    def crash(args: Any, ctx: Any) -> str:
+        raise KeyboardInterrupt  # the process dies inside the first tool
+
+    agent.add_tool(ToolSpec("crash", "r", {"type": "object"}), crash)
+    loop, adapter = loop_for([Say("", [ToolCall("crash", {}, id="c1"),
+                                       ToolCall("crash", {}, id="c2")])], agent=agent)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_turn("q")
+    last = list(loop.session.log)[-1]
+    assert last.type == "tool/call"
+    again = StepLoop(loop.agent, loop.session, adapter)
+    adapter.push(Say("back"))
+    again.run_turn("again")
+    log = list(loop.session.log)
+    closers = log[last.seq + 1: last.seq + 5]
+    assert [e.type for e in closers] == ["tool/result", "tool/result", "step/end", "turn/end"]
+    assert all(e.time == last.time for e in closers)
+    first, second = closers[0], closers[1]
+    assert first.data["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    assert first.source_event_seqs == [last.seq]
+    assert second.data["error"]["code"] == "TOOL_NOT_STARTED"
+    assert second.data["message"]["source"] == {"kind": "tool", "callId": "c2"}
+    assert closers[3].data == {"turn": 1, "reason": {"kind": "interrupted"}}
+    assert request_mismatches(adapter.requests[-1:], log) == []
