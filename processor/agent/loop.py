@@ -425,6 +425,7 @@ class StepLoop:
         ctx = StepContext(self, turn, step)
         tools = [dict(t) for t in assembly.tools]
         failure: ModelFailure | None = None
+        retries: dict[str, int] = {}
         for attempt in range(1, self.max_attempts + 1):
             ctx.attempt = attempt
             stream = f"stream-{turn}.{step}.{attempt}"
@@ -438,27 +439,42 @@ class StepLoop:
                 {"turn": turn, "step": step,
                  "stream": failure_stream(self._stream_time(), failure.code, failure.message)},
             )
-            decision: RetryDecision | None = None
-            for plugin in self.plugins:
-                hook = getattr(plugin, "on_failure", None)
-                if hook is not None and hook(ctx, failure):
-                    decision = RetryDecision(0, f"{failure.code}: handled by plugin")
+            if any(getattr(p, "on_failure", None) is not None and p.on_failure(ctx, failure)
+                   for p in self.plugins):
+                if attempt == self.max_attempts:
                     break
-            if decision is None:
-                decision = self.retry_policy(failure, attempt)
+                continue  # a plugin answered the error (e.g. compaction): retry at once
+            decision = self.retry_policy(failure, attempt)
             if decision is None or attempt == self.max_attempts:
                 break
-            self._log(
-                "llm/retry",
-                {"turn": turn, "step": step, "attempt": attempt + 1,
-                 "delayMs": decision.delay_ms, "reason": decision.reason or failure.code},
-            )
-            self.sleep(decision.delay_ms)
-            self._log("llm/retry-started", {"turn": turn, "step": step, "attempt": attempt + 1})
+            self._log_retry(ctx, failure, decision, retries)
         self._log("step/end", {"turn": turn, "step": step})
         error = {"message": failure.message, "code": failure.code} if failure is not None else {
             "message": "no attempt", "code": "UNKNOWN"}
         return _StepOutcome({"kind": "error", "error": error})
+
+    def _log_retry(self, ctx: StepContext, failure: ModelFailure, decision: RetryDecision,
+                   retries: dict[str, int]) -> None:
+        """The runtime's retry records: ``llm/retry`` (planned), wait, ``llm/retry-started``.
+
+        ``retry`` counts the retries of this step per provider (the runtime
+        counts per provider and policy within a step); ``policyKey`` names our
+        policy and the attempt bound.
+        """
+        provider = ctx.route.provider if ctx.route is not None else str(
+            self.agent.config.get("provider", "unknown"))
+        retry = retries[provider] = retries.get(provider, 0) + 1
+        retry_id = f"llm-retry:{provider}:{ctx.turn}:{ctx.step}:{retry}"
+        self._log("llm/retry", {
+            "retryId": retry_id, "turn": ctx.turn, "step": ctx.step, "provider": provider,
+            "mode": "normal", "policyKey": f'["normal",{self.max_attempts - 1}]',
+            "retry": retry, "maxRetries": self.max_attempts - 1,
+            "delayMs": decision.delay_ms,
+            "failure": {"message": failure.message, "code": failure.code},
+        })
+        self.sleep(decision.delay_ms)
+        self._log("llm/retry-started",
+                  {"retryId": retry_id, "turn": ctx.turn, "step": ctx.step, "retry": retry})
 
     def _stream_time(self) -> int:
         """The time stamped on an attempt's stream records (the clock's next reading)."""

@@ -105,15 +105,25 @@ def default_summarizer(messages: Sequence[Any]) -> str:
 
 
 class CompactionPlugin:
-    """On a context-window overflow, replace a surface range with a summary.
+    """On a context-window overflow, compact a surface range the runtime's way.
 
     The range starts after the system head (S-6 protects node 0) and ends
     before the last ``keep_last`` nodes; the first kept node is never a
-    ``tool/result`` (its tool call would be summarised away).  The summary is
-    a ``user/message`` replace citing every shadowed node (S-4), with
-    ``source: {kind: "compaction", shadowed: [...]}``.  The rewrite bumps the
-    content generation, so the retry starts a new series and consolidates the
-    system prompt (R-4).  Returns False when there is nothing to compact.
+    ``tool/result`` (its tool call would be summarised away).  The
+    transaction is the runtime's compaction bracket, inside the open turn::
+
+        compaction/start   {compactionId, turn}
+        compaction/summary {compactionId, summary: [blocks], shadowedRange: {start, end},
+                            shadowedSeqs, shadowedTokenCount, provider, model}
+        user/message       checkpoint, source {kind: "compact-checkpoint", compactionId},
+                           replace start..end citing [start seq, summary seq, *shadowed]
+        compaction/end     {compactionId, turn}
+
+    The rewrite bumps the content generation, so the retry starts a new
+    series and consolidates the system prompt (R-4).  A handled overflow is
+    retried without ``llm/retry`` events (the runtime's compaction answers
+    the request error itself).  Returns False when there is nothing to
+    compact.
     """
 
     def __init__(self, *, keep_last: int = 2, summarize: Summarizer = default_summarizer,
@@ -136,19 +146,33 @@ class CompactionPlugin:
         if len(shadowed) < self.min_nodes:
             return False
         messages = [m for m in (state.message_of(s) for s in shadowed) if m is not None]
-        message = {
+        text = self.summarize(messages)
+        compaction_id = ctx.new_id("compaction")
+        lifecycle = {"compactionId": compaction_id, "turn": ctx.turn}
+        start = ctx.commit(EventDraft("compaction/start", lifecycle))
+        route = ctx.route
+        summary = ctx.commit(EventDraft("compaction/summary", {
+            "compactionId": compaction_id,
+            "summary": [{"type": "text", "text": text}],
+            "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]},
+            "shadowedSeqs": shadowed,
+            "shadowedTokenCount": sum(len(message_text(m)) for m in messages) // 4,
+            "provider": route.provider if route is not None else "unknown",
+            "model": route.model if route is not None else "unknown",
+        }))
+        checkpoint = {
             "id": ctx.new_id("user"),
             "role": "user",
-            "content": [{"type": "text", "text": self.summarize(messages)}],
-            "source": {"kind": "compaction", "shadowed": shadowed},
+            "content": [{"type": "text",
+                         "text": f"<compacted-summary>\n{text}\n</compacted-summary>"}],
+            "source": {"kind": "compact-checkpoint", "compactionId": compaction_id},
         }
-        ctx.commit(
-            EventDraft(
-                "user/message",
-                message,
-                surface_op={"op": "replace", "startSeq": shadowed[0], "endSeq": shadowed[-1]},
-                source_event_seqs=shadowed,
-            )
-        )
+        ctx.commit(EventDraft(
+            "user/message",
+            checkpoint,
+            surface_op={"op": "replace", "startSeq": shadowed[0], "endSeq": shadowed[-1]},
+            source_event_seqs=[start.seq, summary.seq, *shadowed],
+        ))
+        ctx.commit(EventDraft("compaction/end", lifecycle))
         self.compactions += 1
         return True

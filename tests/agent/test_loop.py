@@ -208,10 +208,14 @@ def test_retry_records_delay_and_calls_sleep() -> None:
     loop, _ = loop_for([Fail(), Fail(), Say("ok")], sleep=slept.append)
     loop.run_turn("q")
     retries = [e.data for e in loop.session.log if e.type == "llm/retry"]
-    assert [r["attempt"] for r in retries] == [2, 3]
+    # the runtime's llm-retry records: planned (llm/retry), then started
+    assert [r["retry"] for r in retries] == [1, 2]
     assert [r["delayMs"] for r in retries] == slept == [500, 1000]
-    started = [e.data["attempt"] for e in loop.session.log if e.type == "llm/retry-started"]
-    assert started == [2, 3]
+    assert retries[0]["failure"] == {"message": "the model is overloaded", "code": "overloaded"}
+    assert {r["mode"] for r in retries} == {"normal"} and retries[0]["provider"] == "mock"
+    started = [e.data for e in loop.session.log if e.type == "llm/retry-started"]
+    assert [(s["retryId"], s["retry"]) for s in started] == [
+        (r["retryId"], r["retry"]) for r in retries]
 
 
 def test_max_attempts_bounds_a_step() -> None:
@@ -226,11 +230,18 @@ def test_compaction_replaces_a_range_with_a_summary_and_retries() -> None:
     for q in ("q1", "q2", "q3"):
         loop.run_turn(q)
     assert plugin.compactions == 1
-    summary = next(e for e in loop.session.log
-                   if e.type == "user/message" and e.data["source"]["kind"] == "compaction")
+    summary = next(e for e in loop.session.log if e.type == "user/message"
+                   and e.data["source"]["kind"] == "compact-checkpoint")
+    # the runtime's compaction bracket around the checkpoint
+    log = list(loop.session.log)
+    start, record, end = (next(e for e in log if e.type == t) for t in (
+        "compaction/start", "compaction/summary", "compaction/end"))
+    assert start.seq < record.seq < summary.seq < end.seq
     op = summary.surface_op
-    assert op["op"] == "replace" and summary.source_event_seqs == summary.data["source"][
-        "shadowed"]
+    assert op["op"] == "replace"
+    assert summary.source_event_seqs == [start.seq, record.seq, *record.data["shadowedSeqs"]]
+    assert summary.data["source"]["compactionId"] == start.data["compactionId"]
+    assert not [e for e in log if e.type == "llm/retry"]  # compaction answered the error
     nodes = loop.session.surface.state.nodes
     state = loop.session.surface.state
     assert state.node_events[nodes[0]].type == "system/message"
