@@ -325,7 +325,9 @@ class SystemPromptProjection:
             return [self._system_draft(rendered, turn, step, None)]
         texts: dict[int, str | None] = {}
         for s in system_nodes:
-            message = surface.message_of(s)
+            # the node's own logged message, as the runtime reads it (eventAt)
+            data = surface.node_events[s].data
+            message = data.get("message") if isinstance(data, dict) else None
             content = message.get("content") if isinstance(message, dict) else None
             texts[s] = "" if isinstance(content, list | tuple) and not content else (
                 single_text(message))

@@ -47,14 +47,18 @@ _ABSENT: Final = object()
 
 def canonical_header(header: Mapping[str, Any]) -> dict[str, Any]:
     """The runtime's ``canonicalHeader``: config, known-flag adapter defaults, non-empty tools."""
-    out: dict[str, Any] = {"config": header.get("config")}
+    out: dict[str, Any] = {}
+    if "config" in header:  # an absent config stays absent (JavaScript: undefined)
+        out["config"] = header["config"]
     defaults = header.get("adapterDefaults")
     if isinstance(defaults, Mapping) and any(
             defaults.get(f) is True for f in ADAPTER_DEFAULT_FLAGS):
         out["adapterDefaults"] = defaults
     tools = header.get("tools")
-    if isinstance(tools, Sequence) and not isinstance(tools, str | bytes) and len(tools) > 0:
-        out["tools"] = tools
+    if tools is None and "tools" in header:
+        raise TypeError("canonical_header: tools is null (the runtime fails on it too)")
+    if isinstance(tools, Sequence) and not isinstance(tools, bytes) and len(tools) > 0:
+        out["tools"] = tools  # any non-empty list (or string: JavaScript's length test)
     return out
 
 

@@ -60,9 +60,10 @@ Decisions where the spec and seed are silent
 * An empty section is one whose rendered text is exactly ``""``; whitespace-only
   text is kept (as the reference does).
 * When a suppressor is active, contexts are not evaluated at all and hooks see
-  ``contexts == ()``; when a complete section is active only that section is
-  evaluated and hooks see it alone.  Both are restored after the hooks (the
-  seed says "restore").  If no complete section was registered but a hook
+  ``contexts == ()``; when a complete section is active every section is still
+  evaluated and hooks see them all (as in the runtime), then the complete
+  section is restored as the only one.  Both are restored after the hooks
+  (the seed says "restore").  If no complete section was registered but a hook
   returns sections flagged ``complete``, the same policy is applied to the
   hook's output (one -> it becomes the only section, more -> Y-3 error), so an
   :class:`Assembly` from ``assemble`` never mixes a complete section with
@@ -603,9 +604,6 @@ class SystemPrompt(_Registrar):
                 f"more than one complete section is active: {names}",
                 section=complete[0].name,
             )
-        if complete:
-            active_sections = complete
-
         ctx = AssembleContext(scope=scope, scope_chain=chain, variables=frozen_vars)
         assembled_sections = tuple(
             AssembledSection(
@@ -645,7 +643,10 @@ class SystemPrompt(_Registrar):
                     )
                 assembly = result
 
-        return _enforce(assembly, assembled_sections if complete else None, suppressed)
+        # Every section is evaluated and hooks see them all (the runtime's order);
+        # an active complete section is restored as the only one afterwards.
+        complete_assembled = tuple(a for a in assembled_sections if a.complete)
+        return _enforce(assembly, complete_assembled if complete else None, suppressed)
 
 
 def _enforce(

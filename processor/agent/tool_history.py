@@ -53,7 +53,7 @@ class ToolHistoryFold:
         self._headers: dict[int, list[Any]] = {}
         self._declared: dict[str, Any] = {}
         self._active: list[Any] = []
-        self._available: set[str] = set()
+        self._available: set[Any] = set()
         self._baseline: int | None = None
         self._tools: list[Any] = []
         self._updates: list[dict[str, Any]] = []
@@ -96,10 +96,13 @@ class ToolHistoryFold:
             for tool in additions:
                 self._declared[_name(tool)] = tool
             for block in blocks:
+                name = block.get("toolName")
+                if not isinstance(name, str | int | float | bool | None):
+                    continue  # not a name any header tool can carry
                 if block.get("type") == "tool-addition":
-                    self._available.add(str(block.get("toolName")))
+                    self._available.add(name)
                 elif block.get("type") == "tool-removal":
-                    self._available.discard(str(block.get("toolName")))
+                    self._available.discard(name)
             message_id = message.get("id") if isinstance(message, dict) else None
             self._updates = [*self._updates, {"messageId": message_id, "additions": additions}]
 

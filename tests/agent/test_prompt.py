@@ -417,7 +417,8 @@ def test_Y2_hook_cannot_undo_complete_section() -> None:
 
     prompt.add_assemble_hook(sneaky)
     assembly = prompt.assemble("sub")
-    assert hook_saw == [["whole"]]
+    # as in the runtime, hooks see every section; the complete one is restored after
+    assert hook_saw == [["identity", "whole"]]
     assert [(s.name, s.text, s.complete) for s in assembly.sections] == [
         ("whole", "complete prompt", True)
     ]
