@@ -24,6 +24,8 @@ from processor.agent.context import (
     message_text,
     runtime_context_source,
 )
+from processor.agent.header import call_config_equals, canonical_header, header_equals
+from processor.agent.inbox import InboxFold
 from processor.agent.loop import (
     Agent,
     CompactionPlugin,
@@ -59,6 +61,7 @@ from processor.agent.prompt import (
     render_contexts,
     render_prompt,
 )
+from processor.agent.repair import interrupted_turn_closers
 from processor.agent.request import (
     CancelHandle,
     Request,
@@ -67,6 +70,7 @@ from processor.agent.request import (
     rebuild_from_log,
     request_mismatches,
 )
+from processor.agent.tool_history import tool_history
 
 __all__ = [
     "CONTEXT_WINDOW_EXCEEDED",
@@ -81,6 +85,7 @@ __all__ = [
     "ContextSection",
     "EventDraft",
     "IdSequence",
+    "InboxFold",
     "LogicalClock",
     "LoopPlugin",
     "ModelAdapter",
@@ -109,7 +114,11 @@ __all__ = [
     "ToolSpec",
     "TurnResult",
     "build_request",
+    "call_config_equals",
+    "canonical_header",
     "default_retry_policy",
+    "header_equals",
+    "interrupted_turn_closers",
     "join_context_sections",
     "message_text",
     "rebuild_from_log",
@@ -117,6 +126,7 @@ __all__ = [
     "render_prompt",
     "request_mismatches",
     "runtime_context_source",
+    "tool_history",
     "user_message",
     "wall_clock",
 ]
