@@ -183,7 +183,8 @@ def test_bad_input_goes_to_the_dlq_and_quarantines_only_its_session(stack: Stack
     stack.produce("bad-invalid", b.events)
     stack.produce_raw("bad-invalid", codec.encode_event("bad-invalid", {
         "type": "user/message", "seq": 2, "time": 1,
-        "data": {"id": "x", "role": "user", "content": []}}))  # no surfaceOp: S-2
+        "data": {"id": "x", "role": "user", "content": [], "source": {"kind": "user"}}}))
+    # (no surfaceOp: S-2)
     stack.produce("bad-gap", b.events)
     stack.produce_raw("bad-gap", codec.encode_event("bad-gap", {
         "type": "turn/start", "seq": 5, "time": 1, "data": {"turn": 1}}))

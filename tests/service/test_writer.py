@@ -154,12 +154,14 @@ def test_invalid_event_is_refused_before_anything_is_produced(config: ServiceCon
     attempts: list[Callable[[], Event]] = [
         # S-3: assistant messages never cite sources
         lambda: writer.append("s", "assistant/message",
-                              {"turn": 1, "step": 1, "stream": "x", "message": {
-                                  "id": "a1", "role": "assistant", "content": []}},
+                              {"turn": 1, "step": 1, "stream": [], "message": {
+                                  "id": "a1", "role": "assistant", "content": [],
+                                  "source": {"kind": "model", "provider": "p", "model": "m"}}},
                               surface_op="append", source_event_seqs=[0]),
         # S-2: a surface event without surfaceOp
         lambda: writer.append("s", "user/message",
-                              {"id": "u9", "role": "user", "content": []}),
+                              {"id": "u9", "role": "user", "content": [],
+                               "source": {"kind": "user"}}),
         # E-4: unknown type without ignorable
         lambda: writer.append("s", "custom/thing", {}),
         # E-3: not plain JSON (refused while building the envelope)
