@@ -1,0 +1,152 @@
+"""The runtime's load checks, accept and refuse side (see docs/runtime-load-checks.md).
+
+The invalid corpus (tests/corpus/invalid) holds one refused log per check; here
+are the cases where our earlier rules refused what the runtime accepts, and the
+dialect rules a file header selects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from processor.core.builder import LogBuilder, text
+from processor.core.errors import SessionError
+from processor.core.events import KNOWN_TYPES, LOG_ONLY_TYPES, parse_event
+from processor.core.session import Session
+
+
+def fold(events: list[Any], dialect: int | None = None) -> Session:
+    return Session.fold(events, dialect=dialect)
+
+
+def base(form: int = 4) -> LogBuilder:
+    b = LogBuilder(form=form)
+    b.system("s")
+    b.turn_start()
+    b.user("hi")
+    return b
+
+
+def test_E4_every_vocabulary_type_is_known_without_ignorable() -> None:
+    assert len(KNOWN_TYPES) == 60 and "todo/write" in KNOWN_TYPES
+    for etype in sorted(LOG_ONLY_TYPES - {"request/header", "assistant/attempt"}):
+        b = base()
+        b.add_raw(etype, {"any": "payload"})
+        assert fold(b.events).next_seq == 4, etype
+
+
+def test_E4_only_types_outside_the_vocabulary_need_ignorable() -> None:
+    b = base()
+    b.add_raw("vendor/thing", {})
+    with pytest.raises(SessionError, match="E-4"):
+        fold(b.events)
+
+
+def test_D6_log_only_data_may_be_any_json_value() -> None:
+    for data in (None, 3, "text", [1, 2], True):
+        b = base()
+        b.add_raw("todo/write", data)
+        b.add_raw("turn/end", data)
+        assert fold(b.events).next_seq == 5
+
+
+def test_E2_ignorable_is_absent_or_true() -> None:
+    for flag in (False, None, 1, "true"):
+        with pytest.raises(SessionError, match="ignorable must be absent or true.*E-2"):
+            parse_event({"type": "x/y", "seq": 0, "time": 0, "data": {}, "ignorable": flag})
+    assert parse_event({"type": "x/y", "seq": 0, "time": 0, "data": {},
+                        "ignorable": True}).ignorable is True
+
+
+def test_E2_seq_and_time_are_javascript_safe_integers() -> None:
+    ok = parse_event({"type": "turn/start", "seq": 3.0, "time": -5, "data": {}})
+    assert (ok.seq, type(ok.seq), ok.time) == (3, int, -5)  # a double that is an integer
+    for seq in (2**53, -1, 1.5, -0.0, True):
+        with pytest.raises(SessionError, match="E-2"):
+            parse_event({"type": "turn/start", "seq": seq, "time": 0, "data": {}})
+    for time in (2**53, -(2**53), 0.5):
+        with pytest.raises(SessionError, match="E-2"):
+            parse_event({"type": "turn/start", "seq": 0, "time": time, "data": {}})
+    assert parse_event({"type": "turn/start", "seq": 2**53 - 1, "time": 0, "data": {}})
+
+
+def test_D6_tool_result_in_either_released_form_without_a_header() -> None:
+    for form in (3, 4):
+        b = base(4)
+        call = b.tool_call("c1", "read", "{}")
+        b.tool_result("c1", "ok", call_seq=call.seq, form=form)
+        assert fold(b.events).surface.nodes[-1] == 4
+
+
+def test_D6_a_file_header_selects_one_form() -> None:
+    for form, dialect, ok in ((4, 4, True), (3, 3, True), (3, 4, False), (4, 3, False)):
+        b = base(dialect)
+        call = b.tool_call("c1", "read", "{}")
+        b.tool_result("c1", "ok", call_seq=call.seq, form=form)
+        if ok:
+            fold(b.events, dialect)
+        else:
+            with pytest.raises(SessionError, match="D-6"):
+                fold(b.events, dialect)
+
+
+def test_D6_v3_wrapper_must_hold_one_tool_result_block_answering_the_call() -> None:
+    b = base()
+    b.add_raw("tool/result", {"turn": 1, "step": 0, "message": b.message("user", [
+        {"type": "tool-result", "toolCallId": "c2", "content": [text("x")]}],
+        source={"kind": "tool", "callId": "c1"})}, surfaceOp="append")
+    with pytest.raises(SessionError, match="toolCallId must equal source.callId.*D-6"):
+        fold(b.events)
+
+
+def test_D6_every_message_needs_a_source_kind() -> None:
+    for source in (None, {}, {"kind": ""}, "user"):
+        b = base()
+        message = b.message("user", [text("x")])
+        message["source"] = source
+        b.add_raw("user/message", message, surfaceOp="append")
+        with pytest.raises(SessionError, match="source must be an object.*D-6"):
+            fold(b.events)
+
+
+def test_D4_request_header_load_checks() -> None:
+    cfg = {"provider": "p", "model": "m"}
+    accepted = [
+        {"header": {"config": cfg}, "reason": "initial"},
+        {"header": {"config": cfg}, "reason": "series", "startsSeries": True},
+        {"header": {"config": {**cfg, "maxTokens": 9, "reasoningEffort": "high"},
+                    "adapterDefaults": {"maxTokens": True, "reasoningEffort": True}},
+         "reason": "change"},
+    ]
+    refused = [
+        {"header": {"config": {"provider": "p"}}, "reason": "initial"},
+        {"header": {"config": {**cfg, "provider": ""}}, "reason": "initial"},
+        {"header": {"config": cfg}, "reason": "initial", "startsSeries": False},
+        {"header": {"config": cfg, "adapterDefaults": {"maxTokens": True}}, "reason": "initial"},
+        {"header": {"config": {**cfg, "temperature": 1},
+                    "adapterDefaults": {"temperature": True}}, "reason": "initial"},
+        {"header": {"config": {**cfg, "reasoningEffort": 3}}, "reason": "initial"},
+    ]
+    for data in accepted:
+        b = base()
+        b.add_raw("request/header", data)
+        fold(b.events)
+    for data in refused:
+        b = base()
+        b.add_raw("request/header", data)
+        with pytest.raises(SessionError, match="D-4"):
+            fold(b.events)
+
+
+def test_D7_assistant_settlement_fields() -> None:
+    b = base()
+    b.add_raw("assistant/attempt", {"turn": 1, "step": 0, "stream": []})
+    fold(b.events)
+    for data in ({"turn": 1, "step": 0}, {"turn": -1, "step": 0, "stream": []},
+                 {"turn": 1, "step": 2**53, "stream": []}, [1]):
+        b = base()
+        b.add_raw("assistant/attempt", data)
+        with pytest.raises(SessionError, match="D-7"):
+            fold(b.events)
