@@ -40,6 +40,7 @@ from processor.examples.make_example import (
     session_header,
 )
 from processor.files import read_session_file, write_session_file
+from tests.corpus.runtime_checker import check_log
 
 # ---------------------------------------------------------------- the check
 
@@ -75,7 +76,13 @@ def assert_requests_rebuild_from_log(run: ScriptedRun) -> None:
         assert isinstance(outcome.data["stream"], list)
 
 
+def assert_runtime_loads(events: list[Event]) -> None:
+    """The runtime's own load checks (an independent checker, not our fold) accept the log."""
+    assert check_log([e.to_json() for e in events], 4) is None
+
+
 def fold_exit_code(tmp: Path, run: ScriptedRun, name: str = "session.jsonl") -> int:
+    assert_runtime_loads(run.events)
     path = tmp / name
     write_session_file(path, run.session.header, run.events)
     result = CliRunner().invoke(cli, ["fold", str(path), "--compact"])
@@ -202,6 +209,8 @@ def test_example_file_is_regenerated_from_the_script() -> None:
 
 def test_example_file_has_every_event_type_and_folds(tmp_path: Path) -> None:
     stored = read_session_file(EXAMPLE_PATH)
+    assert stored.header["version"] == 4
+    assert_runtime_loads(stored.events)
     kinds = {e.type for e in stored.events}
     assert kinds >= EXAMPLE_TYPES
     unknown = [e for e in stored.events if e.type not in KNOWN_TYPES]
