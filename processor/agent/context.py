@@ -9,15 +9,16 @@ the loop commits them through the :class:`~processor.core.session.Session`
 model-facing message is a logged event, rebuilding the messages from the log
 prefix gives exactly what the adapter received (F-3).
 
-Both read the surface (:class:`~processor.core.surface.SurfaceState`), never a
-cache of their own that could drift from the log: the surface is what the
-model will see.
+Both follow the runtime's ``SystemPromptProjection`` and
+``RuntimeContextProjection`` (its agent loop): they read the surface and the
+logged events, never a cache that could drift from the log.
 
-Decisions where the spec and seed are silent
---------------------------------------------
-* The *text* of a message is the concatenation (no separator) of its ``text``
-  blocks; non-text blocks are ignored.  Messages written here have at most one
-  text block, so this only matters for logs written by other harnesses.
+Decisions
+---------
+* Comparable text is the runtime's: ``""`` for no content, the text of a
+  single ``text`` block, otherwise none (:func:`single_text`; such a message
+  never counts as already sent).  :func:`message_text` (all text blocks
+  concatenated) is kept for display and tests.
 * The system *head* is the first system node on the surface (normally node 0).
 * A system replacement is a new event of the current step, so it carries the
   loop's current ``turn``/``step`` (passed in by the caller), not the ones of
