@@ -184,6 +184,18 @@ def test_older_format_versions_are_refused_naming_the_version(tmp_path: Path,
     assert err.count("\n") == 1
 
 
+FORMATS = sorted((Path(__file__).parent.parent / "corpus" / "formats").glob("*/session*"))
+
+
+@pytest.mark.parametrize("path", FORMATS, ids=[p.parent.name for p in FORMATS])
+def test_corpus_format_versions_outside_3_and_4_are_refused_naming_them(path: Path) -> None:
+    version = int(path.parent.name[1:])
+    code, out, err = run(str(path))
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert (f"session format v{version} is not read here" in err if version < 3
+            else f"unsupported session format version {version}" in err), err
+
+
 @pytest.mark.parametrize("extra,fragment", [
     ({"cwd": "relative/dir"}, "cwd must be an absolute path"),
     ({"sandboxMode": "x"}, "retired policy field(s): sandboxMode"),

@@ -253,6 +253,7 @@ def main() -> None:
     n = write_checkpoint_cases()
     print(f"wrote {len(CASES) + n} cases to {OUT}")
     print(f"wrote {write_valid()} valid logs to {VALID}")
+    print(f"wrote {write_formats()} refused format versions to {FORMATS}")
 
 
 
@@ -383,6 +384,39 @@ def every_type_session(form: int) -> list[Raw]:
     b.turn_end()
     b.add_raw("session/end-seed", {})
     return raws(b)
+
+
+FORMATS = Path(__file__).parent / "formats"
+
+
+def write_formats() -> int:
+    """tests/corpus/formats/vN/<runtime name>: every format version the reader refuses.
+
+    Versions 0-2 predate what we read (the runtime migrates them; we name the
+    version); 5 is newer than the runtime.  Each has a header and the first
+    events of a session in the old shape (a tool result without source).
+    """
+    import shutil
+
+    from processor.files import log_filename
+
+    if FORMATS.exists():
+        shutil.rmtree(FORMATS)
+    old_events = [
+        {"type": "user/message", "seq": 0, "time": 1, "data": {
+            "id": "u1", "role": "user", "content": [text("hi")]}, "surfaceOp": "append"},
+        {"type": "tool/result", "seq": 1, "time": 2, "data": {"turn": 1, "step": 1, "message": {
+            "id": "t1", "role": "tool", "content": [text("ok")], "toolCallId": "c1"}},
+         "surfaceOp": "append"},
+    ]
+    for version in (0, 1, 2, 5):
+        folder = FORMATS / f"v{version}"
+        folder.mkdir(parents=True)
+        header = {"type": "session", "version": version, "id": f"format-v{version}",
+                  "createdAt": 1, "isSeeded": False, "delegationDepth": 0}
+        (folder / log_filename(version)).write_bytes(
+            b"".join(orjson.dumps(x) + b"\n" for x in [header, *old_events]))
+    return 4
 
 
 def write_valid() -> int:
