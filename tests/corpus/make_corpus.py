@@ -451,6 +451,14 @@ def write_valid() -> int:
     write("every-type-v3", 3, v3)
     write("every-type-v4-zstd", 4, v4, compressed=True)
     write("headerless", None, [*v4[:20]])
+    mixed = LogBuilder(form=4)
+    mixed.system("s")
+    mixed.user("two tools")
+    for form, cid in ((4, "c1"), (3, "c2")):  # without a header either form is read
+        call = mixed.tool_call(cid, "read", "{}")
+        mixed.tool_result(cid, f"result {cid}", call_seq=call.seq, form=form)
+    mixed.add_raw("todo/write", {"todos": []})
+    write("headerless-mixed-forms", None, raws(mixed))
     fork = every_type_session(4)
     cut = next(i for i, e in enumerate(fork) if e["type"] == "turn/start" and i > 2)
     seed = {"type": "session/end-seed", "seq": cut, "time": fork[cut - 1]["time"] + 1,
@@ -462,7 +470,7 @@ def write_valid() -> int:
     write("forked-subagent", 4, [*fork[:cut], seed, *tail],
           header_extra={"isSeeded": True, "parentSession": "every-type-v4",
                         "origin": "subagent", "delegationDepth": 1, "agentPreset": "coder"})
-    return 5
+    return 6
 
 
 if __name__ == "__main__":
