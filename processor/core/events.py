@@ -1,11 +1,17 @@
 """Event envelope, event types and data checks (SESSION-SEMANTICS §0–2).
 
+These are the agent runtime's own load checks (``assertSessionEventEnvelope``,
+``validateSessionEventData``, ``assertCurrentLlmShape`` and its message shape
+checks): we accept what it accepts and refuse what it refuses, at the same
+event.  The table runtime check -> rule id -> test is docs/runtime-load-checks.md.
+
 The envelope is validated once, where bytes or dicts become an :class:`Event`;
 everything downstream may then trust its shape.  Envelope rules have no id in
-the spec, so they carry ours: E-1 key set, E-2 field types, E-3 plain JSON,
-E-4 known type or ``ignorable``, E-5 no surfaceOp/sourceEventSeqs on log-only
-types.  The data checks D-1..D-6 need earlier events (D-3 looks up a
-``request/header``), so they take a lookup function.
+the spec, so they carry ours: E-1 key set, E-2 field types (JavaScript safe
+integers, ``ignorable`` absent or true), E-3 plain JSON, E-4 known type or
+``ignorable``, E-5 no surfaceOp/sourceEventSeqs on log-only types.  The data
+checks D-1..D-7 need earlier events (D-3 looks up a ``request/header``), so
+they take a lookup function.
 """
 
 from __future__ import annotations
