@@ -445,16 +445,21 @@ def _check_tool_blocks(event: Event) -> list[str]:
     return added
 
 
-def _check_header_seq(event: Event, added: list[str], lookup: EventLookup) -> None:
-    """D-3: headerSeq exactly when there are additions, pointing at the header."""
+def _check_header_seq_presence(event: Event, added: list[str]) -> None:
+    """D-3, relation-free part: headerSeq exactly when there are additions."""
     seq = event.seq
     has = isinstance(event.data, dict) and "headerSeq" in event.data
-    if not added:
-        if has:
-            raise SessionError(seq, "D-3", "headerSeq is only allowed with tool additions")
-        return
-    if not has:
+    if not added and has:
+        raise SessionError(seq, "D-3", "headerSeq is only allowed with tool additions")
+    if added and not has:
         raise SessionError(seq, "D-3", "developer message with tool additions needs headerSeq")
+
+
+def _check_header_seq(event: Event, added: list[str], lookup: EventLookup) -> None:
+    """D-3: the headerSeq of tool additions points at a header declaring them."""
+    seq = event.seq
+    if not added:
+        return
     header_seq = safe_int(event.data["headerSeq"])
     if header_seq is None or header_seq < 0 or header_seq >= seq:
         raise SessionError(
@@ -562,6 +567,8 @@ def check_event_data(event: Event, lookup: EventLookup, dialect: int | None = No
                     f"together (type {etype}, role {role!r})"
                 )
         added = _check_tool_blocks(event)
+        if etype == "developer/message":
+            _check_header_seq_presence(event, added)
         if etype == "tool/result":
             data = event.data
             if not isinstance(data, dict):
