@@ -38,7 +38,8 @@ class _Walker:
         self.header_seq: int | None = None
         self.header_tools: dict[str, dict[str, Any]] = {}
         self.in_step = False
-        self.inbox_pending: list[dict[str, Any]] = []
+        self.inbox_pending: list[tuple[str, dict[str, Any]]] = []
+        self.inbox_queues: dict[str, list[dict[str, Any]]] = {"next-turn": [], "next-step": []}
         self.context_budget = rng.randint(60, 200)  # surface nodes before a compaction
 
     # every event goes through the real planner: the generator cannot drift
@@ -190,15 +191,25 @@ class _Walker:
         self.user()
 
     def inbox(self) -> None:
-        message = {"id": f"inbox-{self.b.next_seq}", "role": "user", "content": [text("ping")]}
-        self.b.add_raw("agent/inbox/spliced", {
-            "delivery": self.rng.choice(["next-turn", "next-step"]), "messages": [message]})
-        self.inbox_pending.append(message)
+        """Queue a user message for a later turn or step (the runtime's inbox splice)."""
+        target = self.rng.choice(["next-turn", "next-step"])
+        message = {"id": f"inbox-{self.b.next_seq}", "role": "user", "content": [text("ping")],
+                   "source": {"kind": "user"}}
+        queue = self.inbox_queues[target]
+        self.b.add_raw("agent/inbox/spliced", {"target": target, "start": len(queue),
+                                               "inserted": [message]})
+        queue.append(message)
+        self.inbox_pending.append((target, message))
 
     def deliver_inbox(self) -> None:
-        """Admit a spliced message at a later step, as the agent loop does."""
-        self.b.add_raw("user/message", {**self.inbox_pending.pop(0), "source": {
-            "kind": "inbox"}}, surfaceOp="append")
+        """Claim the oldest queued message at a later step, as the agent loop does."""
+        target, message = self.inbox_pending.pop(0)
+        queue = self.inbox_queues[target]
+        index = queue.index(message)
+        self.b.add_raw("agent/inbox/spliced", {"target": target, "start": index,
+                                               "removedCount": 1, "inserted": []})
+        queue.pop(index)
+        self.b.add_raw("user/message", message, surfaceOp="append")
 
     def compact_window(self) -> None:
         """Compact like an agent at its context budget: all but the recent tail."""

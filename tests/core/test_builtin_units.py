@@ -96,9 +96,8 @@ def test_builtin_states_restore_through_json_checkpoints() -> None:
     b.assistant("yo", usage={"inputTokens": 3})
     b.header([tool_def("read"), tool_def("grep")], reason="change")
     b.tool_update(h.seq + 5, added=["grep"])
-    b.add_raw("agent/inbox/spliced", {"delivery": "next-step", "messages": [
-        {"id": "in-1", "role": "user", "content": [],
-         "source": {"kind": "user"}}]})
+    b.add_raw("agent/inbox/spliced", {"target": "next-step", "start": 0, "inserted": [
+        {"id": "in-1", "role": "user", "content": [], "source": {"kind": "user"}}]})
     b.step_end()
     b.turn_end()
     registry = default_registry()
@@ -199,50 +198,48 @@ def test_session_stats_rejects_malformed_rows() -> None:
 # ------------------------------------------------------------------ inbox
 
 
-def splice(seq: int, *ids: str, delivery: str = "next-turn") -> Event:
-    return make_event("agent/inbox/spliced", seq, {"delivery": delivery, "messages": [
-        {"id": i, "role": "user", "content": [],
-         "source": {"kind": "user"}} for i in ids]})
+def splice(seq: int, *ids: str, target: str = "next-turn", start: int = 0,
+           removed: int = 0) -> Event:
+    data: dict[str, Any] = {"target": target, "start": start, "inserted": [
+        {"id": i, "role": "user", "content": [], "source": {"kind": "user"}} for i in ids]}
+    if removed:
+        data["removedCount"] = removed
+    return make_event("agent/inbox/spliced", seq, data)
 
 
-def deliver(seq: int, mid: str) -> Event:
-    return make_event("user/message", seq, {"id": mid, "role": "user", "content": [],
-         "source": {"kind": "user"}},
-                      surface_op="append")
+def ids(state: Any, target: str) -> list[str]:
+    return [m["id"] for m in state[target]]
 
 
-def test_inbox_keeps_spliced_messages_until_a_user_message_delivers_them() -> None:
-    events = [splice(0, "a", "b"), splice(1, "c", delivery="next-step"),
-              make_event("turn/start", 2, {"turn": 1}), deliver(3, "b")]
-    assert view(INBOX, events) == {"pending": [
-        {"seq": 0, "delivery": "next-turn", "message": {"id": "a", "role": "user",
-                                                          "content": [],
-                                                          "source": {"kind": "user"}}},
-        {"seq": 1, "delivery": "next-step", "message": {"id": "c", "role": "user",
-                                                          "content": [],
-                                                          "source": {"kind": "user"}}}]}
+def test_inbox_folds_the_runtime_splices_into_two_queues() -> None:
+    events = [splice(0, "a", "b"), splice(1, "c", target="next-step"),
+              make_event("turn/start", 2, {"turn": 1}),
+              splice(3, start=0, removed=1),  # the turn claims "a"
+              splice(4, "z", start=1)]  # "z" after "b"
+    state = view(INBOX, events)
+    assert (ids(state, "next-turn"), ids(state, "next-step")) == (["b", "z"], ["c"])
 
 
-def test_inbox_ignores_malformed_splices_duplicates_and_non_user_messages() -> None:
+def test_P1_inbox_keeps_its_state_for_malformed_or_empty_splices() -> None:
     state = fold(INBOX, [splice(0, "a")])
-    for event in (make_event("agent/inbox/spliced", 1, {"delivery": "later",
-                                                        "messages": []}),
-                  make_event("agent/inbox/spliced", 1, {"delivery": "next-turn"}),
-                  splice(1, "a"),  # already pending: the first splice wins
-                  make_event("agent/inbox/spliced", 1, {"delivery": "next-step", "messages": [
-                      {"id": "s", "role": "system", "content": []}, {"role": "user"}]}),
-                  deliver(1, "zzz")):
+    for event in (make_event("agent/inbox/spliced", 1, {"target": "later", "start": 0,
+                                                        "inserted": []}),
+                  make_event("agent/inbox/spliced", 1, {"target": "next-turn"}),
+                  make_event("agent/inbox/spliced", 1, ["not", "an", "object"]),
+                  splice(1, start=0, removed=2),  # removes past the queue's end
+                  splice(1, "x", start=5),
+                  splice(1, start=1),  # changes nothing
+                  make_event("turn/start", 1, {"turn": 1})):
         assert INBOX.apply(state, event) is state
 
 
-def test_inbox_through_a_session_delivers_by_message_id() -> None:
+def test_inbox_through_a_session() -> None:
     b = LogBuilder()
-    b.add_raw("agent/inbox/spliced", {"delivery": "next-step", "messages": [
-        {"id": "in-1", "role": "user", "content": [], "source": {"kind": "user"}}]})
+    b.add(splice(0, "in-1", target="next-step").to_json())
     s = session(b)
-    assert [p["message"]["id"] for p in s.projections.state_of("inbox")["pending"]] == ["in-1"]
-    s.append(deliver(s.next_seq, "in-1"))
-    assert s.projections.view_of("inbox") == {"pending": []}
+    assert ids(s.projections.state_of("inbox"), "next-step") == ["in-1"]
+    s.append(splice(s.next_seq, start=0, removed=1, target="next-step"))
+    assert s.projections.view_of("inbox") == {"next-turn": [], "next-step": []}
 
 
 # ------------------------------------------------------------------ H-1

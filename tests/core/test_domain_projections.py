@@ -345,9 +345,8 @@ def test_builtin_units_fold_a_session() -> None:
     b.assistant("hi", usage={"inputTokens": 10, "outputTokens": 3})
     b.step_end()
     b.turn_end()
-    b.add_raw("agent/inbox/spliced", {"delivery": "next-turn", "messages": [
-        {"id": "in-1", "role": "user", "content": [],
-         "source": {"kind": "user"}}]})
+    b.add_raw("agent/inbox/spliced", {"target": "next-turn", "start": 0, "inserted": [
+        {"id": "in-1", "role": "user", "content": [], "source": {"kind": "user"}}]})
     s = Session.fold(b.events, projections=default_registry())
     values = s.projections.snapshot().values
     assert set(values) == {u.key for u in BUILTIN_UNITS if u.wire is not None}
@@ -355,8 +354,7 @@ def test_builtin_units_fold_a_session() -> None:
     assert values["turnBoundary"]["lastStepBoundary"]["kind"] == "end"
     stats = values["sessionStats"]
     assert stats["turns"] == 2 and stats["usage"] == {"inputTokens": 10, "outputTokens": 3}
-    assert [p["message"]["id"] for p in values["inbox"]["pending"]] == ["in-1"]
-    s.append(make_event("user/message", s.next_seq, {"id": "in-1", "role": "user",
-                                                      "source": {"kind": "user"},
-                                                      "content": []}, surface_op="append"))
-    assert s.projections.view_of("inbox") == {"pending": []}
+    assert [m["id"] for m in values["inbox"]["next-turn"]] == ["in-1"]
+    s.append(make_event("agent/inbox/spliced", s.next_seq, {
+        "target": "next-turn", "start": 0, "removedCount": 1, "inserted": []}))
+    assert s.projections.view_of("inbox") == {"next-turn": [], "next-step": []}

@@ -745,8 +745,8 @@ def _random_events(rng: random.Random, n: int) -> list[Event]:
             mid = f"in{seq}"
             pending.append(mid)
             ev = make_event("agent/inbox/spliced", seq, {
-                "delivery": rng.choice(["next-turn", "next-step"]),
-                "messages": [{"id": mid, "role": "user", "content": []}]})
+                "target": rng.choice(["next-turn", "next-step"]), "start": 0,
+                "inserted": [{"id": mid, "role": "user", "content": []}]})
         elif kind == "header":
             names = rng.sample(["read", "grep", "edit"], rng.randint(0, 3))
             version = rng.choice(["v1", "v2"])

@@ -266,8 +266,8 @@ VALID = Path(__file__).parent / "valid"
 #: opaque to the runtime's load path).
 LOG_ONLY_SAMPLES: dict[str, Any] = {
     "agent-preset/selected": {"preset": "coder"},
-    "agent/inbox/spliced": {"delivery": "next-turn", "messages": [
-        {"id": "inbox-1", "role": "user", "content": [text("ping")]}]},
+    "agent/inbox/spliced": {"target": "next-turn", "start": 0, "inserted": [
+        {"id": "inbox-1", "role": "user", "content": [text("ping")], "source": {"kind": "user"}}]},
     "approval/asked": {"id": "ap-1", "toolName": "edit", "callId": "c1",
                        "reason": "writes a file"},
     "approval/decided": {"id": "ap-1", "outcome": "allowed-once"},

@@ -1,98 +1,76 @@
-"""``inbox``: user messages spliced in for a later turn or step, not yet delivered.
+"""``inbox``: the agent's two pending-input queues, folded from the log.
 
-Accepted ``agent/inbox/spliced`` payload::
+The runtime keeps user input that waits for a turn or a step in two queues and
+logs every change to them as an ``agent/inbox/spliced`` event::
 
-    {"delivery": "next-turn" | "next-step", "messages": [message, ...]}
+    {"target": "next-turn" | "next-step", "start": int, "removedCount"?: int,
+     "inserted": [user message, ...], "outcome"?: "canceled"}
 
-where each message is a user message object (``role: "user"``, non-empty
-string ``id``, ``content`` list) — exactly what the step loop later commits
-as a ``user/message``.
+which applies ``queue[start:start + removedCount] = inserted`` (sending a
+message inserts it; claiming it at a step boundary, or cancelling it, removes
+it).  The queues are therefore a fold of the log: pending input survives a
+crash and every reader sees the runtime's queues.
 
 State and view (the same deep-frozen JSON object)::
 
-    {"pending": [{"seq": int,              # seq of the agent/inbox/spliced event
-                  "delivery": "next-turn" | "next-step",
-                  "message": {...}}]}      # in splice order
+    {"next-turn": [message, ...], "next-step": [message, ...]}
 
-Folding: a splice appends its messages to ``pending``; a later
-``user/message`` whose ``id`` equals a pending message's id delivers it and
-removes it.  Nothing else removes a pending message — in particular not
-``turn/start``: a crash between the turn start and the admission must not
-lose a message (the loop admits ``next-turn`` messages at step 1 of a turn
-and ``next-step`` ones at any step start).
-
-Decisions where the spec is silent: a malformed splice (unknown delivery,
-``messages`` not a list) is ignored by this unit (the event stays in the
-log, and a log-only payload is not checked by rule D); so is every message
-that is not a user message with a string id and a content list (it could
-never be delivered, and would stay pending forever); a message whose id is
-already pending is ignored (the first splice wins: re-splicing is
-idempotent).  Irrelevant events return the same object (P-1).
+Decisions where the runtime's load path is silent (it does not check log-only
+payloads): a splice that is not of that shape, or whose ``start`` /
+``removedCount`` fall outside its queue, leaves the state unchanged (the
+event stays in the log; the agent itself refuses such a log on resume).
+Irrelevant events and splices that change nothing return the same object
+(P-1).  stateVersion 3: version 2 folded our earlier ``{delivery, messages}``
+payload.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from processor.core.builtin._common import identity, require_dict, require_list, require_seq
-from processor.core.events import Event
+from processor.core.builtin._common import identity, require_dict, require_list
+from processor.core.events import Event, is_seq
 from processor.core.frozen import freeze
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
 
 KEY = "inbox"
-DELIVERIES = ("next-turn", "next-step")
+TARGETS = ("next-turn", "next-step")
 
 
 def init(header: SessionHeader, inherited: int) -> Any:
-    return freeze({"pending": []})
+    return freeze({t: [] for t in TARGETS})
 
 
-def _deliverable(message: Any) -> bool:
-    return (isinstance(message, dict) and message.get("role") == "user"
-            and isinstance(message.get("id"), str) and bool(message["id"])
-            and isinstance(message.get("content"), list))
-
-
-def _on_splice(state: Any, event: Event) -> Any:
-    data = event.data
-    if not isinstance(data, dict):
-        return state
-    messages = data.get("messages")
-    delivery = data.get("delivery")
-    if delivery not in DELIVERIES or not isinstance(messages, list):
-        return state
-    seen = {p["message"]["id"] for p in state["pending"]}
-    added = []
-    for message in messages:
-        if _deliverable(message) and message["id"] not in seen:
-            seen.add(message["id"])
-            added.append({"seq": event.seq, "delivery": delivery, "message": message})
-    return freeze({"pending": [*state["pending"], *added]}) if added else state
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and is_seq(value) else None
 
 
 def apply(state: Any, event: Event) -> Any:
-    if event.type == "agent/inbox/spliced":
-        return _on_splice(state, event)
-    if event.type == "user/message" and state["pending"]:
-        mid = event.data.get("id")
-        kept = [p for p in state["pending"] if p["message"]["id"] != mid]
-        return freeze({"pending": kept}) if len(kept) != len(state["pending"]) else state
-    return state
+    if event.type != "agent/inbox/spliced":
+        return state
+    data = event.data
+    if not isinstance(data, dict) or data.get("target") not in TARGETS:
+        return state
+    target = data["target"]
+    queue = state[target]
+    start, removed = _count(data.get("start")), _count(data.get("removedCount", 0))
+    inserted = data.get("inserted")
+    if start is None or removed is None or start + removed > len(queue) or not isinstance(
+        inserted, list
+    ):
+        return state
+    if removed == 0 and not inserted:
+        return state
+    return freeze({**state, target: [*queue[:start], *inserted, *queue[start + removed:]]})
 
 
 def validate(state: Any) -> None:
-    require_dict(state, ("pending",), "inbox state")
-    require_list(state["pending"], "inbox.pending")
-    for entry in state["pending"]:
-        require_dict(entry, ("seq", "delivery", "message"), "inbox entry")
-        require_seq(entry["seq"], "inbox entry seq", optional=False)
-        if entry["delivery"] not in DELIVERIES:
-            raise ValueError("inbox entry delivery must be next-turn or next-step")
-        if not _deliverable(entry["message"]):
-            raise ValueError("inbox entry message must be a user message with an id")
+    require_dict(state, TARGETS, "inbox state")
+    for target in TARGETS:
+        require_list(state[target], f"inbox.{target}")
 
 
 INBOX = ProjectionDefinition(
-    key=KEY, state_version=2, init=init, apply=apply, validate_state=validate,
+    key=KEY, state_version=3, init=init, apply=apply, validate_state=validate,
     wire=WireView(view=identity, validate_view=validate))
