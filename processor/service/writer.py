@@ -59,7 +59,7 @@ from processor.core.session import Session, synthetic_header
 from processor.service import clients
 from processor.service.codec import Codec, default_codec, session_key
 from processor.service.config import ServiceConfig
-from processor.service.runner import CONTROL_HEADER
+from processor.service.control import redrive
 
 __all__ = ["DEFAULT_DELIVERY_TIMEOUT_MS", "DeliveryError", "SessionWriter", "producer_name"]
 
@@ -129,12 +129,15 @@ class SessionWriter:
                                                     client_id)
             self._owns_producer = True
             self.topic = topic or target.topics.events
+            self.control_topic = target.topics.control
         else:
             if topic is None:
                 raise ValueError("SessionWriter(producer) needs topic= (the events topic)")
             self._producer = target
             self._owns_producer = False
             self.topic = topic
+            prefix, dot, last = topic.rpartition(".")
+            self.control_topic = f"{prefix}.control" if dot and last == "events" else ""
         self.codec = codec or default_codec()
         self._factory = session_factory or _default_session
         self._sessions: dict[str, Session] = dict(sessions or {})
@@ -214,21 +217,25 @@ class SessionWriter:
             session.append(event)
             return event
 
-    def redrive(self, session_id: str) -> None:
-        """Ask the processor to lift the quarantine of ``session_id``.
+    def redrive(self, session_id: str, seq: int) -> None:
+        """Ask the processor to lift the quarantine ``session_id`` took at ``seq``.
 
-        A control record (key = session id, null value, header
-        ``processor-control: redrive``) travels through the events topic, so
-        it is ordered after the events that caused the quarantine and before
-        any corrected event produced after it.  Produce the fix *after* this
-        call returns.
+        The command goes to the control topic (``control.py``), which only
+        operators may write: this needs WRITE on ``<prefix>.control``.
+        ``seq`` is the quarantine's seq (the ``status`` view's
+        ``quarantine.seq``); the command is idempotent and independent of
+        its order against the events.
         """
+        if not self.control_topic:
+            raise ValueError(f"no control topic known for events topic {self.topic!r}")
         with self._lock:
             self._check_open()
-            self._deliver(session_id, None, None, [(CONTROL_HEADER, b"redrive")])
+            self._deliver(session_id, None, redrive(session_id, seq).encode(), None,
+                          topic=self.control_topic)
 
     def _deliver(self, session_id: str, event: Event | None, value: bytes | None,
-                 headers: list[tuple[str, str | bytes | None]] | None) -> None:
+                 headers: list[tuple[str, str | bytes | None]] | None, *,
+                 topic: str | None = None) -> None:
         """Produce one record and wait for its delivery report."""
         outcome: list[KafkaError | None] = []
 
@@ -238,7 +245,7 @@ class SessionWriter:
         producer = self._producer
         while True:
             try:
-                producer.produce(self.topic, value=value, key=session_key(session_id),
+                producer.produce(topic or self.topic, value=value, key=session_key(session_id),
                                  headers=headers, on_delivery=on_delivery)
                 break
             except BufferError:
