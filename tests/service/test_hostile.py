@@ -1,0 +1,357 @@
+"""A hostile producer against two processors on a real broker (issue 9).
+
+Over sixty kinds of bad record — undecodable bytes, bad keys, nesting bombs,
+every invalid-event case of the corpus, seq-gate abuse, forged control
+headers, malformed and unknown control commands, a record too big to copy
+into a dead letter — are written among valid sessions while two processors
+share the group.  Then:
+
+- no processor died (both threads ran until told to stop, no exception);
+- no partition stalled (committed offsets reached the end of events and control);
+- every bad record is accounted for: a dead letter at its (topic, partition,
+  offset) with the expected rule, or a counted duplicate;
+- only the victims are quarantined, each at its last valid seq, its views
+  equal to the offline fold of its valid prefix;
+- every valid session equals the offline fold of its log (forged headers on
+  its events changed nothing).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, Producer, TopicPartition
+
+from processor.core.builder import LogBuilder
+from processor.core.events import Event, parse_event
+from processor.offline import fold_events, session_output
+from processor.service import clients
+from processor.service.codec import View, default_codec
+from processor.service.control import redrive
+from processor.service.dead_letters import MAX_COPIED_VALUE
+from processor.service.restore import read_partitions
+from processor.service.runner import CONTROL_HEADER, Processor
+from processor.service.views_reader import (
+    materialize_views,
+    offline_equivalent,
+    session_fold_equivalent,
+)
+from tests.service.conftest import Stack, as_json, sessions
+
+pytestmark = pytest.mark.kafka
+
+CORPUS = Path(__file__).parents[1] / "corpus" / "invalid"
+codec = default_codec()
+
+
+@dataclass
+class Bad:
+    kind: str
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    rule: str | None  # expected DLQ rule; None: a counted exact duplicate
+    headers: list[tuple[str, bytes]] | None = None
+    where: tuple[int, int] | None = None  # (partition, offset) once delivered
+
+
+@dataclass
+class Plan:
+    bad: list[Bad] = field(default_factory=list)
+    #: victim session -> its valid prefix (quarantined at the prefix's last seq)
+    victims: dict[str, list[Event]] = field(default_factory=dict)
+    #: follow-up records of victims, dead-lettered as QUARANTINED: (key, value)
+    follow_ups: list[Bad] = field(default_factory=list)
+
+
+def prefix_of(sid: str) -> list[Event]:
+    b = LogBuilder()
+    b.system("You are careful.")
+    b.turn_start()
+    b.user(f"hello from {sid}")
+    return list(b.events)
+
+
+def follow_up(seq: int) -> dict[str, Any]:
+    return {"type": "custom/note", "seq": seq, "time": 1, "data": {"n": seq},
+            "ignorable": True}
+
+
+def deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+def encode(sid: str, envelope: dict[str, Any], data_text: str | None = None) -> bytes:
+    return codec.encode_event(sid, envelope, data_text=data_text, trusted=True)
+
+
+def build_plan(events_topic: str, control_topic: str, good: dict[str, list[Event]]) -> Plan:
+    plan = Plan()
+
+    def victim(kind: str, rule: str, bad_value: bytes | None = None, *,
+               envelope: dict[str, Any] | None = None, data_text: str | None = None,
+               key: bytes | None = None, headers: list[tuple[str, bytes]] | None = None,
+               prefix: list[Event] | None = None) -> None:
+        sid = f"v-{kind}"
+        events = prefix if prefix is not None else prefix_of(sid)
+        plan.victims[sid] = events
+        if bad_value is None and envelope is not None:
+            bad_value = encode(sid, envelope, data_text)
+        plan.bad.append(Bad(kind, events_topic, key if key is not None else sid.encode(),
+                            bad_value, rule, headers))
+        plan.follow_ups.append(Bad(f"{kind}/follow-up", events_topic, sid.encode(),
+                                   encode(sid, follow_up(len(events))), "QUARANTINED"))
+
+    nxt = 3  # the seq after a victim prefix
+
+    def env(etype: str, data: Any, seq: int = nxt, **extra: Any) -> dict[str, Any]:
+        return {"type": etype, "seq": seq, "time": 5, "data": data, **extra}
+
+    valid = encode("x", env("turn/end", {"turn": 1}))
+    # -- undecodable (CODEC)
+    victim("garbage", "CODEC", b"\x00garbage")
+    victim("empty-value", "CODEC", b"")
+    victim("tombstone", "CODEC", None, key=b"v-tombstone")
+    plan.bad[-1].value = None
+    victim("old-control-record", "CODEC", None, headers=[(CONTROL_HEADER, b"redrive")])
+    plan.bad[-1].value = None
+    victim("unknown-fingerprint", "CODEC", valid[:2] + b"\x01" * 8 + valid[10:])
+    victim("truncated-avro", "CODEC", valid[: len(valid) // 2])
+    victim("trailing-bytes", "CODEC", valid + b"xx")
+    victim("confluent-framing", "CODEC", b"\x00\x00\x00\x03\xe7" + valid[10:])
+    victim("view-record", "CODEC", codec.encode_view(View.of("v-view-record", "x", 0, 0, {})))
+    victim("oversized-undecodable", "CODEC", b"\x01" * 1_040_000)
+    victim("data-not-json", "CODEC", envelope=env("turn/end", {}), data_text="{not json")
+    victim("data-nan", "CODEC", envelope=env("turn/end", {}), data_text="NaN")
+    victim("data-truncated-json", "CODEC", envelope=env("turn/end", {}),
+           data_text='{"turn": [1, 2')
+    # -- bounds before interpretation (E-3)
+    victim("nesting-1000", "E-3", envelope=env("custom/x", {}, ignorable=True),
+           data_text=deep(1000))
+    victim("nesting-200", "E-3", envelope=env("custom/x", {}, ignorable=True),
+           data_text=deep(200))
+    victim("nesting-in-object", "E-3", envelope=env("turn/end", {}),
+           data_text='{"a":' * 300 + "1" + "}" * 300)
+    # -- envelope fields
+    victim("negative-seq", "E-2", envelope=env("turn/end", {"turn": 1}, seq=-1))
+    victim("empty-type", "E-2", envelope=env("", {"turn": 1}))
+    victim("unknown-required-type", "E-4", envelope=env("custom/required", {"x": 1}))
+    # -- seq gate
+    victim("gap", "S-1", envelope=env("turn/end", {"turn": 1}, seq=7))
+    victim("seq-beyond-2^62", "*", envelope=env("turn/end", {"turn": 1}, seq=2**62))
+    conflict_prefix = prefix_of("v-conflict")
+    changed = conflict_prefix[2].to_json()
+    changed["data"] = {**changed["data"], "id": "changed"}
+    victim("conflict", "SEQ-GATE", envelope=changed, prefix=conflict_prefix)
+    victim("seq-restart-at-0", "SEQ-GATE",
+           envelope=env("system/message", prefix_of("x")[0].to_json()["data"], seq=0,
+                         surfaceOp="append"))
+    # -- keys: the record names no session (KEY, nothing quarantined) or the wrong one
+    victim("key-mismatch", "KEY", encode("someone-else", env("turn/end", {"turn": 1})))
+    first_good = next(iter(good))
+    ahead = encode(first_good, env("turn/end", {"turn": 1}, seq=10_000))
+    plan.bad += [
+        Bad("null-key", events_topic, None, ahead, "KEY"),
+        Bad("non-utf8-key", events_topic, b"\xff\xfe\xfd", ahead, "KEY"),
+        Bad("oversized-key", events_topic, b"k" * 5000, ahead, "KEY"),
+    ]
+    # -- every invalid-event case of the corpus (the rule is the file name's prefix)
+    for path in sorted(CORPUS.glob("*.jsonl")):
+        if path.name.startswith("P"):
+            continue  # checkpoint cases: not a property of the events
+        lines = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
+        lines = [raw for raw in lines if raw.get("type") != "session"]
+        name = path.stem
+        rule = f"{name[0]}-{name[1]}"
+        sid = f"v-{name}"
+        try:
+            bad_value = codec.encode_event(sid, lines[-1])
+        except Exception:  # not representable in Avro (E-1 unknown key, E-2 time type)
+            continue
+        victim(name, rule, bad_value, prefix=[parse_event(raw) for raw in lines[:-1]])
+    # -- forged control: headers on events are never commands
+    victim("forged-redrive-header-after-gap", "S-1",
+           envelope=env("turn/end", {"turn": 1}, seq=9))
+    plan.follow_ups[-1].headers = [(CONTROL_HEADER, b"redrive")]
+    # -- control topic: malformed, unknown and misaddressed commands (CONTROL)
+    gap_victim = "v-gap"
+
+    def command(kind: str, key: bytes | None, value: bytes | None) -> None:
+        plan.bad.append(Bad(kind, control_topic, key, value, "CONTROL"))
+
+    command("control-unknown-command", gap_victim.encode(), orjson.dumps(
+        {"v": 1, "command": "nuke", "sessionId": gap_victim, "seq": 2}))
+    command("control-not-json", gap_victim.encode(), b"redrive please")
+    command("control-null-value", gap_victim.encode(), None)
+    command("control-wrong-version", gap_victim.encode(), orjson.dumps(
+        {"v": 9, "command": "redrive", "sessionId": gap_victim, "seq": 2}))
+    command("control-extra-field", gap_victim.encode(), orjson.dumps(
+        {"v": 1, "command": "redrive", "sessionId": gap_victim, "seq": 2, "all": True}))
+    command("control-negative-seq", gap_victim.encode(), orjson.dumps(
+        {"v": 1, "command": "redrive", "sessionId": gap_victim, "seq": -1}))
+    command("control-seq-not-safe", gap_victim.encode(), orjson.dumps(
+        {"v": 1, "command": "redrive", "sessionId": gap_victim, "seq": 2**60}))
+    command("control-key-mismatch", b"v-garbage", redrive(gap_victim, 2).encode())
+    command("control-unknown-session", b"nobody-here", redrive("nobody-here", 0).encode())
+    command("control-oversized", gap_victim.encode(), b" " * 10_000)
+    command("control-array", gap_victim.encode(), b"[]")
+    return plan
+
+
+def produce_all(stack: Stack, plan: Plan, good: dict[str, list[Event]]) -> None:
+    cfg = stack.config
+    producer: Producer = clients.event_producer(cfg.with_overrides(kafka={
+        **cfg.kafka, "message.max.bytes": "2000000"}))
+    pending: dict[int, Bad] = {}
+
+    def deliver(record: Bad) -> None:
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            assert err is None, f"{record.kind}: {err}"
+            record.where = (msg.partition() or 0, msg.offset() or 0)
+
+        producer.produce(record.topic, key=record.key, value=record.value,
+                         headers=record.headers, on_delivery=on_delivery)
+        pending[id(record)] = record
+        producer.poll(0)
+
+    half = {sid: len(ev) // 2 for sid, ev in good.items()}
+    for sid, events in good.items():  # the first half of every valid session
+        stack.produce(sid, events[: half[sid]], producer)
+    for sid, events in plan.victims.items():
+        stack.produce(sid, events, producer)
+    assert producer.flush(60) == 0
+    for record in plan.bad:
+        if record.topic == cfg.topics.events:
+            deliver(record)
+    for record in plan.follow_ups:
+        deliver(record)
+    # valid events carrying forged control headers, and an exact duplicate
+    for i, (sid, events) in enumerate(good.items()):
+        forged = [(CONTROL_HEADER, b"redrive" if i % 2 else b"nuke"),
+                  *((f"h{j}", b"x" * 1000) for j in range(50))]
+        for ev in events[half[sid]:]:
+            producer.produce(cfg.topics.events, key=sid.encode(),
+                             value=codec.encode_parsed_event(sid, ev), headers=forged)
+        stack.logs[sid].extend(events[half[sid]:])
+    dup_sid = next(iter(good))
+    plan.bad.append(Bad("exact-duplicate", cfg.topics.events, dup_sid.encode(),
+                        codec.encode_parsed_event(dup_sid, good[dup_sid][1]), None))
+    deliver(plan.bad[-1])
+    assert producer.flush(60) == 0
+    # commands last: the sessions they name must exist in their partition by then
+    for record in plan.bad:
+        if record.topic == cfg.topics.control:
+            deliver(record)
+    assert producer.flush(60) == 0
+    assert all(r.where is not None for r in pending.values())
+
+
+def committed_to_end(stack: Stack) -> bool:
+    cfg = stack.config
+    consumer = clients.plain_consumer(cfg, "hostile-check")
+    try:
+        for topic in (cfg.topics.events, cfg.topics.control):
+            tps = [TopicPartition(topic, p) for p in range(cfg.partitions)]
+            group = clients.group_consumer(cfg, "hostile-offsets")
+            try:
+                committed = {tp.partition: tp.offset for tp in group.committed(tps, timeout=30)}
+            finally:
+                group.close()
+            for p in range(cfg.partitions):
+                high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                if high > 0 and committed[p] < high:
+                    return False
+        return True
+    finally:
+        consumer.close()
+
+
+def dead_letters(stack: Stack) -> list[Any]:
+    consumer = clients.plain_consumer(stack.config, "hostile-dlq")
+    try:
+        parts = read_partitions(consumer, stack.config.topics.dlq,
+                                {p: OFFSET_BEGINNING for p in range(stack.config.partitions)})
+    finally:
+        consumer.close()
+    return [codec.decode_dead_letter(m.value()) for p in sorted(parts) for m in parts[p]]
+
+
+def test_hostile_producer_two_processors_nothing_stops_nothing_lies(stack: Stack) -> None:
+    cfg = stack.config
+    good = sessions(4, 60, seed=91)
+    plan = build_plan(cfg.topics.events, cfg.topics.control, good)
+    kinds = {b.kind for b in plan.bad}
+    assert len(kinds) >= 40, sorted(kinds)
+
+    errors: list[BaseException] = []
+    procs = [Processor(cfg.with_overrides(instance_id=f"h{i}")) for i in range(2)]
+
+    def run(proc: Processor) -> None:
+        try:
+            proc.run()
+        except BaseException as exc:  # the assertion below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in procs]
+    for t in threads:
+        t.start()
+    try:
+        produce_all(stack, plan, good)
+        deadline = time.monotonic() + 180
+        while not committed_to_end(stack):
+            assert not errors, f"a processor died: {errors[0]!r}"
+            assert time.monotonic() < deadline, "a partition stalled"
+            time.sleep(1.0)
+        assert all(t.is_alive() for t in threads) and not errors, errors
+    finally:
+        for p in procs:
+            p.stop()
+        for t in threads:
+            t.join(60)
+    assert not errors, f"a processor died: {errors[0]!r}"
+
+    # every bad record accounted for, at its own (topic, partition, offset)
+    letters = {(d.topic, d.partition, d.offset): d for d in dead_letters(stack)}
+    unaccounted = []
+    for record in [*plan.bad, *plan.follow_ups]:
+        assert record.where is not None
+        letter = letters.get((record.topic, *record.where))
+        if record.rule is None:
+            assert letter is None, f"{record.kind}: dead-lettered {letter}"
+            continue
+        if letter is None or record.rule not in ("*", letter.rule):
+            unaccounted.append((record.kind, record.rule, letter and letter.rule,
+                                letter and letter.reason))
+    assert not unaccounted, unaccounted
+    duplicates = sum(p.metrics.events.labels("duplicate")._value.get() for p in procs)
+    assert duplicates >= 1
+    assert sum(p.metrics.control.labels("rejected")._value.get() for p in procs) == sum(
+        1 for b in plan.bad if b.topic == cfg.topics.control)
+
+    # the oversized record is referenced, not copied, and its letter fit
+    big = next(b for b in plan.bad if b.kind == "oversized-undecodable")
+    assert big.where is not None
+    letter = letters[(cfg.topics.events, *big.where)]
+    assert letter.value is None and "1040000 bytes, sha256 " in letter.reason
+    assert all(d.value is None or len(d.value) <= MAX_COPIED_VALUE for d in letters.values())
+
+    # only the victims are quarantined; valid sessions equal the offline fold
+    views = materialize_views(cfg)
+    for sid in good:
+        assert views[sid]["status"].value["state"] == "ok", views[sid]["status"].value
+        assert as_json(session_fold_equivalent(views[sid])) == stack.expected(sid), sid
+    for sid, prefix in plan.victims.items():
+        status = views[sid]["status"].value
+        assert status["state"] == "quarantined", (sid, status)
+        assert status["lastSeq"] == prefix[-1].seq, (sid, status)
+        fold = as_json(offline_equivalent(session_output(fold_events(prefix))))
+        fold["status"] = "quarantined"
+        assert as_json(session_fold_equivalent(views[sid])) == fold, sid
+    quarantined = {sid for sid, v in views.items() if v["status"].value["state"] != "ok"}
+    assert quarantined == set(plan.victims)
