@@ -29,7 +29,7 @@ from typing import Any
 
 import click
 import orjson
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from tqdm import tqdm
 
 from processor.cli.common import service_options
@@ -147,37 +147,55 @@ def _produce(producer: Producer, topic: str, key: bytes, value: bytes,
     producer.poll(0)
 
 
+class _TooLarge(Exception):
+    pass
+
+
+def _checked(values: list[tuple[int | str, bytes]], limit: int) -> list[bytes]:
+    """Every encoded record, or a refusal naming the first one Kafka cannot take.
+
+    Checked before anything is produced: a file is ingested whole or not at
+    all, never cut after the last record that happened to fit.
+    """
+    for where, value in values:
+        if len(value) > limit:
+            raise _TooLarge(f"{where}: record of {len(value):,} bytes exceeds "
+                            f"message.max.bytes ({limit:,}); nothing of this file was produced")
+    return [v for _, v in values]
+
+
 def ingest_file(path: Path, *, producer: Producer, codec: Codec, topic: str,
                 session_id: str | None, raw: bool, drop_torn_tail: bool,
-                stats: IngestStats, bar: tqdm[Any]) -> str | None:
+                stats: IngestStats, bar: tqdm[Any], max_bytes: int = 1_000_000) -> str | None:
     """Ingest one file; returns the refusal message, or None when produced."""
     name = producer_name("ingest")
     try:
         if not raw:
             sid, events = validated_events(path, session_id, drop_torn_tail)
-            key = session_key(sid)
-            bar.total = (bar.total or 0) + len(events)
-            for event in events:
-                _produce(producer, topic, key,
-                         codec.encode_parsed_event(sid, event, producer=name), stats)
-                stats.events += 1
-                bar.update(1)
+            values = _checked([(f"seq {e.seq}", codec.encode_parsed_event(sid, e,
+                                                                          producer=name))
+                               for e in events], max_bytes)
         else:
             sid, items = raw_envelopes(path, session_id, drop_torn_tail)
-            key = session_key(sid)
-            bar.total = (bar.total or 0) + len(items)
+            encoded: list[tuple[int | str, bytes]] = []
             for offset, envelope in items:
                 try:
-                    value = codec.encode_event(sid, envelope, producer=name)
+                    encoded.append((f"line at byte offset {offset}",
+                                    codec.encode_event(sid, envelope, producer=name)))
                 except CodecError as exc:
                     click.echo(f"{path}: line at byte offset {offset} skipped: {exc}", err=True)
                     stats.skipped_lines += 1
-                    continue
-                _produce(producer, topic, key, value, stats)
-                stats.events += 1
-                bar.update(1)
-    except (SessionFileError, SessionError) as exc:
+            values = _checked(encoded, max_bytes)
+        key = session_key(sid)
+        bar.total = (bar.total or 0) + len(values)
+        for value in values:
+            _produce(producer, topic, key, value, stats)
+            stats.events += 1
+            bar.update(1)
+    except (SessionFileError, SessionError, CodecError, _TooLarge) as exc:
         return f"{path}: {exc}"
+    except KafkaException as exc:
+        return f"{path}: {exc.args[0] if exc.args else exc}"
     except OSError as exc:
         return f"{path}: {exc.strerror or exc}"
     stats.sessions.add(sid)
@@ -207,13 +225,16 @@ def ingest(config: ServiceConfig, paths: tuple[Path, ...], session_id: str | Non
     stats = IngestStats()
     codec = default_codec()
     producer = clients.event_producer(config, "processor-ingest")
+    # librdkafka refuses a record above message.max.bytes locally (default 1,000,000)
+    max_bytes = int(config.kafka.get("message.max.bytes", 1_000_000))
     show = sys.stderr.isatty() if progress is None else progress
     failures: list[str] = []
     with tqdm(total=0, unit="ev", disable=not show, file=sys.stderr, dynamic_ncols=True) as bar:
         for path in paths:
             problem = ingest_file(path, producer=producer, codec=codec,
                                   topic=config.topics.events, session_id=session_id, raw=raw,
-                                  drop_torn_tail=drop_torn_tail, stats=stats, bar=bar)
+                                  drop_torn_tail=drop_torn_tail, stats=stats, bar=bar,
+                                  max_bytes=max_bytes)
             if problem is None:
                 stats.files += 1
             else:
