@@ -16,11 +16,12 @@ from processor.service.config import ServiceConfig
 from processor.service.kafka_errors import LIBRDKAFKA_LOGGER, ClientProblems
 
 
-def _observed(conf: dict[str, Any], problems: ClientProblems | None) -> dict[str, Any]:
+def _observed(conf: dict[str, Any], problems: ClientProblems | None,
+              operation: str = "READ") -> dict[str, Any]:
     """librdkafka logs through Python logging; global errors to ``problems``."""
     conf["logger"] = LIBRDKAFKA_LOGGER
     if problems is not None:
-        conf.update(problems.client_settings())
+        conf.update(problems.client_settings(operation))
     return conf
 
 
@@ -47,14 +48,21 @@ def group_consumer(config: ServiceConfig, instance_id: str,
 
 
 def plain_consumer(config: ServiceConfig, purpose: str,
-                   problems: ClientProblems | None = None) -> Consumer:
-    """A group-less consumer for restores, views and verification reads."""
+                   problems: ClientProblems | None = None, *,
+                   group: str | None = None) -> Consumer:
+    """A group-less consumer for restores, views and verification reads.
+
+    It never joins or commits, but librdkafka still looks up the coordinator
+    of its ``group.id`` (DESCRIBE on that group): the processor passes its
+    own group (``group``), so its ACLs need no extra group; readers use
+    ``<group>-<purpose>-unused``.
+    """
     conf: dict[str, Any] = {
         "fetch.max.bytes": 64 * 1024 * 1024,
         # read-to-end jobs: do not long-poll 500 ms at every partition end
         "fetch.wait.max.ms": 10,
         **config.common(),
-        "group.id": f"{config.group_id}-{purpose}-unused",
+        "group.id": group or f"{config.group_id}-{purpose}-unused",
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
         "enable.partition.eof": True,
@@ -81,9 +89,10 @@ def output_producer(config: ServiceConfig, instance_id: str,
         # transaction at once instead of waiting for the transaction timeout.
         conf["transactional.id"] = f"{config.group_id}-{instance_id}"
         conf["transaction.timeout.ms"] = config.transaction_timeout_ms
+    conf = _observed(conf, problems, "WRITE")
     if problems is not None:
         conf.update(problems.producer_settings())
-    return Producer(_observed(conf, problems))
+    return Producer(conf)
 
 
 def event_producer(config: ServiceConfig, client_id: str = "processor-writer",
@@ -98,7 +107,7 @@ def event_producer(config: ServiceConfig, client_id: str = "processor-writer",
         "partitioner": "murmur2_random",
         "client.id": client_id,
     }
-    return Producer(_observed(conf, problems))
+    return Producer(_observed(conf, problems, "WRITE"))
 
 
 def admin(config: ServiceConfig, problems: ClientProblems | None = None) -> AdminClient:

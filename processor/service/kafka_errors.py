@@ -75,14 +75,17 @@ def is_denied(err: KafkaError) -> bool:
 def denied_line(err: KafkaError, *, operation: str = "", resource: str = "") -> str:
     """One line naming the missing permission or the failed handshake."""
     code = err.code()
+    if code == KafkaError._SSL:
+        return (f"TLS handshake with the broker failed ({err.name()}): {err.str()}; check "
+                "ssl.ca.location (the CA that signed the broker's certificate)")
     if code in AUTHENTICATION_CODES:
         return (f"authentication with the broker failed ({err.name()}): {err.str()}; check "
-                "the SASL credentials (--kafka-secret-file) and the TLS CA (ssl.ca.location)")
+                "the SASL credentials (--kafka-secret-file, PROCESSOR_X_SASL_PASSWORD)")
     kind = AUTHORIZATION_CODES.get(code, "resource")
-    what = f"{operation} on {kind} {resource!r}" if operation and resource else (
-        f"{operation} on {kind}" if operation else f"an ACL on {kind}")
-    return (f"not authorized: {what} is denied to this principal ({err.name()}); grant the "
-            "ACLs listed in the README (Security)")
+    what = f"{operation or 'access'} on {kind}" + (f" {resource!r}" if resource else "")
+    detail = "" if resource else f": {err.str()}"
+    return (f"not authorized: {what} is denied to this principal ({err.name()}{detail}); "
+            "grant the ACLs listed in the README (Security)")
 
 
 def classify(exc: BaseException, *, operation: str = "", resource: str = "") -> Verdict:
@@ -120,30 +123,36 @@ class ClientProblems:
         #: (topic, error) of the last record the producer failed to deliver
         self.delivery_failure: tuple[str, KafkaError] | None = None
 
-    def error_cb(self, err: KafkaError) -> None:
+    def error_cb(self, err: KafkaError, operation: str = "") -> None:
         with self._lock:
             if err.code() in AUTHENTICATION_CODES or err.code() in AUTHORIZATION_CODES:
-                self.fatal = self.fatal or denied_line(err)
-            elif err.fatal():
+                self.fatal = self.fatal or denied_line(err, operation=operation)
+                log.debug("kafka: %s: %s", err.name(), err.str())
+                return  # it becomes the one line the process ends with
+            if err.fatal():
                 self.fatal = self.fatal or f"fatal Kafka error {err.name()}: {err.str()}"
-            else:
-                line = f"{err.name()}: {err.str()}"
-                if line == self.last_error:
-                    return  # a broker that stays down reports every few seconds
-                self.last_error = line
+                return
+            line = f"{err.name()}: {err.str()}"
+            if line == self.last_error:
+                return  # a broker that stays down reports every few seconds
+            self.last_error = line
         log.warning("kafka: %s: %s", err.name(), err.str())
 
     def on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             self.delivery_failure = (msg.topic() or "?", err)
 
-    def client_settings(self) -> dict[str, Any]:
-        return {"error_cb": self.error_cb, "logger": LIBRDKAFKA_LOGGER}
+    def client_settings(self, operation: str = "") -> dict[str, Any]:
+        """``operation``: what this client does (READ, WRITE), to name a denial."""
+        def error_cb(err: KafkaError) -> None:
+            self.error_cb(err, operation)
+
+        return {"error_cb": error_cb, "logger": LIBRDKAFKA_LOGGER}
 
     def producer_settings(self) -> dict[str, Any]:
         """Delivery reports for failures only: which topic refused a record, at no
         cost per successful record."""
-        return {**self.client_settings(), "on_delivery": self.on_delivery,
+        return {**self.client_settings("WRITE"), "on_delivery": self.on_delivery,
                 "delivery.report.only.error": True}
 
     def take_delivery_failure(self) -> tuple[str, KafkaError] | None:

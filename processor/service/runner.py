@@ -54,7 +54,7 @@ from processor.core.errors import SessionError
 from processor.core.message_projections import default_message_projections
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import CHECKPOINT_VERSION, Session, synthetic_header
-from processor.service import clients, transactions
+from processor.service import clients, preflight, transactions
 from processor.service.codec import (
     Anchor,
     Checkpoint,
@@ -72,7 +72,13 @@ from processor.service.config import ServiceConfig
 from processor.service.control import CommandError, ControlChannel, parse_command
 from processor.service.dead_letters import MAX_KEY_BYTES, bounded
 from processor.service.failures import FailureTracker
-from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, message_error
+from processor.service.kafka_errors import (
+    ClientProblems,
+    KafkaFatal,
+    Kind,
+    message_error,
+    one_line,
+)
 from processor.service.metrics import Metrics
 from processor.service.restore import (
     AnchorError,
@@ -159,6 +165,7 @@ class Processor:
         self.problems = ClientProblems()
         self._failures = FailureTracker(self.metrics)
         self._control: ControlChannel | None = None
+        self._dead = False  # a KafkaFatal ended the run: close without committing
         self._publish_floor = dict(publish_floor or {})
         self._assigned_at = 0.0
         self._applied = 0
@@ -176,11 +183,13 @@ class Processor:
         problems = self.problems
         self._consumer = consumer = clients.group_consumer(cfg, self.instance_id, problems)
         self._producer = producer = clients.output_producer(cfg, self.instance_id, problems)
-        self._restore_consumer = clients.plain_consumer(cfg, "restore", problems)
-        self._control = ControlChannel(clients.plain_consumer(cfg, "control", problems),
+        own = {"group": cfg.group_id}  # covered by the group's READ ACL
+        self._restore_consumer = clients.plain_consumer(cfg, "restore", problems, **own)
+        self._control = ControlChannel(clients.plain_consumer(cfg, "control", problems, **own),
                                        self.topics.control, cfg.group_id)
         if cfg.exactly_once:
             transactions.init(producer, problems, f"{cfg.group_id}-{self.instance_id}")
+        self._preflight()
         consumer.subscribe([self.topics.events], on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
         idle_since = time.monotonic()
@@ -215,6 +224,12 @@ class Processor:
                 if until_offsets is not None and self._reached(until_offsets):
                     break
             self._commit()
+        except KafkaFatal:
+            # nothing more can commit: leave without the revoke's commit and
+            # abort (each would wait out its timeout against a refusing broker)
+            self._dead = True
+            self._pending = _Pending()
+            raise
         finally:
             self._close()
 
@@ -232,6 +247,19 @@ class Processor:
                     positions[tp.partition] = tp.offset
         return all(positions[p] >= target or target <= 0 for p, target in targets.items())
 
+    def _preflight(self) -> None:
+        """Name every missing ACL before joining the group (``preflight.py``)."""
+        admin = clients.admin(self.config, self.problems)
+        try:
+            missing = preflight.missing_permissions(admin, self.config)
+        except KafkaException as exc:
+            admin.poll(0)
+            self.problems.raise_if_fatal()
+            raise KafkaFatal(f"cannot check permissions: {one_line(exc)}") from None
+        if missing:
+            self.metrics.fatal = "; ".join(missing)
+            raise KafkaFatal(self.metrics.fatal)
+
     def _close(self) -> None:
         if self._control is not None:
             try:
@@ -245,7 +273,7 @@ class Processor:
             except (KafkaException, RuntimeError) as exc:
                 log.warning("consumer close: %s", exc)
         if self._producer is not None:
-            self._producer.flush(10)
+            self._producer.flush(0 if self._dead else 10)
         if self._restore_consumer is not None:
             self._restore_consumer.close()
         self._consumer = self._producer = self._restore_consumer = None
@@ -270,7 +298,8 @@ class Processor:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("revoke").inc()
         try:
-            self._commit()  # finish the open batch while we still own the partitions
+            if not self._dead:
+                self._commit()  # finish the open batch while we still own the partitions
         except KafkaException as exc:
             log.warning("commit on revoke failed (%s); aborting the batch", exc)
             self._abort({tp.partition for tp in partitions})
