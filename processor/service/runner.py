@@ -247,15 +247,18 @@ class Processor:
                     positions[tp.partition] = tp.offset
         return all(positions[p] >= target or target <= 0 for p, target in targets.items())
 
-    def _preflight(self) -> None:
-        """Name every missing ACL before joining the group (``preflight.py``)."""
+    def _missing_permissions(self) -> list[str]:
         admin = clients.admin(self.config, self.problems)
         try:
-            missing = preflight.missing_permissions(admin, self.config)
+            return preflight.missing_permissions(admin, self.config)
         except KafkaException as exc:
             admin.poll(0)
             self.problems.raise_if_fatal()
             raise KafkaFatal(f"cannot check permissions: {one_line(exc)}") from None
+
+    def _preflight(self) -> None:
+        """Name every missing ACL before joining the group (``preflight.py``)."""
+        missing = self._missing_permissions()
         if missing:
             self.metrics.fatal = "; ".join(missing)
             raise KafkaFatal(self.metrics.fatal)
@@ -714,8 +717,11 @@ class Processor:
             verdict = transactions.verdict(exc, self.problems, self.config.group_id)
             self.metrics.txn_failures.labels(verdict.kind.value).inc()
             if verdict.kind in (Kind.FATAL, Kind.DENIED):
-                self.metrics.fatal = verdict.line
-                raise KafkaFatal(verdict.line) from None
+                line = verdict.line
+                if verdict.kind is Kind.DENIED:  # the broker rarely says which ACL
+                    line = "; ".join(self._missing_permissions()) or line
+                self.metrics.fatal = line
+                raise KafkaFatal(line) from None
             log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
             self._abort(pending.partitions())
             self._stop.wait(self._failures.failed(verdict.line))
