@@ -19,6 +19,7 @@ import contextlib
 import datetime
 import ipaddress
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -185,6 +186,7 @@ class SecureBroker:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> SecureBroker:
         self.start()
