@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,11 @@ from typing import Any
 import orjson
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
 
 from processor.core.builder import LogBuilder
 from processor.core.events import Event, parse_event
@@ -35,6 +42,7 @@ from processor.service import clients
 from processor.service.codec import View, default_codec
 from processor.service.control import redrive
 from processor.service.dead_letters import MAX_COPIED_VALUE
+from processor.service.metrics import Metrics, serve
 from processor.service.restore import read_partitions
 from processor.service.runner import CONTROL_HEADER, Processor
 from processor.service.views_reader import (
@@ -355,3 +363,67 @@ def test_hostile_producer_two_processors_nothing_stops_nothing_lies(stack: Stack
         assert as_json(session_fold_equivalent(views[sid])) == fold, sid
     quarantined = {sid for sid, v in views.items() if v["status"].value["state"] != "ok"}
     assert quarantined == set(plan.victims)
+
+
+def test_a_repeating_transaction_failure_is_reported_on_readyz_then_recovers(
+        stack: Stack) -> None:
+    """A careless operator shrinks the DLQ's max.message.bytes: dead letters cannot be
+    written, every transaction aborts.  The processor backs off, /readyz turns 503
+    naming the cause, ``processor_degraded`` is 1; once the topic is fixed it commits
+    again and /readyz is 200."""
+    cfg = stack.config
+    admin = clients.admin(cfg)
+
+    def set_max_bytes(value: str) -> None:
+        entry = ConfigEntry("max.message.bytes", value,
+                            incremental_operation=AlterConfigOpType.SET)
+        dlq = ConfigResource(ConfigResource.Type.TOPIC, cfg.topics.dlq,
+                             incremental_configs=[entry])
+        for future in admin.incremental_alter_configs([dlq]).values():
+            future.result()
+
+    set_max_bytes("200")
+    good = sessions(1, 20, seed=5)
+    for sid, events in good.items():
+        stack.produce(sid, events)
+    stack.produce_raw("victim", b"\x00" + b"x" * 400)  # its dead letter > 200 bytes
+    metrics = Metrics()
+    server = serve(metrics, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.server_port}/readyz"
+    proc = Processor(cfg, metrics=metrics)
+    thread = threading.Thread(target=proc.run, daemon=True)
+    thread.start()
+    try:
+        body = wait_readyz(url, 503, "transactions failed in a row")
+        assert "MESSAGE_TOO_LARGE" in body or "MSG_SIZE_TOO_LARGE" in body, body
+        assert cfg.topics.dlq in body, body
+        assert b"processor_degraded 1.0" in metrics.exposition()
+        assert metrics.txn_failures.labels("abortable")._value.get() >= 5
+        set_max_bytes("1048588")
+        wait_readyz(url, 200, "ready")
+        assert b"processor_degraded 0.0" in metrics.exposition()
+        letters = [d for d in dead_letters(stack) if d.session_id == "victim"]
+        assert [d.rule for d in letters] == ["CODEC"]
+        views = materialize_views(cfg)
+        for sid in good:
+            assert as_json(session_fold_equivalent(views[sid])) == stack.expected(sid)
+        assert thread.is_alive()
+    finally:
+        proc.stop()
+        thread.join(60)
+        server.shutdown()
+
+
+def wait_readyz(url: str, code: int, needle: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url) as resp:
+                status, last = resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            status, last = exc.code, exc.read().decode()
+        if status == code and needle in last:
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"/readyz never answered {code} with {needle!r}; last: {last!r}")
