@@ -16,11 +16,13 @@ A command is a small JSON object, addressed to a session *and a seq*::
 session's ``status`` view).  Because it names the seq, ordering against the
 events does not matter: a command read before the processor reaches that
 quarantine (a restore replaying the tail) is kept in the session's
-checkpoint and lifts the quarantine when it happens; a command for a seq the
-session has moved past is a counted no-op.  Applying a command twice changes
-nothing more than applying it once.  A command that is not valid JSON, has
-unknown fields, names an unknown command, or a session this partition does
-not hold is dead-lettered (rule ``CONTROL``).
+checkpoint and lifts the quarantine when it happens — even before the
+session's first event was read (a replay re-reads the commands from the
+start); a command for a seq the session has moved past is a counted no-op.
+Applying a command twice changes nothing more than applying it once.  A
+command that is not valid JSON, has unknown fields, names an unknown
+command, or sits in a partition its key does not hash to (murmur2, as the
+writers partition events) is dead-lettered (rule ``CONTROL``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,39 @@ COMMANDS: Final = frozenset({"redrive"})
 MAX_COMMAND_BYTES: Final = 4096
 _FIELDS: Final = frozenset({"v", "command", "sessionId", "seq"})
 _SAFE_INT: Final = 2**53 - 1
+
+
+def _murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (the Java client's default partitioner, librdkafka's
+    ``murmur2_random`` for non-null keys)."""
+    m, r, mask = 0x5BD1E995, 24, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    end = length - length % 4
+    for i in range(0, end, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> r
+        k = (k * m) & mask
+        h = (h * m) & mask
+        h ^= k
+    tail = length % 4
+    if tail >= 3:
+        h ^= data[end + 2] << 16
+    if tail >= 2:
+        h ^= data[end + 1] << 8
+    if tail >= 1:
+        h ^= data[end]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h
+
+
+def partition_of(key: bytes, partitions: int) -> int:
+    """The partition the Java partitioner (and ours) gives a key."""
+    return (_murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 class CommandError(ValueError):
@@ -108,12 +143,16 @@ class ControlChannel:
         self.topic = topic
         self.group = group
         self.partitions: set[int] = set()
+        self.partition_count = 0
         self._drained: dict[int, float] = {}
 
     def assign(self, group_consumer: Consumer, numbers: list[int]) -> None:
         """Start reading ``numbers`` at the group's committed control offsets."""
         if not numbers:
             return
+        if not self.partition_count:
+            meta = self.consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
+            self.partition_count = len(meta.partitions) if meta is not None else 0
         committed = group_consumer.committed([TopicPartition(self.topic, p) for p in numbers],
                                              timeout=30)
         self.consumer.incremental_assign([
@@ -121,6 +160,15 @@ class ControlChannel:
                            tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
             for tp in committed])
         self.partitions.update(numbers)
+
+    def check_route(self, command: Command, partition: int) -> None:
+        """A command must sit where its session's events do (CommandError otherwise)."""
+        if self.partition_count:
+            want = partition_of(command.session_id.encode(), self.partition_count)
+            if want != partition:
+                raise CommandError(f"command for {command.session_id!r} in control partition "
+                                   f"{partition}, but its key hashes to {want} (produce "
+                                   "commands with the murmur2 partitioner)")
 
     def unassign(self, numbers: set[int]) -> None:
         mine = sorted(numbers & self.partitions)

@@ -558,10 +558,8 @@ class Processor:
             pending.control_offsets[part.number] = _offset(msg) + 1
             try:
                 command = parse_command(msg.key(), msg.value())
-                if command.session_id not in part.sessions and \
-                        command.session_id not in part.checkpoints:
-                    raise CommandError(f"session {command.session_id!r} has no state in "
-                                       f"partition {part.number}")
+                if self._control is not None:
+                    self._control.check_route(command, part.number)
             except CommandError as exc:
                 self.metrics.control.labels("rejected").inc()
                 self._dead_letter(part, self._record_session(msg), msg, None, "CONTROL",
@@ -575,9 +573,14 @@ class Processor:
                 part.quarantined.discard(rt.session_id)
                 self.metrics.control.labels("applied").inc()
             elif rt.last_seq <= command.seq and (q is None or q.seq < command.seq):
-                # not there yet (a restore is replaying): lift it when it happens
+                # not there yet (a restore or replay is behind): lift it when it
+                # happens.  A session without events gets no checkpoint for it
+                # (an anchor-less checkpoint would fail the restore's anchor
+                # check): such a command holds until this process stops.
                 rt.redrive_at = command.seq
                 self.metrics.control.labels("applied").inc()
+                if rt.last_seq < 0:
+                    continue
             else:
                 log.info("redrive of %s at seq %d: nothing to do (last seq %d, %s)",
                          rt.session_id, command.seq, rt.last_seq,

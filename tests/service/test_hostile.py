@@ -40,7 +40,7 @@ from processor.core.events import Event, parse_event
 from processor.offline import fold_events, session_output
 from processor.service import clients
 from processor.service.codec import View, default_codec
-from processor.service.control import redrive
+from processor.service.control import partition_of, redrive
 from processor.service.dead_letters import MAX_COPIED_VALUE
 from processor.service.metrics import Metrics, serve
 from processor.service.restore import read_partitions
@@ -67,6 +67,7 @@ class Bad:
     rule: str | None  # expected DLQ rule; None: a counted exact duplicate
     headers: list[tuple[str, bytes]] | None = None
     where: tuple[int, int] | None = None  # (partition, offset) once delivered
+    partition: int | None = None  # produce here instead of the key's partition
 
 
 @dataclass
@@ -206,7 +207,8 @@ def build_plan(events_topic: str, control_topic: str, good: dict[str, list[Event
     command("control-seq-not-safe", gap_victim.encode(), orjson.dumps(
         {"v": 1, "command": "redrive", "sessionId": gap_victim, "seq": 2**60}))
     command("control-key-mismatch", b"v-garbage", redrive(gap_victim, 2).encode())
-    command("control-unknown-session", b"nobody-here", redrive("nobody-here", 0).encode())
+    command("control-wrong-partition", gap_victim.encode(), redrive(gap_victim, 2).encode())
+    plan.bad[-1].partition = (partition_of(gap_victim.encode(), 3) + 1) % 3
     command("control-oversized", gap_victim.encode(), b" " * 10_000)
     command("control-array", gap_victim.encode(), b"[]")
     return plan
@@ -223,8 +225,9 @@ def produce_all(stack: Stack, plan: Plan, good: dict[str, list[Event]]) -> None:
             assert err is None, f"{record.kind}: {err}"
             record.where = (msg.partition() or 0, msg.offset() or 0)
 
+        extra = {} if record.partition is None else {"partition": record.partition}
         producer.produce(record.topic, key=record.key, value=record.value,
-                         headers=record.headers, on_delivery=on_delivery)
+                         headers=record.headers, on_delivery=on_delivery, **extra)
         pending[id(record)] = record
         producer.poll(0)
 
@@ -296,6 +299,7 @@ def test_hostile_producer_two_processors_nothing_stops_nothing_lies(stack: Stack
     plan = build_plan(cfg.topics.events, cfg.topics.control, good)
     kinds = {b.kind for b in plan.bad}
     assert len(kinds) >= 40, sorted(kinds)
+    assert cfg.partitions == 3  # control-wrong-partition is computed for 3
 
     errors: list[BaseException] = []
     procs = [Processor(cfg.with_overrides(instance_id=f"h{i}")) for i in range(2)]
@@ -427,3 +431,50 @@ def wait_readyz(url: str, code: int, needle: str, timeout: float = 120) -> str:
             return last
         time.sleep(0.3)
     raise AssertionError(f"/readyz never answered {code} with {needle!r}; last: {last!r}")
+
+
+def test_CONTROL_a_redrive_read_before_its_quarantine_lifts_it_when_it_happens(
+        stack: Stack) -> None:
+    """Commands name a seq, so their order against the events does not matter: a
+    redrive at seq 1 read while the session is still healthy waits in its checkpoint
+    (across a restart) and lifts the quarantine the gap at seq 3 causes."""
+    b = LogBuilder()
+    b.system("p")
+    b.user("u")  # seq 0, 1
+    fixed = LogBuilder(start_seq=2)
+    third = fixed.user("third")
+    fourth = fixed.user("fourth")
+    stack.produce("early", b.events)
+    stack.run_processor(max_idle_s=2)
+    stack.produce_control("early", redrive("early", 1).encode())
+    first = stack.run_processor(max_idle_s=2)
+    assert first.metrics.control.labels("applied")._value.get() == 1
+    stack.produce("early", [fourth])  # gap: quarantined at 1, lifted by the redrive
+    stack.produce("early", [third, fourth])
+    stack.logs["early"] = [*b.events, third, fourth]
+    stack.run_processor(max_idle_s=3)
+    views = materialize_views(stack.config)
+    assert as_json(session_fold_equivalent(views["early"])) == stack.expected("early")
+    assert [(d.rule, d.seq) for d in dead_letters(stack)] == [("S-1", 3)]
+
+
+def test_CONTROL_headers_on_event_records_are_never_commands(stack: Stack) -> None:
+    """A forged ``processor-control: redrive`` header neither lifts a quarantine
+    nor makes its event vanish; an unknown command header changes nothing."""
+    b = LogBuilder()
+    b.system("p")
+    b.user("u")
+    later = LogBuilder(start_seq=2)
+    third = later.user("third")
+    stack.produce("q", b.events)
+    stack.produce("q", [LogBuilder(start_seq=5).user("gap")])  # quarantined at 1
+    producer = stack.producer()
+    for name in (b"redrive", b"nuke"):
+        producer.produce(stack.config.topics.events, key=b"q",
+                         value=codec.encode_parsed_event("q", third),
+                         headers=[(CONTROL_HEADER, name)])
+    assert producer.flush(30) == 0
+    stack.run_processor(max_idle_s=2)
+    views = materialize_views(stack.config)
+    assert views["q"]["status"].value["state"] == "quarantined"
+    assert [d.rule for d in dead_letters(stack)] == ["S-1", "QUARANTINED", "QUARANTINED"]
