@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 from confluent_kafka import (
@@ -133,6 +133,33 @@ def parse_command(key: bytes | None, value: bytes | None) -> Command:
         raise CommandError(f"record key {key!r} does not match sessionId {sid!r} (the key "
                            "routes the command to the session's partition)")
     return Command(name, sid, seq)
+
+
+class _Target(Protocol):
+    """What a command acts on (``state.SessionRuntime``)."""
+
+    session_id: str
+    quarantine: Any
+    redrive_at: int | None
+
+    @property
+    def last_seq(self) -> int: ...
+
+
+def apply_command(rt: _Target, command: Command) -> str:
+    """Apply a redrive to a session: ``"lifted"``, ``"pending"`` or ``"noop"``."""
+    q = rt.quarantine
+    if q is not None and q.seq == command.seq:
+        log.info("re-driving session %s (quarantined at seq %d)", rt.session_id, q.seq)
+        rt.quarantine = None
+        return "lifted"
+    if rt.last_seq <= command.seq and (q is None or q.seq < command.seq):
+        # not there yet (a restore or replay is behind): lift it when it happens
+        rt.redrive_at = command.seq
+        return "pending"
+    log.info("redrive of %s at seq %d: nothing to do (last seq %d, %s)", rt.session_id,
+             command.seq, rt.last_seq, f"quarantined at {q.seq}" if q else "not quarantined")
+    return "noop"
 
 
 class ControlChannel:

@@ -14,9 +14,11 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
+from processor.service import clients
 from processor.service.acls import Acl, required_acls
 from processor.service.config import ServiceConfig
-from processor.service.kafka_errors import error_of
+from processor.service.kafka_errors import ClientProblems, KafkaFatal, error_of, one_line
+from processor.service.metrics import Metrics
 
 
 def missing_permissions(admin: AdminClient, config: ServiceConfig,
@@ -62,3 +64,23 @@ def missing_permissions(admin: AdminClient, config: ServiceConfig,
         problems.insert(0, "not authorized: missing ACL(s) " + ", ".join(map(str, missing))
                         + " (see README, Security)")
     return problems
+
+
+def missing_or_fatal(config: ServiceConfig, problems: ClientProblems) -> list[str]:
+    """:func:`missing_permissions` with its own admin client; a failure is KafkaFatal."""
+    admin = clients.admin(config, problems)
+    try:
+        return missing_permissions(admin, config)
+    except KafkaException as exc:
+        admin.poll(0)
+        problems.raise_if_fatal()
+        raise KafkaFatal(f"cannot check permissions: {one_line(exc)}") from None
+
+
+def require_permissions(config: ServiceConfig, problems: ClientProblems,
+                        metrics: Metrics) -> None:
+    """Raise :class:`KafkaFatal` naming every missing ACL (before joining the group)."""
+    missing = missing_or_fatal(config, problems)
+    if missing:
+        metrics.fatal = "; ".join(missing)
+        raise KafkaFatal(metrics.fatal)

@@ -69,16 +69,15 @@ from processor.service.codec import (
     view_key,
 )
 from processor.service.config import ServiceConfig
-from processor.service.control import CommandError, ControlChannel, parse_command
+from processor.service.control import (
+    CommandError,
+    ControlChannel,
+    apply_command,
+    parse_command,
+)
 from processor.service.dead_letters import MAX_KEY_BYTES, bounded
 from processor.service.failures import FailureTracker
-from processor.service.kafka_errors import (
-    ClientProblems,
-    KafkaFatal,
-    Kind,
-    message_error,
-    one_line,
-)
+from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, message_error
 from processor.service.metrics import Metrics
 from processor.service.restore import (
     AnchorError,
@@ -189,7 +188,7 @@ class Processor:
                                        self.topics.control, cfg.group_id)
         if cfg.exactly_once:
             transactions.init(producer, problems, f"{cfg.group_id}-{self.instance_id}")
-        self._preflight()
+        preflight.require_permissions(self.config, self.problems, self.metrics)
         consumer.subscribe([self.topics.events], on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
         idle_since = time.monotonic()
@@ -246,22 +245,6 @@ class Processor:
                 if positions[tp.partition] < 0:
                     positions[tp.partition] = tp.offset
         return all(positions[p] >= target or target <= 0 for p, target in targets.items())
-
-    def _missing_permissions(self) -> list[str]:
-        admin = clients.admin(self.config, self.problems)
-        try:
-            return preflight.missing_permissions(admin, self.config)
-        except KafkaException as exc:
-            admin.poll(0)
-            self.problems.raise_if_fatal()
-            raise KafkaFatal(f"cannot check permissions: {one_line(exc)}") from None
-
-    def _preflight(self) -> None:
-        """Name every missing ACL before joining the group (``preflight.py``)."""
-        missing = self._missing_permissions()
-        if missing:
-            self.metrics.fatal = "; ".join(missing)
-            raise KafkaFatal(self.metrics.fatal)
 
     def _close(self) -> None:
         if self._control is not None:
@@ -566,28 +549,15 @@ class Processor:
                                   f"control command refused: {exc}")
                 continue
             rt = self._runtime(part, command.session_id)
-            q = rt.quarantine
-            if q is not None and q.seq == command.seq:
-                log.info("re-driving session %s (quarantined at seq %d)", rt.session_id, q.seq)
-                rt.quarantine = None
+            outcome = apply_command(rt, command)
+            self.metrics.control.labels("noop" if outcome == "noop" else "applied").inc()
+            if outcome == "lifted":
                 part.quarantined.discard(rt.session_id)
-                self.metrics.control.labels("applied").inc()
-            elif rt.last_seq <= command.seq and (q is None or q.seq < command.seq):
-                # not there yet (a restore or replay is behind): lift it when it
-                # happens.  A session without events gets no checkpoint for it
-                # (an anchor-less checkpoint would fail the restore's anchor
-                # check): such a command holds until this process stops.
-                rt.redrive_at = command.seq
-                self.metrics.control.labels("applied").inc()
-                if rt.last_seq < 0:
-                    continue
-            else:
-                log.info("redrive of %s at seq %d: nothing to do (last seq %d, %s)",
-                         rt.session_id, command.seq, rt.last_seq,
-                         f"quarantined at {q.seq}" if q else "not quarantined")
-                self.metrics.control.labels("noop").inc()
-                continue
-            pending.dirty[(part.number, rt.session_id)] = rt
+            if outcome == "lifted" or (outcome == "pending" and rt.last_seq >= 0):
+                # (an event-less session gets no checkpoint: an anchor-less one
+                # would fail the restore's anchor check; such a command holds
+                # until this process stops)
+                pending.dirty[(part.number, rt.session_id)] = rt
 
     def _reject(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
                 rule: str, reason: str, rt: SessionRuntime | None = None) -> None:
@@ -722,7 +692,8 @@ class Processor:
             if verdict.kind in (Kind.FATAL, Kind.DENIED):
                 line = verdict.line
                 if verdict.kind is Kind.DENIED:  # the broker rarely says which ACL
-                    line = "; ".join(self._missing_permissions()) or line
+                    line = "; ".join(preflight.missing_or_fatal(self.config,
+                                                                 self.problems)) or line
                 self.metrics.fatal = line
                 raise KafkaFatal(line) from None
             log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
