@@ -48,6 +48,7 @@ from processor.files import (
 from processor.service import clients
 from processor.service.codec import Codec, CodecError, default_codec, session_key
 from processor.service.config import ServiceConfig
+from processor.service.kafka_errors import ClientProblems
 from processor.service.writer import producer_name
 
 
@@ -134,6 +135,18 @@ def raw_envelopes(path: Path, session_id: str | None, drop_torn_tail: bool,
                                        ) from None
 
     return sid, list(envelopes())
+
+
+def _flush(producer: Producer, problems: ClientProblems, timeout: float = 60) -> int:
+    """Wait for delivery; a failed handshake or missing ACL ends it with one line."""
+    deadline = time.monotonic() + timeout
+    remaining = producer.flush(1.0)
+    while remaining and time.monotonic() < deadline:
+        if problems.fatal is not None:
+            click.echo(f"processor ingest: {problems.fatal}", err=True)
+            sys.exit(1)
+        remaining = producer.flush(1.0)
+    return int(remaining)
 
 
 def _produce(producer: Producer, topic: str, key: bytes, value: bytes,
@@ -224,7 +237,8 @@ def ingest(config: ServiceConfig, paths: tuple[Path, ...], session_id: str | Non
     t0 = time.monotonic()
     stats = IngestStats()
     codec = default_codec()
-    producer = clients.event_producer(config, "processor-ingest")
+    problems = ClientProblems()
+    producer = clients.event_producer(config, "processor-ingest", problems)
     # librdkafka refuses a record above message.max.bytes locally (default 1,000,000)
     max_bytes = int(config.kafka.get("message.max.bytes", 1_000_000))
     show = sys.stderr.isatty() if progress is None else progress
@@ -241,7 +255,7 @@ def ingest(config: ServiceConfig, paths: tuple[Path, ...], session_id: str | Non
                 stats.refused += 1
                 failures.append(problem)
                 click.echo(problem, err=True)
-        remaining = producer.flush(60)
+        remaining = _flush(producer, problems)
     stats.seconds = time.monotonic() - t0
     rate = stats.events / stats.seconds if stats.seconds else 0.0
     refused = f", {stats.refused} file(s) refused" if stats.refused else ""

@@ -60,6 +60,7 @@ from processor.service import clients
 from processor.service.codec import Codec, default_codec, session_key
 from processor.service.config import ServiceConfig
 from processor.service.control import redrive
+from processor.service.kafka_errors import ClientProblems
 
 __all__ = ["DEFAULT_DELIVERY_TIMEOUT_MS", "DeliveryError", "SessionWriter", "producer_name"]
 
@@ -122,11 +123,13 @@ class SessionWriter:
         clock: Callable[[], int] | None = None,
         client_id: str = "processor-writer",
     ) -> None:
+        #: a failed handshake or a denied WRITE, reported by librdkafka at once
+        self.problems = ClientProblems()
         if isinstance(target, ServiceConfig):
             kafka = dict(target.kafka)
             kafka.setdefault("message.timeout.ms", str(DEFAULT_DELIVERY_TIMEOUT_MS))
             self._producer = clients.event_producer(target.with_overrides(kafka=kafka),
-                                                    client_id)
+                                                    client_id, self.problems)
             self._owns_producer = True
             self.topic = topic or target.topics.events
             self.control_topic = target.topics.control
@@ -145,6 +148,7 @@ class SessionWriter:
         self._lock = threading.RLock()
         self._producer_name = producer_name()
         self._closed = False
+        self._refused = False
 
     # ------------------------------------------------------------ sessions
 
@@ -257,6 +261,12 @@ class SessionWriter:
         # librdkafka always reports by message.timeout.ms, so this ends.
         while not outcome:
             producer.flush(1.0)
+            if not outcome and self.problems.fatal is not None:
+                # a wrong password or untrusted CA: say so now, not at message.timeout.ms
+                # (cleared: a retry after the cause is fixed must not fail on it)
+                cause, self.problems.fatal = self.problems.fatal, None
+                self._refused = True
+                raise DeliveryError(session_id, event, cause)
         if outcome[0] is not None:
             raise DeliveryError(session_id, event, outcome[0])
 
@@ -271,7 +281,9 @@ class SessionWriter:
         if self._closed:
             return
         self._closed = True
-        self.flush(timeout)  # appends are synchronous: only a shared producer's records
+        # appends are synchronous: only a shared producer's records are queued,
+        # or one a broker that refused the handshake will never take
+        self.flush(0 if self._refused else timeout)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AclBinding,
@@ -276,3 +277,27 @@ def test_write_revoked_while_running_ends_run_with_one_line(broker: SecureBroker
             proc.kill()
             proc.communicate(10)
     assert f"WRITE on Topic '{cfg.topics.views}'" in line and "checkpoints" not in line, line
+
+
+def test_writer_and_ingest_with_a_wrong_password_fail_with_one_line(broker: SecureBroker,
+                                                                  tmp_path: Path) -> None:
+    cfg = setup(broker)
+    bad = as_role(broker, cfg, "writer", **{"sasl.password": "wrong"})
+    b = LogBuilder()
+    b.system("p")
+    with SessionWriter(bad) as writer, pytest.raises(DeliveryError,
+                                                     match="invalid credentials"):
+        writer.append_event("w", b.events[0])
+    path = tmp_path / "w.jsonl"
+    path.write_bytes(orjson.dumps(b.events[0].to_json()) + b"\n")
+    secret = tmp_path / "writer.secret"
+    secret.write_text("sasl.password=wrong\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PROCESSOR_X_SECURITY_PROTOCOL": "SASL_SSL",
+           "PROCESSOR_X_SASL_MECHANISM": "SCRAM-SHA-512", "PROCESSOR_X_SASL_USERNAME": "writer",
+           "PROCESSOR_X_SSL_CA_LOCATION": str(broker.pki.ca_pem)}
+    done = subprocess.run([sys.executable, "-m", "processor", "ingest", "-b", broker.bootstrap,
+                           "--topic-prefix", cfg.topic_prefix, "--kafka-secret-file",
+                           str(secret), str(path)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "processor ingest: authentication with the broker failed" in done.stderr
