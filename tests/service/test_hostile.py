@@ -92,6 +92,21 @@ def follow_up(seq: int) -> dict[str, Any]:
             "ignorable": True}
 
 
+def deep_but_valid() -> list[Event]:
+    """A session whose tool arguments nest just under the bound: folded, not refused."""
+    b = LogBuilder()
+    b.system("You are careful.")
+    b.turn_start()
+    b.step_start()
+    b.user("go deep")
+    args: Any = {"leaf": True}
+    for _ in range(120):
+        args = {"k": [args]} if len(str(args)) % 2 else [args]
+    call = b.tool_call("c1", "read", {"path": "a", "deep": args})
+    b.tool_result("c1", "ok", call_seq=call.seq)
+    return list(b.events)
+
+
 def deep(levels: int) -> str:
     return "[" * levels + "]" * levels
 
@@ -296,6 +311,7 @@ def dead_letters(stack: Stack) -> list[Any]:
 def test_hostile_producer_two_processors_nothing_stops_nothing_lies(stack: Stack) -> None:
     cfg = stack.config
     good = sessions(4, 60, seed=91)
+    good["deep-but-valid"] = deep_but_valid()
     plan = build_plan(cfg.topics.events, cfg.topics.control, good)
     kinds = {b.kind for b in plan.bad}
     assert len(kinds) >= 40, sorted(kinds)
