@@ -44,9 +44,9 @@ from processor.service.runner import Processor
 @click.option("--max-idle-s", type=float, default=None,
               help="Exit after this many idle seconds (batch jobs, tests).")
 @click.option("--log-level", default="INFO", show_default=True)
-@click.option("--kafka-log-level", default="ERROR", show_default=True,
-              help="Level from which librdkafka's own log lines are shown (they go through "
-                   "Python logging as processor.librdkafka).")
+@click.option("--kafka-log-level", default="OFF", show_default=True,
+              help="Level from which librdkafka's own log lines are shown (DEBUG .. "
+                   "CRITICAL, or OFF); they go through Python logging as processor.librdkafka.")
 def run(config: ServiceConfig, instance_id: str | None, static_membership: bool | None,
         commit_interval_ms: int | None, max_batch_events: int | None,
         anchor_policy: str | None, at_least_once: bool, metrics_port: int | None,

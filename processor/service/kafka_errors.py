@@ -26,10 +26,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 log = logging.getLogger("processor.kafka")
-#: librdkafka's own log lines; ERROR and above by default (``--kafka-log-level``):
-#: what matters of them also arrives through ``error_cb`` as one clear line.
+#: librdkafka's own log lines (syslog levels mapped to Python's); off by default
+#: (``--kafka-log-level``): what matters of them also arrives through
+#: ``error_cb`` and becomes the one clear line the process ends with.
 LIBRDKAFKA_LOGGER = logging.getLogger("processor.librdkafka")
-LIBRDKAFKA_LOGGER.setLevel(logging.ERROR)
+OFF = logging.CRITICAL + 10
+LIBRDKAFKA_LOGGER.setLevel(OFF)
 
 #: librdkafka error codes of a failed handshake (credentials, TLS, mechanism).
 AUTHENTICATION_CODES = frozenset({
@@ -184,9 +186,9 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
-def configure_librdkafka_logging(level: str | int = logging.ERROR) -> None:
-    """librdkafka lines at ``level`` and above reach the handlers (quiet by default)."""
-    LIBRDKAFKA_LOGGER.setLevel(level)
+def configure_librdkafka_logging(level: str | int = OFF) -> None:
+    """librdkafka lines at ``level`` and above reach the handlers (``"OFF"``: none)."""
+    LIBRDKAFKA_LOGGER.setLevel(OFF if level == "OFF" else level)
 
 
 __all__ = ["AUTHENTICATION_CODES", "AUTHORIZATION_CODES", "ClientProblems", "KafkaFatal",

@@ -11,6 +11,8 @@ operations; nothing is checked then.
 
 from __future__ import annotations
 
+import contextlib
+
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
@@ -72,7 +74,8 @@ def missing_or_fatal(config: ServiceConfig, problems: ClientProblems) -> list[st
     try:
         return missing_permissions(admin, config)
     except KafkaException as exc:
-        admin.poll(0)
+        with contextlib.suppress(KafkaException):
+            admin.poll(0)
         problems.raise_if_fatal()
         raise KafkaFatal(f"cannot check permissions: {one_line(exc)}") from None
 

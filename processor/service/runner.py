@@ -33,6 +33,7 @@ process with one line (:class:`KafkaFatal`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -686,7 +687,10 @@ class Processor:
                 if offsets:
                     consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
-            producer.poll(0)  # serve the delivery reports of failed records
+            # serve the delivery reports of failed records (poll re-raises a fatal
+            # error, classified just below)
+            with contextlib.suppress(KafkaException):
+                producer.poll(0)
             verdict = transactions.verdict(exc, self.problems, self.config.group_id)
             self.metrics.txn_failures.labels(verdict.kind.value).inc()
             if verdict.kind in (Kind.FATAL, Kind.DENIED):

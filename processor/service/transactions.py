@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -34,7 +35,8 @@ def init(producer: Producer, problems: ClientProblems, txn_id: str,
          deadline_s: float = 60.0) -> None:
     deadline = time.monotonic() + deadline_s
     while True:
-        producer.poll(0)  # serves error_cb
+        with contextlib.suppress(KafkaException):  # poll re-raises fatal errors
+            producer.poll(0)  # serves error_cb
         problems.raise_if_fatal()
         try:
             producer.init_transactions(2)
@@ -46,7 +48,8 @@ def init(producer: Producer, problems: ClientProblems, txn_id: str,
             err = error_of(exc)
             timed_out = err is not None and err.code() == KafkaError._TIMED_OUT
             if not (timed_out or verdict.kind is Kind.RETRY) or time.monotonic() > deadline:
-                producer.poll(0)
+                with contextlib.suppress(KafkaException):
+                    producer.poll(0)
                 problems.raise_if_fatal()
                 raise KafkaFatal(f"cannot initialise transactions ({txn_id}): "
                                  f"{verdict.line}") from None

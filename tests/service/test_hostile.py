@@ -42,6 +42,7 @@ from processor.service import clients
 from processor.service.codec import View, default_codec
 from processor.service.control import partition_of, redrive
 from processor.service.dead_letters import MAX_COPIED_VALUE
+from processor.service.kafka_errors import KafkaFatal
 from processor.service.metrics import Metrics, serve
 from processor.service.restore import read_partitions
 from processor.service.runner import CONTROL_HEADER, Processor
@@ -494,3 +495,54 @@ def test_CONTROL_headers_on_event_records_are_never_commands(stack: Stack) -> No
     views = materialize_views(stack.config)
     assert views["q"]["status"].value["state"] == "quarantined"
     assert [d.rule for d in dead_letters(stack)] == ["S-1", "QUARANTINED", "QUARANTINED"]
+
+
+def test_a_fenced_member_ends_with_one_fatal_line_and_the_other_takes_over(
+        stack: Stack) -> None:
+    """A careless operator starts two members with the same instance id: the newer
+    one fences the older (its transactional id), whose next transaction fails with a
+    fatal error — it ends with one line instead of aborting in a loop, and the newer
+    member folds everything."""
+    logs = sessions(3, 40, seed=7)
+    for sid, events in logs.items():
+        stack.produce(sid, events[:20])
+    errors: list[BaseException] = []
+    old = Processor(stack.config.with_overrides(instance_id="same"))
+
+    def run_old() -> None:
+        try:
+            old.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run_old, daemon=True)
+    thread.start()
+    wait_until(lambda: old.metrics.commits._value.get() >= 1)
+    new, new_thread = stack.start_thread(instance_id="same")
+    try:
+        for sid, events in logs.items():
+            stack.produce(sid, events[20:])
+        thread.join(90)
+        assert not thread.is_alive(), "the fenced member kept running"
+        assert len(errors) == 1 and isinstance(errors[0], KafkaFatal), errors
+        assert "fatal Kafka error" in str(errors[0]) and "\n" not in str(errors[0])
+        assert old.metrics.txn_failures.labels("fatal")._value.get() == 1
+        deadline = time.monotonic() + 90
+        while True:
+            views = materialize_views(stack.config)
+            got = {sid: as_json(session_fold_equivalent(views[sid])) for sid in logs
+                   if sid in views}
+            if got == {sid: stack.expected(sid) for sid in logs}:
+                break
+            assert time.monotonic() < deadline, "the new member did not take over"
+            time.sleep(0.5)
+    finally:
+        new.stop()
+        new_thread.join(60)
+
+
+def wait_until(check: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.2)
