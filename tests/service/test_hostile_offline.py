@@ -15,6 +15,7 @@ from processor.cli.main import cli
 from processor.core.errors import SessionError
 from processor.core.events import parse_event_bytes
 from processor.core.frozen import MAX_DEPTH, JsonDepthError, freeze, json_problem
+from processor.service import transactions
 from processor.service.codec import DeadLetter
 from processor.service.config import ServiceConfig, load_config
 from processor.service.control import Command, CommandError, parse_command, redrive
@@ -214,3 +215,34 @@ def test_a_secret_on_the_command_line_is_warned_about(tmp_path: Path) -> None:
                                       "sasl.password=oops", str(path)])
     assert "sasl.password given with -X is visible to every user" in result.stderr
     assert "oops" not in result.output
+
+
+def test_a_retriable_transaction_step_is_retried_an_abortable_one_is_not() -> None:
+    metrics = Metrics()
+    calls: list[int] = []
+
+    def flaky() -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise kerr(KafkaError._TIMED_OUT, retriable=True)
+
+    transactions.retrying(flaky, metrics)
+    assert len(calls) == 3 and metrics.txn_failures.labels("retriable")._value.get() == 2
+
+    def abortable() -> None:
+        calls.append(1)
+        raise kerr(KafkaError._STATE, retriable=True, txn_requires_abort=True)
+
+    calls.clear()
+    with pytest.raises(KafkaException):
+        transactions.retrying(abortable, metrics)
+    assert len(calls) == 1  # abort first: retrying inside a doomed transaction is useless
+
+    def always() -> None:
+        calls.append(1)
+        raise kerr(KafkaError._TIMED_OUT, retriable=True)
+
+    calls.clear()
+    with pytest.raises(KafkaException):
+        transactions.retrying(always, metrics, attempts=3)
+    assert len(calls) == 3  # bounded
