@@ -224,9 +224,10 @@ class Processor:
                 if until_offsets is not None and self._reached(until_offsets):
                     break
             self._commit()
-        except KafkaFatal:
-            # nothing more can commit: leave without the revoke's commit and
-            # abort (each would wait out its timeout against a refusing broker)
+        except Exception:
+            # the run failed (a refusing broker, a failed restore): leave without
+            # the revoke's commit and abort, each of which would wait out its
+            # timeout; the uncommitted batch is refolded by the next owner
             self._dead = True
             self._pending = _Pending()
             raise
