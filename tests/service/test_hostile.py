@@ -546,3 +546,14 @@ def wait_until(check: Any, timeout: float = 60) -> None:
     while not check():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.2)
+
+
+def test_a_missing_control_topic_ends_run_with_one_line(stack: Stack) -> None:
+    """A deployment made before the control topic existed is told what to run."""
+    admin = clients.admin(stack.config)
+    for future in admin.delete_topics([stack.config.topics.control]).values():
+        future.result()
+    wait_until(lambda: stack.config.topics.control not in admin.list_topics(timeout=10).topics)
+    with pytest.raises(KafkaFatal, match=r"control' does not exist \(run `processor topics "
+                                         r"create`\)"):
+        Processor(stack.config).run(max_idle_s=2)
