@@ -98,24 +98,26 @@ def freeze(value: Any, _depth: int = 0) -> Any:
     nests deeper than :data:`MAX_DEPTH`.
     """
     t = type(value)
-    if t is FrozenDict or t is FrozenList:
-        return value
-    if t is dict or t is list or t is tuple or isinstance(value, dict | list | tuple):
+    if t is dict:
         if _depth >= MAX_DEPTH:
             raise JsonDepthError()
         d = _depth + 1
-    else:
-        return value
-    if t is dict:
         return FrozenDict({k: v if type(v) in _DONE or type(v) is FrozenDict
                            or type(v) is FrozenList else freeze(v, d)
                            for k, v in value.items()})
     if t is list or t is tuple:
+        if _depth >= MAX_DEPTH:
+            raise JsonDepthError()
+        d = _depth + 1
         return FrozenList([v if type(v) in _DONE or type(v) is FrozenDict
                            or type(v) is FrozenList else freeze(v, d) for v in value])
+    if t is FrozenDict or t is FrozenList or not isinstance(value, dict | list | tuple):
+        return value
+    if _depth >= MAX_DEPTH:
+        raise JsonDepthError()
     if isinstance(value, dict):
-        return FrozenDict({k: freeze(v, d) for k, v in value.items()})
-    return FrozenList([freeze(v, d) for v in value])
+        return FrozenDict({k: freeze(v, _depth + 1) for k, v in value.items()})
+    return FrozenList([freeze(v, _depth + 1) for v in value])
 
 
 def thaw(value: Any) -> Any:
