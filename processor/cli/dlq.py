@@ -5,8 +5,9 @@ offset), the rule and reason, and the raw key and value bytes.  ``dlq``
 prints one JSON line per dead letter, the refused value shown as the decoded
 event envelope when it is a readable ``SessionEvent`` (else base64), so the
 cause can be fixed at the writer.  ``redrive`` then lifts a session's
-quarantine through a control record in the events topic (ordered with the
-session's events); produce the corrected events after it.
+quarantine through a command on the control topic (operators only), addressed
+to the session and the seq of its quarantine; produce the corrected events
+before or after it, the order does not matter.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from processor.service.config import ServiceConfig
 from processor.service.views_reader import (
     dead_letter_json,
     follow_dead_letters,
+    materialize_views,
     read_dead_letters,
 )
 from processor.service.writer import DeliveryError, SessionWriter
@@ -75,13 +77,38 @@ def dlq(config: ServiceConfig, session_id: str | None, follow: bool, fmt: str,
 @click.command("redrive")
 @service_options
 @click.argument("session_ids", nargs=-1, required=True)
-def redrive(config: ServiceConfig, session_ids: tuple[str, ...]) -> None:
-    """Lift the quarantine of sessions once the cause is fixed."""
+@click.option("--seq", type=int, default=None,
+              help="The quarantine's seq (its status view's quarantine.seq). Default: read "
+                   "it from each session's status view.")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Longest time to read the views topic (without --seq).")
+def redrive(config: ServiceConfig, session_ids: tuple[str, ...], seq: int | None,
+            timeout: float) -> None:
+    """Lift the quarantine of sessions once the cause is fixed (needs WRITE on control)."""
     try:
+        targets = {sid: seq for sid in session_ids} if seq is not None else \
+            quarantine_seqs(config, session_ids, timeout)
         with SessionWriter(config, client_id="processor-redrive") as writer:
-            for sid in session_ids:
-                writer.redrive(sid)
-                click.echo(f"redrive requested for {sid}")
-    except DeliveryError as exc:
+            for sid, at in targets.items():
+                if at is None:
+                    click.echo(f"{sid}: not quarantined (status view), nothing to redrive",
+                               err=True)
+                    continue
+                writer.redrive(sid, at)
+                click.echo(f"redrive requested for {sid} at seq {at}")
+    except (DeliveryError, RuntimeError, KafkaException) as exc:
         click.echo(f"processor redrive: {exc}", err=True)
         sys.exit(1)
+
+
+def quarantine_seqs(config: ServiceConfig, session_ids: tuple[str, ...],
+                    timeout: float) -> dict[str, int | None]:
+    """Each session's quarantine seq from its committed ``status`` view (None: ok)."""
+    out: dict[str, int | None] = {}
+    only = session_ids[0] if len(session_ids) == 1 else None
+    every = materialize_views(config, session=only, timeout=timeout)
+    for sid in session_ids:
+        status = every.get(sid, {}).get("status")
+        quarantine = status.value.get("quarantine") if status is not None else None
+        out[sid] = int(quarantine["seq"]) if quarantine else None
+    return out

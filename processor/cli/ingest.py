@@ -29,7 +29,7 @@ from typing import Any
 
 import click
 import orjson
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from tqdm import tqdm
 
 from processor.cli.common import service_options
@@ -48,6 +48,7 @@ from processor.files import (
 from processor.service import clients
 from processor.service.codec import Codec, CodecError, default_codec, session_key
 from processor.service.config import ServiceConfig
+from processor.service.kafka_errors import ClientProblems
 from processor.service.writer import producer_name
 
 
@@ -136,6 +137,18 @@ def raw_envelopes(path: Path, session_id: str | None, drop_torn_tail: bool,
     return sid, list(envelopes())
 
 
+def _flush(producer: Producer, problems: ClientProblems, timeout: float = 60) -> int:
+    """Wait for delivery; a failed handshake or missing ACL ends it with one line."""
+    deadline = time.monotonic() + timeout
+    remaining = producer.flush(1.0)
+    while remaining and time.monotonic() < deadline:
+        if problems.fatal is not None:
+            click.echo(f"processor ingest: {problems.fatal}", err=True)
+            sys.exit(1)
+        remaining = producer.flush(1.0)
+    return int(remaining)
+
+
 def _produce(producer: Producer, topic: str, key: bytes, value: bytes,
              stats: IngestStats) -> None:
     while True:
@@ -147,37 +160,55 @@ def _produce(producer: Producer, topic: str, key: bytes, value: bytes,
     producer.poll(0)
 
 
+class _TooLarge(Exception):
+    pass
+
+
+def _checked(values: list[tuple[int | str, bytes]], limit: int) -> list[bytes]:
+    """Every encoded record, or a refusal naming the first one Kafka cannot take.
+
+    Checked before anything is produced: a file is ingested whole or not at
+    all, never cut after the last record that happened to fit.
+    """
+    for where, value in values:
+        if len(value) > limit:
+            raise _TooLarge(f"{where}: record of {len(value):,} bytes exceeds "
+                            f"message.max.bytes ({limit:,}); nothing of this file was produced")
+    return [v for _, v in values]
+
+
 def ingest_file(path: Path, *, producer: Producer, codec: Codec, topic: str,
                 session_id: str | None, raw: bool, drop_torn_tail: bool,
-                stats: IngestStats, bar: tqdm[Any]) -> str | None:
+                stats: IngestStats, bar: tqdm[Any], max_bytes: int = 1_000_000) -> str | None:
     """Ingest one file; returns the refusal message, or None when produced."""
     name = producer_name("ingest")
     try:
         if not raw:
             sid, events = validated_events(path, session_id, drop_torn_tail)
-            key = session_key(sid)
-            bar.total = (bar.total or 0) + len(events)
-            for event in events:
-                _produce(producer, topic, key,
-                         codec.encode_parsed_event(sid, event, producer=name), stats)
-                stats.events += 1
-                bar.update(1)
+            values = _checked([(f"seq {e.seq}", codec.encode_parsed_event(sid, e,
+                                                                          producer=name))
+                               for e in events], max_bytes)
         else:
             sid, items = raw_envelopes(path, session_id, drop_torn_tail)
-            key = session_key(sid)
-            bar.total = (bar.total or 0) + len(items)
+            encoded: list[tuple[int | str, bytes]] = []
             for offset, envelope in items:
                 try:
-                    value = codec.encode_event(sid, envelope, producer=name)
+                    encoded.append((f"line at byte offset {offset}",
+                                    codec.encode_event(sid, envelope, producer=name)))
                 except CodecError as exc:
                     click.echo(f"{path}: line at byte offset {offset} skipped: {exc}", err=True)
                     stats.skipped_lines += 1
-                    continue
-                _produce(producer, topic, key, value, stats)
-                stats.events += 1
-                bar.update(1)
-    except (SessionFileError, SessionError) as exc:
+            values = _checked(encoded, max_bytes)
+        key = session_key(sid)
+        bar.total = (bar.total or 0) + len(values)
+        for value in values:
+            _produce(producer, topic, key, value, stats)
+            stats.events += 1
+            bar.update(1)
+    except (SessionFileError, SessionError, CodecError, _TooLarge) as exc:
         return f"{path}: {exc}"
+    except KafkaException as exc:
+        return f"{path}: {exc.args[0] if exc.args else exc}"
     except OSError as exc:
         return f"{path}: {exc.strerror or exc}"
     stats.sessions.add(sid)
@@ -206,21 +237,25 @@ def ingest(config: ServiceConfig, paths: tuple[Path, ...], session_id: str | Non
     t0 = time.monotonic()
     stats = IngestStats()
     codec = default_codec()
-    producer = clients.event_producer(config, "processor-ingest")
+    problems = ClientProblems()
+    producer = clients.event_producer(config, "processor-ingest", problems)
+    # librdkafka refuses a record above message.max.bytes locally (default 1,000,000)
+    max_bytes = int(config.kafka.get("message.max.bytes", 1_000_000))
     show = sys.stderr.isatty() if progress is None else progress
     failures: list[str] = []
     with tqdm(total=0, unit="ev", disable=not show, file=sys.stderr, dynamic_ncols=True) as bar:
         for path in paths:
             problem = ingest_file(path, producer=producer, codec=codec,
                                   topic=config.topics.events, session_id=session_id, raw=raw,
-                                  drop_torn_tail=drop_torn_tail, stats=stats, bar=bar)
+                                  drop_torn_tail=drop_torn_tail, stats=stats, bar=bar,
+                                  max_bytes=max_bytes)
             if problem is None:
                 stats.files += 1
             else:
                 stats.refused += 1
                 failures.append(problem)
                 click.echo(problem, err=True)
-        remaining = producer.flush(60)
+        remaining = _flush(producer, problems)
     stats.seconds = time.monotonic() - t0
     rate = stats.events / stats.seconds if stats.seconds else 0.0
     refused = f", {stats.refused} file(s) refused" if stats.refused else ""

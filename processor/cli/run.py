@@ -8,9 +8,15 @@ import sys
 from types import FrameType
 
 import click
+from confluent_kafka import KafkaException
 
 from processor.cli.common import service_options
 from processor.service.config import ServiceConfig
+from processor.service.kafka_errors import (
+    KafkaFatal,
+    configure_librdkafka_logging,
+    one_line,
+)
 from processor.service.metrics import Metrics, serve
 from processor.service.restore import AnchorError
 from processor.service.runner import Processor
@@ -38,14 +44,23 @@ from processor.service.runner import Processor
 @click.option("--max-idle-s", type=float, default=None,
               help="Exit after this many idle seconds (batch jobs, tests).")
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option("--kafka-log-level", default="OFF", show_default=True,
+              help="Level from which librdkafka's own log lines are shown (DEBUG .. "
+                   "CRITICAL, or OFF); they go through Python logging as processor.librdkafka.")
 def run(config: ServiceConfig, instance_id: str | None, static_membership: bool | None,
         commit_interval_ms: int | None, max_batch_events: int | None,
         anchor_policy: str | None, at_least_once: bool, metrics_port: int | None,
         metrics_host: str | None, transaction_timeout_ms: int | None,
-        max_idle_s: float | None, log_level: str) -> None:
-    """Fold session events into views and checkpoints (exactly-once by default)."""
+        max_idle_s: float | None, log_level: str, kafka_log_level: str) -> None:
+    """Fold session events into views and checkpoints (exactly-once by default).
+
+    Exit status: 0 after a stop, 1 when Kafka refuses (a missing ACL, a failed
+    handshake, a fatal producer error: one line on stderr names it), 3 when
+    the events log no longer matches the checkpoints.
+    """
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_librdkafka_logging(kafka_log_level.upper())
     config = config.with_overrides(
         instance_id=instance_id, static_membership=static_membership,
         commit_interval_ms=commit_interval_ms, max_batch_events=max_batch_events,
@@ -70,6 +85,10 @@ def run(config: ServiceConfig, instance_id: str | None, static_membership: bool 
     except AnchorError as exc:
         click.echo(f"processor: {exc}", err=True)
         sys.exit(3)
+    except (KafkaFatal, KafkaException, RuntimeError) as exc:
+        # one line naming the cause (a missing ACL, a failed handshake), no traceback
+        click.echo(f"processor: {one_line(exc)}", err=True)
+        sys.exit(1)
     finally:
         if server is not None:
             server.shutdown()

@@ -1,4 +1,6 @@
-"""``processor topics create|verify|delete``: the four topics of a prefix.
+"""``processor topics create|verify|delete``: the five topics of a prefix.
+
+events, views, checkpoints, dlq and control (operator commands).
 
 ``create`` is idempotent (existing topics are left alone, then verified, so
 a half-right layout is reported instead of silently kept); ``verify`` exits 1
@@ -62,7 +64,7 @@ def _report(problems: list[str]) -> None:
 
 @click.group("topics")
 def topics() -> None:
-    """Create, verify or delete the events/views/checkpoints/dlq topics."""
+    """Create, verify or delete the events/views/checkpoints/dlq/control topics."""
 
 
 @topics.command("create")
@@ -89,7 +91,7 @@ def create(config: ServiceConfig, partitions: int | None,
 @_layout_options
 def verify(config: ServiceConfig, partitions: int | None,
            replication_factor: int | None) -> None:
-    """Check partitions and configs of the four topics (exit 1 listing problems).
+    """Check partitions and configs of the five topics (exit 1 listing problems).
 
     ``--partitions`` also checks the count; without it only co-partitioning
     is checked.

@@ -13,7 +13,23 @@ instead of silently rewriting history.
 from __future__ import annotations
 
 import math
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
+
+from processor.core.errors import SessionError
+
+#: Deepest nesting of dicts and lists a frozen value may have.  Untrusted JSON
+#: (orjson accepts 1024 levels) would otherwise overflow the Python stack in
+#: ``freeze`` and in every recursive walk after it, and orjson cannot encode
+#: more than 254 levels back (checkpoints wrap ``data`` in ~10 more levels).
+MAX_DEPTH: Final = 128
+
+
+class JsonDepthError(SessionError):
+    """A JSON value nests deeper than :data:`MAX_DEPTH` (rule E-3: bounded plain JSON)."""
+
+    def __init__(self, limit: int = MAX_DEPTH) -> None:
+        super().__init__(None, "E-3", f"data nests deeper than {limit} levels; data must be "
+                         f"plain JSON nested at most {limit} levels")
 
 
 def _refuse(*_args: Any, **_kwargs: Any) -> NoReturn:
@@ -75,23 +91,33 @@ class FrozenList(list[Any]):
 _DONE = frozenset({str, int, float, bool, type(None)})
 
 
-def freeze(value: Any) -> Any:
-    """Return a deep-frozen copy of a JSON value (frozen parts are reused)."""
+def freeze(value: Any, _depth: int = 0) -> Any:
+    """Return a deep-frozen copy of a JSON value (frozen parts are reused).
+
+    Raises :class:`JsonDepthError` (never ``RecursionError``) when the value
+    nests deeper than :data:`MAX_DEPTH`.
+    """
     t = type(value)
-    if t is FrozenDict or t is FrozenList:
-        return value
     if t is dict:
+        if _depth >= MAX_DEPTH:
+            raise JsonDepthError()
+        d = _depth + 1
         return FrozenDict({k: v if type(v) in _DONE or type(v) is FrozenDict
-                           or type(v) is FrozenList else freeze(v)
+                           or type(v) is FrozenList else freeze(v, d)
                            for k, v in value.items()})
     if t is list or t is tuple:
+        if _depth >= MAX_DEPTH:
+            raise JsonDepthError()
+        d = _depth + 1
         return FrozenList([v if type(v) in _DONE or type(v) is FrozenDict
-                           or type(v) is FrozenList else freeze(v) for v in value])
+                           or type(v) is FrozenList else freeze(v, d) for v in value])
+    if t is FrozenDict or t is FrozenList or not isinstance(value, dict | list | tuple):
+        return value
+    if _depth >= MAX_DEPTH:
+        raise JsonDepthError()
     if isinstance(value, dict):
-        return FrozenDict({k: freeze(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
-        return FrozenList([freeze(v) for v in value])
-    return value
+        return FrozenDict({k: freeze(v, _depth + 1) for k, v in value.items()})
+    return FrozenList([freeze(v, _depth + 1) for v in value])
 
 
 def thaw(value: Any) -> Any:
@@ -103,26 +129,29 @@ def thaw(value: Any) -> Any:
     return value
 
 
-def json_problem(value: Any, path: str = "data") -> str | None:
+def json_problem(value: Any, path: str = "data", _depth: int = 0) -> str | None:
     """Describe why ``value`` is not plain JSON, or return None when it is.
 
-    Plain JSON: dict with str keys, list, str, bool, None, int, finite float.
+    Plain JSON: dict with str keys, list, str, bool, None, int, finite float,
+    nested at most :data:`MAX_DEPTH` levels.
     """
     if value is None or isinstance(value, str | bool | int):
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{path} holds a non-finite number"
+    if isinstance(value, dict | list | tuple) and _depth >= MAX_DEPTH:
+        return f"{path} nests deeper than {MAX_DEPTH} levels"
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
                 return f"{path} has a non-string key {k!r}"
-            problem = json_problem(v, f"{path}.{k}")
+            problem = json_problem(v, f"{path}.{k}", _depth + 1)
             if problem:
                 return problem
         return None
     if isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            problem = json_problem(v, f"{path}[{i}]")
+            problem = json_problem(v, f"{path}[{i}]", _depth + 1)
             if problem:
                 return problem
         return None

@@ -13,9 +13,20 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.service.config import ServiceConfig
+from processor.service.kafka_errors import LIBRDKAFKA_LOGGER, ClientProblems
 
 
-def group_consumer(config: ServiceConfig, instance_id: str) -> Consumer:
+def _observed(conf: dict[str, Any], problems: ClientProblems | None,
+              operation: str = "READ") -> dict[str, Any]:
+    """librdkafka logs through Python logging; global errors to ``problems``."""
+    conf["logger"] = LIBRDKAFKA_LOGGER
+    if problems is not None:
+        conf.update(problems.client_settings(operation))
+    return conf
+
+
+def group_consumer(config: ServiceConfig, instance_id: str,
+                   problems: ClientProblems | None = None) -> Consumer:
     conf: dict[str, Any] = {
         "auto.offset.reset": "earliest",
         "session.timeout.ms": 10_000,
@@ -33,25 +44,34 @@ def group_consumer(config: ServiceConfig, instance_id: str) -> Consumer:
     }
     if config.static_membership:
         conf["group.instance.id"] = instance_id
-    return Consumer(conf)
+    return Consumer(_observed(conf, problems))
 
 
-def plain_consumer(config: ServiceConfig, purpose: str) -> Consumer:
-    """A group-less consumer for restores, views and verification reads."""
+def plain_consumer(config: ServiceConfig, purpose: str,
+                   problems: ClientProblems | None = None, *,
+                   group: str | None = None) -> Consumer:
+    """A group-less consumer for restores, views and verification reads.
+
+    It never joins or commits, but librdkafka still looks up the coordinator
+    of its ``group.id`` (DESCRIBE on that group): the processor passes its
+    own group (``group``), so its ACLs need no extra group; readers use
+    ``<group>-<purpose>-unused``.
+    """
     conf: dict[str, Any] = {
         "fetch.max.bytes": 64 * 1024 * 1024,
         # read-to-end jobs: do not long-poll 500 ms at every partition end
         "fetch.wait.max.ms": 10,
         **config.common(),
-        "group.id": f"{config.group_id}-{purpose}-unused",
+        "group.id": group or f"{config.group_id}-{purpose}-unused",
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
         "enable.partition.eof": True,
     }
-    return Consumer(conf)
+    return Consumer(_observed(conf, problems))
 
 
-def output_producer(config: ServiceConfig, instance_id: str) -> Producer:
+def output_producer(config: ServiceConfig, instance_id: str,
+                    problems: ClientProblems | None = None) -> Producer:
     conf: dict[str, Any] = {
         "linger.ms": 5,
         "compression.type": "lz4",
@@ -69,10 +89,14 @@ def output_producer(config: ServiceConfig, instance_id: str) -> Producer:
         # transaction at once instead of waiting for the transaction timeout.
         conf["transactional.id"] = f"{config.group_id}-{instance_id}"
         conf["transaction.timeout.ms"] = config.transaction_timeout_ms
+    conf = _observed(conf, problems, "WRITE")
+    if problems is not None:
+        conf.update(problems.producer_settings())
     return Producer(conf)
 
 
-def event_producer(config: ServiceConfig, client_id: str = "processor-writer") -> Producer:
+def event_producer(config: ServiceConfig, client_id: str = "processor-writer",
+                   problems: ClientProblems | None = None) -> Producer:
     """Idempotent producer with the Java-compatible partitioner (murmur2)."""
     conf: dict[str, Any] = {
         "linger.ms": 5,
@@ -83,8 +107,11 @@ def event_producer(config: ServiceConfig, client_id: str = "processor-writer") -
         "partitioner": "murmur2_random",
         "client.id": client_id,
     }
-    return Producer(conf)
+    return Producer(_observed(conf, problems, "WRITE"))
 
 
-def admin(config: ServiceConfig) -> AdminClient:
-    return AdminClient(config.common())
+def admin(config: ServiceConfig, problems: ClientProblems | None = None) -> AdminClient:
+    conf = config.common()
+    if problems is not None:  # an admin client forwards logs and errors only when polled
+        conf.update(problems.client_settings())
+    return AdminClient(conf)

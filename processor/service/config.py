@@ -29,11 +29,13 @@ class TopicNames:
     views: str
     checkpoints: str
     dlq: str
+    #: operator commands (redrive); only operators may write it
+    control: str = ""
 
     @classmethod
     def for_prefix(cls, prefix: str) -> TopicNames:
         return cls(f"{prefix}.events", f"{prefix}.views", f"{prefix}.checkpoints",
-                   f"{prefix}.dlq")
+                   f"{prefix}.dlq", f"{prefix}.control")
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ class ServiceConfig:
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0: no HTTP endpoint
     schema_registry: str = ""
-    kafka: Mapping[str, str] = field(default_factory=dict)
+    #: librdkafka settings; never in repr (it may hold sasl.password).
+    kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def topics(self) -> TopicNames:
@@ -106,8 +109,38 @@ def parse_kafka_overrides(items: list[str] | tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+#: librdkafka keys that hold secrets: read them from a file or the environment,
+#: never from the command line (``/proc/<pid>/cmdline`` is world-readable).
+SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password",
+                         "sasl.oauthbearer.client.secret", "ssl.key.pem",
+                         "sasl.oauthbearer.config"})
+
+
+def read_secret_file(path: str | Path) -> dict[str, str]:
+    """librdkafka settings from a secret file: ``key=value`` lines, ``#`` comments.
+
+    The file should be readable by the processor's user only (mode 0600).
+    """
+    out: dict[str, str] = {}
+    text = Path(path).read_text(encoding="utf-8")
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{path}:{number}: expected key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def secrets_on_command_line(settings: Mapping[str, str]) -> list[str]:
+    """Secret keys among ``-X`` settings (the caller warns: they leak via cmdline)."""
+    return sorted(k for k in settings if k in SECRET_KEYS)
+
+
 def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None,
-                **flags: Any) -> ServiceConfig:
+                *, secret_file: str | Path | None = None, **flags: Any) -> ServiceConfig:
     """Build the config from an optional TOML file, the environment and flags.
 
     File layout: top-level keys named like the :class:`ServiceConfig` fields
@@ -115,6 +148,9 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     Environment: ``PROCESSOR_<FIELD>`` (e.g. ``PROCESSOR_GROUP_ID``),
     ``PROCESSOR_X_<KEY>`` for librdkafka keys (dots as underscores), and
     ``KAFKA_BOOTSTRAP_SERVERS``.  ``PROCESSOR_CONFIG`` names the file.
+    ``secret_file`` (or ``PROCESSOR_KAFKA_SECRET_FILE``): librdkafka settings
+    such as ``sasl.password`` from a ``key=value`` file, applied over the
+    environment and the config file.
     """
     env = os.environ if env is None else env
     names = {f.name for f in fields(ServiceConfig)} - {"kafka"}
@@ -133,13 +169,17 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     if env.get("KAFKA_BOOTSTRAP_SERVERS"):
         values["bootstrap_servers"] = env["KAFKA_BOOTSTRAP_SERVERS"]
     for key, value in env.items():
-        if not key.startswith(_ENV_PREFIX) or key == f"{_ENV_PREFIX}CONFIG":
+        if not key.startswith(_ENV_PREFIX) or key in (f"{_ENV_PREFIX}CONFIG",
+                                                       f"{_ENV_PREFIX}KAFKA_SECRET_FILE"):
             continue
         rest = key[len(_ENV_PREFIX):]
         if rest.startswith("X_"):
             kafka[rest[2:].lower().replace("_", ".")] = value
         elif rest.lower() in names:
             values[rest.lower()] = _coerce(rest.lower(), value)
+    secret_file = secret_file or env.get(f"{_ENV_PREFIX}KAFKA_SECRET_FILE")
+    if secret_file:
+        kafka.update(read_secret_file(secret_file))
     extra_kafka = flags.pop("kafka", None) or {}
     for key, value in flags.items():
         if value is not None:

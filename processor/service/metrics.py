@@ -3,7 +3,8 @@
 One registry per :class:`Metrics` (not the global default) so several
 processors can live in one test process.  ``serve`` exposes ``/metrics``,
 ``/healthz`` (liveness: the loop ticked recently) and ``/readyz`` (ready:
-assigned partitions restored and no fatal error).
+assigned partitions restored, no fatal error, and no failure repeating past
+its bound — ``degraded`` names the cause, e.g. transactions aborting in a row).
 """
 
 from __future__ import annotations
@@ -67,9 +68,33 @@ class Metrics:
                                   ["kind"], registry=r)
         for kind in ("assign", "revoke", "lost"):
             self.rebalances.labels(kind)
+        self.txn_failures = Counter("processor_transaction_failures_total",
+                                    "Failed transaction steps by kind (retriable, abortable, "
+                                    "fatal, denied)", ["kind"], registry=r)
+        for kind in ("retriable", "abortable", "fatal", "denied"):
+            self.txn_failures.labels(kind)
+        self.consecutive_failures = Gauge(
+            "processor_consecutive_transaction_failures",
+            "Transactions failed in a row (0 after a commit)", registry=r)
+        self.degraded_gauge = Gauge("processor_degraded",
+                                    "1 while a repeating failure is past its bound", registry=r)
+        self.control = Counter("processor_control_commands_total",
+                               "Control commands by outcome (applied, noop, rejected)",
+                               ["outcome"], registry=r)
+        for outcome in ("applied", "noop", "rejected"):
+            self.control.labels(outcome)
+        self.dlq_oversized = Counter("processor_dlq_values_referenced_total",
+                                     "Dead letters whose record was too big to copy (kept as "
+                                     "partition, offset, size and digest)", registry=r)
         self.last_tick = time.monotonic()
         self.ready = False
         self.fatal: str | None = None
+        #: cause of a repeating failure past its bound; /readyz is 503 while set
+        self.degraded: str | None = None
+
+    def set_degraded(self, cause: str | None) -> None:
+        self.degraded = cause
+        self.degraded_gauge.set(0 if cause is None else 1)
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()
@@ -94,8 +119,9 @@ class _Handler(BaseHTTPRequestHandler):
             alive = m.fatal is None and time.monotonic() - m.last_tick < self.liveness_s
             self._send(200 if alive else 503, b"ok\n" if alive else b"stalled\n")
         elif self.path.startswith("/readyz"):
-            ok = m.ready and m.fatal is None
-            body = b"ready\n" if ok else (f"not ready: {m.fatal or 'restoring'}\n").encode()
+            ok = m.ready and m.fatal is None and m.degraded is None
+            cause = m.fatal or m.degraded or "restoring"
+            body = b"ready\n" if ok else f"not ready: {cause}\n".encode()
             self._send(200 if ok else 503, body)
         else:
             self._send(404, b"not found\n")

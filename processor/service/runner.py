@@ -19,12 +19,21 @@ Bad input never stops a partition: an undecodable record, an invalid event,
 a gap, a conflicting duplicate or an unknown required type goes to the DLQ
 with its reason, the session is quarantined at its last valid seq (its
 ``status`` view says why, its other views stay), and its later events go to
-the DLQ as well until an operator re-drives it.  Every other session keeps
-flowing.
+the DLQ as well until an operator re-drives it (``control.py``: commands on
+their own topic; headers on event records are never commands).  Any failure
+interpreting one record is that record's dead letter, and a dead letter
+always fits (``dead_letters.py``).  Every other session keeps flowing.
+
+Transaction errors follow confluent-kafka's model (``kafka_errors.py``):
+retriable steps are retried, abortable ones abort and rewind with a
+back-off, and a failure repeating past its bound marks ``/readyz`` 503
+(``failures.py``); missing permissions and failed handshakes end the
+process with one line (:class:`KafkaFatal`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -46,7 +55,7 @@ from processor.core.errors import SessionError
 from processor.core.message_projections import default_message_projections
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import CHECKPOINT_VERSION, Session, synthetic_header
-from processor.service import clients
+from processor.service import clients, preflight, transactions
 from processor.service.codec import (
     Anchor,
     Checkpoint,
@@ -61,6 +70,15 @@ from processor.service.codec import (
     view_key,
 )
 from processor.service.config import ServiceConfig
+from processor.service.control import (
+    CommandError,
+    ControlChannel,
+    apply_command,
+    parse_command,
+)
+from processor.service.dead_letters import MAX_KEY_BYTES, bounded
+from processor.service.failures import FailureTracker
+from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, message_error
 from processor.service.metrics import Metrics
 from processor.service.restore import (
     AnchorError,
@@ -73,6 +91,8 @@ from processor.service.state import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
 
+#: Header name the old protocol read as a command; it is now ignored on events
+#: (kept so tests can prove a forged header does nothing).
 CONTROL_HEADER = "processor-control"
 CORE_VIEW_NAMES = ("messages", "surface", "transcript", "status")
 
@@ -82,6 +102,7 @@ class _Pending:
     """Work folded since the last commit, by partition."""
 
     offsets: dict[int, int] = field(default_factory=dict)
+    control_offsets: dict[int, int] = field(default_factory=dict)
     dirty: dict[tuple[int, str], SessionRuntime] = field(default_factory=dict)
     dead_letters: list[tuple[int, DeadLetter]] = field(default_factory=list)
     tombstones: list[tuple[str, int, bytes]] = field(default_factory=list)
@@ -89,11 +110,12 @@ class _Pending:
     started: float = 0.0
 
     def empty(self) -> bool:
-        return not (self.offsets or self.dirty or self.dead_letters or self.tombstones)
+        return not (self.offsets or self.dirty or self.dead_letters or self.tombstones
+                    or self.control_offsets)
 
     def partitions(self) -> set[int]:
-        return (set(self.offsets) | {p for p, _ in self.dirty} | {p for p, _ in
-                self.dead_letters} | {p for _, p, _ in self.tombstones})
+        return (set(self.offsets) | set(self.control_offsets) | {p for p, _ in self.dirty}
+                | {p for p, _ in self.dead_letters} | {p for _, p, _ in self.tombstones})
 
 
 def _offset(msg: Message) -> int:
@@ -140,6 +162,10 @@ class Processor:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._restore_consumer: Consumer | None = None
+        self.problems = ClientProblems()
+        self._failures = FailureTracker(self.metrics)
+        self._control: ControlChannel | None = None
+        self._dead = False  # a KafkaFatal ended the run: close without committing
         self._publish_floor = dict(publish_floor or {})
         self._assigned_at = 0.0
         self._applied = 0
@@ -154,11 +180,16 @@ class Processor:
         """Consume until :meth:`stop`, ``max_idle_s`` without records, or until every
         partition in ``until_offsets`` is committed up to its target offset."""
         cfg = self.config
-        self._consumer = consumer = clients.group_consumer(cfg, self.instance_id)
-        self._producer = producer = clients.output_producer(cfg, self.instance_id)
-        self._restore_consumer = clients.plain_consumer(cfg, "restore")
+        problems = self.problems
+        self._consumer = consumer = clients.group_consumer(cfg, self.instance_id, problems)
+        self._producer = producer = clients.output_producer(cfg, self.instance_id, problems)
+        own = {"group": cfg.group_id}  # covered by the group's READ ACL
+        self._restore_consumer = clients.plain_consumer(cfg, "restore", problems, **own)
+        self._control = ControlChannel(clients.plain_consumer(cfg, "control", problems, **own),
+                                       self.topics.control, cfg.group_id)
         if cfg.exactly_once:
-            producer.init_transactions(30)
+            transactions.init(producer, problems, f"{cfg.group_id}-{self.instance_id}")
+        preflight.require_permissions(self.config, self.problems, self.metrics)
         consumer.subscribe([self.topics.events], on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
         idle_since = time.monotonic()
@@ -175,7 +206,11 @@ class Processor:
                                         timeout=min(0.02, interval))
                 if self.metrics.fatal:
                     raise AnchorError(self.metrics.fatal)
-                if msgs or not self._partitions:
+                problems.raise_if_fatal()
+                commands = self._control.poll() if self._partitions else []
+                if commands:
+                    self._apply_commands(commands)
+                if msgs or commands or not self._partitions:
                     idle_since = time.monotonic()  # idle counts from the assignment on
                 idle_since = max(idle_since, self._assigned_at)
                 if msgs:
@@ -189,6 +224,13 @@ class Processor:
                 if until_offsets is not None and self._reached(until_offsets):
                     break
             self._commit()
+        except Exception:
+            # the run failed (a refusing broker, a failed restore): leave without
+            # the revoke's commit and abort, each of which would wait out its
+            # timeout; the uncommitted batch is refolded by the next owner
+            self._dead = True
+            self._pending = _Pending()
+            raise
         finally:
             self._close()
 
@@ -207,13 +249,19 @@ class Processor:
         return all(positions[p] >= target or target <= 0 for p, target in targets.items())
 
     def _close(self) -> None:
+        if self._control is not None:
+            try:
+                self._control.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("control consumer close: %s", exc)
+            self._control = None
         if self._consumer is not None:
             try:
                 self._consumer.close()  # leaves the group: revoke runs _commit
             except (KafkaException, RuntimeError) as exc:
                 log.warning("consumer close: %s", exc)
         if self._producer is not None:
-            self._producer.flush(10)
+            self._producer.flush(0 if self._dead else 10)
         if self._restore_consumer is not None:
             self._restore_consumer.close()
         self._consumer = self._producer = self._restore_consumer = None
@@ -230,19 +278,24 @@ class Processor:
             assignment.append(TopicPartition(tp.topic, tp.partition) if start is None
                               else TopicPartition(tp.topic, tp.partition, start))
         consumer.incremental_assign(assignment)
+        if self._control is not None:
+            self._control.assign(consumer, [tp.partition for tp in partitions])
         self._assigned_at = time.monotonic()
         self.metrics.ready = True
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("revoke").inc()
         try:
-            self._commit()  # finish the open batch while we still own the partitions
+            if not self._dead:
+                self._commit()  # finish the open batch while we still own the partitions
         except KafkaException as exc:
             log.warning("commit on revoke failed (%s); aborting the batch", exc)
             self._abort({tp.partition for tp in partitions})
         for tp in partitions:
             self._partitions.pop(tp.partition, None)
         consumer.incremental_unassign(partitions)
+        if self._control is not None:
+            self._control.unassign({tp.partition for tp in partitions})
         self._update_gauges()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -252,6 +305,8 @@ class Processor:
         for p in lost:
             self._partitions.pop(p, None)
         consumer.incremental_unassign(partitions)
+        if self._control is not None:
+            self._control.unassign(lost)
         self._update_gauges()
 
     def _restore_partitions(self, numbers: list[int]) -> dict[int, int | None]:
@@ -369,15 +424,26 @@ class Processor:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
-                if err.fatal():
-                    raise KafkaException(err)
+                fatal = message_error(err, msg.topic(), self.config.group_id)
+                if fatal is not None:
+                    self.metrics.fatal = str(fatal)
+                    raise fatal
                 log.warning("consume error: %s", err)
                 continue
             part = self._partitions.get(msg.partition() or 0)
             if part is None:
                 continue  # fetched just before a revoke
             consumed += 1
-            self._fold_record(part, msg)
+            try:
+                self._fold_record(part, msg)
+            except (AnchorError, KafkaException):
+                raise
+            except Exception as exc:  # one record's failure is that record's dead letter
+                log.exception("record %s[%d]@%d could not be interpreted", msg.topic(),
+                              part.number, _offset(msg))
+                sid = self._record_session(msg)
+                self._reject(part, sid, msg, None, "INTERNAL",
+                             f"interpreting the record raised {type(exc).__name__}: {exc}")
             pending.offsets[part.number] = _offset(msg) + 1
         pending.events += consumed
         self.metrics.records_consumed.inc(consumed)
@@ -386,28 +452,48 @@ class Processor:
             self._applied = 0
         self.metrics.fold_seconds.observe(time.perf_counter() - t0)
 
-    def _fold_record(self, part: _Partition, msg: Message) -> None:
+    @staticmethod
+    def _record_session(msg: Message) -> str | None:
+        """The session a record's key names, or None for a key no session can have."""
         key = msg.key()
-        sid = key.decode("utf-8", "replace") if key is not None else None
-        headers = dict(msg.headers() or [])
-        if sid is not None and CONTROL_HEADER in headers:
-            command = headers[CONTROL_HEADER]
-            self._control(part, sid, command.encode() if isinstance(command, str)
-                          else command or b"")
+        if key is None or len(key) > MAX_KEY_BYTES:
+            return None
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    def _fold_record(self, part: _Partition, msg: Message) -> None:
+        # Bounds first: a key no session can have quarantines nothing (there is
+        # no session to protect) but is never dropped silently.  Headers are
+        # never read: commands travel on the control topic only.
+        key = msg.key()
+        sid = self._record_session(msg)
+        if key is None or sid is None:
+            why = ("has no key (events are keyed by session id)" if key is None else
+                   f"key of {len(key)} bytes exceeds {MAX_KEY_BYTES}" if len(key) > MAX_KEY_BYTES
+                   else "key is not UTF-8")
+            self._dead_letter(part, None, msg, None, "KEY", f"record {why}")
+            self.metrics.events.labels("rejected").inc()
             return
         try:
-            decoded = self.codec.decode_event(msg.value() or b"")
+            value = msg.value()
+            if value is None:
+                raise CodecError("record value is null (a tombstone on the events topic)")
+            decoded = self.codec.decode_event(value)
         except CodecError as exc:
             self._reject(part, sid, msg, None, "CODEC", f"undecodable record: {exc}")
             return
-        if sid is None or decoded.session_id != sid:
-            sid = decoded.session_id if sid is None else sid
-            if decoded.session_id != sid:
-                self._reject(part, sid, msg, decoded.seq, "KEY",
-                             f"record key {sid!r} does not match sessionId "
-                             f"{decoded.session_id!r}")
-                return
+        if decoded.session_id != sid:
+            self._reject(part, sid, msg, decoded.seq, "KEY",
+                         f"record key {sid!r} does not match sessionId "
+                         f"{decoded.session_id!r}")
+            return
         rt = self._runtime(part, sid)
+        if (rt.quarantine is not None and decoded.seq == rt.quarantine.seq + 1
+                and self._control is not None):
+            # the fix of a quarantine: apply a redrive acknowledged before it first
+            self._apply_commands(self._control.drain(part.number))
         if rt.quarantine is not None:
             q = rt.quarantine
             self._dead_letter(part, sid, msg, decoded.seq, "QUARANTINED",
@@ -445,15 +531,35 @@ class Processor:
         self._pending.dirty[(part.number, sid)] = rt
         self._applied += 1
 
-    def _control(self, part: _Partition, sid: str, command: bytes) -> None:
-        """Operator commands travel in the events topic to keep partition order."""
-        rt = self._runtime(part, sid)
-        if command == b"redrive" and rt.quarantine is not None:
-            log.info("re-driving session %s (was quarantined at seq %d)", sid,
-                     rt.quarantine.seq)
-            rt.quarantine = None
-            part.quarantined.discard(sid)
-            self._pending.dirty[(part.number, sid)] = rt
+    def _apply_commands(self, msgs: list[Message]) -> None:
+        """Operator commands from the control topic (see ``control.py``)."""
+        pending = self._pending
+        if pending.empty():
+            pending.started = time.monotonic()
+        for msg in msgs:
+            part = self._partitions.get(msg.partition() or 0)
+            if part is None:
+                continue
+            pending.control_offsets[part.number] = _offset(msg) + 1
+            try:
+                command = parse_command(msg.key(), msg.value())
+                if self._control is not None:
+                    self._control.check_route(command, part.number)
+            except CommandError as exc:
+                self.metrics.control.labels("rejected").inc()
+                self._dead_letter(part, self._record_session(msg), msg, None, "CONTROL",
+                                  f"control command refused: {exc}")
+                continue
+            rt = self._runtime(part, command.session_id)
+            outcome = apply_command(rt, command)
+            self.metrics.control.labels("noop" if outcome == "noop" else "applied").inc()
+            if outcome == "lifted":
+                part.quarantined.discard(rt.session_id)
+            if outcome == "lifted" or (outcome == "pending" and rt.last_seq >= 0):
+                # (an event-less session gets no checkpoint: an anchor-less one
+                # would fail the restore's anchor check; such a command holds
+                # until this process stops)
+                pending.dirty[(part.number, rt.session_id)] = rt
 
     def _reject(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
                 rule: str, reason: str, rt: SessionRuntime | None = None) -> None:
@@ -462,7 +568,12 @@ class Processor:
         if sid is None:
             return
         rt = rt or self._runtime(part, sid)
-        if rt.quarantine is None:
+        if rt.quarantine is None and rt.redrive_at == rt.last_seq:
+            log.info("session %s: quarantine at seq %d lifted by a redrive read earlier",
+                     sid, rt.last_seq)
+            rt.redrive_at = None
+            self._pending.dirty[(part.number, sid)] = rt
+        elif rt.quarantine is None:
             rt.quarantine = Quarantine(rt.last_seq, rule, reason, _offset(msg))
             part.quarantined.add(sid)
             self._pending.dirty[(part.number, sid)] = rt
@@ -471,11 +582,14 @@ class Processor:
                      rule: str, reason: str) -> None:
         self.metrics.dlq.labels(rule).inc()
         ts = msg.timestamp()[1]
-        self._pending.dead_letters.append((part.number, DeadLetter(
+        letter, referenced = bounded(DeadLetter(
             session_id=sid, topic=msg.topic() or self.topics.events, partition=part.number,
             offset=_offset(msg), seq=seq, rule=rule, reason=reason, key=msg.key(),
             value=msg.value(), timestamp=ts if ts > 0 else int(time.time() * 1000),
-            processor=self.instance_id)))
+            processor=self.instance_id))
+        if referenced:
+            self.metrics.dlq_oversized.inc()
+        self._pending.dead_letters.append((part.number, letter))
 
     # ------------------------------------------------------------ output
 
@@ -559,11 +673,13 @@ class Processor:
                     self._emit_session(rt)
             offsets = [TopicPartition(self.topics.events, p, o)
                        for p, o in pending.offsets.items()]
+            offsets += [TopicPartition(self.topics.control, p, o)
+                        for p, o in pending.control_offsets.items()]
             if eos:
                 if offsets:
-                    producer.send_offsets_to_transaction(
-                        offsets, consumer.consumer_group_metadata(), 30)
-                producer.commit_transaction(60)
+                    transactions.retrying(lambda: producer.send_offsets_to_transaction(
+                        offsets, consumer.consumer_group_metadata(), 30), self.metrics)
+                transactions.retrying(lambda: producer.commit_transaction(60), self.metrics)
             else:
                 remaining = producer.flush(60)
                 if remaining:
@@ -572,13 +688,24 @@ class Processor:
                 if offsets:
                     consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if eos and isinstance(err, KafkaError) and err.fatal():
-                self.metrics.fatal = f"producer fatal error: {err}"
-                raise
-            log.warning("transaction failed (%s); aborting and rewinding", exc)
+            # serve the delivery reports of failed records (poll re-raises a fatal
+            # error, classified just below)
+            with contextlib.suppress(KafkaException):
+                producer.poll(0)
+            verdict = transactions.verdict(exc, self.problems, self.config.group_id)
+            self.metrics.txn_failures.labels(verdict.kind.value).inc()
+            if verdict.kind in (Kind.FATAL, Kind.DENIED):
+                line = verdict.line
+                if verdict.kind is Kind.DENIED:  # the broker rarely says which ACL
+                    line = "; ".join(preflight.missing_or_fatal(self.config,
+                                                                 self.problems)) or line
+                self.metrics.fatal = line
+                raise KafkaFatal(line) from None
+            log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
             self._abort(pending.partitions())
+            self._stop.wait(self._failures.failed(verdict.line))
             return
+        self._failures.succeeded()
         self.metrics.commits.inc()
         self.metrics.batch_events.observe(pending.events)
         self.metrics.commit_seconds.observe(time.perf_counter() - t0)
@@ -606,6 +733,8 @@ class Processor:
             offset = start if start is not None else (
                 committed[number] if committed[number] >= 0 else OFFSET_BEGINNING)
             self._consumer.seek(TopicPartition(self.topics.events, number, offset))
+        if self._control is not None:
+            self._control.rewind(self._consumer, set(numbers))
 
     def _update_gauges(self) -> None:
         live = sum(len(p.sessions) + len(p.checkpoints) for p in self._partitions.values())

@@ -62,7 +62,7 @@ class SessionRuntime:
     """A session as the service holds it; see the module docstring."""
 
     __slots__ = ("_digests", "_published", "_window", "last_offset", "partition", "quarantine",
-                 "session", "session_id")
+                 "redrive_at", "session", "session_id")
 
     def __init__(self, session_id: str, partition: int, session: Session, *,
                  window: int = 256) -> None:
@@ -70,6 +70,8 @@ class SessionRuntime:
         self.partition = partition
         self.session = session
         self.quarantine: Quarantine | None = None
+        #: seq of a redrive command read before its quarantine happened (control.py)
+        self.redrive_at: int | None = None
         self.last_offset = -1
         self._window = window
         # 8-byte digests of the last ``window`` folded events (contiguous seqs
@@ -161,6 +163,7 @@ class SessionRuntime:
             "version": SERVICE_STATE_VERSION,
             "lastOffset": self.last_offset,
             "quarantine": self.quarantine.to_json() if self.quarantine else None,
+            "redriveAt": self.redrive_at,
             "digests": base64.b64encode(digests).decode(),
             "published": {k: v for k, v in self._published.items() if k in ("transcript",)},
         }
@@ -169,6 +172,8 @@ class SessionRuntime:
         self.last_offset = int(raw.get("lastOffset", -1))
         q = raw.get("quarantine")
         self.quarantine = Quarantine(q["seq"], q["rule"], q["reason"], q["offset"]) if q else None
+        redrive_at = raw.get("redriveAt")
+        self.redrive_at = int(redrive_at) if redrive_at is not None else None
         blob = base64.b64decode(raw.get("digests", ""))
         self._digests.extend(blob[i : i + 8] for i in range(0, len(blob), 8))
         published = raw.get("published") or {}

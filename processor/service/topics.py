@@ -1,11 +1,14 @@
-"""Topic layout: create and verify the four topics with the right configs.
+"""Topic layout: create and verify the five topics with the right configs.
 
 - events: ``partitions`` partitions, kept forever (the log is the truth);
 - views: compacted, co-partitioned with events (a session's views live in
   the same partition number as its events);
 - checkpoints: compacted, co-partitioned with events (restore of events
   partition ``p`` reads checkpoints partition ``p`` only);
-- dlq: kept forever by default, same partition count.
+- dlq: kept forever by default, same partition count;
+- control: operator commands (see ``control.py``), co-partitioned with
+  events so the owner of events partition ``p`` reads control partition
+  ``p``; kept forever (a few records per incident).
 
 Compaction settings keep the compacted topics small in practice: segments
 roll every minute (checkpoints) or ten (views) and a 10% dirty ratio
@@ -58,6 +61,7 @@ def topic_specs(config: ServiceConfig, *, compaction_overrides: dict[str, str] |
         TopicSpec(t.views, n, dict(compacted)),
         TopicSpec(t.checkpoints, n, checkpoints),
         TopicSpec(t.dlq, n, dict(forever)),
+        TopicSpec(t.control, n, dict(forever)),
     ]
 
 

@@ -59,7 +59,8 @@ from processor.core.session import Session, synthetic_header
 from processor.service import clients
 from processor.service.codec import Codec, default_codec, session_key
 from processor.service.config import ServiceConfig
-from processor.service.runner import CONTROL_HEADER
+from processor.service.control import redrive
+from processor.service.kafka_errors import ClientProblems
 
 __all__ = ["DEFAULT_DELIVERY_TIMEOUT_MS", "DeliveryError", "SessionWriter", "producer_name"]
 
@@ -122,19 +123,24 @@ class SessionWriter:
         clock: Callable[[], int] | None = None,
         client_id: str = "processor-writer",
     ) -> None:
+        #: a failed handshake or a denied WRITE, reported by librdkafka at once
+        self.problems = ClientProblems()
         if isinstance(target, ServiceConfig):
             kafka = dict(target.kafka)
             kafka.setdefault("message.timeout.ms", str(DEFAULT_DELIVERY_TIMEOUT_MS))
             self._producer = clients.event_producer(target.with_overrides(kafka=kafka),
-                                                    client_id)
+                                                    client_id, self.problems)
             self._owns_producer = True
             self.topic = topic or target.topics.events
+            self.control_topic = target.topics.control
         else:
             if topic is None:
                 raise ValueError("SessionWriter(producer) needs topic= (the events topic)")
             self._producer = target
             self._owns_producer = False
             self.topic = topic
+            prefix, dot, last = topic.rpartition(".")
+            self.control_topic = f"{prefix}.control" if dot and last == "events" else ""
         self.codec = codec or default_codec()
         self._factory = session_factory or _default_session
         self._sessions: dict[str, Session] = dict(sessions or {})
@@ -142,6 +148,7 @@ class SessionWriter:
         self._lock = threading.RLock()
         self._producer_name = producer_name()
         self._closed = False
+        self._refused = False
 
     # ------------------------------------------------------------ sessions
 
@@ -214,21 +221,25 @@ class SessionWriter:
             session.append(event)
             return event
 
-    def redrive(self, session_id: str) -> None:
-        """Ask the processor to lift the quarantine of ``session_id``.
+    def redrive(self, session_id: str, seq: int) -> None:
+        """Ask the processor to lift the quarantine ``session_id`` took at ``seq``.
 
-        A control record (key = session id, null value, header
-        ``processor-control: redrive``) travels through the events topic, so
-        it is ordered after the events that caused the quarantine and before
-        any corrected event produced after it.  Produce the fix *after* this
-        call returns.
+        The command goes to the control topic (``control.py``), which only
+        operators may write: this needs WRITE on ``<prefix>.control``.
+        ``seq`` is the quarantine's seq (the ``status`` view's
+        ``quarantine.seq``); the command is idempotent and independent of
+        its order against the events.
         """
+        if not self.control_topic:
+            raise ValueError(f"no control topic known for events topic {self.topic!r}")
         with self._lock:
             self._check_open()
-            self._deliver(session_id, None, None, [(CONTROL_HEADER, b"redrive")])
+            self._deliver(session_id, None, redrive(session_id, seq).encode(), None,
+                          topic=self.control_topic)
 
     def _deliver(self, session_id: str, event: Event | None, value: bytes | None,
-                 headers: list[tuple[str, str | bytes | None]] | None) -> None:
+                 headers: list[tuple[str, str | bytes | None]] | None, *,
+                 topic: str | None = None) -> None:
         """Produce one record and wait for its delivery report."""
         outcome: list[KafkaError | None] = []
 
@@ -238,7 +249,7 @@ class SessionWriter:
         producer = self._producer
         while True:
             try:
-                producer.produce(self.topic, value=value, key=session_key(session_id),
+                producer.produce(topic or self.topic, value=value, key=session_key(session_id),
                                  headers=headers, on_delivery=on_delivery)
                 break
             except BufferError:
@@ -250,6 +261,12 @@ class SessionWriter:
         # librdkafka always reports by message.timeout.ms, so this ends.
         while not outcome:
             producer.flush(1.0)
+            if not outcome and self.problems.fatal is not None:
+                # a wrong password or untrusted CA: say so now, not at message.timeout.ms
+                # (cleared: a retry after the cause is fixed must not fail on it)
+                cause, self.problems.fatal = self.problems.fatal, None
+                self._refused = True
+                raise DeliveryError(session_id, event, cause)
         if outcome[0] is not None:
             raise DeliveryError(session_id, event, outcome[0])
 
@@ -264,7 +281,9 @@ class SessionWriter:
         if self._closed:
             return
         self._closed = True
-        self.flush(timeout)  # appends are synchronous: only a shared producer's records
+        # appends are synchronous: only a shared producer's records are queued,
+        # or one a broker that refused the handshake will never take
+        self.flush(0 if self._refused else timeout)
 
     def _check_open(self) -> None:
         if self._closed:

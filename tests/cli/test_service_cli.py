@@ -86,11 +86,12 @@ def make_files(tmp_path: Path) -> dict[str, tuple[Path, list[Event]]]:
 
 def test_topics_create_is_idempotent_and_verify_passes(config: ServiceConfig) -> None:
     missing = invoke(config, "topics", "verify")
-    assert missing.exit_code == 1 and missing.stderr.count("missing") == 4
+    assert missing.exit_code == 1 and missing.stderr.count("missing") == 5
     first = invoke(config, "topics", "create", "--partitions", "2")
     assert first.exit_code == 0, first.output
     assert sorted(first.stdout.split()[1::2]) == sorted(
-        f"{config.topic_prefix}.{t}" for t in ("events", "views", "checkpoints", "dlq"))
+        f"{config.topic_prefix}.{t}" for t in ("events", "views", "checkpoints", "dlq",
+                                               "control"))
     again = invoke(config, "topics", "create", "--partitions", "2")
     assert again.exit_code == 0 and "all topics exist" in again.stdout
     assert invoke(config, "topics", "verify").exit_code == 0
@@ -107,8 +108,8 @@ def test_verify_detects_a_wrong_cleanup_policy_on_a_hand_made_topic(
                                             config={"cleanup.policy": "delete"})])
     futures[views].result()
     created = invoke(config, "topics", "create", "--partitions", "3")
-    assert created.exit_code == 1  # the other three are created, the layout is still wrong
-    assert created.stdout.count("created") == 3
+    assert created.exit_code == 1  # the other four are created, the layout is still wrong
+    assert created.stdout.count("created") == 4
     result = invoke(config, "topics", "verify")
     assert result.exit_code == 1
     assert f"{views}: cleanup.policy=delete, expected compact" in result.stderr
@@ -121,7 +122,7 @@ def test_topics_delete_asks_unless_yes(config: ServiceConfig) -> None:
     assert declined.exit_code == 1 and "Aborted" in declined.output
     assert config.topics.events in clients.admin(config).list_topics(timeout=10).topics
     deleted = invoke(config, "topics", "delete", "--yes")
-    assert deleted.exit_code == 0 and deleted.stdout.count("deleted") == 4
+    assert deleted.exit_code == 0 and deleted.stdout.count("deleted") == 5
 
 
 # --------------------------------------------------------------------------
@@ -213,7 +214,7 @@ def test_ingest_refuses_an_invalid_file_and_raw_mode_feeds_the_dlq(
     assert "status=quarantined" in status and "lastSeq=19" in status
 
     # the operator fixes the cause: re-drive, then the corrected tail
-    assert invoke(config, "redrive", "bad").stdout == "redrive requested for bad\n"
+    assert invoke(config, "redrive", "bad").stdout == "redrive requested for bad at seq 19\n"
     fixed = tmp_path / "bad-fixed.jsonl"
     write_session_file(fixed, synthetic_header("bad"), events)
     assert invoke(config, "ingest", str(fixed)).exit_code == 0  # 0..19 are duplicates

@@ -58,6 +58,13 @@ class Stack:
                          value=value, headers=headers)
         assert producer.flush(30) == 0
 
+    def produce_control(self, sid: str | None, value: bytes | None) -> None:
+        """One record on the control topic (operator commands)."""
+        producer = self.producer()
+        producer.produce(self.config.topics.control, key=sid.encode() if sid else None,
+                         value=value)
+        assert producer.flush(30) == 0
+
     def expected(self, sid: str, upto: int | None = None) -> dict[str, Any]:
         events = self.logs[sid] if upto is None else self.logs[sid][: upto + 1]
         return as_json(offline_equivalent(session_output(fold_events(events))))

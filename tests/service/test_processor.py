@@ -17,9 +17,10 @@ from confluent_kafka import OFFSET_BEGINNING
 from processor.core.builder import LogBuilder
 from processor.service import clients
 from processor.service.codec import default_codec
+from processor.service.control import redrive
 from processor.service.metrics import Metrics, serve
 from processor.service.restore import read_partitions
-from processor.service.runner import CONTROL_HEADER, Processor
+from processor.service.runner import Processor
 from processor.service.topics import create_topics, delete_topics
 from processor.service.views_reader import (
     materialize_views,
@@ -218,7 +219,7 @@ def test_bad_input_goes_to_the_dlq_and_quarantines_only_its_session(stack: Stack
         assert views[sid]["surface"].value["nodes"] == [0, 1]
 
 
-def test_quarantined_session_is_redriven_by_control_record(stack: Stack) -> None:
+def test_quarantined_session_is_redriven_by_control_command(stack: Stack) -> None:
     b = LogBuilder()
     b.system("p")
     b.user("u")
@@ -230,7 +231,7 @@ def test_quarantined_session_is_redriven_by_control_record(stack: Stack) -> None
     stack.produce("q", b.events)
     stack.produce("q", [fourth])  # gap: seq 3 before 2 -> quarantined
     stack.run_processor(max_idle_s=2)
-    stack.produce_raw("q", None, headers={CONTROL_HEADER: b"redrive"})
+    stack.produce_control("q", redrive("q", 1).encode())
     stack.produce("q", [third, fourth])
     stack.logs["q"] = late.events
     stack.run_processor(max_idle_s=3)

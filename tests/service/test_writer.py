@@ -22,7 +22,8 @@ from processor.offline import fold_events, session_output
 from processor.service import clients
 from processor.service.codec import default_codec
 from processor.service.config import ServiceConfig
-from processor.service.runner import CONTROL_HEADER, Processor
+from processor.service.control import Command, parse_command
+from processor.service.runner import Processor
 from processor.service.topics import create_topics
 from processor.service.views_reader import (
     materialize_views,
@@ -220,11 +221,11 @@ def test_redrive_control_record_and_end_to_end_recovery(config: ServiceConfig) -
     status = materialize_views(config, session="q", view="status")["q"]["status"].value
     assert status["state"] == "quarantined" and status["lastSeq"] == 1
 
-    writer.redrive("q")
-    control = read_records(config, config.topics.events)[-1]
+    writer.redrive("q", 1)
+    control = read_records(config, config.topics.control)[-1]
     assert control.key() == b"q"
-    assert control.value() is None
-    assert control.headers() == [(CONTROL_HEADER, b"redrive")]
+    assert parse_command(control.key(), control.value()) == Command("redrive", "q", 1)
+    assert not [m for m in read_records(config, config.topics.events) if m.value() is None]
 
     writer.append("q", "user/message", {"id": "u-2", "role": "user", "content": [
         {"type": "text", "text": "two"}], "source": {"kind": "test"}}, surface_op="append")

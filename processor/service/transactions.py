@@ -1,0 +1,90 @@
+"""The transaction steps of the run loop, by confluent-kafka's error model.
+
+- ``init``: in short slices, so a failed handshake (reported through
+  ``error_cb``) ends the start within seconds instead of a 30 s timeout;
+- ``retrying``: a step whose error is only ``retriable()`` is retried;
+- ``verdict``: a failed transaction sorted into abort / fatal / denied,
+  naming the topic that refused a record when a delivery report says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from processor.service.kafka_errors import (
+    ClientProblems,
+    KafkaFatal,
+    Kind,
+    Verdict,
+    classify,
+    denied_line,
+    error_of,
+    is_denied,
+)
+from processor.service.metrics import Metrics
+
+log = logging.getLogger("processor.transactions")
+
+
+def init(producer: Producer, problems: ClientProblems, txn_id: str,
+         deadline_s: float = 60.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        with contextlib.suppress(KafkaException):  # poll re-raises fatal errors
+            producer.poll(0)  # serves error_cb
+        problems.raise_if_fatal()
+        try:
+            producer.init_transactions(2)
+            return
+        except KafkaException as exc:
+            verdict = classify(exc, operation="WRITE", resource=txn_id)
+            if verdict.kind is Kind.DENIED:
+                raise KafkaFatal(verdict.line) from None
+            err = error_of(exc)
+            timed_out = err is not None and err.code() == KafkaError._TIMED_OUT
+            if not (timed_out or verdict.kind is Kind.RETRY) or time.monotonic() > deadline:
+                with contextlib.suppress(KafkaException):
+                    producer.poll(0)
+                problems.raise_if_fatal()
+                raise KafkaFatal(f"cannot initialise transactions ({txn_id}): "
+                                 f"{verdict.line}") from None
+
+
+def retrying(step: Callable[[], object], metrics: Metrics, attempts: int = 5) -> None:
+    """Run a transaction step, retried while its error is only ``retriable()``."""
+    for attempt in range(attempts):
+        try:
+            step()
+            return
+        except KafkaException as exc:
+            err = error_of(exc)
+            if (err is None or not err.retriable() or err.txn_requires_abort()
+                    or err.fatal() or attempt == attempts - 1):
+                raise
+            metrics.txn_failures.labels("retriable").inc()
+            log.info("transaction step failed (%s); retrying", err)
+            time.sleep(min(0.1 * 2 ** attempt, 2.0))
+
+
+def verdict(exc: KafkaException, problems: ClientProblems, group: str) -> Verdict:
+    """Classify a failed transaction (serve the producer's delivery reports first)."""
+    failure = problems.take_delivery_failure()
+    if failure is not None and is_denied(failure[1]):
+        topic, denied = failure
+        return Verdict(Kind.DENIED, denied_line(denied, operation="WRITE", resource=topic),
+                       denied.code())
+    err = error_of(exc)
+    if err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return Verdict(Kind.DENIED, denied_line(err, operation="READ", resource=group),
+                       err.code())
+    result = classify(exc)
+    if failure is not None and result.kind is Kind.ABORT:
+        topic, ferr = failure
+        return Verdict(Kind.ABORT, f"{result.line} (a record to {topic} failed: "
+                       f"{ferr.name()})", result.code)
+    return result
