@@ -40,13 +40,14 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 
 from processor.core.builtin import default_registry
 from processor.core.errors import SessionError
 from processor.core.message_projections import default_message_projections
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import CHECKPOINT_VERSION, Session, synthetic_header
-from processor.service import clients
+from processor.service import clients, faultpoints
 from processor.service.codec import (
     Anchor,
     Checkpoint,
@@ -65,10 +66,14 @@ from processor.service.metrics import Metrics
 from processor.service.restore import (
     AnchorError,
     check_anchor,
+    committed_offsets,
     fetch_events,
     load_checkpoints,
     newest_anchor,
+    stable_bound_s,
+    wait_stable,
 )
+from processor.service.retry import retry
 from processor.service.state import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
@@ -140,6 +145,7 @@ class Processor:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._restore_consumer: Consumer | None = None
+        self._admin: AdminClient | None = None
         self._publish_floor = dict(publish_floor or {})
         self._assigned_at = 0.0
         self._applied = 0
@@ -157,6 +163,7 @@ class Processor:
         self._consumer = consumer = clients.group_consumer(cfg, self.instance_id)
         self._producer = producer = clients.output_producer(cfg, self.instance_id)
         self._restore_consumer = clients.plain_consumer(cfg, "restore")
+        self._admin = clients.admin(cfg)
         if cfg.exactly_once:
             producer.init_transactions(30)
         consumer.subscribe([self.topics.events], on_assign=self._on_assign,
@@ -207,16 +214,30 @@ class Processor:
         return all(positions[p] >= target or target <= 0 for p, target in targets.items())
 
     def _close(self) -> None:
-        if self._consumer is not None:
+        # Each step runs whatever the one before raised: a broker restarting
+        # makes close() fail with _TIMED_OUT / _TRANSPORT, which must not
+        # turn a clean shutdown into a crash or leave the other clients open.
+        for what, step in (("consumer close", self._close_consumer),
+                           ("producer flush", self._close_producer),
+                           ("restore consumer close", self._close_restore_consumer)):
             try:
-                self._consumer.close()  # leaves the group: revoke runs _commit
-            except (KafkaException, RuntimeError) as exc:
-                log.warning("consumer close: %s", exc)
+                step()
+            except Exception as exc:
+                log.warning("%s: %s", what, exc)
+        self._consumer = self._producer = self._restore_consumer = None
+        self._admin = None
+
+    def _close_consumer(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()  # leaves the group: revoke runs _commit
+
+    def _close_producer(self) -> None:
         if self._producer is not None:
             self._producer.flush(10)
+
+    def _close_restore_consumer(self) -> None:
         if self._restore_consumer is not None:
             self._restore_consumer.close()
-        self._consumer = self._producer = self._restore_consumer = None
 
     # ------------------------------------------------------------ rebalance
 
@@ -266,10 +287,12 @@ class Processor:
             return {}
         t0 = time.monotonic()
         rc, events = self._restore_consumer, self.topics.events
+        if self._admin is not None and self.config.exactly_once:
+            # never restore behind a zombie's open transaction (see restore.py)
+            wait_stable(self._admin, self.topics.checkpoints, numbers,
+                        stable_bound_s(self.config))
         restores = load_checkpoints(rc, self.codec, self.topics.checkpoints, numbers)
-        committed = {tp.partition: (tp.offset if tp.offset >= 0 else None)
-                     for tp in self._consumer.committed(
-                         [TopicPartition(events, p) for p in numbers], timeout=30)}
+        committed = committed_offsets(self._consumer, events, numbers)
         anchors = {p: cp.anchor.offset for p, r in restores.items()
                    if (cp := newest_anchor(r)) is not None}
         found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
@@ -560,6 +583,7 @@ class Processor:
             offsets = [TopicPartition(self.topics.events, p, o)
                        for p, o in pending.offsets.items()]
             if eos:
+                faultpoints.hit(faultpoints.BEFORE_SEND_OFFSETS)
                 if offsets:
                     producer.send_offsets_to_transaction(
                         offsets, consumer.consumer_group_metadata(), 30)
@@ -588,8 +612,9 @@ class Processor:
     def _abort(self, partitions: set[int], *, rewind: bool = True) -> None:
         """Drop the open batch; restore touched partitions from the checkpoints."""
         if self.config.exactly_once and self._producer is not None:
+            producer = self._producer
             try:
-                self._producer.abort_transaction(30)
+                retry(lambda: producer.abort_transaction(30), "abort_transaction")
             except KafkaException as exc:
                 log.debug("abort_transaction: %s", exc)
         self.metrics.aborts.inc()
@@ -599,12 +624,11 @@ class Processor:
             return
         numbers = sorted(touched & set(self._partitions))
         starts = self._restore_partitions(numbers)
-        committed = {tp.partition: tp.offset for tp in self._consumer.committed(
-            [TopicPartition(self.topics.events, p) for p in numbers], timeout=30)}
+        committed = committed_offsets(self._consumer, self.topics.events, numbers)
         for number in numbers:
             start = starts.get(number)
-            offset = start if start is not None else (
-                committed[number] if committed[number] >= 0 else OFFSET_BEGINNING)
+            at = committed[number]
+            offset = start if start is not None else (at if at is not None else OFFSET_BEGINNING)
             self._consumer.seek(TopicPartition(self.topics.events, number, offset))
 
     def _update_gauges(self) -> None:
