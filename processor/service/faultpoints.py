@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 _POINT = os.environ.get("PROCESSOR_FAULTPOINT", "")
@@ -23,9 +24,13 @@ _ARM = os.environ.get("PROCESSOR_FAULTPOINT_ARM", "")
 BEFORE_SEND_OFFSETS = "before-send-offsets"
 
 
-def hit(name: str) -> None:
+def hit(name: str, prepare: Callable[[], object] | None = None) -> None:
+    """Die here if armed; ``prepare`` runs first (e.g. flush, so what the
+    transaction produced really reached the broker before the crash)."""
     if not _POINT or name != _POINT:
         return
     if _ARM and not Path(_ARM).exists():
         return
+    if prepare is not None:
+        prepare()
     os.kill(os.getpid(), signal.SIGKILL)

@@ -583,7 +583,7 @@ class Processor:
             offsets = [TopicPartition(self.topics.events, p, o)
                        for p, o in pending.offsets.items()]
             if eos:
-                faultpoints.hit(faultpoints.BEFORE_SEND_OFFSETS)
+                faultpoints.hit(faultpoints.BEFORE_SEND_OFFSETS, lambda: producer.flush(30))
                 if offsets:
                     producer.send_offsets_to_transaction(
                         offsets, consumer.consumer_group_metadata(), 30)
