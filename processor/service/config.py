@@ -55,6 +55,9 @@ class ServiceConfig:
     #: 0: derived from the commit interval and the revoke budget (see below).
     transaction_timeout_ms: int = 0
     revoke_budget_ms: int = 10_000
+    #: How long a restore waits for an open transaction on the checkpoints
+    #: partition to end; -1: derived from the transaction timeout, 0: never.
+    restore_stable_wait_ms: int = -1
     anchor_policy: AnchorPolicy = "fail"
     max_view_bytes: int = 512 * 1024
     transcript_page_size: int = 256

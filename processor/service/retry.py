@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -78,3 +78,16 @@ def retry(call: Callable[[], T], what: str, *, deadline_s: float = DEFAULT_DEADL
             log.log(level, "%s: %s; retrying (attempt %d)", what, exc, attempt)
             time.sleep(delay)
             delay = min(delay * 2, max_delay)
+
+
+def run_all(steps: Sequence[tuple[str, Callable[[], Any] | None]]) -> None:
+    """Run every step whatever the ones before raised (a close path: a broker
+    restarting makes ``close()`` fail with ``_TIMED_OUT``, which must not turn
+    a clean shutdown into a crash or leave the other clients open)."""
+    for what, step in steps:
+        if step is None:
+            continue
+        try:
+            step()
+        except Exception as exc:
+            log.warning("%s: %s", what, exc)

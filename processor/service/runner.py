@@ -70,10 +70,11 @@ from processor.service.restore import (
     fetch_events,
     load_checkpoints,
     newest_anchor,
+    read_key_range,
     stable_bound_s,
     wait_stable,
 )
-from processor.service.retry import retry
+from processor.service.retry import retry, run_all
 from processor.service.state import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
@@ -117,6 +118,12 @@ class _Partition:
                             if (cp.surface.get("service") or {}).get("quarantine")}
         self.sessions: dict[str, SessionRuntime] = {}
         self.view_parts: dict[tuple[str, str], int] = {}
+        # Restored while a transaction was still open on the checkpoints
+        # partition (the wait gave up): a checkpoint may be stale, and a gap
+        # in a session fresh from its checkpoint is repaired (repair.py).
+        self.maybe_stale = False
+        self.resumed_at: int | None = None  # committed offset the restore resumed at
+        self.fresh: set[str] = set()  # restored sessions with no event folded since
 
 
 class Processor:
@@ -149,6 +156,7 @@ class Processor:
         self._publish_floor = dict(publish_floor or {})
         self._assigned_at = 0.0
         self._applied = 0
+        self._replaying = False  # refolding history another owner already committed
 
     # ------------------------------------------------------------ lifecycle
 
@@ -214,30 +222,12 @@ class Processor:
         return all(positions[p] >= target or target <= 0 for p, target in targets.items())
 
     def _close(self) -> None:
-        # Each step runs whatever the one before raised: a broker restarting
-        # makes close() fail with _TIMED_OUT / _TRANSPORT, which must not
-        # turn a clean shutdown into a crash or leave the other clients open.
-        for what, step in (("consumer close", self._close_consumer),
-                           ("producer flush", self._close_producer),
-                           ("restore consumer close", self._close_restore_consumer)):
-            try:
-                step()
-            except Exception as exc:
-                log.warning("%s: %s", what, exc)
+        c, p, r = self._consumer, self._producer, self._restore_consumer
+        run_all([("consumer close", c.close if c else None),  # revoke runs _commit
+                 ("producer flush", (lambda: p.flush(10)) if p else None),
+                 ("restore consumer close", r.close if r else None)])
         self._consumer = self._producer = self._restore_consumer = None
         self._admin = None
-
-    def _close_consumer(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()  # leaves the group: revoke runs _commit
-
-    def _close_producer(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(10)
-
-    def _close_restore_consumer(self) -> None:
-        if self._restore_consumer is not None:
-            self._restore_consumer.close()
 
     # ------------------------------------------------------------ rebalance
 
@@ -289,8 +279,10 @@ class Processor:
         rc, events = self._restore_consumer, self.topics.events
         if self._admin is not None and self.config.exactly_once:
             # never restore behind a zombie's open transaction (see restore.py)
-            wait_stable(self._admin, self.topics.checkpoints, numbers,
-                        stable_bound_s(self.config))
+            unstable = set(wait_stable(self._admin, self.topics.checkpoints, numbers,
+                                       stable_bound_s(self.config)))
+        else:
+            unstable = set()
         restores = load_checkpoints(rc, self.codec, self.topics.checkpoints, numbers)
         committed = committed_offsets(self._consumer, events, numbers)
         anchors = {p: cp.anchor.offset for p, r in restores.items()
@@ -313,7 +305,9 @@ class Processor:
                     self._tombstone_session(number, sid, cp)
                 restore.checkpoints.clear()
                 starts[number] = OFFSET_BEGINNING
-            self._partitions[number] = _Partition(number, restore.checkpoints)
+            part = self._partitions[number] = _Partition(number, restore.checkpoints)
+            part.maybe_stale = number in unstable and starts[number] is None
+            part.resumed_at = committed[number]
             self.metrics.restored_checkpoints.inc(len(restore.checkpoints))
             log.info("restored partition %d: %d checkpoints from %d records, resuming at %s",
                      number, len(restore.checkpoints), restore.records_read,
@@ -366,6 +360,8 @@ class Processor:
         rt = SessionRuntime(sid, part.number, session, window=self.config.duplicate_window)
         if cp is not None:
             rt.load_service_state(cp.surface.get("service", {}))
+            if part.maybe_stale:
+                part.fresh.add(sid)
         part.sessions[sid] = rt
         return rt
 
@@ -455,6 +451,9 @@ class Processor:
                          f"seq {event.seq}: {reason} (watermark {last})", rt)
             return
         if event.seq > last + 1:
+            if part.fresh and self._repair_stale(part, rt):
+                self._fold_record(part, msg)  # judged again against the repaired state
+                return
             self._reject(part, sid, msg, event.seq, "S-1",
                          f"seq {event.seq}: gap, expected {last + 1} (S-1)", rt)
             return
@@ -464,9 +463,35 @@ class Processor:
             self._reject(part, sid, msg, event.seq, exc.rule, str(exc), rt)
             return
         rt.record_applied(event, _offset(msg))
+        if part.fresh:
+            part.fresh.discard(sid)
         rt.session.log.trim_before(event.seq + 1)
         self._pending.dirty[(part.number, sid)] = rt
         self._applied += 1
+
+    def _repair_stale(self, part: _Partition, rt: SessionRuntime) -> bool:
+        """A gap in a session fresh from a maybe-stale checkpoint (restored behind an
+        open transaction): refold its events from the checkpoint's anchor to the
+        offset the restore resumed at, which a later owner folded and committed
+        (so no dead letter or view is re-published for them).  True if the
+        session moved on: the gap was a stale restore, not bad input."""
+        part.fresh.discard(rt.session_id)
+        if part.resumed_at is None or self._restore_consumer is None:
+            return False
+        start = rt.last_offset + 1 if rt.last_offset >= 0 else 0
+        records = read_key_range(self._restore_consumer, self.topics.events, part.number,
+                                 start, part.resumed_at, session_key(rt.session_id))
+        before = rt.last_seq
+        applied, self._replaying = self._applied, True
+        try:
+            for m in records:
+                self._fold_record(part, m)
+        finally:
+            self._applied, self._replaying = applied, False
+        log.warning("session %s was restored stale at seq %d (a newer checkpoint was hidden "
+                    "behind an open transaction); refolded %d records from offset %d, now at "
+                    "seq %d", rt.session_id, before, len(records), start, rt.last_seq)
+        return rt.last_seq > before
 
     def _control(self, part: _Partition, sid: str, command: bytes) -> None:
         """Operator commands travel in the events topic to keep partition order."""
@@ -481,7 +506,8 @@ class Processor:
     def _reject(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
                 rule: str, reason: str, rt: SessionRuntime | None = None) -> None:
         self._dead_letter(part, sid, msg, seq, rule, reason)
-        self.metrics.events.labels("rejected").inc()
+        if not self._replaying:
+            self.metrics.events.labels("rejected").inc()
         if sid is None:
             return
         rt = rt or self._runtime(part, sid)
@@ -492,6 +518,8 @@ class Processor:
 
     def _dead_letter(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
                      rule: str, reason: str) -> None:
+        if self._replaying:
+            return  # the owner that first folded this record dead-lettered it
         self.metrics.dlq.labels(rule).inc()
         ts = msg.timestamp()[1]
         self._pending.dead_letters.append((part.number, DeadLetter(

@@ -14,7 +14,8 @@ Scale (environment):
 - ``PROCESSOR_FAULTS=long`` for the bench machine: faults on a seeded random
   schedule for ``PROCESSOR_FAULTS_SECONDS`` (default 300) with
   ``PROCESSOR_FAULTS_SESSIONS`` sessions per writer (default 40) and seed
-  ``PROCESSOR_FAULTS_SEED``.
+  ``PROCESSOR_FAULTS_SEED``;
+- ``PROCESSOR_FAULTS=skip`` leaves the suite out.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ SESSIONS_PER_WRITER = int(os.environ.get("PROCESSOR_FAULTS_SESSIONS", "40" if LO
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
+    if MODE == "skip":
+        pytest.skip("PROCESSOR_FAULTS=skip")
     with LocalCluster(3) as c:
         yield c
 

@@ -103,7 +103,7 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
     for i in range(3):
         stack.spawn(f"m{i}-{uuid.uuid4().hex[:8]}")
     stop = threading.Event()
-    length = 2_000 if LONG else 400
+    length = 5_000 if LONG else 2_000  # more than the writers get through: load to the end
     writers = [Writer(stack, session_plan(SESSIONS_PER_WRITER, length, SEED + k, f"w{k}-"),
                       stop) for k in range(2)]
     for w in writers:

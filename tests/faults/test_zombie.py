@@ -7,7 +7,11 @@ sat behind A's open transaction, invisible to C's ``read_committed`` restore
 while B's offsets were not: C resumed a stale state at B's offset, met
 "gap, expected 50" (S-1), dead-lettered valid events, quarantined the
 sessions, and the status views went 49 -> 69 -> 49.  Now a restore waits for
-the checkpoints partition to be stable (restore.wait_stable) first.
+the checkpoints partition to be stable (restore.wait_stable) first
+(``wait``); with the wait switched off (``restore_stable_wait_ms = 0``, the
+path taken when the wait gives up) C repairs each stale session from its
+checkpoint's anchor when the gap shows, instead of quarantining it
+(``repair``).
 """
 
 from __future__ import annotations
@@ -55,9 +59,11 @@ def _caught_up(stack: FaultStack) -> bool:
     return all(committed.get(p, -1) >= end for p, end in stack.ends().items())
 
 
+@pytest.mark.parametrize("mode", ["wait", "repair"])
 def test_restore_behind_a_zombie_transaction_is_never_stale(cluster: LocalCluster,
-                                                            tmp_path: Path) -> None:
+                                                            tmp_path: Path, mode: str) -> None:
     stack = make_stack(cluster, tmp_path, partitions=1)
+    env = {"PROCESSOR_RESTORE_STABLE_WAIT_MS": "0"} if mode == "repair" else {}
     plan = session_plan(6, 80, SEED, "z")
     follower = Follower(stack.config)
     follower.start()
@@ -72,7 +78,7 @@ def test_restore_behind_a_zombie_transaction_is_never_stale(cluster: LocalCluste
         arm.touch()  # A's next transaction dies before it sends its offsets
         _write(stack, plan, 20, 40)
         wait_until(lambda: not a.alive(), 60, "A to die at the crash point", stack.member_report)
-        b = stack.spawn("zB")
+        b = stack.spawn("zB", env=env)
         _write(stack, plan, 40, 60)
         wait_until(lambda: _caught_up(stack), 180, "B to commit past A", stack.member_report)
         assert "open transaction" in b.log.read_text(), (
@@ -80,10 +86,12 @@ def test_restore_behind_a_zombie_transaction_is_never_stale(cluster: LocalCluste
             + stack.member_report())
         b.kill()
         _write(stack, plan, 60, 80)
-        c = stack.spawn("zC")
+        c = stack.spawn("zC", env=env)
         stack.wait_caught_up(180)
         stack.assert_views_equal_offline_fold()
         assert c.alive(), stack.member_report()
+        if mode == "repair":
+            assert "restored stale" in c.log.read_text(), stack.member_report()
         wait_until(lambda: follower.records > 0, 30, "the follower to read")
     finally:
         follower.stop.set()
