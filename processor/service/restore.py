@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -100,8 +101,8 @@ def committed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int],
     return out
 
 
-def wait_stable(admin: AdminClient, topic: str, partitions: Iterable[int], bound_s: float,
-                poll_s: float = 0.25) -> list[int]:
+def wait_stable(admin_factory: Callable[[], AdminClient], topic: str,
+                partitions: Iterable[int], bound_s: float, poll_s: float = 0.25) -> list[int]:
     """Wait until no transaction is open on these partitions; return those still open.
 
     Open means the last stable offset (``read_committed`` end) is below the
@@ -117,6 +118,7 @@ def wait_stable(admin: AdminClient, topic: str, partitions: Iterable[int], bound
     t0 = time.monotonic()
     deadline = t0 + bound_s
     warned = False
+    admin = _FreshAdmin(admin_factory)
     while todo:
         stable = _stable_offsets(admin, topic, todo, deadline)
         todo = [p for p in todo if not stable[p]]
@@ -139,15 +141,38 @@ def wait_stable(admin: AdminClient, topic: str, partitions: Iterable[int], bound
     return []
 
 
-def _stable_offsets(admin: AdminClient, topic: str, partitions: list[int],
+class _FreshAdmin:
+    """An admin client made anew after a failed call.
+
+    librdkafka's admin ListOffsets does not refresh its metadata on
+    FENCED_LEADER_EPOCH / NOT_LEADER: after a broker restart the same client
+    kept failing for a minute (seen in the fault suite), a new one answers.
+    """
+
+    def __init__(self, factory: Callable[[], AdminClient]) -> None:
+        self.factory = factory
+        self.client: AdminClient | None = None
+
+    def list_offsets(self, spec: dict[TopicPartition, Any], level: IsolationLevel,
+                     ) -> dict[int, int]:
+        if self.client is None:
+            self.client = self.factory()
+        try:
+            futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=10)
+            return {tp.partition: f.result().offset for tp, f in futures.items()}
+        except KafkaException:
+            self.client = None
+            raise
+
+
+def _stable_offsets(admin: _FreshAdmin, topic: str, partitions: list[int],
                     deadline: float) -> dict[int, bool]:
     """``{partition: last stable offset == high watermark}``, retrying broker faults."""
 
     def ends(level: IsolationLevel) -> dict[int, int]:
         spec = {TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
                 for p in partitions}
-        futures = admin.list_offsets(spec, isolation_level=level, request_timeout=10)
-        return {tp.partition: f.result().offset for tp, f in futures.items()}
+        return admin.list_offsets(spec, level)
 
     left = max(deadline - time.monotonic(), 5.0)
     # the committed end first: a transaction ending between the two calls

@@ -40,7 +40,6 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 from processor.core.builtin import default_registry
 from processor.core.errors import SessionError
@@ -152,7 +151,6 @@ class Processor:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._restore_consumer: Consumer | None = None
-        self._admin: AdminClient | None = None
         self._publish_floor = dict(publish_floor or {})
         self._assigned_at = 0.0
         self._applied = 0
@@ -171,7 +169,6 @@ class Processor:
         self._consumer = consumer = clients.group_consumer(cfg, self.instance_id)
         self._producer = producer = clients.output_producer(cfg, self.instance_id)
         self._restore_consumer = clients.plain_consumer(cfg, "restore")
-        self._admin = clients.admin(cfg)
         if cfg.exactly_once:
             producer.init_transactions(30)
         consumer.subscribe([self.topics.events], on_assign=self._on_assign,
@@ -227,7 +224,6 @@ class Processor:
                  ("producer flush", (lambda: p.flush(10)) if p else None),
                  ("restore consumer close", r.close if r else None)])
         self._consumer = self._producer = self._restore_consumer = None
-        self._admin = None
 
     # ------------------------------------------------------------ rebalance
 
@@ -277,9 +273,10 @@ class Processor:
             return {}
         t0 = time.monotonic()
         rc, events = self._restore_consumer, self.topics.events
-        if self._admin is not None and self.config.exactly_once:
+        if self.config.exactly_once:
             # never restore behind a zombie's open transaction (see restore.py)
-            unstable = set(wait_stable(self._admin, self.topics.checkpoints, numbers,
+            unstable = set(wait_stable(lambda: clients.admin(self.config),
+                                       self.topics.checkpoints, numbers,
                                        stable_bound_s(self.config)))
         else:
             unstable = set()
