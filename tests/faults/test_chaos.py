@@ -109,6 +109,8 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
     for w in writers:
         w.start()
     chaos = Chaos(stack, rng)
+    chaos.note(f"{'long' if LONG else 'bounded'} form, PROCESSOR_FAULTS_SEED={SEED}, "
+               f"{SESSIONS_PER_WRITER} sessions per writer")
     try:
         wait_until(lambda: sum(w.appended for w in writers) > 200, 120, "the writers to start")
         wait_until(lambda: all(o > 0 for o in stack.committed().values()), 120,
