@@ -25,6 +25,7 @@ flowing.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -654,7 +655,8 @@ class Processor:
             start = starts.get(number)
             at = committed[number]
             offset = start if start is not None else (at if at is not None else OFFSET_BEGINNING)
-            self._consumer.seek(TopicPartition(self.topics.events, number, offset))
+            tp = TopicPartition(self.topics.events, number, offset)
+            retry(functools.partial(self._consumer.seek, tp), f"seek {tp.topic}[{number}]")
 
     def _update_gauges(self) -> None:
         live = sum(len(p.sessions) + len(p.checkpoints) for p in self._partitions.values())
