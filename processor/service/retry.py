@@ -91,3 +91,35 @@ def run_all(steps: Sequence[tuple[str, Callable[[], Any] | None]]) -> None:
             step()
         except Exception as exc:
             log.warning("%s: %s", what, exc)
+
+
+#: Fatal errors that a new client cannot fix: the process must end with them.
+PERMANENT_FATAL = frozenset({
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE,
+})
+
+
+class FatalBudget:
+    """How often a fatal client error may be answered by a new client.
+
+    At most ``limit`` replacements within ``window_s``: enough to ride out a
+    broker restart, never a loop around a cause that stays.
+    """
+
+    def __init__(self, limit: int = 3, window_s: float = 300.0) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self._used: list[float] = []
+
+    def allow(self, err: KafkaError) -> bool:
+        if err.code() in PERMANENT_FATAL:
+            return False
+        now = time.monotonic()
+        self._used = [t for t in self._used if now - t < self.window_s]
+        if len(self._used) >= self.limit:
+            return False
+        self._used.append(now)
+        return True

@@ -74,7 +74,7 @@ from processor.service.restore import (
     stable_bound_s,
     wait_stable,
 )
-from processor.service.retry import retry, run_all
+from processor.service.retry import FatalBudget, retry, run_all
 from processor.service.state import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
@@ -119,11 +119,12 @@ class _Partition:
         self.sessions: dict[str, SessionRuntime] = {}
         self.view_parts: dict[tuple[str, str], int] = {}
         # Restored while a transaction was still open on the checkpoints
-        # partition (the wait gave up): a checkpoint may be stale, and a gap
-        # in a session fresh from its checkpoint is repaired (repair.py).
+        # partition (the wait gave up): a checkpoint may be stale (or hidden
+        # altogether), so a gap in a session with nothing folded since the
+        # restore is repaired from the events (_repair_stale).
         self.maybe_stale = False
         self.resumed_at: int | None = None  # committed offset the restore resumed at
-        self.fresh: set[str] = set()  # restored sessions with no event folded since
+        self.fresh: set[str] = set()  # sessions with no event folded since the restore
 
 
 class Processor:
@@ -156,6 +157,7 @@ class Processor:
         self._assigned_at = 0.0
         self._applied = 0
         self._replaying = False  # refolding history another owner already committed
+        self._fatal_budget = FatalBudget()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -171,7 +173,7 @@ class Processor:
         self._producer = producer = clients.output_producer(cfg, self.instance_id)
         self._restore_consumer = clients.plain_consumer(cfg, "restore")
         if cfg.exactly_once:
-            producer.init_transactions(30)
+            retry(lambda: producer.init_transactions(30), "init_transactions")
         consumer.subscribe([self.topics.events], on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
         idle_since = time.monotonic()
@@ -358,8 +360,8 @@ class Processor:
         rt = SessionRuntime(sid, part.number, session, window=self.config.duplicate_window)
         if cp is not None:
             rt.load_service_state(cp.surface.get("service", {}))
-            if part.maybe_stale:
-                part.fresh.add(sid)
+        if part.maybe_stale:
+            part.fresh.add(sid)  # without a checkpoint: its first one may be the hidden one
         part.sessions[sid] = rt
         return rt
 
@@ -624,9 +626,11 @@ class Processor:
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if eos and isinstance(err, KafkaError) and err.fatal():
-                self.metrics.fatal = f"producer fatal error: {err}"
-                raise
-            log.warning("transaction failed (%s); aborting and rewinding", exc)
+                if not self._replace_producer(err):
+                    self.metrics.fatal = f"producer fatal error: {err}"
+                    raise
+            else:
+                log.warning("transaction failed (%s); aborting and rewinding", exc)
             self._abort(pending.partitions())
             return
         self.metrics.commits.inc()
@@ -634,6 +638,24 @@ class Processor:
         self.metrics.commit_seconds.observe(time.perf_counter() - t0)
         self._pending = _Pending()
         self._update_gauges()
+
+    def _replace_producer(self, err: KafkaError) -> bool:
+        """Survive a fatal producer error that a broker fault caused.
+
+        A coordinator moving during a commit can leave librdkafka's
+        transactional producer fatally broken (INVALID_TXN_STATE, seen in the
+        fault suite); a new producer with the same transactional id fences
+        the old one and aborts its open transaction, and the batch is then
+        refolded from the checkpoints.  Bounded (FatalBudget): a cause that
+        persists — another live instance with the same id, missing ACLs —
+        still ends the process.
+        """
+        if not self._fatal_budget.allow(err):
+            return False
+        log.error("producer fatal error (%s); replacing the producer", err)
+        self._producer = producer = clients.output_producer(self.config, self.instance_id)
+        retry(lambda: producer.init_transactions(30), "init_transactions")
+        return True
 
     def _abort(self, partitions: set[int], *, rewind: bool = True) -> None:
         """Drop the open batch; restore touched partitions from the checkpoints."""

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.service.codec import View, default_codec, split_view, view_key
-from processor.service.retry import is_transient, retry, run_all
+from processor.service.retry import FatalBudget, is_transient, retry, run_all
 from processor.service.views_reader import _Materializer, view_update_json
 
 
@@ -111,3 +111,12 @@ def test_close_steps_all_run_when_one_raises() -> None:
     run_all([("consumer close", timed_out), ("producer flush", lambda: ran.append("producer")),
              ("nothing", None), ("restore close", lambda: ran.append("restore"))])
     assert ran == ["consumer", "producer", "restore"]
+
+
+def test_a_fatal_producer_error_is_replaced_a_bounded_number_of_times() -> None:
+    budget = FatalBudget(limit=2, window_s=60)
+    broken = KafkaError(KafkaError.INVALID_TXN_STATE, fatal=True)
+    assert budget.allow(broken) and budget.allow(broken)
+    assert not budget.allow(broken)  # a cause that stays ends the process
+    denied = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal=True)
+    assert not FatalBudget().allow(denied)

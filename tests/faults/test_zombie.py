@@ -37,10 +37,15 @@ A_TRANSACTION_TIMEOUT_MS = 30_000  # long enough that A's transaction outlives B
 
 
 def _write(stack: FaultStack, plan: dict[str, list], lo: int, hi: int) -> None:
+    """Events ``lo..hi`` of every session; a ``late`` session starts 20 events later
+    (its first events are in A's dying transaction, its first checkpoint is B's)."""
     with SessionWriter(stack.config, client_id="zombie-writer") as writer:
         for sid, events in plan.items():
+            shift = 20 if sid.startswith("late") else 0
+            if hi - shift <= 0:
+                continue
             writer.attach(sid, _session_at(stack, sid))
-            for event in events[lo:hi]:
+            for event in events[max(lo - shift, 0):hi - shift]:
                 writer.append_event(sid, event)
                 stack.written.setdefault(sid, []).append(event)
 
@@ -64,7 +69,7 @@ def test_restore_behind_a_zombie_transaction_is_never_stale(cluster: LocalCluste
                                                             tmp_path: Path, mode: str) -> None:
     stack = make_stack(cluster, tmp_path, partitions=1)
     env = {"PROCESSOR_RESTORE_STABLE_WAIT_MS": "0"} if mode == "repair" else {}
-    plan = session_plan(6, 80, SEED, "z")
+    plan = {**session_plan(6, 80, SEED, "z"), **session_plan(2, 60, SEED + 1, "late")}
     follower = Follower(stack.config)
     follower.start()
     try:
