@@ -129,8 +129,11 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
         for w in writers:
             w.join(240)
             assert w.error is None, f"writer failed: {w.error!r}"
+        chaos.note(f"writers stopped after {sum(w.appended for w in writers)} events")
         stack.wait_caught_up(300)
+        chaos.note("caught up")
         stack.assert_views_equal_offline_fold(timeout=180)
+        chaos.note("views equal the offline fold")
         survivors = [m for m in stack.members.values() if m.instance_id not in chaos.killed]
         exited = [(m.instance_id, m.proc.poll()) for m in survivors if not m.alive()]
         assert not exited, f"members exited: {exited}\n{stack.member_report()}"
