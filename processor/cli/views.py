@@ -7,6 +7,11 @@ as one JSON line per view and then one line per committed change, so a
 dashboard can pipe it without ever missing an update.  ``--format fold``
 prints each session shaped like ``processor fold`` output, to diff the
 service against an offline fold of the same file.
+
+A view record whose ``asOfSeq`` is lower than one read before it (a
+processor published from a stale state) is never hidden: the latest record
+is shown, and a warning on stderr names it (``--follow``: one line per such
+update and a count at the end).
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from processor.cli.common import service_options
 from processor.service.config import ServiceConfig
 from processor.service.views_reader import (
     SessionViews,
+    ViewRegression,
+    ViewUpdate,
     follow_views,
-    materialize_views,
+    read_views,
     session_fold_equivalent,
     view_update_json,
 )
@@ -89,10 +96,12 @@ def views(config: ServiceConfig, session_id: str | None, view_name: str | None, 
         if follow:
             _follow(config, session_id, view_name, fmt, not no_snapshot, stop_after, timeout)
             return
-        found = materialize_views(config, session=session_id, view=view_name, timeout=timeout)
+        snapshot = read_views(config, session=session_id, view=view_name, timeout=timeout)
     except (RuntimeError, KafkaException) as exc:
         click.echo(f"processor views: {exc}", err=True)
         sys.exit(1)
+    found = snapshot.views
+    _warn_regressions(snapshot.regressions)
     if session_id is not None and session_id not in found:
         click.echo(f"processor views: no views of session {session_id!r}", err=True)
         sys.exit(1)
@@ -106,16 +115,44 @@ def views(config: ServiceConfig, session_id: str | None, view_name: str | None, 
         click.echo(_dump(views_json(found), pretty=True))
 
 
+def _warn_regressions(regressions: list[ViewRegression], shown: int = 5) -> None:
+    if not regressions:
+        return
+    sample = ", ".join(f"{r.session_id}/{r.view} {r.previous}->{r.as_of_seq}"
+                       for r in regressions[:shown])
+    more = f" (+{len(regressions) - shown} more)" if len(regressions) > shown else ""
+    click.echo(f"processor views: warning: {len(regressions)} view record(s) went back in "
+               f"asOfSeq (a processor published from a stale state; the latest record is "
+               f"shown): {sample}{more}", err=True)
+
+
+def _regression_line(update: ViewUpdate) -> str:
+    r = update.record
+    assert r is not None and update.regressed_from is not None
+    return (f"processor views: warning: {update.session_id}/{update.view} went back from "
+            f"asOfSeq {update.regressed_from} to {r.as_of_seq} (a processor published from "
+            "a stale state)")
+
+
 def _follow(config: ServiceConfig, session_id: str | None, view_name: str | None, fmt: str,
             snapshot: bool, stop_after: float | None, timeout: float) -> None:
+    regressions = 0
     try:
         for update in follow_views(config, session=session_id, view=view_name,
                                    snapshot=snapshot, stop_after_s=stop_after, timeout=timeout):
+            if update.regressed_from is not None:
+                regressions += 1
+                click.echo(_regression_line(update), err=True)
             if fmt == "summary":
                 r = update.record
                 click.echo(f"{update.session_id}  {update.view}  "
-                           + ("removed" if r is None else f"asOfSeq={r.as_of_seq}"))
+                           + ("removed" if r is None else f"asOfSeq={r.as_of_seq}")
+                           + ("" if update.regressed_from is None
+                              else f"  regressedFrom={update.regressed_from}"))
             else:
                 click.echo(_dump(view_update_json(update)))
     except KeyboardInterrupt:
         pass
+    if regressions:
+        click.echo(f"processor views: warning: {regressions} update(s) went back in asOfSeq",
+                   err=True)

@@ -88,7 +88,7 @@ def output_producer(config: ServiceConfig, instance_id: str,
         # with the same id fences its predecessor and aborts its open
         # transaction at once instead of waiting for the transaction timeout.
         conf["transactional.id"] = f"{config.group_id}-{instance_id}"
-        conf["transaction.timeout.ms"] = config.transaction_timeout_ms
+        conf["transaction.timeout.ms"] = config.effective_transaction_timeout_ms
     conf = _observed(conf, problems, "WRITE")
     if problems is not None:
         conf.update(problems.producer_settings())

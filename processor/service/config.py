@@ -54,8 +54,12 @@ class ServiceConfig:
     exactly_once: bool = True
     commit_interval_ms: int = 200
     max_batch_events: int = 20_000
-    transaction_timeout_ms: int = 60_000
+    #: 0: derived from the commit interval and the revoke budget (see below).
+    transaction_timeout_ms: int = 0
     revoke_budget_ms: int = 10_000
+    #: How long a restore waits for an open transaction on the checkpoints
+    #: partition to end; -1: derived from the transaction timeout, 0: never.
+    restore_stable_wait_ms: int = -1
     anchor_policy: AnchorPolicy = "fail"
     max_view_bytes: int = 512 * 1024
     transcript_page_size: int = 256
@@ -74,6 +78,22 @@ class ServiceConfig:
     @property
     def effective_instance_id(self) -> str:
         return self.instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+    @property
+    def effective_transaction_timeout_ms(self) -> int:
+        """``transaction.timeout.ms`` of the output producer.
+
+        It bounds how long a zombie (a member killed under an id never reused,
+        or paused past its session timeout) can keep a transaction open, which
+        is how long a new owner of its partitions waits before it restores and
+        how long ``read_committed`` readers of those partitions stall.  A
+        legitimate transaction lives one commit interval plus its commit, at
+        most the revoke budget during a rebalance; the slack covers a commit
+        slowed down by a leader election.  Default: 10 s + 2 x 200 ms + 5 s.
+        """
+        if self.transaction_timeout_ms > 0:
+            return self.transaction_timeout_ms
+        return self.revoke_budget_ms + 2 * self.commit_interval_ms + 5_000
 
     def with_overrides(self, **values: Any) -> ServiceConfig:
         clean = {k: v for k, v in values.items() if v is not None}

@@ -8,6 +8,16 @@ committed offset, which was committed in the same transaction as those
 checkpoints — so only the tail after the last commit is re-read, however
 long the log behind it.
 
+Stability first: a transaction still open on the checkpoints partition (a
+member that died under an id never reused, or a paused one that has not
+noticed it lost the partition) hides every checkpoint committed after it
+from a ``read_committed`` reader, while the offsets committed with those
+checkpoints are visible — restoring then would resume a stale state at a
+newer offset.  :func:`wait_stable` therefore waits until the partition's
+last stable offset reaches its high watermark before the checkpoints are
+read; the broker aborts such a transaction at most ``transaction.timeout.ms``
+(plus its cleanup interval) after it began, which bounds the wait.
+
 The anchor check proves that the events partition still is the log the
 checkpoints were folded from: the event at the newest anchor's offset must
 exist and carry the same session, seq and digest; the committed offset must
@@ -20,21 +30,26 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from processor.core.errors import SessionError
 from processor.core.session import event_digest
 from processor.service.codec import Checkpoint, Codec, CodecError
+from processor.service.config import ServiceConfig
+from processor.service.retry import DEFAULT_DEADLINE_S, is_transient, retry
 
 log = logging.getLogger("processor.restore")
 
@@ -52,27 +67,121 @@ class PartitionRestore:
 
 
 def watermarks(consumer: Consumer, topic: str, partition: int,
-               timeout: float = 30.0) -> tuple[int, int]:
-    """(low, high) of a partition, retrying the leader moves of a fresh topic.
+               timeout: float = DEFAULT_DEADLINE_S) -> tuple[int, int]:
+    """(low, high) of a partition, retrying leader moves and broker restarts.
 
-    Right after a topic is created the broker answers NOT_LEADER for a few
-    seconds; a restore started then must wait, not fail.
+    Right after a topic is created, or while a broker restarts, the answer is
+    NOT_LEADER, ``_TRANSPORT`` or ``_DESTROY_BROKER`` for a few seconds; a
+    restore started then must wait, not fail.  (For a ``read_committed``
+    consumer ``high`` is the last stable offset.)
     """
-    deadline = time.monotonic() + timeout
-    while True:
+    tp = TopicPartition(topic, partition)
+    low, high = retry(lambda: consumer.get_watermark_offsets(tp, timeout=10),
+                      f"watermarks of {topic}[{partition}]", deadline_s=timeout)
+    return low, high
+
+
+def committed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int],
+                      deadline_s: float = DEFAULT_DEADLINE_S) -> dict[int, int | None]:
+    """The group's committed offset of each partition (None: nothing committed).
+
+    A ``read_committed`` consumer asks for stable offsets: while a member's
+    transaction holds offsets for a partition the broker answers
+    UNSTABLE_OFFSET_COMMIT, and librdkafka gives up with ``_TIMED_OUT`` — both
+    retried here until the transaction ends or ``deadline_s`` passes.
+    """
+    tps = [TopicPartition(topic, p) for p in partitions]
+    got = retry(lambda: consumer.committed(tps, timeout=30), f"committed offsets of {topic}",
+                deadline_s=deadline_s)
+    out: dict[int, int | None] = {}
+    for tp in got:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        out[tp.partition] = tp.offset if tp.offset >= 0 else None
+    return out
+
+
+def wait_stable(admin_factory: Callable[[], AdminClient], topic: str,
+                partitions: Iterable[int], bound_s: float, poll_s: float = 0.25) -> list[int]:
+    """Wait until no transaction is open on these partitions; return those still open.
+
+    Open means the last stable offset (``read_committed`` end) is below the
+    high watermark.  Only a zombie writes to the checkpoints of a partition
+    this member was just assigned (the previous owner committed or aborted
+    before it gave the partition up), and the broker aborts a zombie's
+    transaction once ``transaction.timeout.ms`` has passed — or at once when
+    its generation-checked ``send_offsets_to_transaction`` is refused.  The
+    bound is reported by the caller; waiting beyond it would stall forever
+    on a broker that never resolves the transaction.
+    """
+    todo = sorted(set(partitions))
+    t0 = time.monotonic()
+    deadline = t0 + bound_s
+    warned = False
+    admin = _FreshAdmin(admin_factory)
+    while todo:
+        stable = _stable_offsets(admin, topic, todo, deadline)
+        todo = [p for p in todo if not stable[p]]
+        if not todo:
+            break
+        if time.monotonic() >= deadline:
+            log.error("%s partitions %s still hold an open transaction after %.0fs; restoring "
+                      "from what is visible (a gap will be repaired from the events)",
+                      topic, todo, bound_s)
+            return todo
+        # the previous owner's commit markers take a moment; longer is a zombie
+        if not warned and time.monotonic() - t0 > 2.0:
+            log.warning("%s partitions %s hold an open transaction (a zombie member's); "
+                        "waiting for it to end before restoring (at most %.0fs)",
+                        topic, todo, bound_s)
+            warned = True
+        time.sleep(poll_s)
+    if warned:
+        log.info("%s stable after %.1fs", topic, time.monotonic() - t0)
+    return []
+
+
+class _FreshAdmin:
+    """An admin client made anew after a failed call.
+
+    librdkafka's admin ListOffsets does not refresh its metadata on
+    FENCED_LEADER_EPOCH / NOT_LEADER: after a broker restart the same client
+    kept failing for a minute (seen in the fault suite), a new one answers.
+    """
+
+    def __init__(self, factory: Callable[[], AdminClient]) -> None:
+        self.factory = factory
+        self.client: AdminClient | None = None
+
+    def list_offsets(self, spec: dict[TopicPartition, Any], level: IsolationLevel,
+                     ) -> dict[int, int]:
+        if self.client is None:
+            self.client = self.factory()
         try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                       timeout=timeout)
-            return low, high
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            retriable = isinstance(err, KafkaError) and (
-                err.retriable() or err.code() in (KafkaError.NOT_LEADER_FOR_PARTITION,
-                                                  KafkaError.LEADER_NOT_AVAILABLE,
-                                                  KafkaError.UNKNOWN_TOPIC_OR_PART))
-            if not retriable or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+            futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=10)
+            return {tp.partition: f.result().offset for tp, f in futures.items()}
+        except KafkaException:
+            self.client = None
+            raise
+
+
+def _stable_offsets(admin: _FreshAdmin, topic: str, partitions: list[int],
+                    deadline: float) -> dict[int, bool]:
+    """``{partition: last stable offset == high watermark}``, retrying broker faults."""
+
+    def ends(level: IsolationLevel) -> dict[int, int]:
+        spec = {TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+                for p in partitions}
+        return admin.list_offsets(spec, level)
+
+    left = max(deadline - time.monotonic(), 5.0)
+    # the committed end first: a transaction ending between the two calls
+    # then reads as "open" once more, never as stable too early
+    lso = retry(lambda: ends(IsolationLevel.READ_COMMITTED), f"stable offsets of {topic}",
+                deadline_s=left)
+    hwm = retry(lambda: ends(IsolationLevel.READ_UNCOMMITTED), f"end offsets of {topic}",
+                deadline_s=left)
+    return {p: lso[p] >= hwm[p] for p in partitions}
 
 
 def read_partitions(consumer: Consumer, topic: str, starts: Mapping[int, int],
@@ -94,8 +203,10 @@ def read_partitions(consumer: Consumer, topic: str, starts: Mapping[int, int],
     deadline = time.monotonic() + timeout
     try:
         while todo:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"reading {topic} partitions {sorted(todo)} timed out")
+            if time.monotonic() > deadline:  # transient: the caller may retry the read
+                raise KafkaException(KafkaError(
+                    KafkaError._TIMED_OUT, f"reading {topic} partitions {sorted(todo)} "
+                    f"timed out after {timeout:g}s"))
             for m in consumer.consume(num_messages=10_000, timeout=0.05):
                 p = m.partition() or 0
                 err = m.error()
@@ -103,7 +214,10 @@ def read_partitions(consumer: Consumer, topic: str, starts: Mapping[int, int],
                     if err.code() == KafkaError._PARTITION_EOF:
                         todo.discard(p)
                         continue
-                    raise RuntimeError(f"reading {topic}[{p}]: {err}")
+                    exc = KafkaException(err)
+                    if is_transient(exc):
+                        continue  # a broker restarting: librdkafka refetches by itself
+                    raise exc
                 if p not in todo:
                     continue
                 out[p].append(m)
@@ -127,7 +241,8 @@ def load_checkpoints(consumer: Consumer, codec: Codec, topic: str,
                      partitions: Iterable[int]) -> dict[int, PartitionRestore]:
     """The newest checkpoint of every session of each partition (tombstones remove)."""
     parts = list(partitions)
-    msgs = read_partitions(consumer, topic, {p: OFFSET_BEGINNING for p in parts})
+    msgs = retry(lambda: read_partitions(consumer, topic, {p: OFFSET_BEGINNING for p in parts}),
+                 f"reading {topic}")
     results = {}
     for p in parts:
         result = PartitionRestore(p)
@@ -154,7 +269,8 @@ def load_checkpoints(consumer: Consumer, codec: Codec, topic: str,
 def fetch_events(consumer: Consumer, codec: Codec, topic: str,
                  offsets: Mapping[int, int]) -> dict[int, tuple[str, int, str] | None]:
     """(session, seq, digest) of the event at each partition's offset, None if absent."""
-    msgs = read_partitions(consumer, topic, dict(offsets), limit_per_partition=1)
+    msgs = retry(lambda: read_partitions(consumer, topic, dict(offsets), limit_per_partition=1),
+                 f"reading anchors of {topic}")
     found: dict[int, tuple[str, int, str] | None] = {}
     for p, offset in offsets.items():
         first = msgs[p][0] if msgs[p] else None
@@ -203,3 +319,56 @@ def check_anchor(consumer: Consumer, topic: str, restore: PartitionRestore,
                 f"session {expected[0]} seq {expected[1]}: the log is not the one the "
                 "checkpoints were folded from")
     return None
+
+
+def stable_bound_s(config: ServiceConfig) -> float:
+    """How long a restore waits for a zombie's transaction to end.
+
+    ``restore_stable_wait_ms`` overrides it (0: do not wait; a restore behind
+    an open transaction is then repaired session by session when a gap shows
+    it stale).
+
+    The broker aborts it ``transaction.timeout.ms`` after it began, noticed
+    within its cleanup interval (``transaction.abort.timed.out.transaction.
+    cleanup.interval.ms``, 10 s by default); the rest is margin for a broker
+    that is itself recovering.
+    """
+    if config.restore_stable_wait_ms >= 0:
+        return config.restore_stable_wait_ms / 1000
+    return config.effective_transaction_timeout_ms / 1000 + 10 + 30
+
+
+def read_key_range(consumer: Consumer, topic: str, partition: int, start: int, end: int,
+                   key: bytes, deadline_s: float = DEFAULT_DEADLINE_S) -> list[Message]:
+    """The committed records of ``key`` at offsets ``[start, end)`` of one partition."""
+
+    def read() -> list[Message]:
+        out: list[Message] = []
+        consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + 60
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                                    f"reading {topic}[{partition}] timed out"))
+                for m in consumer.consume(num_messages=10_000, timeout=0.05):
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            return out
+                        if is_transient(KafkaException(err)):
+                            continue
+                        raise KafkaException(err)
+                    offset = m.offset() or 0
+                    if offset >= end:
+                        return out
+                    if m.key() == key:
+                        out.append(m)
+                    if offset >= end - 1:
+                        return out
+        finally:
+            consumer.unassign()
+
+    if start >= end:
+        return []
+    return retry(read, f"reading {topic}[{partition}] {start}..{end}", deadline_s=deadline_s)

@@ -34,6 +34,7 @@ process with one line (:class:`KafkaFatal`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -55,7 +56,7 @@ from processor.core.errors import SessionError
 from processor.core.message_projections import default_message_projections
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import CHECKPOINT_VERSION, Session, synthetic_header
-from processor.service import clients, preflight, transactions
+from processor.service import clients, faultpoints, preflight, transactions
 from processor.service.codec import (
     Anchor,
     Checkpoint,
@@ -78,15 +79,27 @@ from processor.service.control import (
 )
 from processor.service.dead_letters import MAX_KEY_BYTES, bounded
 from processor.service.failures import FailureTracker
-from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, message_error
+from processor.service.kafka_errors import (
+    ClientProblems,
+    KafkaFatal,
+    Kind,
+    error_of,
+    message_error,
+)
 from processor.service.metrics import Metrics
 from processor.service.restore import (
     AnchorError,
     check_anchor,
+    committed_offsets,
     fetch_events,
     load_checkpoints,
     newest_anchor,
+    read_key_range,
+    stable_bound_s,
+    wait_stable,
 )
+from processor.service.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
+from processor.service.retry import FatalBudget, retry, run_all
 from processor.service.state import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
@@ -134,6 +147,13 @@ class _Partition:
                             if (cp.surface.get("service") or {}).get("quarantine")}
         self.sessions: dict[str, SessionRuntime] = {}
         self.view_parts: dict[tuple[str, str], int] = {}
+        # Restored while a transaction was still open on the checkpoints
+        # partition (the wait gave up): a checkpoint may be stale (or hidden
+        # altogether), so a gap in a session with nothing folded since the
+        # restore is repaired from the events (_repair_stale).
+        self.maybe_stale = False
+        self.resumed_at: int | None = None  # committed offset the restore resumed at
+        self.fresh: set[str] = set()  # sessions with no event folded since the restore
 
 
 class Processor:
@@ -169,6 +189,8 @@ class Processor:
         self._publish_floor = dict(publish_floor or {})
         self._assigned_at = 0.0
         self._applied = 0
+        self._replaying = False  # refolding history another owner already committed
+        self._fatal_budget = FatalBudget()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -188,7 +210,8 @@ class Processor:
         self._control = ControlChannel(clients.plain_consumer(cfg, "control", problems, **own),
                                        self.topics.control, cfg.group_id)
         if cfg.exactly_once:
-            transactions.init(producer, problems, f"{cfg.group_id}-{self.instance_id}")
+            transactions.init(producer, problems, f"{cfg.group_id}-{self.instance_id}",
+                              deadline_s=RETRY_DEADLINE_S)
         preflight.require_permissions(self.config, self.problems, self.metrics)
         consumer.subscribe([self.topics.events], on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -249,21 +272,12 @@ class Processor:
         return all(positions[p] >= target or target <= 0 for p, target in targets.items())
 
     def _close(self) -> None:
-        if self._control is not None:
-            try:
-                self._control.close()
-            except (KafkaException, RuntimeError) as exc:
-                log.warning("control consumer close: %s", exc)
-            self._control = None
-        if self._consumer is not None:
-            try:
-                self._consumer.close()  # leaves the group: revoke runs _commit
-            except (KafkaException, RuntimeError) as exc:
-                log.warning("consumer close: %s", exc)
-        if self._producer is not None:
-            self._producer.flush(0 if self._dead else 10)
-        if self._restore_consumer is not None:
-            self._restore_consumer.close()
+        c, k, p, r = self._consumer, self._control, self._producer, self._restore_consumer
+        self._control = None
+        run_all([("control consumer close", k.close if k else None),
+                 ("consumer close", c.close if c else None),  # revoke runs _commit
+                 ("producer flush", (lambda: p.flush(0 if self._dead else 10)) if p else None),
+                 ("restore consumer close", r.close if r else None)])
         self._consumer = self._producer = self._restore_consumer = None
 
     # ------------------------------------------------------------ rebalance
@@ -321,10 +335,15 @@ class Processor:
             return {}
         t0 = time.monotonic()
         rc, events = self._restore_consumer, self.topics.events
+        if self.config.exactly_once:
+            # never restore behind a zombie's open transaction (see restore.py)
+            unstable = set(wait_stable(lambda: clients.admin(self.config),
+                                       self.topics.checkpoints, numbers,
+                                       stable_bound_s(self.config)))
+        else:
+            unstable = set()
         restores = load_checkpoints(rc, self.codec, self.topics.checkpoints, numbers)
-        committed = {tp.partition: (tp.offset if tp.offset >= 0 else None)
-                     for tp in self._consumer.committed(
-                         [TopicPartition(events, p) for p in numbers], timeout=30)}
+        committed = committed_offsets(self._consumer, events, numbers)
         anchors = {p: cp.anchor.offset for p, r in restores.items()
                    if (cp := newest_anchor(r)) is not None}
         found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
@@ -345,7 +364,9 @@ class Processor:
                     self._tombstone_session(number, sid, cp)
                 restore.checkpoints.clear()
                 starts[number] = OFFSET_BEGINNING
-            self._partitions[number] = _Partition(number, restore.checkpoints)
+            part = self._partitions[number] = _Partition(number, restore.checkpoints)
+            part.maybe_stale = number in unstable and starts[number] is None
+            part.resumed_at = committed[number]
             self.metrics.restored_checkpoints.inc(len(restore.checkpoints))
             log.info("restored partition %d: %d checkpoints from %d records, resuming at %s",
                      number, len(restore.checkpoints), restore.records_read,
@@ -398,6 +419,8 @@ class Processor:
         rt = SessionRuntime(sid, part.number, session, window=self.config.duplicate_window)
         if cp is not None:
             rt.load_service_state(cp.surface.get("service", {}))
+        if part.maybe_stale:
+            part.fresh.add(sid)  # without a checkpoint: its first one may be the hidden one
         part.sessions[sid] = rt
         return rt
 
@@ -518,6 +541,9 @@ class Processor:
                          f"seq {event.seq}: {reason} (watermark {last})", rt)
             return
         if event.seq > last + 1:
+            if part.fresh and self._repair_stale(part, rt):
+                self._fold_record(part, msg)  # judged again against the repaired state
+                return
             self._reject(part, sid, msg, event.seq, "S-1",
                          f"seq {event.seq}: gap, expected {last + 1} (S-1)", rt)
             return
@@ -527,9 +553,35 @@ class Processor:
             self._reject(part, sid, msg, event.seq, exc.rule, str(exc), rt)
             return
         rt.record_applied(event, _offset(msg))
+        if part.fresh:
+            part.fresh.discard(sid)
         rt.session.log.trim_before(event.seq + 1)
         self._pending.dirty[(part.number, sid)] = rt
         self._applied += 1
+
+    def _repair_stale(self, part: _Partition, rt: SessionRuntime) -> bool:
+        """A gap in a session fresh from a maybe-stale checkpoint (restored behind an
+        open transaction): refold its events from the checkpoint's anchor to the
+        offset the restore resumed at, which a later owner folded and committed
+        (so no dead letter or view is re-published for them).  True if the
+        session moved on: the gap was a stale restore, not bad input."""
+        part.fresh.discard(rt.session_id)
+        if part.resumed_at is None or self._restore_consumer is None:
+            return False
+        start = rt.last_offset + 1 if rt.last_offset >= 0 else 0
+        records = read_key_range(self._restore_consumer, self.topics.events, part.number,
+                                 start, part.resumed_at, session_key(rt.session_id))
+        before = rt.last_seq
+        applied, self._replaying = self._applied, True
+        try:
+            for m in records:
+                self._fold_record(part, m)
+        finally:
+            self._applied, self._replaying = applied, False
+        log.warning("session %s was restored stale at seq %d (a newer checkpoint was hidden "
+                    "behind an open transaction); refolded %d records from offset %d, now at "
+                    "seq %d", rt.session_id, before, len(records), start, rt.last_seq)
+        return rt.last_seq > before
 
     def _apply_commands(self, msgs: list[Message]) -> None:
         """Operator commands from the control topic (see ``control.py``)."""
@@ -564,7 +616,8 @@ class Processor:
     def _reject(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
                 rule: str, reason: str, rt: SessionRuntime | None = None) -> None:
         self._dead_letter(part, sid, msg, seq, rule, reason)
-        self.metrics.events.labels("rejected").inc()
+        if not self._replaying:
+            self.metrics.events.labels("rejected").inc()
         if sid is None:
             return
         rt = rt or self._runtime(part, sid)
@@ -580,6 +633,8 @@ class Processor:
 
     def _dead_letter(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
                      rule: str, reason: str) -> None:
+        if self._replaying:
+            return  # the owner that first folded this record dead-lettered it
         self.metrics.dlq.labels(rule).inc()
         ts = msg.timestamp()[1]
         letter, referenced = bounded(DeadLetter(
@@ -676,6 +731,7 @@ class Processor:
             offsets += [TopicPartition(self.topics.control, p, o)
                         for p, o in pending.control_offsets.items()]
             if eos:
+                faultpoints.hit(faultpoints.BEFORE_SEND_OFFSETS, lambda: producer.flush(30))
                 if offsets:
                     transactions.retrying(lambda: producer.send_offsets_to_transaction(
                         offsets, consumer.consumer_group_metadata(), 30), self.metrics)
@@ -694,14 +750,19 @@ class Processor:
                 producer.poll(0)
             verdict = transactions.verdict(exc, self.problems, self.config.group_id)
             self.metrics.txn_failures.labels(verdict.kind.value).inc()
-            if verdict.kind in (Kind.FATAL, Kind.DENIED):
+            err = error_of(exc)
+            if (verdict.kind is Kind.FATAL and eos and err is not None
+                    and self._replace_producer(err)):
+                pass  # the new producer fenced the broken one; refold below
+            elif verdict.kind in (Kind.FATAL, Kind.DENIED):
                 line = verdict.line
                 if verdict.kind is Kind.DENIED:  # the broker rarely says which ACL
                     line = "; ".join(preflight.missing_or_fatal(self.config,
                                                                  self.problems)) or line
                 self.metrics.fatal = line
                 raise KafkaFatal(line) from None
-            log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
+            else:
+                log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
             self._abort(pending.partitions())
             self._stop.wait(self._failures.failed(verdict.line))
             return
@@ -712,11 +773,32 @@ class Processor:
         self._pending = _Pending()
         self._update_gauges()
 
+    def _replace_producer(self, err: KafkaError) -> bool:
+        """Survive a fatal producer error that a broker fault caused.
+
+        A coordinator moving during a commit can leave librdkafka's
+        transactional producer fatally broken (INVALID_TXN_STATE, seen in the
+        fault suite); a new producer with the same transactional id fences
+        the old one and aborts its open transaction, and the batch is then
+        refolded from the checkpoints.  Bounded (FatalBudget): a cause that
+        persists — another live instance with the same id, missing ACLs —
+        still ends the process.
+        """
+        if not self._fatal_budget.allow(err):
+            return False
+        log.error("producer fatal error (%s); replacing the producer", err)
+        self._producer = producer = clients.output_producer(self.config, self.instance_id,
+                                                            self.problems)
+        transactions.init(producer, self.problems, f"{self.config.group_id}-{self.instance_id}",
+                          deadline_s=RETRY_DEADLINE_S)
+        return True
+
     def _abort(self, partitions: set[int], *, rewind: bool = True) -> None:
         """Drop the open batch; restore touched partitions from the checkpoints."""
         if self.config.exactly_once and self._producer is not None:
+            producer = self._producer
             try:
-                self._producer.abort_transaction(30)
+                retry(lambda: producer.abort_transaction(30), "abort_transaction")
             except KafkaException as exc:
                 log.debug("abort_transaction: %s", exc)
         self.metrics.aborts.inc()
@@ -726,13 +808,13 @@ class Processor:
             return
         numbers = sorted(touched & set(self._partitions))
         starts = self._restore_partitions(numbers)
-        committed = {tp.partition: tp.offset for tp in self._consumer.committed(
-            [TopicPartition(self.topics.events, p) for p in numbers], timeout=30)}
+        committed = committed_offsets(self._consumer, self.topics.events, numbers)
         for number in numbers:
             start = starts.get(number)
-            offset = start if start is not None else (
-                committed[number] if committed[number] >= 0 else OFFSET_BEGINNING)
-            self._consumer.seek(TopicPartition(self.topics.events, number, offset))
+            at = committed[number]
+            offset = start if start is not None else (at if at is not None else OFFSET_BEGINNING)
+            tp = TopicPartition(self.topics.events, number, offset)
+            retry(functools.partial(self._consumer.seek, tp), f"seek {tp.topic}[{number}]")
         if self._control is not None:
             self._control.rewind(self._consumer, set(numbers))
 

@@ -8,6 +8,14 @@ stitched back together so a session's views can be compared with
 ``processor fold`` (:func:`session_fold_equivalent` vs
 :func:`offline_equivalent`).
 
+Readers never hide history: when a (session, view) arrives with a lower
+``asOfSeq`` than one already read, the later record wins (it is what the
+topic says now, and what compaction will keep) and the regression is
+surfaced — logged, counted in :class:`ViewRegression` records, flagged on the
+:class:`ViewUpdate` a follower yields — instead of being dropped in silence.
+A regression means a processor published from a stale state; hiding it
+would show ``status: ok`` while the session is stuck.
+
 Materializing reads every partition from the beginning to its end as it was
 when the read started; following first takes such a snapshot and then tails
 from exactly where the snapshot ended, so a follower sees every later commit
@@ -55,7 +63,9 @@ __all__ = [
     "CORE_VIEWS",
     "SessionViews",
     "ViewRecord",
+    "ViewRegression",
     "ViewUpdate",
+    "ViewsSnapshot",
     "assemble_transcript",
     "dead_letter_json",
     "follow_dead_letters",
@@ -64,6 +74,7 @@ __all__ = [
     "offline_equivalent",
     "read_committed_records",
     "read_dead_letters",
+    "read_views",
     "session_fold_equivalent",
     "view_update_json",
 ]
@@ -89,11 +100,34 @@ SessionViews = dict[str, ViewRecord]
 
 @dataclass(frozen=True, slots=True)
 class ViewUpdate:
-    """A committed change of one view; ``record`` is None when it was removed."""
+    """A committed change of one view; ``record`` is None when it was removed.
+
+    ``regressed_from``: the higher ``asOfSeq`` this view had before, when this
+    record went backwards (see the module docstring); None otherwise.
+    """
 
     session_id: str
     view: str
     record: ViewRecord | None
+    regressed_from: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ViewRegression:
+    """A view record whose ``asOfSeq`` is lower than one read before it."""
+
+    session_id: str
+    view: str
+    as_of_seq: int
+    previous: int
+    partition: int | None = None
+    offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ViewsSnapshot:
+    views: dict[str, SessionViews]
+    regressions: list[ViewRegression]
 
 
 class _Materializer:
@@ -112,14 +146,20 @@ class _Materializer:
         self.views: dict[str, SessionViews] = {}
         self.assembler = ViewAssembler()
         self._heads: dict[bytes, tuple[str, str]] = {}
+        # highest asOfSeq read per (session, view), to see a record go backwards
+        self._seen: dict[tuple[str, str], int] = {}
+        self._regressed: dict[tuple[str, str], int] = {}
+        self.regressions: list[ViewRegression] = []
 
-    def apply(self, key: bytes | None, value: bytes | None) -> ViewUpdate | None:
+    def apply(self, key: bytes | None, value: bytes | None, partition: int | None = None,
+              offset: int | None = None) -> ViewUpdate | None:
         if value is None:
             ident = self._heads.pop(key, None) if key is not None else None
             if ident is None:
                 return None
             sid, name = ident
             self.assembler.forget(sid, name)
+            self._seen.pop(ident, None)  # a removed view may start again lower
             existed = self.views.get(sid, {}).pop(name, None) is not None
             return ViewUpdate(sid, name, None) if existed else None
         part = self.codec.decode_view(value)
@@ -129,12 +169,25 @@ class _Materializer:
             return None
         if part.part == 0 and key is not None:
             self._heads[key] = (part.session_id, part.view)
+        ident = (part.session_id, part.view)
+        seen = self._seen.get(ident)
+        if seen is not None and part.as_of_seq < seen:
+            # the latest record wins: let the assembler take the lower version
+            self.assembler.forget(*ident)
+            self._regressed[ident] = seen
+            regression = ViewRegression(part.session_id, part.view, part.as_of_seq, seen,
+                                        partition, offset)
+            self.regressions.append(regression)
+            log.warning("view %s/%s went back from asOfSeq %d to %d (%s@%s): a processor "
+                        "published from a stale state", part.session_id, part.view, seen,
+                        part.as_of_seq, partition, offset)
+        self._seen[ident] = part.as_of_seq
         whole: View | None = self.assembler.add(part)
         if whole is None:
             return None  # waiting for the other parts of a split view
         record = ViewRecord(whole.view, whole.as_of_seq, whole.state_version, whole.json_value())
         self.views.setdefault(whole.session_id, {})[whole.view] = record
-        return ViewUpdate(whole.session_id, whole.view, record)
+        return ViewUpdate(whole.session_id, whole.view, record, self._regressed.pop(ident, None))
 
 
 def _partitions(consumer: Consumer, topic: str, timeout: float) -> list[int]:
@@ -229,11 +282,17 @@ def materialize_views(config: ServiceConfig, *, session: str | None = None,
     the views of a session live in its events partition, which a reader
     cannot compute without knowing the producers' partitioner).
     """
+    return read_views(config, session=session, view=view, timeout=timeout, codec=codec).views
+
+
+def read_views(config: ServiceConfig, *, session: str | None = None, view: str | None = None,
+               timeout: float = 60.0, codec: Codec | None = None) -> ViewsSnapshot:
+    """:func:`materialize_views` plus every ``asOfSeq`` regression met on the way."""
     state = _Materializer(codec or default_codec(), session, view)
     for m in read_committed_records(config, config.topics.views, timeout=timeout,
                                     purpose="views-reader"):
-        state.apply(m.key(), m.value())
-    return state.views
+        state.apply(m.key(), m.value(), m.partition(), m.offset())
+    return ViewsSnapshot(state.views, state.regressions)
 
 
 def follow_views(config: ServiceConfig, *, session: str | None = None,
@@ -254,15 +313,21 @@ def follow_views(config: ServiceConfig, *, session: str | None = None,
             parts, msgs = _snapshot(consumer, topic, timeout)
             for p in parts:
                 for m in msgs[p]:
-                    state.apply(m.key(), m.value())
+                    state.apply(m.key(), m.value(), p, m.offset())
+            # flag a snapshot value only when it is itself the regressed record
+            last = {(r.session_id, r.view): r for r in state.regressions}
+            regressed = {ident: r.previous for ident, r in last.items()
+                         if (rec := state.views.get(ident[0], {}).get(ident[1])) is not None
+                         and rec.as_of_seq == r.as_of_seq}
             for sid in sorted(state.views):
                 for name in sorted(state.views[sid]):
-                    yield ViewUpdate(sid, name, state.views[sid][name])
+                    yield ViewUpdate(sid, name, state.views[sid][name],
+                                     regressed.get((sid, name)))
             starts = _resume_offsets(parts, msgs)
         else:
             starts = [(p, OFFSET_END) for p in _partitions(consumer, topic, timeout)]
         for m in _tail(consumer, topic, starts, stop_after_s):
-            update = state.apply(m.key(), m.value())
+            update = state.apply(m.key(), m.value(), m.partition(), m.offset())
             if update is not None:
                 yield update
     finally:
@@ -274,8 +339,11 @@ def view_update_json(update: ViewUpdate) -> dict[str, Any]:
     if update.record is None:
         return {"session": update.session_id, "view": update.view, "removed": True}
     r = update.record
-    return {"session": update.session_id, "view": update.view, "asOfSeq": r.as_of_seq,
-            "stateVersion": r.state_version, "value": r.value}
+    doc = {"session": update.session_id, "view": update.view, "asOfSeq": r.as_of_seq,
+           "stateVersion": r.state_version, "value": r.value}
+    if update.regressed_from is not None:
+        doc["regressedFrom"] = update.regressed_from
+    return doc
 
 
 def assemble_transcript(views: SessionViews) -> list[Any]:

@@ -1,0 +1,36 @@
+"""Crash points for the fault suite: die at an exact place in the protocol.
+
+``PROCESSOR_FAULTPOINT=<name>`` SIGKILLs this process the first time
+:func:`hit` is called with ``name`` while the file named by
+``PROCESSOR_FAULTPOINT_ARM`` exists (armed at once when that variable is
+unset).  The tests use it to leave a transaction open with its views and
+checkpoints produced but its offsets never sent — a zombie's footprint that
+timing alone cannot reproduce.  Unset (production), :func:`hit` is one dict
+lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+_POINT = os.environ.get("PROCESSOR_FAULTPOINT", "")
+_ARM = os.environ.get("PROCESSOR_FAULTPOINT_ARM", "")
+
+#: Points the runner passes: the transaction's records are produced, its
+#: offsets not yet sent.
+BEFORE_SEND_OFFSETS = "before-send-offsets"
+
+
+def hit(name: str, prepare: Callable[[], object] | None = None) -> None:
+    """Die here if armed; ``prepare`` runs first (e.g. flush, so what the
+    transaction produced really reached the broker before the crash)."""
+    if not _POINT or name != _POINT:
+        return
+    if _ARM and not Path(_ARM).exists():
+        return
+    if prepare is not None:
+        prepare()
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,125 @@
+"""Retrying the Kafka calls of the restore and close paths through broker faults.
+
+A broker restart, a leader election or a coordinator moving make admin and
+consumer calls fail for seconds with errors that go away by themselves
+(``_TRANSPORT``, ``_DESTROY_BROKER``, ``_TIMED_OUT``, leader not available,
+coordinator loading, unstable offsets ...).  A member that died of one of
+those would turn a broker's restart into the whole group's outage, so every
+such call retries with backoff until a deadline; only a permanent error (or
+the deadline) reaches the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException
+
+log = logging.getLogger("processor.retry")
+
+T = TypeVar("T")
+
+#: Error codes that a later attempt can succeed past (besides ``retriable()``).
+TRANSIENT_CODES = frozenset({
+    KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER, KafkaError._TIMED_OUT,
+    KafkaError._TIMED_OUT_QUEUE, KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD,
+    KafkaError._MSG_TIMED_OUT, KafkaError._RESOLVE, KafkaError._NODE_UPDATE,
+    KafkaError._WAIT_CACHE, KafkaError._RETRY, KafkaError._OUTDATED,
+    KafkaError._UNKNOWN_PARTITION, KafkaError._PARTIAL,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION, KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.KAFKA_STORAGE_ERROR,
+    KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.CONCURRENT_TRANSACTIONS,
+})
+
+#: How long the restore and close paths ride out a broker fault by default.
+DEFAULT_DEADLINE_S = 120.0
+
+
+def kafka_error(exc: BaseException) -> KafkaError | None:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return err if isinstance(err, KafkaError) else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for a Kafka error that may go away on its own (never for a fatal one)."""
+    err = kafka_error(exc)
+    if err is None:
+        return False
+    if err.fatal():
+        return False
+    return bool(err.retriable()) or err.code() in TRANSIENT_CODES
+
+
+def retry(call: Callable[[], T], what: str, *, deadline_s: float = DEFAULT_DEADLINE_S,
+          first_delay: float = 0.1, max_delay: float = 2.0) -> T:
+    """``call()`` until it succeeds, retrying transient Kafka errors until ``deadline_s``.
+
+    Raises the last error when it is permanent or the deadline has passed.
+    """
+    deadline = time.monotonic() + deadline_s
+    delay = first_delay
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            attempt += 1
+            if not is_transient(exc) or time.monotonic() + delay > deadline:
+                raise
+            level = logging.INFO if attempt < 3 else logging.WARNING
+            log.log(level, "%s: %s; retrying (attempt %d)", what, exc, attempt)
+            time.sleep(delay)
+            delay = min(delay * 2, max_delay)
+
+
+def run_all(steps: Sequence[tuple[str, Callable[[], Any] | None]]) -> None:
+    """Run every step whatever the ones before raised (a close path: a broker
+    restarting makes ``close()`` fail with ``_TIMED_OUT``, which must not turn
+    a clean shutdown into a crash or leave the other clients open)."""
+    for what, step in steps:
+        if step is None:
+            continue
+        try:
+            step()
+        except Exception as exc:
+            log.warning("%s: %s", what, exc)
+
+
+#: Fatal errors that a new client cannot fix: the process must end with them.
+PERMANENT_FATAL = frozenset({
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE,
+})
+
+
+class FatalBudget:
+    """How often a fatal client error may be answered by a new client.
+
+    At most ``limit`` replacements within ``window_s``: enough to ride out a
+    broker restart, never a loop around a cause that stays.
+    """
+
+    def __init__(self, limit: int = 3, window_s: float = 300.0) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self._used: list[float] = []
+
+    def allow(self, err: KafkaError) -> bool:
+        if err.code() in PERMANENT_FATAL:
+            return False
+        now = time.monotonic()
+        self._used = [t for t in self._used if now - t < self.window_s]
+        if len(self._used) >= self.limit:
+            return False
+        self._used.append(now)
+        return True

@@ -1,0 +1,365 @@
+"""The fault suite's cluster, members, writers and the read_committed follower.
+
+A 3-node KRaft cluster (:class:`processor.devcluster.LocalCluster`, replication
+factor 3, ``min.insync.replicas=2``) is started once per test session.
+Members are real ``processor run`` OS processes (so they can be SIGKILLed,
+SIGSTOPped and SIGCONTed); writers are threads appending through
+``SessionWriter``; a follower thread tails the views and the DLQ with
+``read_committed`` and checks every record as it commits.
+
+Scale (environment):
+
+- ``PROCESSOR_FAULTS=bounded`` (default; what ``.ci/run`` runs): one round of
+  each fault, a few thousand events, a few minutes on 2 cores;
+- ``PROCESSOR_FAULTS=long`` for the bench machine: faults on a seeded random
+  schedule for ``PROCESSOR_FAULTS_SECONDS`` (default 300) with
+  ``PROCESSOR_FAULTS_SESSIONS`` sessions per writer (default 40) and seed
+  ``PROCESSOR_FAULTS_SEED``;
+- ``PROCESSOR_FAULTS=skip`` leaves the suite out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from processor.core.events import Event
+from processor.devcluster import LocalCluster
+from processor.offline import fold_events, session_output
+from processor.service import clients
+from processor.service.codec import default_codec
+from processor.service.config import ServiceConfig
+from processor.service.restore import watermarks
+from processor.service.topics import create_topics
+from processor.service.views_reader import offline_equivalent, read_views, session_fold_equivalent
+from processor.service.writer import DeliveryError, SessionWriter
+from processor.workload import generate_session
+from tests.kafka_fixtures import unique_prefix
+
+REPO = Path(__file__).parents[2]
+SESSION_TIMEOUT_MS = 6_000  # the broker's minimum: a dead member is noticed soonest
+
+MODE = os.environ.get("PROCESSOR_FAULTS", "bounded").strip().lower()
+LONG = MODE == "long"
+SEED = int(os.environ.get("PROCESSOR_FAULTS_SEED", "8"))
+LONG_SECONDS = float(os.environ.get("PROCESSOR_FAULTS_SECONDS", "300"))
+SESSIONS_PER_WRITER = int(os.environ.get("PROCESSOR_FAULTS_SESSIONS", "40" if LONG else "8"))
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    if MODE == "skip":
+        pytest.skip("PROCESSOR_FAULTS=skip")
+    with LocalCluster(3) as c:
+        yield c
+
+
+def as_json(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value))
+
+
+@dataclass
+class Member:
+    instance_id: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+@dataclass
+class FaultStack:
+    cluster: LocalCluster
+    config: ServiceConfig
+    workdir: Path
+    members: dict[str, Member] = field(default_factory=dict)
+    written: dict[str, list[Event]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ members
+
+    def spawn(self, instance_id: str, *extra: str, env: dict[str, str] | None = None,
+              transaction_timeout_ms: int = 10_000) -> Member:
+        cfg = self.config
+        cmd = [sys.executable, "-m", "processor", "run", "-b", cfg.bootstrap_servers,
+               "--topic-prefix", cfg.topic_prefix, "--group-id", cfg.group_id,
+               "--instance-id", instance_id, "--commit-interval-ms", "100",
+               "--transaction-timeout-ms", str(transaction_timeout_ms),
+               "-X", f"session.timeout.ms={SESSION_TIMEOUT_MS}", *extra]
+        log = self.workdir / f"{instance_id}.log"
+        with log.open("ab") as sink:
+            proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO),
+                                              **(env or {})},
+                                    stdout=sink, stderr=sink)
+        member = Member(instance_id, proc, log)
+        self.members[instance_id] = member
+        return member
+
+    def stop_all(self) -> None:
+        for m in self.members.values():
+            m.kill()
+
+    def member_report(self) -> str:
+        return "\n".join(f"--- {m.instance_id} (exit {m.proc.poll()}):\n{m.tail()}"
+                         for m in self.members.values())
+
+    # ------------------------------------------------------------ offsets
+
+    def group_consumer(self) -> Consumer:
+        return Consumer({**self.config.common(), "group.id": self.config.group_id,
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+
+    def committed(self) -> dict[int, int]:
+        consumer = self.group_consumer()
+        try:
+            tps = [TopicPartition(self.config.topics.events, p)
+                   for p in range(self.config.partitions)]
+            return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=30)}
+        finally:
+            consumer.close()
+
+    def ends(self) -> dict[int, int]:
+        consumer = clients.plain_consumer(self.config, "faults-ends")
+        try:
+            return {p: watermarks(consumer, self.config.topics.events, p)[1]
+                    for p in range(self.config.partitions)}
+        finally:
+            consumer.close()
+
+    def wait_caught_up(self, timeout: float) -> None:
+        """Every events partition committed to its end (the group has folded everything)."""
+        deadline = time.monotonic() + timeout
+        ends = self.ends()
+        got: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            try:
+                got = self.committed()
+            except Exception:  # a coordinator moving: ask again
+                time.sleep(1)
+                continue
+            if all(got.get(p, -1) >= end for p, end in ends.items()):
+                return
+            time.sleep(1)
+        raise AssertionError(f"not caught up: committed {got}, ends {ends}\n"
+                             f"{self.member_report()}")
+
+    # ------------------------------------------------------------ checks
+
+    def expected(self, sid: str) -> Any:
+        return as_json(offline_equivalent(session_output(fold_events(self.written[sid]))))
+
+    def assert_views_equal_offline_fold(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        wrong: list[str] = []
+        while True:
+            snap = read_views(self.config, timeout=60)
+            assert not snap.regressions, f"asOfSeq went back: {snap.regressions[:5]}"
+            wrong = []
+            for sid in self.written:
+                views = snap.views.get(sid)
+                if views is None or "status" not in views or (
+                        as_json(session_fold_equivalent(views)) != self.expected(sid)):
+                    wrong.append(sid)
+            if not wrong:
+                return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        sid = wrong[0]
+        views = snap.views.get(sid) or {}
+        status = views["status"].value if "status" in views else None
+        raise AssertionError(f"{len(wrong)} sessions differ from the offline fold, e.g. {sid} "
+                             f"(status {status}, written {len(self.written[sid])} events)")
+
+
+@pytest.fixture
+def fault_stack(cluster: LocalCluster, tmp_path: Path) -> Iterator[FaultStack]:
+    stack = make_stack(cluster, tmp_path, partitions=3)
+    try:
+        yield stack
+    finally:
+        stack.stop_all()
+
+
+def make_stack(cluster: LocalCluster, workdir: Path, *, partitions: int) -> FaultStack:
+    prefix = unique_prefix("f")
+    config = ServiceConfig(bootstrap_servers=cluster.bootstrap, topic_prefix=prefix,
+                           group_id=f"{prefix}-group", partitions=partitions,
+                           replication_factor=3, commit_interval_ms=100,
+                           transaction_timeout_ms=10_000)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            create_topics(clients.admin(config), config)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    return FaultStack(cluster, config, workdir)
+
+
+# ---------------------------------------------------------------- writers
+
+
+def session_plan(n: int, length: int, seed: int, label: str) -> dict[str, list[Event]]:
+    rng = random.Random(seed)
+    return {f"{label}{i:03d}": generate_session(random.Random(rng.random()), length,
+                                                big_result_bytes=2_000)
+            for i in range(n)}
+
+
+class Writer(threading.Thread):
+    """Appends its sessions round-robin through one ``SessionWriter`` until stopped.
+
+    A delivery failure (a broker down) retries the same event — safe by
+    design: a copy that did land is an exact duplicate the processor drops.
+    """
+
+    def __init__(self, stack: FaultStack, plan: dict[str, list[Event]],
+                 stop: threading.Event, pace_s: float = 0.0) -> None:
+        super().__init__(daemon=True)
+        self.stack, self.plan, self.stop, self.pace_s = stack, plan, stop, pace_s
+        self.error: BaseException | None = None
+        self.appended = 0
+        for sid in plan:
+            stack.written[sid] = []
+
+    def run(self) -> None:
+        writer = SessionWriter(self.stack.config, client_id="faults-writer")
+        try:
+            pos = dict.fromkeys(self.plan, 0)
+            while not self.stop.is_set() and any(pos[s] < len(e) for s, e in self.plan.items()):
+                for sid, events in self.plan.items():
+                    if pos[sid] >= len(events) or self.stop.is_set():
+                        continue
+                    self._append(writer, sid, events[pos[sid]])
+                    pos[sid] += 1
+                    if self.pace_s:
+                        time.sleep(self.pace_s)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            writer.close(60)
+
+    def _append(self, writer: SessionWriter, sid: str, event: Event) -> None:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                writer.append_event(sid, event)
+                break
+            except DeliveryError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        self.stack.written[sid].append(event)
+        self.appended += 1
+
+
+# ---------------------------------------------------------------- follower
+
+
+class Follower(threading.Thread):
+    """Tails views and DLQ with ``read_committed`` and checks every record as it commits.
+
+    Per (session, view) the head's ``asOfSeq`` never goes back; every part
+    decodes; no dead letter appears (the suite writes only valid sessions).
+    """
+
+    def __init__(self, config: ServiceConfig) -> None:
+        super().__init__(daemon=True)
+        self.config = config
+        self.stop = threading.Event()
+        self.records = 0
+        self.violations: list[str] = []
+        self.dead_letters: list[Any] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        codec = default_codec()
+        t = self.config.topics
+        consumer = Consumer({**self.config.common(), "group.id": f"{t.views}-follower",
+                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                             "enable.partition.eof": False, "fetch.wait.max.ms": 100})
+        seen: dict[tuple[str, str], int] = {}
+        try:
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
+                             for topic in (t.views, t.dlq)
+                             for p in range(self.config.partitions)])
+            while not self.stop.is_set():
+                for m in consumer.consume(500, timeout=0.2):
+                    if m.error() is not None:
+                        if m.error().fatal():
+                            raise RuntimeError(str(m.error()))
+                        continue  # a broker restarting
+                    self.records += 1
+                    if m.topic() == t.dlq:
+                        if m.value() is not None:
+                            self.dead_letters.append(codec.decode_dead_letter(m.value()))
+                        continue
+                    if m.value() is None:
+                        continue
+                    view = codec.decode_view(m.value())
+                    if view.part != 0:
+                        continue
+                    ident = (view.session_id, view.view)
+                    prev = seen.get(ident)
+                    if prev is not None and view.as_of_seq < prev:
+                        self.violations.append(f"{ident}: asOfSeq {prev} -> {view.as_of_seq} "
+                                               f"at {m.partition()}@{m.offset()}")
+                    seen[ident] = max(prev or -1, view.as_of_seq)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            consumer.close()
+
+    def check(self) -> None:
+        assert self.error is None, f"follower failed: {self.error!r}"
+        assert not self.violations, f"asOfSeq went back: {self.violations[:5]}"
+        letters = [(d.session_id, d.seq, d.rule, d.reason) for d in self.dead_letters]
+        assert not letters, f"{len(letters)} dead letters, e.g. {letters[:5]}"
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str, report: Callable[[], str]
+               = lambda: "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}\n{report()}")
+
+
+__all__ = ["LONG", "LONG_SECONDS", "SEED", "SESSIONS_PER_WRITER", "SESSION_TIMEOUT_MS",
+           "FaultStack", "Follower", "Member", "Writer", "as_json", "make_stack",
+           "session_plan", "wait_until"]

@@ -1,0 +1,153 @@
+"""Members and brokers fail under load; the output stays exactly what an offline fold gives.
+
+Three ``processor run`` members, two writers appending through
+``SessionWriter``, a ``read_committed`` follower checking every view and
+dead letter as it commits, and faults:
+
+- a member paused (SIGSTOP) past its session timeout, then resumed (SIGCONT):
+  it lost its partitions and may hold an open transaction (a zombie);
+- a member SIGKILLed and replaced under an id never reused (its transaction
+  is never fenced by a successor, only by the transaction timeout);
+- a broker SIGKILLed under load (the group/transaction coordinator's, the
+  harshest one) and restarted.
+
+After catch-up: every view equals the offline fold of what was written, no
+dead letter and no quarantine, ``asOfSeq`` never went back for any
+(session, view), and no member exited on its own.
+
+``PROCESSOR_FAULTS=long`` runs the faults on a seeded random schedule for
+``PROCESSOR_FAULTS_SECONDS`` instead of one round (see conftest).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from processor.service import clients
+from tests.faults.conftest import (
+    LONG,
+    LONG_SECONDS,
+    SEED,
+    SESSION_TIMEOUT_MS,
+    SESSIONS_PER_WRITER,
+    FaultStack,
+    Follower,
+    Member,
+    Writer,
+    session_plan,
+    wait_until,
+)
+
+pytestmark = pytest.mark.faults
+
+
+class Chaos:
+    def __init__(self, stack: FaultStack, rng: random.Random) -> None:
+        self.stack = stack
+        self.rng = rng
+        self.killed: set[str] = set()
+        self.log: list[str] = []
+
+    def live(self) -> list[Member]:
+        return [m for m in self.stack.members.values()
+                if m.instance_id not in self.killed and m.alive()]
+
+    def note(self, what: str) -> None:
+        self.log.append(f"{time.strftime('%H:%M:%S')} {what}")
+
+    def pause_member(self) -> None:
+        m = self.rng.choice(self.live())
+        self.note(f"SIGSTOP {m.instance_id}")
+        m.signal(signal.SIGSTOP)
+        time.sleep(SESSION_TIMEOUT_MS / 1000 + 4)  # past the session timeout: it is kicked
+        m.signal(signal.SIGCONT)
+        self.note(f"SIGCONT {m.instance_id}")
+
+    def kill_member(self) -> None:
+        m = self.rng.choice(self.live())
+        self.note(f"SIGKILL {m.instance_id}")
+        m.kill()
+        self.killed.add(m.instance_id)
+        new = self.stack.spawn(f"m-{uuid.uuid4().hex[:8]}")  # an id never used before
+        self.note(f"spawned {new.instance_id}")
+
+    def kill_broker(self, down_s: float = 8.0) -> None:
+        node = self._coordinator_node()
+        self.note(f"SIGKILL broker {node}")
+        self.stack.cluster.kill(node)
+        time.sleep(down_s)  # writers and members keep going on two nodes
+        self.stack.cluster.restart(node)
+        self.note(f"broker {node} restarted")
+
+    def _coordinator_node(self) -> int:
+        """The leader of __consumer_offsets (group and, here, transaction coordinator)."""
+        try:
+            md = clients.admin(self.stack.config).list_topics("__consumer_offsets", timeout=10)
+            return int(md.topics["__consumer_offsets"].partitions[0].leader)
+        except Exception:
+            return self.rng.choice(sorted(self.stack.cluster.nodes))
+
+
+def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
+    stack = fault_stack
+    rng = random.Random(SEED)
+    follower = Follower(stack.config)
+    follower.start()
+    for i in range(3):
+        stack.spawn(f"m{i}-{uuid.uuid4().hex[:8]}")
+    stop = threading.Event()
+    length = 5_000 if LONG else 2_000  # more than the writers get through: load to the end
+    writers = [Writer(stack, session_plan(SESSIONS_PER_WRITER, length, SEED + k, f"w{k}-"),
+                      stop) for k in range(2)]
+    for w in writers:
+        w.start()
+    chaos = Chaos(stack, rng)
+    chaos.note(f"{'long' if LONG else 'bounded'} form, PROCESSOR_FAULTS_SEED={SEED}, "
+               f"{SESSIONS_PER_WRITER} sessions per writer")
+    try:
+        wait_until(lambda: sum(w.appended for w in writers) > 200, 120, "the writers to start")
+        wait_until(lambda: all(o > 0 for o in stack.committed().values()), 120,
+                   "every partition to commit", stack.member_report)
+        faults = [chaos.pause_member, chaos.kill_member, chaos.kill_broker]
+        if LONG:
+            end = time.monotonic() + LONG_SECONDS
+            while time.monotonic() < end:
+                rng.choice(faults)()
+                time.sleep(rng.uniform(2, 10))
+        else:
+            for fault in faults:
+                fault()
+                time.sleep(4)
+        stop.set()
+        for w in writers:
+            w.join(240)
+            assert w.error is None, f"writer failed: {w.error!r}"
+        chaos.note(f"writers stopped after {sum(w.appended for w in writers)} events")
+        stack.wait_caught_up(300)
+        chaos.note("caught up")
+        stack.assert_views_equal_offline_fold(timeout=180)
+        chaos.note("views equal the offline fold")
+        survivors = [m for m in stack.members.values() if m.instance_id not in chaos.killed]
+        exited = [(m.instance_id, m.proc.poll()) for m in survivors if not m.alive()]
+        assert not exited, f"members exited: {exited}\n{stack.member_report()}"
+        time.sleep(3)  # let the follower read to the end
+    finally:
+        stop.set()
+        follower.stop.set()
+        follower.join(30)
+        print("\n".join(chaos.log))
+        print(f"events written: {sum(w.appended for w in writers)}, "
+              f"follower records: {follower.records}")
+    follower.check()
+
+
+def test_long_form_is_documented() -> None:
+    """The bench-machine form is reachable by environment, not by editing the test."""
+    assert Path(__file__).with_name("conftest.py").read_text().count("PROCESSOR_FAULTS") >= 3

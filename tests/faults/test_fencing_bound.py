@@ -1,0 +1,49 @@
+"""The zombie bound is derived from the processor's own loop, and the CLI shows history.
+
+Pure tests: no broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from processor.cli import views as views_cli
+from processor.service.config import ServiceConfig
+from processor.service.restore import stable_bound_s
+from processor.service.views_reader import ViewRecord, ViewUpdate
+
+
+def test_transaction_timeout_is_sized_to_the_commit_interval_and_revoke_budget() -> None:
+    cfg = ServiceConfig()
+    assert cfg.effective_transaction_timeout_ms == 10_000 + 2 * 200 + 5_000
+    slow = ServiceConfig(commit_interval_ms=2_000, revoke_budget_ms=30_000)
+    assert slow.effective_transaction_timeout_ms == 30_000 + 4_000 + 5_000
+    assert ServiceConfig(transaction_timeout_ms=7_000).effective_transaction_timeout_ms == 7_000
+
+
+def test_restore_waits_at_most_the_zombie_bound() -> None:
+    cfg = ServiceConfig()
+    # transaction timeout + the broker's default abort check interval + margin
+    assert stable_bound_s(cfg) == pytest.approx(15.4 + 10 + 30)
+    assert stable_bound_s(ServiceConfig(restore_stable_wait_ms=0)) == 0
+    assert stable_bound_s(ServiceConfig(restore_stable_wait_ms=5_000)) == 5
+
+
+def test_views_follow_warns_about_a_view_going_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_follow(config: ServiceConfig, **kwargs: Any) -> Iterator[ViewUpdate]:
+        yield ViewUpdate("s", "status", ViewRecord("status", 69, -1, {"state": "ok"}))
+        yield ViewUpdate("s", "status", ViewRecord("status", 49, -1, {"state": "quarantined"}),
+                         regressed_from=69)
+
+    monkeypatch.setattr(views_cli, "follow_views", fake_follow)
+    result = CliRunner().invoke(views_cli.views, ["--follow",
+                                                  "--stop-after", "1"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert '"regressedFrom":69' in lines[1] and '"asOfSeq":49' in lines[1]
+    assert "s/status went back from asOfSeq 69 to 49" in result.stderr
+    assert "1 update(s) went back in asOfSeq" in result.stderr
