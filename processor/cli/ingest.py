@@ -30,9 +30,9 @@ from typing import Any
 import click
 import orjson
 from confluent_kafka import KafkaError, Message, Producer
-from tqdm import tqdm
 
 from processor.cli.common import service_options
+from processor.cli.progress import FileProgress, Progress
 from processor.core.builtin import default_registry
 from processor.core.errors import SessionError
 from processor.core.events import Event
@@ -149,23 +149,23 @@ def _produce(producer: Producer, topic: str, key: bytes, value: bytes,
 
 def ingest_file(path: Path, *, producer: Producer, codec: Codec, topic: str,
                 session_id: str | None, raw: bool, drop_torn_tail: bool,
-                stats: IngestStats, bar: tqdm[Any]) -> str | None:
+                stats: IngestStats, bar: FileProgress) -> str | None:
     """Ingest one file; returns the refusal message, or None when produced."""
     name = producer_name("ingest")
     try:
         if not raw:
             sid, events = validated_events(path, session_id, drop_torn_tail)
             key = session_key(sid)
-            bar.total = (bar.total or 0) + len(events)
+            bar.expect(len(events))
             for event in events:
                 _produce(producer, topic, key,
                          codec.encode_parsed_event(sid, event, producer=name), stats)
                 stats.events += 1
-                bar.update(1)
+                bar.event()
         else:
             sid, items = raw_envelopes(path, session_id, drop_torn_tail)
             key = session_key(sid)
-            bar.total = (bar.total or 0) + len(items)
+            bar.expect(len(items))
             for offset, envelope in items:
                 try:
                     value = codec.encode_event(sid, envelope, producer=name)
@@ -175,7 +175,7 @@ def ingest_file(path: Path, *, producer: Producer, codec: Codec, topic: str,
                     continue
                 _produce(producer, topic, key, value, stats)
                 stats.events += 1
-                bar.update(1)
+                bar.event()
     except (SessionFileError, SessionError) as exc:
         return f"{path}: {exc}"
     except OSError as exc:
@@ -209,11 +209,14 @@ def ingest(config: ServiceConfig, paths: tuple[Path, ...], session_id: str | Non
     producer = clients.event_producer(config, "processor-ingest")
     show = sys.stderr.isatty() if progress is None else progress
     failures: list[str] = []
-    with tqdm(total=0, unit="ev", disable=not show, file=sys.stderr, dynamic_ncols=True) as bar:
+    with Progress("ingest", enabled=show) as shown:
+        bar = FileProgress(shown, sum(p.stat().st_size for p in paths))
         for path in paths:
+            bar.begin(path.stat().st_size)
             problem = ingest_file(path, producer=producer, codec=codec,
                                   topic=config.topics.events, session_id=session_id, raw=raw,
                                   drop_torn_tail=drop_torn_tail, stats=stats, bar=bar)
+            bar.end(len(stats.sessions))
             if problem is None:
                 stats.files += 1
             else:
