@@ -89,8 +89,8 @@ Schema folder
 -------------
 The repository's ``schemas/`` next to the ``processor`` package (source
 checkouts), falling back to ``processor/schemas/`` (package data of an
-installed wheel: copy ``schemas/*.avsc`` and ``schemas/history/*.avsc`` there
-when building).
+installed wheel: setup.py copies ``schemas/*.avsc`` and ``schemas/history/*.avsc``
+there when building).
 """
 
 from __future__ import annotations
