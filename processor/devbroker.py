@@ -71,7 +71,18 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEPLOY_DIR = REPO_ROOT / "deploy" / "kafka"
+#: Where an installed wheel keeps ``pom.xml`` and ``log4j2.properties`` (setup.py
+#: copies them from ``deploy/kafka/``; the checkout's copy wins when present).
+PACKAGED_DIR = Path(__file__).resolve().parent / "devbroker_files"
+
+
+def _deploy_dir() -> Path:
+    """``deploy/kafka`` of a source checkout, else the wheel's packaged copy."""
+    checkout = REPO_ROOT / "deploy" / "kafka"
+    return checkout if (checkout / "pom.xml").is_file() else PACKAGED_DIR
+
+
+DEPLOY_DIR = _deploy_dir()
 POM = DEPLOY_DIR / "pom.xml"
 LOG4J_CONFIG = DEPLOY_DIR / "log4j2.properties"
 
@@ -109,6 +120,9 @@ class BrokerError(RuntimeError):
 def kafka_version(pom: Path = POM) -> str:
     """The Kafka version pinned in ``deploy/kafka/pom.xml`` (property ``kafka.version``)."""
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    if not pom.is_file():
+        raise BrokerError(f"the broker's {pom} is missing (a wheel built without setup.py's "
+                          "data step?)")
     node = ET.parse(pom).getroot().find("m:properties/m:kafka.version", ns)
     if node is None or not (node.text or "").strip():
         raise BrokerError(f"{pom}: no <kafka.version> property")

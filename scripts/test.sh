@@ -5,6 +5,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# Debian packages the tests need, installed when missing (CI: a fresh Debian
+# machine, as root): prometheus (promtool and the server, tests/deploy),
+# chromium and chromium-driver (the page tests), python3-venv (the wheel test
+# makes a fresh venv with the system Python).
+need=()
+{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+/usr/bin/python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== apt-get install ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+  else
+    echo "missing Debian packages (install them as root): ${need[*]}" >&2
+  fi
+fi
 if ! "$PY" -c "import processor, pytest, hypothesis, confluent_kafka, mypy, ruff" 2>/dev/null \
    || [ "${PROCESSOR_REINSTALL:-0}" = 1 ] || [ -n "${CI:-}" ]; then
   "$PY" -m pip install -q --disable-pip-version-check -e ".[test]"

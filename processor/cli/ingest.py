@@ -30,9 +30,9 @@ from typing import Any
 import click
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from tqdm import tqdm
 
 from processor.cli.common import service_options
+from processor.cli.progress import FileProgress, Progress
 from processor.core.builtin import default_registry
 from processor.core.errors import SessionError
 from processor.core.events import Event
@@ -179,7 +179,7 @@ def _checked(values: list[tuple[int | str, bytes]], limit: int) -> list[bytes]:
 
 def ingest_file(path: Path, *, producer: Producer, codec: Codec, topic: str,
                 session_id: str | None, raw: bool, drop_torn_tail: bool,
-                stats: IngestStats, bar: tqdm[Any], max_bytes: int = 1_000_000) -> str | None:
+                stats: IngestStats, bar: FileProgress, max_bytes: int = 1_000_000) -> str | None:
     """Ingest one file; returns the refusal message, or None when produced."""
     name = producer_name("ingest")
     try:
@@ -200,11 +200,11 @@ def ingest_file(path: Path, *, producer: Producer, codec: Codec, topic: str,
                     stats.skipped_lines += 1
             values = _checked(encoded, max_bytes)
         key = session_key(sid)
-        bar.total = (bar.total or 0) + len(values)
+        bar.expect(len(values))
         for value in values:
             _produce(producer, topic, key, value, stats)
             stats.events += 1
-            bar.update(1)
+            bar.event()
     except (SessionFileError, SessionError, CodecError, _TooLarge) as exc:
         return f"{path}: {exc}"
     except KafkaException as exc:
@@ -243,12 +243,15 @@ def ingest(config: ServiceConfig, paths: tuple[Path, ...], session_id: str | Non
     max_bytes = int(config.kafka.get("message.max.bytes", 1_000_000))
     show = sys.stderr.isatty() if progress is None else progress
     failures: list[str] = []
-    with tqdm(total=0, unit="ev", disable=not show, file=sys.stderr, dynamic_ncols=True) as bar:
+    with Progress("ingest", enabled=show) as shown:
+        bar = FileProgress(shown, sum(p.stat().st_size for p in paths))
         for path in paths:
+            bar.begin(path.stat().st_size)
             problem = ingest_file(path, producer=producer, codec=codec,
                                   topic=config.topics.events, session_id=session_id, raw=raw,
                                   drop_torn_tail=drop_torn_tail, stats=stats, bar=bar,
                                   max_bytes=max_bytes)
+            bar.end(len(stats.sessions))
             if problem is None:
                 stats.files += 1
             else:

@@ -6,9 +6,9 @@ import logging
 import sys
 
 import click
-from tqdm import tqdm
 
 from processor.cli.common import service_options
+from processor.cli.progress import Progress
 from processor.service.config import ServiceConfig
 from processor.service.replay import ReplayError, replay
 
@@ -19,18 +19,17 @@ from processor.service.replay import ReplayError, replay
               help="Fold into fresh topics <prefix>.views/.checkpoints/.dlq (blue/green) "
                    "instead of in place.")
 @click.option("--progress/--no-progress", default=None,
-              help="Show a progress bar (default: when stderr is a terminal).")
+              help="Show events, sessions, rate and ETA (default: when stderr is a "
+                   "terminal).")
 def replay_command(config: ServiceConfig, into_prefix: str | None,
                    progress: bool | None) -> None:
     """Replay the events topic from offset zero (stop the processors first)."""
     logging.basicConfig(level="WARNING")
     show = sys.stderr.isatty() if progress is None else progress
-    bar = tqdm(total=0, unit="ev", disable=not show, file=sys.stderr, dynamic_ncols=True)
+    bar = Progress("replay", enabled=show)
 
-    def on_progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.n = done
-        bar.refresh()
+    def on_progress(done: int, total: int, sessions: int | None) -> None:
+        bar.update(events=done, total_events=total, sessions=sessions)
 
     try:
         result = replay(config, into_prefix=into_prefix, progress=on_progress)

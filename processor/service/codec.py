@@ -89,8 +89,8 @@ Schema folder
 -------------
 The repository's ``schemas/`` next to the ``processor`` package (source
 checkouts), falling back to ``processor/schemas/`` (package data of an
-installed wheel: copy ``schemas/*.avsc`` and ``schemas/history/*.avsc`` there
-when building).
+installed wheel: setup.py copies ``schemas/*.avsc`` and ``schemas/history/*.avsc``
+there when building).
 """
 
 from __future__ import annotations
@@ -246,7 +246,13 @@ class _Plan:
 
 
 def find_schema_dir() -> Path:
-    """``schemas/`` next to the package, else ``processor/schemas/``."""
+    """The schema folder: the checkout's ``schemas/``, else the wheel's copy.
+
+    A source checkout reads the repository's ``schemas/`` (the contract other
+    languages read too, so there is one copy to edit).  An installed wheel has
+    no repository: the build copies the same files into ``processor/schemas/``
+    (see setup.py), which is found through the package itself.
+    """
     package = Path(__file__).resolve().parent.parent
     candidates = (package.parent / "schemas", package / "schemas")
     for candidate in candidates:
@@ -254,6 +260,7 @@ def find_schema_dir() -> Path:
             return candidate
     raise CodecError(
         "Avro schemas not found; looked in " + ", ".join(str(c) for c in candidates)
+        + " (a wheel built without setup.py's data step?)"
     )
 
 

@@ -57,10 +57,15 @@ def _group_is_idle(config: ServiceConfig) -> bool:
 
 
 def replay(config: ServiceConfig, *, into_prefix: str | None = None,
-           progress: Callable[[int, int], None] | None = None,
+           progress: Callable[[int, int, int | None], None] | None = None,
            registry_factory: Callable[[], ProjectionRegistry] = default_registry,
            ) -> ReplayResult:
-    """Rebuild views and checkpoints from offset zero (see the module docstring)."""
+    """Rebuild views and checkpoints from offset zero (see the module docstring).
+
+    ``progress(events consumed, events to replay, sessions)`` is called about
+    twice a second and once at the end; sessions is the most held in memory so
+    far, None before the first commit reported any.
+    """
     admin = clients.admin(config)
     events_topic = config.topics.events
     meta = admin.list_topics(events_topic, timeout=30).topics.get(events_topic)
@@ -93,10 +98,22 @@ def replay(config: ServiceConfig, *, into_prefix: str | None = None,
     proc = Processor(target, registry_factory=registry_factory, publish_floor=floors)
     done = threading.Event()
 
+    most_sessions = 0
+
+    def counts() -> tuple[int, int | None]:
+        # sessions: the most held at once (a replay holds every session it has
+        # folded; the gauge drops to 0 when the member leaves the group at the end,
+        # and a replay shorter than a report period may never show it)
+        nonlocal most_sessions
+        sample = proc.metrics.registry.get_sample_value
+        most_sessions = max(most_sessions, int(sample("processor_sessions_in_memory") or 0))
+        return int(sample("processor_records_consumed_total") or 0), most_sessions or None
+
     def report() -> None:
         while not done.wait(0.5):
             if progress is not None:
-                progress(int(proc.metrics.records_consumed._value.get()), total)
+                consumed, sessions = counts()
+                progress(consumed, total, sessions)
 
     reporter = threading.Thread(target=report, daemon=True)
     reporter.start()
@@ -106,9 +123,9 @@ def replay(config: ServiceConfig, *, into_prefix: str | None = None,
     finally:
         done.set()
         reporter.join(2)
-    consumed = int(proc.metrics.records_consumed._value.get())
+    consumed, sessions = counts()
     if progress is not None:
-        progress(consumed, total)
+        progress(consumed, total, sessions)
     return ReplayResult(target, consumed, time.monotonic() - t0, len(floors))
 
 

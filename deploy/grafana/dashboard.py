@@ -1,0 +1,149 @@
+"""The processor's Grafana dashboard, as code (grafana-foundation-sdk).
+
+    python deploy/grafana/dashboard.py > deploy/grafana/processor-dashboard.json
+
+The JSON is committed so it can be imported without Python; the test
+(tests/deploy/test_grafana.py) regenerates it, requires the committed file to
+match, and checks that every metric and label a query names is one the
+processor exports (processor/service/metrics.py).  Queries use the raw metrics,
+not the recording rules, so the dashboard works without deploy/prometheus/.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from grafana_foundation_sdk.builders.dashboard import (
+    Dashboard,
+    DatasourceVariable,
+    QueryVariable,
+    Row,
+)
+from grafana_foundation_sdk.builders.prometheus import Dataquery
+from grafana_foundation_sdk.builders.stat import Panel as Stat
+from grafana_foundation_sdk.builders.timeseries import Panel as Timeseries
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DataSourceRef,
+    VariableRefresh,
+)
+
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+SEL = '{job=~"$job"}'
+RATE = "[$__rate_interval]"
+
+
+def _query(expr: str, legend: str = "") -> Dataquery:
+    q = Dataquery().expr(expr).datasource(DS)
+    return q.legend_format(legend) if legend else q
+
+
+def _series(title: str, unit: str, description: str,
+            *queries: tuple[str, str]) -> Timeseries:
+    panel = (Timeseries().title(title).description(description).unit(unit).datasource(DS)
+             .height(8).span(12))
+    for expr, legend in queries:
+        panel = panel.with_target(_query(expr, legend))
+    return panel
+
+
+def _stat(title: str, expr: str, unit: str, description: str) -> Stat:
+    return (Stat().title(title).description(description).unit(unit).datasource(DS)
+            .height(4).span(6).with_target(_query(expr)))
+
+
+def _quantiles(metric: str) -> list[tuple[str, str]]:
+    return [(f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{SEL}{RATE})))",
+             f"p{int(q * 100)}") for q in (0.5, 0.99)]
+
+
+def build() -> Builder[Any]:
+    lag = f"max by (partition) (processor_partition_lag{SEL})"
+    return (
+        Dashboard("Processor")
+        .uid("processor-overview")
+        .description("Kafka projection service for agent session logs: throughput, lag, "
+                     "latency, bad input, rebalances and restores (docs/operations.md)")
+        .tags(["processor", "kafka"])
+        .refresh("30s")
+        .time("now-3h", "now")
+        .timezone("browser")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .with_variable(DatasourceVariable("datasource").label("Data source").type("prometheus"))
+        .with_variable(QueryVariable("job").label("Job").datasource(DS)
+                       .query("label_values(processor_events_total, job)")
+                       .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+                       .multi(True).include_all(True))
+        .with_row(Row("Overview"))
+        .with_panel(_stat("Lag (events)", f"sum({lag})", "short",
+                          "Events in the log not yet consumed, over all partitions"))
+        .with_panel(_stat("Events/s", f"sum(rate(processor_events_total{SEL}{RATE}))",
+                          "ops", "Events judged by the seq gate, any outcome"))
+        .with_panel(_stat("Quarantined sessions", f"sum(processor_sessions_quarantined{SEL})",
+                          "short", "Sessions stopped at their last valid seq (runbook: "
+                          "a quarantined session)"))
+        .with_panel(_stat("Sessions in memory", f"sum(processor_sessions_in_memory{SEL})",
+                          "short", "Live sessions and not yet materialised checkpoints"))
+        .with_row(Row("Throughput and lag"))
+        .with_panel(_series("Events by outcome", "ops", "applied, duplicate, rejected, "
+                            "quarantined",
+                            (f"sum by (outcome) (rate(processor_events_total{SEL}{RATE}))",
+                             "{{outcome}}")))
+        .with_panel(_series("Lag by partition", "short", "Events not yet consumed per "
+                            "partition (a stuck partition stays flat above zero)",
+                            (lag, "partition {{partition}}")))
+        .with_panel(_series("Records consumed by member", "ops", "Records read from the "
+                            "events topic",
+                            (f"sum by (instance) (rate(processor_records_consumed_total{SEL}"
+                             f"{RATE}))", "{{instance}}")))
+        .with_panel(_series("Records produced", "ops", "View and checkpoint records per second",
+                            (f"sum(rate(processor_views_published_total{SEL}{RATE}))",
+                             "views"),
+                            (f"sum(rate(processor_checkpoints_published_total{SEL}{RATE}))",
+                             "checkpoints")))
+        .with_row(Row("Latency and batches"))
+        .with_panel(_series("Fold time per batch", "s", "Seq gate and core fold of one batch",
+                            *_quantiles("processor_fold_seconds")))
+        .with_panel(_series("Commit time per batch", "s", "Produce and transaction commit",
+                            *_quantiles("processor_commit_seconds")))
+        .with_panel(_series("Events per batch", "short", "Committed batch sizes",
+                            *_quantiles("processor_batch_events")))
+        .with_panel(_series("Transactions", "ops", "Committed and aborted transactions",
+                            (f"sum(rate(processor_transactions_total{SEL}{RATE}))",
+                             "committed"),
+                            (f"sum(rate(processor_transaction_aborts_total{SEL}{RATE}))",
+                             "aborted")))
+        .with_row(Row("Bad input, rebalances, restores"))
+        .with_panel(_series("Dead letters by rule", "short", "Records sent to the DLQ",
+                            (f"sum by (rule) (increase(processor_dlq_records_total{SEL}"
+                             f"{RATE}))", "{{rule}}")))
+        .with_panel(_series("Rebalance callbacks", "short", "assign / revoke / lost per "
+                            "member",
+                            (f"sum by (kind) (increase(processor_rebalances_total{SEL}"
+                             f"{RATE}))", "{{kind}}")))
+        .with_panel(_series("Restore time per partition", "s", "Checkpoint restore of a "
+                            "newly assigned partition",
+                            *_quantiles("processor_restore_seconds")))
+        .with_panel(_series("Checkpoints restored", "ops", "Checkpoints read by restores",
+                            (f"sum(rate(processor_restored_checkpoints_total{SEL}{RATE}))",
+                             "checkpoints")))
+    )
+
+
+def render() -> str:
+    doc = json.loads(json.dumps(build().build(), cls=JSONEncoder))
+    for number, panel in enumerate(doc["panels"], start=1):
+        # unique ids (links and alerts refer to them); no null options (Grafana
+        # fills in each panel type's defaults when the key is absent)
+        panel["id"] = number
+        if panel.get("options") is None:
+            panel.pop("options", None)
+    return json.dumps(doc, sort_keys=True, indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

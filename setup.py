@@ -1,0 +1,44 @@
+"""Build step that makes the wheel self-contained.
+
+The Avro schemas (``schemas/``, the cross-language contract) and the dev
+broker's Maven files (``deploy/kafka/pom.xml``, ``log4j2.properties``) live
+outside the ``processor`` package in the repository, so there is one copy to
+edit.  A wheel has no repository: this copies them into the built package
+(``processor/schemas/``, ``processor/devbroker_files/``), where
+``find_schema_dir()`` and ``processor.devbroker`` look when the checkout's
+copies are absent.  Everything else is in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+
+#: package-relative target folder -> (source folder, file patterns)
+SHIPPED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "schemas": ("schemas", ("*.avsc", "history/*.avsc")),
+    "devbroker_files": ("deploy/kafka", ("pom.xml", "log4j2.properties")),
+}
+
+
+class BuildWithSharedData(build_py):
+    def run(self) -> None:
+        super().run()
+        for target, (source, patterns) in SHIPPED.items():
+            files = [f for pattern in patterns for f in sorted((ROOT / source).glob(pattern))]
+            if not files:
+                # a wheel without them would fail only at run time: refuse to build it
+                raise RuntimeError(f"nothing to ship from {ROOT / source} {patterns}")
+            for file in files:
+                dest = Path(self.build_lib) / "processor" / target / file.relative_to(
+                    ROOT / source)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(file, dest)
+
+
+setup(cmdclass={"build_py": BuildWithSharedData})
