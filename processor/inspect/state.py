@@ -1,0 +1,382 @@
+"""What the inspector knows: every session's views and dead letters, followed live.
+
+One thread owns one ``read_committed`` consumer.  It first reads the views
+and dead-letter topics to their end (the page says "loading" until then),
+then tails both.  View records are assembled by the views reader's own
+materializer (split parts, tombstones), so the inspector sees exactly what
+``processor views`` sees; the thread only adds what a page needs on top:
+
+- a :class:`Summary` per session (status, ``asOfSeq``, last activity = the
+  commit time of its newest view record, bytes on the views topic, messages,
+  turns and tool calls, dead letters, partition) — the list is paged, searched
+  and sorted over these small records, so 100,000 sessions cost one sort of
+  100,000 tuples per request, never a table of 100,000 rows in the browser;
+- each session's dead letters, at most :data:`MAX_LETTERS_PER_SESSION` kept
+  (the count stays exact and the page says how many were dropped);
+- change notices for server-sent events: a subscriber holds the ids changed
+  since its last read, bounded (past :data:`MAX_PENDING` it is told to resync).
+
+The views partition of a session is its events partition (the processor
+writes a session's views to the partition it consumed them from), which
+is where :mod:`.history` reads its events back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from processor.service import clients
+from processor.service.codec import CodecError, DeadLetter, default_codec
+from processor.service.config import ServiceConfig
+from processor.service.views_reader import (
+    SessionViews,
+    _Materializer,
+    _resume_offsets,
+    _snapshot,
+)
+
+log = logging.getLogger("processor.inspect")
+
+MAX_LETTERS_PER_SESSION = 200
+MAX_PENDING = 1_000
+MAX_PAGE = 500
+SORT_KEYS = ("id", "status", "asOfSeq", "lastActivity", "bytes", "messages", "turns",
+             "toolCalls", "deadLetters")
+
+
+@dataclass(slots=True)
+class Summary:
+    """One row of the sessions list."""
+
+    id: str
+    status: str = "ok"
+    reason: str = ""
+    as_of_seq: int = -1
+    last_activity: int = 0  # ms since the epoch (Kafka timestamp of the newest view record)
+    bytes: int = 0
+    messages: int = 0
+    turns: int = 0
+    tool_calls: int = 0
+    dead_letters: int = 0
+    partition: int = -1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "reason": self.reason,
+                "asOfSeq": self.as_of_seq, "lastActivity": self.last_activity,
+                "bytes": self.bytes, "messages": self.messages, "turns": self.turns,
+                "toolCalls": self.tool_calls, "deadLetters": self.dead_letters,
+                "partition": self.partition}
+
+    def sort_key(self, key: str) -> Any:
+        if key == "id":
+            return self.id
+        if key == "status":
+            return (self.status, self.id)
+        return (getattr(self, _ATTR[key]), self.id)
+
+
+_ATTR = {"asOfSeq": "as_of_seq", "lastActivity": "last_activity", "bytes": "bytes",
+         "messages": "messages", "turns": "turns", "toolCalls": "tool_calls",
+         "deadLetters": "dead_letters"}
+
+
+@dataclass(slots=True)
+class Letters:
+    """A session's dead letters: the newest few, and how many there were."""
+
+    total: int = 0
+    kept: deque[DeadLetter] = field(default_factory=lambda: deque(maxlen=MAX_LETTERS_PER_SESSION))
+
+
+class Subscriber:
+    """Ids changed since the last :meth:`take`; ``session`` filters to one id.
+
+    ``wake`` is called (from the consumer thread) when something arrives;
+    the server passes a thread-safe notifier of its event loop.
+    """
+
+    def __init__(self, session: str | None, wake: Callable[[], None]) -> None:
+        self.session = session
+        self.wake = wake
+        self.pending: set[str] = set()
+        self.resync = False
+
+    def take(self) -> tuple[list[str], bool]:
+        ids, resync = sorted(self.pending), self.resync
+        self.pending = set()
+        self.resync = False
+        return ids, resync
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    total: int  # sessions matching the filter
+    rows: list[dict[str, Any]]
+
+
+class InspectorState:
+    """Views and dead letters of every session; see the module docstring."""
+
+    def __init__(self, config: ServiceConfig, *, poll_timeout: float = 0.2) -> None:
+        self.config = config
+        self.codec = default_codec()
+        self.poll_timeout = poll_timeout
+        self._lock = threading.Lock()
+        self._mat = _Materializer(self.codec, None, None)
+        self._summaries: dict[str, Summary] = {}
+        self._letters: dict[str, Letters] = {}
+        self._sizes: dict[bytes, tuple[str, int]] = {}  # view record key -> (session, bytes)
+        self._subscribers: list[Subscriber] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.loaded = threading.Event()
+        self.error: str | None = None
+        self.records = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> InspectorState:
+        self._thread = threading.Thread(target=self._run, name="inspector-state", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                self._follow()
+                return
+            except Exception as exc:  # shown on the page and /api/health, retried with backoff
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.warning("inspector: %s (retrying in %.1fs)", self.error, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+                self._reset()
+
+    def _reset(self) -> None:
+        with self._lock:
+            self._mat = _Materializer(self.codec, None, None)
+            self._summaries.clear()
+            self._letters.clear()
+            self._sizes.clear()
+
+    def _follow(self) -> None:
+        topics = self.config.topics
+        consumer = clients.plain_consumer(self.config, "inspector")
+        try:
+            vparts, vmsgs = _snapshot(consumer, topics.views, 60.0)
+            dparts, dmsgs = _snapshot(consumer, topics.dlq, 60.0)
+            changed: set[str] = set()
+            for p in vparts:
+                self._views(vmsgs[p], changed)
+            for p in dparts:
+                self._dead_letters(dmsgs[p], changed)
+            self.error = None
+            self.loaded.set()
+            self._notify(changed, resync=True)
+            starts = [TopicPartition(topics.views, p, o) for p, o in _resume_offsets(vparts, vmsgs)]
+            starts += [TopicPartition(topics.dlq, p, o) for p, o in _resume_offsets(dparts, dmsgs)]
+            del vmsgs, dmsgs
+            consumer.assign(starts)
+            self._tail(consumer)
+        finally:
+            consumer.close()
+
+    def _tail(self, consumer: Consumer) -> None:
+        views_topic = self.config.topics.views
+        while not self._stop.is_set():
+            msgs = consumer.consume(500, timeout=self.poll_timeout)
+            views: list[Any] = []
+            letters: list[Any] = []
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    if err.fatal():
+                        raise RuntimeError(f"{m.topic()}: {err}")
+                    log.warning("inspector: %s: %s", m.topic(), err)
+                    continue
+                (views if m.topic() == views_topic else letters).append(m)
+            changed: set[str] = set()
+            self._views(views, changed)
+            self._dead_letters(letters, changed)
+            if changed:
+                self._notify(changed)
+
+    # ------------------------------------------------------------ folding records in
+
+    def _views(self, msgs: Iterable[Any], changed: set[str]) -> None:
+        with self._lock:
+            for m in msgs:
+                self.records += 1
+                key, value = m.key(), m.value()
+                sid = self._account_size(key, value, m)
+                try:
+                    update = self._mat.apply(key, value)
+                except CodecError as exc:
+                    log.warning("inspector: view record %s[%s]@%s unreadable: %s", m.topic(),
+                                m.partition(), m.offset(), exc)
+                    continue
+                if update is not None:
+                    sid = update.session_id
+                if sid is None:
+                    continue
+                summary = self._summary(sid)
+                summary.partition = m.partition()
+                ts = m.timestamp()[1]
+                if ts > summary.last_activity:
+                    summary.last_activity = ts
+                self._refresh(summary)
+                changed.add(sid)
+
+    def _account_size(self, key: bytes | None, value: bytes | None, m: Any) -> str | None:
+        """Bytes of the current records of a session (head and parts)."""
+        if key is None:
+            return None
+        old = self._sizes.pop(key, None)
+        if old is not None:
+            s = self._summaries.get(old[0])
+            if s is not None:
+                s.bytes -= old[1]
+        if value is None:
+            return old[0] if old is not None else None
+        try:
+            sid = self.codec.decode_view(value).session_id
+        except CodecError:
+            return None
+        self._sizes[key] = (sid, len(value))
+        self._summary(sid).bytes += len(value)
+        return sid
+
+    def _summary(self, sid: str) -> Summary:
+        s = self._summaries.get(sid)
+        if s is None:
+            s = self._summaries[sid] = Summary(sid)
+        return s
+
+    def _refresh(self, s: Summary) -> None:
+        views = self._mat.views.get(s.id, {})
+        status = views.get("status")
+        if status is not None and isinstance(status.value, dict):
+            s.status = str(status.value.get("state", "?"))
+            s.as_of_seq = int(status.value.get("lastSeq", -1))
+            q = status.value.get("quarantine")
+            s.reason = f"{q.get('rule')}: {q.get('reason')}" if isinstance(q, dict) else ""
+        msgs = views.get("messages")
+        s.messages = len(msgs.value) if msgs is not None and isinstance(msgs.value, list) else 0
+        stats = views.get("sessionStats")
+        if stats is not None and isinstance(stats.value, dict):
+            s.turns = int(stats.value.get("turns", 0))
+            s.tool_calls = int(stats.value.get("toolCalls", 0))
+
+    def _dead_letters(self, msgs: Iterable[Any], changed: set[str]) -> None:
+        with self._lock:
+            for m in msgs:
+                self.records += 1
+                if m.value() is None:
+                    continue
+                try:
+                    letter = self.codec.decode_dead_letter(m.value())
+                except CodecError as exc:
+                    log.warning("inspector: dlq record %s[%s]@%s unreadable: %s", m.topic(),
+                                m.partition(), m.offset(), exc)
+                    continue
+                sid = letter.session_id or ""
+                box = self._letters.setdefault(sid, Letters())
+                box.total += 1
+                box.kept.append(letter)
+                summary = self._summary(sid)
+                summary.dead_letters = box.total
+                if summary.partition < 0:
+                    summary.partition = letter.partition
+                ts = m.timestamp()[1]
+                if ts > summary.last_activity:
+                    summary.last_activity = ts
+                changed.add(sid)
+
+    # ------------------------------------------------------------ notices
+
+    def subscribe(self, session: str | None, wake: Callable[[], None]) -> Subscriber:
+        sub = Subscriber(session, wake)
+        with self._lock:
+            self._subscribers.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        with self._lock:
+            if sub in self._subscribers:
+                self._subscribers.remove(sub)
+
+    def take(self, sub: Subscriber) -> tuple[list[str], bool]:
+        with self._lock:
+            return sub.take()
+
+    def _notify(self, changed: set[str], resync: bool = False) -> None:
+        with self._lock:
+            woken = []
+            for sub in self._subscribers:
+                mine = changed if sub.session is None else changed & {sub.session}
+                if not mine and not resync:
+                    continue
+                if resync or len(sub.pending) + len(mine) > MAX_PENDING:
+                    sub.resync = True
+                    sub.pending.clear()
+                else:
+                    sub.pending.update(mine)
+                woken.append(sub)
+        for sub in woken:
+            sub.wake()
+
+    # ------------------------------------------------------------ queries
+
+    def page(self, *, query: str = "", status: str = "", sort: str = "lastActivity",
+             descending: bool = True, offset: int = 0, limit: int = 50) -> Page:
+        """Sessions matching ``query`` (substring of the id) and ``status``, sorted, paged."""
+        if sort not in SORT_KEYS:
+            raise ValueError(f"unknown sort key {sort!r}; one of {', '.join(SORT_KEYS)}")
+        limit = max(1, min(limit, MAX_PAGE))
+        offset = max(0, offset)
+        needle = query.casefold()
+        with self._lock:
+            rows = [s for s in self._summaries.values()
+                    if (not needle or needle in s.id.casefold())
+                    and (not status or s.status == status)]
+            rows.sort(key=lambda s: s.sort_key(sort), reverse=descending)
+            return Page(len(rows), [s.to_json() for s in rows[offset:offset + limit]])
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            quarantined = sum(1 for s in self._summaries.values() if s.status == "quarantined")
+            return {"sessions": len(self._summaries), "quarantined": quarantined,
+                    "records": self.records}
+
+    def session(self, sid: str) -> tuple[Summary, SessionViews, list[DeadLetter], int] | None:
+        """A session's summary, views, kept dead letters and their total (or None)."""
+        with self._lock:
+            s = self._summaries.get(sid)
+            if s is None:
+                return None
+            box = self._letters.get(sid) or Letters()
+            copy = Summary(**{f: getattr(s, f) for f in Summary.__slots__})
+            return copy, dict(self._mat.views.get(sid, {})), list(box.kept), box.total
+
+    def wait_loaded(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.loaded.wait(0.1):
+            if time.monotonic() > deadline:
+                return False
+        return True
