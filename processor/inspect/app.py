@@ -102,6 +102,14 @@ class Inspector:
         self.history = history
         self._token = token.encode() if token else None
         self._redrive = redrive
+        self._closing = False
+        self._wakers: set[Callable[[], None]] = set()
+
+    def close(self) -> None:
+        """End every open event stream (so the server can stop at once)."""
+        self._closing = True
+        for wake in list(self._wakers):
+            wake()
 
     @property
     def redrive_enabled(self) -> bool:
@@ -256,23 +264,27 @@ class Inspector:
                 loop.call_soon_threadsafe(wake_event.set)
 
         sub = self.state.subscribe(only, wake)
+        self._wakers.add(wake)
 
         async def events() -> AsyncIterator[bytes]:
             try:
                 yield b"retry: 2000\n\n"
-                while True:
+                while not self._closing:
                     try:
                         await asyncio.wait_for(wake_event.wait(), timeout=15.0)
                     except TimeoutError:
                         yield b": keepalive\n\n"
                         continue
                     wake_event.clear()
+                    if self._closing:
+                        break
                     ids, resync = self.state.take(sub)
                     if ids or resync:
                         body = orjson.dumps({"sessions": ids, "resync": resync})
                         yield b"data: " + body + b"\n\n"
                     await asyncio.sleep(0.2)  # coalesce a burst of commits into one notice
             finally:
+                self._wakers.discard(wake)
                 self.state.unsubscribe(sub)
 
         return StreamingResponse(events(), media_type="text/event-stream",

@@ -104,6 +104,7 @@ class InspectorServer:
             self.state.stop()
 
     def stop(self) -> None:
+        self.inspector.close()
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(10)

@@ -128,10 +128,8 @@ const COLUMNS = [
   ["turns", "turns", true], ["toolCalls", "tool calls", true], ["deadLetters", "dead letters", true],
 ];
 
-async function renderList() {
-  const params = new URLSearchParams(Object.entries(listState).map(([k, v]) => [k, String(v)]));
-  let page;
-  try { page = await api(`api/sessions?${params}`); } catch (err) { showError(err); return; }
+function showList() {
+  // the toolbar stays across refreshes (typing is never interrupted); only the table is redrawn
   const search = h("input", { id: "search", type: "search", placeholder: "search session id", value: listState.q });
   search.addEventListener("input", () => {
     listState.q = search.value; listState.offset = 0;
@@ -141,6 +139,17 @@ async function renderList() {
     h("option", { value: "" }, "any status"), h("option", { value: "ok" }, "ok"),
     h("option", { value: "quarantined" }, "quarantined"));
   status.value = listState.status;
+  $main.replaceChildren(h("div", { class: "toolbar" }, search, status, h("span", { id: "list-note", class: "muted" })),
+    h("div", { id: "list-body" }));
+  return renderList();
+}
+
+async function renderList() {
+  const params = new URLSearchParams(Object.entries(listState).map(([k, v]) => [k, String(v)]));
+  let page;
+  try { page = await api(`api/sessions?${params}`); } catch (err) { showError(err); return; }
+  const body = document.getElementById("list-body");
+  if (!body) return; // navigated away meanwhile
   const head = h("tr", {}, COLUMNS.map(([key, label, num]) => h("th", {
     class: `sortable ${num ? "num" : ""} ${listState.sort === key ? "sorted" : ""} ${listState.sort === key && listState.dir === "asc" ? "asc" : ""}`,
     "data-sort": key,
@@ -163,12 +172,8 @@ async function renderList() {
     h("button", { id: "prev", disabled: listState.offset === 0, onclick: () => { listState.offset = Math.max(0, listState.offset - listState.limit); renderList(); } }, "‹ prev"),
     h("span", { id: "range" }, `${first}–${last} of ${page.total}`),
     h("button", { id: "next", disabled: last >= page.total, onclick: () => { listState.offset += listState.limit; renderList(); } }, "next ›"));
-  const hadFocus = document.activeElement && document.activeElement.id === "search";
-  $main.replaceChildren(
-    h("div", { class: "toolbar" }, search, status, page.loaded ? null : h("span", { class: "muted" }, "loading the views topic…")),
-    h("table", { id: "session-list" }, h("thead", {}, head), h("tbody", {}, rows)),
-    pager);
-  if (hadFocus) { search.focus(); search.setSelectionRange(search.value.length, search.value.length); }
+  document.getElementById("list-note").textContent = page.loaded ? "" : "loading the views topic…";
+  body.replaceChildren(h("table", { id: "session-list" }, h("thead", {}, head), h("tbody", {}, rows)), pager);
 }
 
 // ------------------------------------------------------------------ one session
@@ -370,7 +375,7 @@ function route() {
     onChange = () => debounce(() => Promise.all([renderSession(id, { quiet: true }), refreshHealth()]));
   } else {
     current = null;
-    renderList();
+    showList();
     listen(null);
     onChange = () => debounce(() => Promise.all([renderList(), refreshHealth()]));
   }
