@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import sys
 
 import click
@@ -38,4 +40,7 @@ def inspect_command(config: ServiceConfig, host: str | None, port: int | None,
     click.echo(f"inspector on {server.url} (views topic {config.topics.views}; "
                f"redrive {'on' if server.inspector.redrive_enabled else 'off: no --token'})",
                err=True)
-    server.serve_forever()
+    # uvicorn hands SIGINT/SIGTERM back once it has stopped: both end the command cleanly
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
