@@ -16,6 +16,11 @@ materializer (split parts, tombstones), so the inspector sees exactly what
 - change notices for server-sent events: a subscriber holds the ids changed
   since its last read, bounded (past :data:`MAX_PENDING` it is told to resync).
 
+Views are kept as their wire payload (zstd-compressed above 1 KiB, parts
+joined) and decoded only when a session page asks, so the memory of the
+inspector follows the size of the compacted views topic, not of the
+decoded JSON.
+
 The views partition of a session is its events partition (the processor
 writes a session's views to the partition it consumed them from), which
 is where :mod:`.history` reads its events back.
@@ -34,10 +39,19 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from processor.service import clients
-from processor.service.codec import CodecError, DeadLetter, default_codec
+from processor.service.codec import (
+    CodecError,
+    DeadLetter,
+    View,
+    ViewAssembler,
+    decode_json_payload,
+    default_codec,
+)
 from processor.service.config import ServiceConfig
 from processor.service.views_reader import (
     SessionViews,
+    ViewRecord,
+    ViewUpdate,
     _Materializer,
     _resume_offsets,
     _snapshot,
@@ -57,7 +71,7 @@ class Summary:
     """One row of the sessions list."""
 
     id: str
-    status: str = "ok"
+    status: str = "none"  # "ok" | "quarantined" | "none" (dead letters but no views)
     reason: str = ""
     as_of_seq: int = -1
     last_activity: int = 0  # ms since the epoch (Kafka timestamp of the newest view record)
@@ -96,6 +110,33 @@ class Letters:
     kept: deque[DeadLetter] = field(default_factory=lambda: deque(maxlen=MAX_LETTERS_PER_SESSION))
 
 
+@dataclass(frozen=True, slots=True)
+class _Packed:
+    """A view value as on the wire (zstd above 1 KiB): what 100,000 sessions cost."""
+
+    encoding: str
+    payload: bytes
+
+
+def _unpack(rec: ViewRecord) -> ViewRecord:
+    if not isinstance(rec.value, _Packed):
+        return rec
+    value = decode_json_payload(rec.value.encoding, rec.value.payload)
+    return ViewRecord(rec.name, rec.as_of_seq, rec.state_version, value)
+
+
+class _Capturing(ViewAssembler):
+    """The views reader's assembler, remembering the last whole view it returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: View | None = None
+
+    def add(self, view: View) -> View | None:
+        self.last = super().add(view)
+        return self.last
+
+
 class Subscriber:
     """Ids changed since the last :meth:`take`; ``session`` filters to one id.
 
@@ -130,7 +171,7 @@ class InspectorState:
         self.codec = default_codec()
         self.poll_timeout = poll_timeout
         self._lock = threading.Lock()
-        self._mat = _Materializer(self.codec, None, None)
+        self._mat, self._assembler = self._materializer()
         self._summaries: dict[str, Summary] = {}
         self._letters: dict[str, Letters] = {}
         self._sizes: dict[bytes, tuple[str, int]] = {}  # view record key -> (session, bytes)
@@ -140,6 +181,11 @@ class InspectorState:
         self.loaded = threading.Event()
         self.error: str | None = None
         self.records = 0
+
+    def _materializer(self) -> tuple[_Materializer, _Capturing]:
+        mat = _Materializer(self.codec, None, None)
+        mat.assembler = _Capturing()
+        return mat, mat.assembler
 
     # ------------------------------------------------------------ lifecycle
 
@@ -168,7 +214,7 @@ class InspectorState:
 
     def _reset(self) -> None:
         with self._lock:
-            self._mat = _Materializer(self.codec, None, None)
+            self._mat, self._assembler = self._materializer()
             self._summaries.clear()
             self._letters.clear()
             self._sizes.clear()
@@ -233,6 +279,7 @@ class InspectorState:
                     continue
                 if update is not None:
                     sid = update.session_id
+                    self._pack(update)
                 if sid is None:
                     continue
                 summary = self._summary(sid)
@@ -240,8 +287,19 @@ class InspectorState:
                 ts = m.timestamp()[1]
                 if ts > summary.last_activity:
                     summary.last_activity = ts
-                self._refresh(summary)
+                if update is not None:
+                    self._refresh(summary, update.view,
+                                  update.record.value if update.record is not None else None)
                 changed.add(sid)
+
+    def _pack(self, update: ViewUpdate) -> None:
+        """Keep the view as its wire payload; it is decoded again only when asked for."""
+        whole = self._assembler.last
+        if update.record is None or whole is None or whole.view != update.view:
+            return
+        r = update.record
+        self._mat.views[update.session_id][update.view] = ViewRecord(
+            r.name, r.as_of_seq, r.state_version, _Packed(whole.encoding, whole.value))
 
     def _account_size(self, key: bytes | None, value: bytes | None, m: Any) -> str | None:
         """Bytes of the current records of a session (head and parts)."""
@@ -268,20 +326,21 @@ class InspectorState:
             s = self._summaries[sid] = Summary(sid)
         return s
 
-    def _refresh(self, s: Summary) -> None:
-        views = self._mat.views.get(s.id, {})
-        status = views.get("status")
-        if status is not None and isinstance(status.value, dict):
-            s.status = str(status.value.get("state", "?"))
-            s.as_of_seq = int(status.value.get("lastSeq", -1))
-            q = status.value.get("quarantine")
+    @staticmethod
+    def _refresh(s: Summary, view: str, value: Any) -> None:
+        """Update the summary fields a view feeds (``value`` None: the view is gone)."""
+        if view == "status":
+            doc = value if isinstance(value, dict) else {}
+            s.status = str(doc.get("state", "none"))
+            s.as_of_seq = int(doc.get("lastSeq", -1))
+            q = doc.get("quarantine")
             s.reason = f"{q.get('rule')}: {q.get('reason')}" if isinstance(q, dict) else ""
-        msgs = views.get("messages")
-        s.messages = len(msgs.value) if msgs is not None and isinstance(msgs.value, list) else 0
-        stats = views.get("sessionStats")
-        if stats is not None and isinstance(stats.value, dict):
-            s.turns = int(stats.value.get("turns", 0))
-            s.tool_calls = int(stats.value.get("toolCalls", 0))
+        elif view == "messages":
+            s.messages = len(value) if isinstance(value, list) else 0
+        elif view == "sessionStats":
+            doc = value if isinstance(value, dict) else {}
+            s.turns = int(doc.get("turns", 0))
+            s.tool_calls = int(doc.get("toolCalls", 0))
 
     def _dead_letters(self, msgs: Iterable[Any], changed: set[str]) -> None:
         with self._lock:
@@ -372,7 +431,10 @@ class InspectorState:
                 return None
             box = self._letters.get(sid) or Letters()
             copy = Summary(**{f: getattr(s, f) for f in Summary.__slots__})
-            return copy, dict(self._mat.views.get(sid, {})), list(box.kept), box.total
+            packed = dict(self._mat.views.get(sid, {}))
+            letters = list(box.kept)
+        views = {name: _unpack(rec) for name, rec in packed.items()}
+        return copy, views, letters, box.total
 
     def wait_loaded(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -161,7 +161,7 @@ async function renderList() {
   }, label)));
   const rows = page.rows.map((r) => h("tr", { class: "row", "data-session": r.id, onclick: () => { location.hash = `#/session/${encodeURIComponent(r.id)}`; } },
     h("td", {}, h("a", { href: `#/session/${encodeURIComponent(r.id)}` }, r.id)),
-    h("td", {}, h("span", { class: `badge ${r.status}` }, r.status), r.reason ? h("div", { class: "muted" }, r.reason) : null),
+    h("td", {}, h("span", { class: `badge ${r.status}` }, r.status === "none" ? "no views" : r.status), r.reason ? h("div", { class: "muted" }, r.reason) : null),
     h("td", { class: "num" }, r.asOfSeq), h("td", {}, when(r.lastActivity)),
     h("td", { class: "num" }, bytes(r.bytes)), h("td", { class: "num" }, r.messages),
     h("td", { class: "num" }, r.turns), h("td", { class: "num" }, r.toolCalls),
