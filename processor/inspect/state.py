@@ -1,10 +1,11 @@
 """What the inspector knows: every session's views and dead letters, followed live.
 
-One thread owns one ``read_committed`` consumer.  It first reads the views
-and dead-letter topics to their end (the page says "loading" until then),
-then tails both.  View records are assembled by the views reader's own
-materializer (split parts, tombstones), so the inspector sees exactly what
-``processor views`` sees; the thread only adds what a page needs on top:
+One thread owns one ``read_committed`` consumer.  It reads the views and
+dead-letter topics from the beginning, record by record (the page says
+"loading" until every partition reached its end once), and goes on tailing.
+View records are assembled by the views reader's own materializer (split
+parts, tombstones), so the inspector sees exactly what ``processor views``
+sees; the thread only adds what a page needs on top:
 
 - a :class:`Summary` per session (status, ``asOfSeq``, last activity = the
   commit time of its newest view record, bytes on the views topic, messages,
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from processor.service import clients
 from processor.service.codec import (
@@ -53,8 +54,7 @@ from processor.service.views_reader import (
     ViewRecord,
     ViewUpdate,
     _Materializer,
-    _resume_offsets,
-    _snapshot,
+    _partitions,
 )
 
 log = logging.getLogger("processor.inspect")
@@ -220,28 +220,22 @@ class InspectorState:
             self._sizes.clear()
 
     def _follow(self) -> None:
+        """Read both topics from the beginning, streaming (never the whole topic in
+        memory at once); ``loaded`` once every partition reached its end, then tail."""
         topics = self.config.topics
         consumer = clients.plain_consumer(self.config, "inspector")
         try:
-            vparts, vmsgs = _snapshot(consumer, topics.views, 60.0)
-            dparts, dmsgs = _snapshot(consumer, topics.dlq, 60.0)
-            changed: set[str] = set()
-            for p in vparts:
-                self._views(vmsgs[p], changed)
-            for p in dparts:
-                self._dead_letters(dmsgs[p], changed)
-            self.error = None
-            self.loaded.set()
-            self._notify(changed, resync=True)
-            starts = [TopicPartition(topics.views, p, o) for p, o in _resume_offsets(vparts, vmsgs)]
-            starts += [TopicPartition(topics.dlq, p, o) for p, o in _resume_offsets(dparts, dmsgs)]
-            del vmsgs, dmsgs
+            starts = [TopicPartition(t, p, OFFSET_BEGINNING)
+                      for t in (topics.views, topics.dlq)
+                      for p in _partitions(consumer, t, 60.0)]
+            loading = {(tp.topic, tp.partition) for tp in starts}
             consumer.assign(starts)
-            self._tail(consumer)
+            self.error = None
+            self._consume(consumer, loading)
         finally:
             consumer.close()
 
-    def _tail(self, consumer: Consumer) -> None:
+    def _consume(self, consumer: Consumer, loading: set[tuple[str, int]]) -> None:
         views_topic = self.config.topics.views
         while not self._stop.is_set():
             msgs = consumer.consume(500, timeout=self.poll_timeout)
@@ -251,6 +245,7 @@ class InspectorState:
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
+                        loading.discard((m.topic(), m.partition()))
                         continue
                     if err.fatal():
                         raise RuntimeError(f"{m.topic()}: {err}")
@@ -260,7 +255,10 @@ class InspectorState:
             changed: set[str] = set()
             self._views(views, changed)
             self._dead_letters(letters, changed)
-            if changed:
+            if not loading and not self.loaded.is_set():
+                self.loaded.set()
+                self._notify(changed, resync=True)
+            elif changed and self.loaded.is_set():
                 self._notify(changed)
 
     # ------------------------------------------------------------ folding records in
