@@ -224,15 +224,35 @@ function surfaceCard(d, detail) {
     skipped, body);
 }
 
+function kv(pairs) {
+  return h("table", { class: "kv" }, h("tbody", {}, pairs.filter(([, v]) => v !== undefined && v !== null)
+    .map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v))))));
+}
+
 function headerCard(d) {
+  const rh = d.requestHeader;
   const th = d.toolHistory;
+  const header = rh && rh.header ? rh.header : null;
+  const config = header && header.config ? header.config : {};
+  const headerBody = rh === null || rh === undefined ? h("p", { class: "muted" }, "no request/header yet") : h("div", {},
+    kv([["seq", rh.seq], ["reason", rh.reason], ...Object.entries(config),
+      ["adapterDefaults", header && header.adapterDefaults],
+      ["tools", header && Array.isArray(header.tools) ? header.tools.map((t) => t.name).join(", ") : "none"]]),
+    h("details", {}, h("summary", {}, "JSON"), jsonBlock(rh)));
   const tools = th && Array.isArray(th.tools) ? th.tools : [];
   const updates = th && Array.isArray(th.updates) ? th.updates : [];
+  const historyBody = !th ? h("p", { class: "muted" }, "none") : h("div", {},
+    h("div", { class: "muted" }, `baseline: request/header at seq ${th.baselineSeq ?? "–"}`),
+    h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "tool"), h("th", {}, "description"))),
+      h("tbody", {}, tools.map((t) => h("tr", {}, h("td", {}, t.name), h("td", {}, t.description ?? ""))))),
+    updates.length ? h("table", { id: "tool-updates" }, h("thead", {}, h("tr", {}, h("th", {}, "seq"), h("th", {}, "added"), h("th", {}, "removed"))),
+      h("tbody", {}, updates.map((u) => h("tr", {}, h("td", {}, u.seq),
+        h("td", {}, (u.added || []).map((t) => t.name).join(", ")), h("td", {}, (u.removed || []).join(", ")))))) : null,
+    h("details", {}, h("summary", {}, "JSON"), jsonBlock(th)));
   return h("div", { class: "card", id: "request" },
-    h("h2", {}, "Request header"),
-    d.requestHeader === null ? h("p", { class: "muted" }, "none") : jsonBlock(d.requestHeader),
-    h("h2", {}, "Tool history ", h("span", { class: "muted" }, `${tools.length} tools · ${updates.length} updates`)),
-    th === null ? h("p", { class: "muted" }, "none") : jsonBlock(th));
+    h("h2", {}, "Request header ", h("span", { class: "muted" }, "the canonical last header")), headerBody,
+    h("h2", {}, "Tool history ", h("span", { class: "muted" }, `${tools.length} tools in the baseline · ${updates.length} updates since`)),
+    historyBody);
 }
 
 function unitsCard(d) {
