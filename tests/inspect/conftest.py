@@ -78,11 +78,11 @@ _counter = iter(range(1_000_000))
 
 @pytest.fixture
 def inspect_stack(kafka_bootstrap: str) -> Iterator[InspectStack]:
-    """Topics, one processor member (views split into small parts) and the inspector."""
+    """Topics, one processor member (views split into 256-byte parts) and the inspector."""
     prefix = f"i{os.getpid()}x{next(_counter)}x{int(time.time() * 1000) % 100000}"
     config = ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
                            group_id=f"{prefix}-group", partitions=3, commit_interval_ms=100,
-                           transaction_timeout_ms=10_000, max_view_bytes=1024,
+                           transaction_timeout_ms=10_000, max_view_bytes=256,
                            transcript_page_size=8)
     create_topics(clients.admin(config), config)
     proc = Processor(config)

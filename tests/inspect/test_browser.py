@@ -5,7 +5,7 @@ a session appears in the list; its transcript grows live while events are
 produced (no reload); a bad event shows the quarantine and its dead letter;
 redrive is refused without the token and lifts the quarantine with it; time
 travel shows the earlier surface (with the image-offloaded content marked)
-and a diff against now.  The processor splits views into 1 KiB parts and
+and a diff against now.  The processor splits views into 256-byte parts and
 pages the transcript by 8, so the page is read through split views.
 """
 
@@ -24,6 +24,7 @@ from processor.files import read_session_file
 from processor.offline import fold_events
 from processor.service import clients
 from processor.service.codec import default_codec
+from processor.service.views_reader import read_committed_records
 from processor.service.writer import SessionWriter
 from tests.inspect.conftest import TOKEN, InspectStack, save_failure_screenshot, wait_for
 
@@ -31,6 +32,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.browser]
 
 SID = "inspect-me"
 OTHER = "other-session"
+SECRET_SID = "secret-session"
+SECRET = "sk-live-should-never-be-rendered"
 
 
 def js(driver: Any, script: str) -> Any:
@@ -99,8 +102,17 @@ def test_inspector_page_live_quarantine_redrive_time_travel(inspect_stack: Inspe
             wait_for("the compaction on the surface", lambda: "asOfSeq 64" in text(
                 driver, "#as-of-seq") and count(driver, "#surface .badge.replace") == 2)
             assert count(driver, "#surface .node") == len(fold_events(events).surface.state.nodes)
+            keys = [m.key() for m in read_committed_records(stack.config,
+                                                            stack.config.topics.views)]
+            assert any(k.startswith(SID.encode()) and b"#" in k for k in keys), \
+                "no view was split into parts: the test would not cover reassembly"
             assert count(driver, "#units tr[data-unit]") == 5
             assert "requestHeader" in text(driver, "#units")
+            header = fold_events(events).projections.state_of("requestHeader")
+            request = text(driver, "#request")
+            assert f"seq {header['seq']}" in request and header["reason"] in request
+            assert header["header"]["config"]["model"] in request
+            assert "Tool history" in request
 
             # --- a bad event (a gap: seq 66 after 64) quarantines the session
             producer = clients.event_producer(stack.config)
@@ -158,6 +170,26 @@ def test_inspector_page_live_quarantine_redrive_time_travel(inspect_stack: Inspe
         diff = text(driver, "#tt-diff")
         assert "asOfSeq" in diff and "40" in diff
         assert count(driver, "#tt-diff tbody tr") > 0
+
+        # --- no secret is rendered: an API key in a header's config is redacted
+        with SessionWriter(stack.config) as writer:
+            writer.append(SECRET_SID, "request/header", {
+                "header": {"config": {"provider": "p", "model": "m-7", "apiKey": SECRET}},
+                "reason": "initial"})
+        driver.get(f"{url}#/session/{SECRET_SID}")
+        wait_for("the header of the secret session", lambda: "m-7" in text(driver, "#request"))
+        assert "[redacted]" in text(driver, "#request")
+        assert SECRET not in driver.page_source
+        seq_box = driver.find_element(By.ID, "tt-seq")
+        seq_box.clear()
+        seq_box.send_keys("0")
+        driver.find_element(By.ID, "tt-go").click()
+        wait_for("time travel of the secret session", lambda: count(driver, "#tt-diff") == 1)
+        assert SECRET not in driver.page_source
+        for path in (f"api/session?id={SECRET_SID}", f"api/session/at?id={SECRET_SID}&seq=0",
+                     f"api/session/surface?id={SECRET_SID}", "api/health", "api/sessions"):
+            body = urllib.request.urlopen(url + path).read()
+            assert SECRET.encode() not in body and TOKEN.encode() not in body, path
     except BaseException:
         save_failure_screenshot(driver, "inspector-failure")
         raise
