@@ -337,6 +337,32 @@ async function travel(seq, out) {
   }
 }
 
+// A live update redraws the cards: keep what the reader did with them (scroll
+// positions, opened details; a list scrolled to its end follows new entries).
+function keepViewState() {
+  const scrolls = [...document.querySelectorAll(".card")].map((card) => {
+    const box = card.querySelector(".scroll");
+    return {
+      id: card.id,
+      top: box ? box.scrollTop : 0,
+      atEnd: box ? box.scrollTop + box.clientHeight >= box.scrollHeight - 4 : false,
+      open: [...card.querySelectorAll("details")].map((el) => el.open),
+    };
+  });
+  const y = window.scrollY;
+  return () => {
+    for (const st of scrolls) {
+      const card = st.id && document.getElementById(st.id);
+      if (!card) continue;
+      const box = card.querySelector(".scroll");
+      if (box) box.scrollTop = st.atEnd && st.top > 0 ? box.scrollHeight : st.top;
+      const details = [...card.querySelectorAll("details")];
+      if (details.length === st.open.length) details.forEach((el, i) => { el.open = st.open[i]; });
+    }
+    window.scrollTo(0, y);
+  };
+}
+
 async function renderSession(id, { quiet = false } = {}) {
   if (!current || current.id !== id) current = { id };
   let d;
@@ -354,12 +380,14 @@ async function renderSession(id, { quiet = false } = {}) {
     h("span", { id: "as-of-seq" }, `asOfSeq ${s.asOfSeq}`),
     h("span", { class: "muted" }, `partition ${s.partition} · ${bytes(s.bytes)} · ${s.turns} turns · ${s.toolCalls} tool calls · last activity ${when(s.lastActivity)}`));
   const surface = surfaceCard(d, current.surface && current.surface.asOfSeq === s.asOfSeq ? current.surface : null);
+  const kept = keepViewState();
   $main.replaceChildren(head, quarantineCard(d) || "",
     h("div", { class: "grid" }, transcriptCard(d), surface),
     h("div", { class: "grid" }, headerCard(d), h("div", {}, unitsCard(d), lettersCard(d))),
     timeTravelCard(d));
   const token = document.getElementById("redrive-token");
   if (token) token.value = tokenValue;
+  kept();
   if (!current.surface || current.surface.asOfSeq !== s.asOfSeq) {
     try {
       const detail = await api(`api/session/surface?id=${encodeURIComponent(id)}`);
@@ -367,7 +395,9 @@ async function renderSession(id, { quiet = false } = {}) {
       current.surface = detail;
     } catch (err) { current.surface = { error: String(err.message || err), asOfSeq: s.asOfSeq, nodes: [] }; }
     const fresh = surfaceCard(current.data, current.surface);
+    const keptSurface = keepViewState();
     document.getElementById("surface")?.replaceWith(fresh);
+    keptSurface();
   }
 }
 
