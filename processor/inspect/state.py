@@ -213,6 +213,8 @@ class InspectorState:
                 self._reset()
 
     def _reset(self) -> None:
+        """Start over after an error: what was read may be incomplete."""
+        self.loaded.clear()
         with self._lock:
             self._mat, self._assembler = self._materializer()
             self._summaries.clear()
@@ -293,7 +295,8 @@ class InspectorState:
     def _pack(self, update: ViewUpdate) -> None:
         """Keep the view as its wire payload; it is decoded again only when asked for."""
         whole = self._assembler.last
-        if update.record is None or whole is None or whole.view != update.view:
+        if (update.record is None or whole is None or whole.view != update.view
+                or whole.session_id != update.session_id):
             return
         r = update.record
         self._mat.views[update.session_id][update.view] = ViewRecord(
