@@ -119,3 +119,17 @@ def test_time_travel_rejects_a_seq_outside_the_session(config: ServiceConfig) ->
         assert {"path": "asOfSeq", "kind": "changed", "then": 4, "now": 9} in body["diff"]
         code, body = call(server, "GET", "/api/session/surface?id=tt")
         assert code == 200 and body["asOfSeq"] == 9 and body["skipped"] == []
+
+
+def test_missing_topics_are_reported_then_recovered(kafka_bootstrap: str) -> None:
+    prefix = f"iapimiss{os.getpid()}x{int(time.time() * 1000) % 100000}"
+    cfg = ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
+                        group_id=f"{prefix}-g", partitions=1)
+    with InspectorServer(cfg, port=0) as server:
+        health = wait_for("the error on /api/health", lambda: (
+            lambda doc: doc if doc["error"] else None)(call(server, "GET", "/api/health")[1]))
+        assert health["loaded"] is False
+        assert f"{prefix}.views does not exist" in health["error"]
+        create_topics(clients.admin(cfg), cfg)
+        wait_for("recovery", lambda: (lambda doc: doc["loaded"] and doc["error"] is None)(
+            call(server, "GET", "/api/health")[1]))
