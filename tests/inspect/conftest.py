@@ -30,8 +30,9 @@ CHROMEDRIVER = os.environ.get("PROCESSOR_CHROMEDRIVER", "/usr/bin/chromedriver")
 TOKEN = "tok-3f9a-inspector-test"
 
 
-def _missing_browser() -> str | None:
-    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+def missing_browser(chromium: str = CHROMIUM, driver: str = CHROMEDRIVER) -> str | None:
+    """Why the browser tests cannot run here (None: they can)."""
+    for path, package in ((chromium, "chromium"), (driver, "chromium-driver")):
         if not (Path(path).is_file() and os.access(path, os.X_OK)):
             return (f"{path} not found: the inspector's browser tests need Debian's `chromium` "
                     f"and `chromium-driver` (apt-get install -y chromium chromium-driver; "
@@ -45,7 +46,7 @@ def _missing_browser() -> str | None:
 
 @pytest.fixture(scope="session")
 def chrome() -> Iterator[Any]:
-    problem = _missing_browser()
+    problem = missing_browser()
     if problem:
         pytest.fail(problem, pytrace=False)
     os.environ.setdefault("SE_OFFLINE", "true")

@@ -79,3 +79,14 @@ def test_time_travel_skips_what_the_dlq_holds_and_resends() -> None:
     assert [s["offset"] for s in fold.skipped] == [10] and "S-1" in fold.skipped[0]["why"]
     control = LoggedRecord(99, None, "control record (processor-control)")
     assert fold_records("s", [*records, control], {10}, None).session.last_seq == 19
+
+
+def test_a_missing_browser_is_a_clear_failure_not_a_skip() -> None:
+    from tests.inspect.conftest import CHROMEDRIVER, missing_browser
+
+    problem = missing_browser("/nonexistent/chromium", CHROMEDRIVER)
+    assert problem is not None
+    assert "apt-get install -y chromium chromium-driver" in problem
+    assert "missing package: chromium" in problem
+    problem = missing_browser("/bin/sh", "/nonexistent/chromedriver")
+    assert problem is not None and "missing package: chromium-driver" in problem
