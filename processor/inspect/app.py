@@ -132,11 +132,12 @@ class Inspector:
     async def sessions(self, request: Request) -> Response:
         q = request.query_params
         try:
-            page = self.state.page(query=q.get("q", ""), status=q.get("status", ""),
-                                   sort=q.get("sort", "lastActivity"),
-                                   descending=q.get("dir", "desc") != "asc",
-                                   offset=_int(request, "offset", 0),
-                                   limit=_int(request, "limit", 50))
+            offset, limit = _int(request, "offset", 0), _int(request, "limit", 50)
+            # sorting 100,000 summaries takes ~0.1 s: off the event loop
+            page = await run_in_threadpool(
+                self.state.page, query=q.get("q", ""), status=q.get("status", ""),
+                sort=q.get("sort", "lastActivity"), descending=q.get("dir", "desc") != "asc",
+                offset=offset, limit=limit)
         except ValueError as exc:
             return _error(str(exc), 400)
         return _json({"total": page.total, "rows": page.rows,
