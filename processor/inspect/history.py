@@ -156,10 +156,10 @@ def fold_records(sid: str, records: Sequence[LoggedRecord], dead_offsets: set[in
             continue  # control records, undecodable bytes (the latter are dead letters)
         seq = rec.decoded.seq
         last_in_log = max(last_in_log, seq)
+        if upto is not None and seq > upto:
+            continue
         if rec.offset in dead_offsets:
             skipped.append({"offset": rec.offset, "seq": seq, "why": "dead letter"})
-            continue
-        if upto is not None and seq > upto:
             continue
         if seq <= session.last_seq:
             continue  # a re-send of a folded seq: the processor drops it or dead-letters it
