@@ -84,6 +84,11 @@ def _inspector_end(config: ServiceConfig, inspector: Any, keep: bool) -> None:
     proc = _spawn(config, f"{config.topic_prefix}-a")  # live again: new events, redrive
     click.echo("open it in a browser; Ctrl-C stops the inspector, the processor and the "
                "broker")
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # SIGTERM ends the demo as cleanly as Ctrl-C
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
         while proc.poll() is None:
             time.sleep(0.5)

@@ -101,7 +101,7 @@ def test_inspect_command_serves_and_says_when_the_port_is_taken(
         assert lines[-1].startswith("processor inspect: cannot listen on 127.0.0.1:")
         assert "Traceback" not in busy_log.read_text()
     finally:
-        assert stop(proc, signal.SIGINT) == 0, log.read_text()
+        assert stop(proc, signal.SIGTERM) == 0, log.read_text()
 
 
 def test_run_mounts_the_inspector_only_when_enabled(topics: ServiceConfig) -> None:
@@ -153,5 +153,5 @@ def test_demo_prints_the_inspector_and_keeps_it_open(kafka_bootstrap: str) -> No
         assert all(r["status"] == "ok" for r in rows)
         assert proc.poll() is None  # kept open
     finally:
-        code = stop(proc, signal.SIGINT)
+        code = stop(proc, signal.SIGTERM)
     assert code == 0, log.read_text()
