@@ -102,6 +102,7 @@ def test_inspector_page_live_quarantine_redrive_time_travel(inspect_stack: Inspe
             wait_for("the compaction on the surface", lambda: "asOfSeq 64" in text(
                 driver, "#as-of-seq") and count(driver, "#surface .badge.replace") == 2)
             assert count(driver, "#surface .node") == len(fold_events(events).surface.state.nodes)
+            assert count(driver, "#surface-mismatch") == 0
             keys = [m.key() for m in read_committed_records(stack.config,
                                                             stack.config.topics.views)]
             assert any(k.startswith(SID.encode()) and b"#" in k for k in keys), \

@@ -198,6 +198,7 @@ function surfaceNodes(detail) {
     const meta = [h("span", {}, `seq ${n.seq}`), h("span", { class: "badge kind" }, n.type)];
     if (n.replace) meta.push(h("span", { class: "badge replace" }, `replaces ${n.replace.startSeq}…${n.replace.endSeq} (${n.replace.shadowed.length} nodes)`));
     if (n.projected) meta.push(h("span", { class: "badge offload" }, "image offloaded"));
+    if (!n.message || !(n.message.content || []).length) meta.push(h("span", { class: "muted" }, "empty: keeps its node, sends no message"));
     const el = messageView(n.message, meta, `${n.replace ? "replaced" : ""} ${n.projected ? "projected" : ""}`);
     el.classList.add("node");
     el.dataset.seq = n.seq;
@@ -217,11 +218,17 @@ function surfaceCard(d, detail) {
   const body = detail
     ? (detail.error ? h("div", { class: "diff-removed" }, detail.error) : h("div", { class: "scroll" }, surfaceNodes(detail)))
     : h("p", { class: "muted" }, "folding the session's events…");
+  // compare only a fold and a surface view of the same seq (a live update may be in between)
+  const folded = detail && !detail.error && detail.asOfSeq === d.summary.asOfSeq
+    ? detail.nodes.map((n) => n.seq).join(",") : null;
+  const mismatch = folded !== null && d.surface && folded !== d.surface.nodes.join(",")
+    ? h("div", { class: "diff-removed", id: "surface-mismatch" }, `the fold of the events topic (nodes ${folded}) differs from the surface view (nodes ${d.surface.nodes.join(",")})`)
+    : null;
   const skipped = detail && detail.skipped && detail.skipped.length
     ? h("details", {}, h("summary", {}, `${detail.skipped.length} record(s) not folded`), jsonBlock(detail.skipped)) : null;
   return h("div", { class: "card", id: "surface" },
     h("h2", {}, "Surface ", h("span", { class: "muted" }, `${d.messages.length} messages as the model sees them · ${gens}`)),
-    skipped, body);
+    mismatch, skipped, body);
 }
 
 function kv(pairs) {
