@@ -8,7 +8,8 @@ parts, tombstones), so the inspector sees exactly what ``processor views``
 sees; the thread only adds what a page needs on top:
 
 - a :class:`Summary` per session (status, ``asOfSeq``, last activity = the
-  commit time of its newest view record, bytes on the views topic, messages,
+  commit time of its newest view record, size = its views' payload bytes
+  (zstd above 1 KiB, as on the topic), messages,
   turns and tool calls, dead letters, partition) — the list is paged, searched
   and sorted over these small records, so 100,000 sessions cost one sort of
   100,000 tuples per request, never a table of 100,000 rows in the browser;
@@ -81,6 +82,7 @@ class Summary:
     tool_calls: int = 0
     dead_letters: int = 0
     partition: int = -1
+    sizes: dict[str, int] = field(default_factory=dict)  # view -> payload bytes
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status, "reason": self.reason,
@@ -174,7 +176,6 @@ class InspectorState:
         self._mat, self._assembler = self._materializer()
         self._summaries: dict[str, Summary] = {}
         self._letters: dict[str, Letters] = {}
-        self._sizes: dict[bytes, tuple[str, int]] = {}  # view record key -> (session, bytes)
         self._subscribers: list[Subscriber] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -219,7 +220,6 @@ class InspectorState:
             self._mat, self._assembler = self._materializer()
             self._summaries.clear()
             self._letters.clear()
-            self._sizes.clear()
 
     def _follow(self) -> None:
         """Read both topics from the beginning, streaming (never the whole topic in
@@ -269,31 +269,29 @@ class InspectorState:
         with self._lock:
             for m in msgs:
                 self.records += 1
-                key, value = m.key(), m.value()
-                sid = self._account_size(key, value, m)
                 try:
-                    update = self._mat.apply(key, value)
+                    update = self._mat.apply(m.key(), m.value())
                 except CodecError as exc:
                     log.warning("inspector: view record %s[%s]@%s unreadable: %s", m.topic(),
                                 m.partition(), m.offset(), exc)
                     continue
-                if update is not None:
-                    sid = update.session_id
-                    self._pack(update)
-                if sid is None:
-                    continue
+                if update is None:
+                    continue  # a part of a view still waiting for its other parts
+                sid = update.session_id
                 summary = self._summary(sid)
                 summary.partition = m.partition()
                 ts = m.timestamp()[1]
                 if ts > summary.last_activity:
                     summary.last_activity = ts
-                if update is not None:
-                    self._refresh(summary, update.view,
-                                  update.record.value if update.record is not None else None)
+                self._pack(summary, update)
+                self._refresh(summary, update.view,
+                              update.record.value if update.record is not None else None)
                 changed.add(sid)
 
-    def _pack(self, update: ViewUpdate) -> None:
-        """Keep the view as its wire payload; it is decoded again only when asked for."""
+    def _pack(self, summary: Summary, update: ViewUpdate) -> None:
+        """Keep the view as its wire payload (decoded again only when asked for) and
+        count its payload bytes in the session's size."""
+        summary.bytes -= summary.sizes.pop(update.view, 0)
         whole = self._assembler.last
         if (update.record is None or whole is None or whole.view != update.view
                 or whole.session_id != update.session_id):
@@ -301,25 +299,8 @@ class InspectorState:
         r = update.record
         self._mat.views[update.session_id][update.view] = ViewRecord(
             r.name, r.as_of_seq, r.state_version, _Packed(whole.encoding, whole.value))
-
-    def _account_size(self, key: bytes | None, value: bytes | None, m: Any) -> str | None:
-        """Bytes of the current records of a session (head and parts)."""
-        if key is None:
-            return None
-        old = self._sizes.pop(key, None)
-        if old is not None:
-            s = self._summaries.get(old[0])
-            if s is not None:
-                s.bytes -= old[1]
-        if value is None:
-            return old[0] if old is not None else None
-        try:
-            sid = self.codec.decode_view(value).session_id
-        except CodecError:
-            return None
-        self._sizes[key] = (sid, len(value))
-        self._summary(sid).bytes += len(value)
-        return sid
+        summary.sizes[update.view] = len(whole.value)
+        summary.bytes += len(whole.value)
 
     def _summary(self, sid: str) -> Summary:
         s = self._summaries.get(sid)
@@ -431,7 +412,7 @@ class InspectorState:
             if s is None:
                 return None
             box = self._letters.get(sid) or Letters()
-            copy = Summary(**{f: getattr(s, f) for f in Summary.__slots__})
+            copy = Summary(**{f: getattr(s, f) for f in Summary.__slots__ if f != "sizes"})
             packed = dict(self._mat.views.get(sid, {}))
             letters = list(box.kept)
         views = {name: _unpack(rec) for name, rec in packed.items()}
