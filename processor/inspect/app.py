@@ -187,31 +187,34 @@ class Inspector:
             "redrive": self._token is not None,
         })
 
-    def _fold(self, sid: str, partition: int, letters: list[Any], upto: int | None) -> Any:
+    def _fold(self, sid: str, partition: int, upto: int | None) -> tuple[Any, bool]:
+        """The fold up to ``upto`` and whether every refused record was known."""
         records = self.history.records(sid, partition)
-        dead = {d.offset for d in letters
-                if d.topic == self.state.config.topics.events and d.partition == partition}
-        return fold_records(sid, records, dead, upto)
+        refused = self.state.refused(sid)
+        events = self.state.config.topics.events
+        dead = {o for t, p, o in refused.offsets if t == events and p == partition}
+        return fold_records(sid, records, dead, upto), refused.complete
 
     async def surface(self, request: Request) -> Response:
         got = self._lookup(request)
         if isinstance(got, Response):
             return got
-        sid, (summary, _views, letters, _total) = got
+        sid, (summary, *_rest) = got
         try:
-            fold = await run_in_threadpool(self._fold, sid, summary.partition, letters,
-                                           summary.as_of_seq)
+            fold, complete = await run_in_threadpool(self._fold, sid, summary.partition,
+                                                     summary.as_of_seq)
         except HistoryError as exc:
             return _error(str(exc), 503)
         detail = surface_detail(fold)
         detail["viewsAsOfSeq"] = summary.as_of_seq
+        detail["refusedComplete"] = complete
         return _json(detail)
 
     async def at(self, request: Request) -> Response:
         got = self._lookup(request)
         if isinstance(got, Response):
             return got
-        sid, (summary, views, letters, _total) = got
+        sid, (summary, views, *_rest) = got
         try:
             seq = _int(request, "seq", summary.as_of_seq)
         except ValueError as exc:
@@ -220,7 +223,7 @@ class Inspector:
             return _error(f"seq {seq} is outside 0..{summary.as_of_seq} (the session's "
                           "asOfSeq)", 400)
         try:
-            fold = await run_in_threadpool(self._fold, sid, summary.partition, letters, seq)
+            fold, complete = await run_in_threadpool(self._fold, sid, summary.partition, seq)
         except HistoryError as exc:
             return _error(str(exc), 503)
         then = fold_document(fold)
@@ -230,7 +233,8 @@ class Inspector:
         except (KeyError, ValueError, TypeError) as exc:
             now, changes = None, [{"path": "(views)", "kind": "unreadable", "now": str(exc)}]
         return _json({"seq": seq, "then": then, "surface": surface_detail(fold),
-                      "diff": changes, "nowAsOfSeq": summary.as_of_seq})
+                      "diff": changes, "nowAsOfSeq": summary.as_of_seq,
+                      "refusedComplete": complete})
 
     async def redrive(self, request: Request) -> Response:
         if self._token is None or self._redrive is None:

@@ -61,6 +61,7 @@ from processor.service.views_reader import (
 log = logging.getLogger("processor.inspect")
 
 MAX_LETTERS_PER_SESSION = 200
+MAX_OFFSETS_PER_SESSION = 100_000
 MAX_PENDING = 1_000
 MAX_PAGE = 500
 SORT_KEYS = ("id", "status", "asOfSeq", "lastActivity", "bytes", "messages", "turns",
@@ -106,10 +107,29 @@ _ATTR = {"asOfSeq": "as_of_seq", "lastActivity": "last_activity", "bytes": "byte
 
 @dataclass(slots=True)
 class Letters:
-    """A session's dead letters: the newest few, and how many there were."""
+    """A session's dead letters: the newest few, how many there were, and where
+    the refused records sit (what time travel must leave out), bounded too."""
 
     total: int = 0
     kept: deque[DeadLetter] = field(default_factory=lambda: deque(maxlen=MAX_LETTERS_PER_SESSION))
+    offsets: set[tuple[str, int, int]] = field(default_factory=set)  # (topic, partition, offset)
+    offsets_complete: bool = True
+
+    def add(self, letter: DeadLetter) -> None:
+        self.total += 1
+        self.kept.append(letter)
+        if len(self.offsets) < MAX_OFFSETS_PER_SESSION:
+            self.offsets.add((letter.topic, letter.partition, letter.offset))
+        else:
+            self.offsets_complete = False
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Where a session's refused records sit; ``complete`` False past the bound."""
+
+    offsets: frozenset[tuple[str, int, int]]
+    complete: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,8 +358,7 @@ class InspectorState:
                     continue
                 sid = letter.session_id or ""
                 box = self._letters.setdefault(sid, Letters())
-                box.total += 1
-                box.kept.append(letter)
+                box.add(letter)
                 summary = self._summary(sid)
                 summary.dead_letters = box.total
                 if summary.partition < 0:
@@ -417,6 +436,12 @@ class InspectorState:
             letters = list(box.kept)
         views = {name: _unpack(rec) for name, rec in packed.items()}
         return copy, views, letters, box.total
+
+    def refused(self, sid: str) -> Refused:
+        """Every refused record of ``sid`` the DLQ holds (up to the bound)."""
+        with self._lock:
+            box = self._letters.get(sid) or Letters()
+            return Refused(frozenset(box.offsets), box.offsets_complete)
 
     def wait_loaded(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -90,3 +90,18 @@ def test_a_missing_browser_is_a_clear_failure_not_a_skip() -> None:
     assert "missing package: chromium" in problem
     problem = missing_browser("/bin/sh", "/nonexistent/chromedriver")
     assert problem is not None and "missing package: chromium-driver" in problem
+
+
+def test_dead_letter_memory_is_bounded_and_says_so(monkeypatch: Any) -> None:
+    from processor.inspect import state
+    from processor.service.codec import DeadLetter
+
+    monkeypatch.setattr(state, "MAX_OFFSETS_PER_SESSION", 3)
+    box = state.Letters()
+    for offset in range(state.MAX_LETTERS_PER_SESSION + 5):
+        box.add(DeadLetter("s", "t.events", 0, offset, offset, "S-1", "gap", b"s", b"",
+                           0, "p"))
+    assert box.total == state.MAX_LETTERS_PER_SESSION + 5
+    assert len(box.kept) == state.MAX_LETTERS_PER_SESSION and box.kept[-1].offset == box.total - 1
+    assert box.offsets == {("t.events", 0, 0), ("t.events", 0, 1), ("t.events", 0, 2)}
+    assert box.offsets_complete is False

@@ -329,6 +329,7 @@ async function travel(seq, out) {
       h("td", {}, c.then === undefined ? "" : JSON.stringify(c.then).slice(0, 200)),
       h("td", {}, c.now === undefined ? "" : JSON.stringify(c.now).slice(0, 200))));
     const parts = [
+      t.refusedComplete ? null : h("div", { class: "diff-removed" }, "this session has more dead letters than the inspector keeps offsets of: the fold may include records the processor refused"),
       h("div", { id: "tt-surface" },
         h("h2", {}, `Surface at seq ${t.seq} `, h("span", { class: "muted" }, `${t.then.messages.length} messages · replaceGeneration ${t.surface.replaceGeneration} · contentGeneration ${t.surface.contentGeneration}`)),
         h("div", { class: "scroll" }, surfaceNodes(t.surface))),
@@ -337,8 +338,8 @@ async function travel(seq, out) {
         h("div", { class: "scroll" }, h("table", {}, h("thead", {}, h("tr", {}, ["", "path", "then", "now"].map((c) => h("th", {}, c)))), h("tbody", {}, diffRows)))),
     ];
     current.ttSeq = seq;
-    current.ttResult = parts;
-    out.replaceChildren(...parts);
+    current.ttResult = parts.filter(Boolean);
+    out.replaceChildren(...current.ttResult);
   } catch (err) {
     out.replaceChildren(h("p", { class: "diff-removed" }, String(err.message || err)));
   }
