@@ -69,8 +69,9 @@ STATIC = Path(__file__).parent / "static"
 TOKEN_HEADER = "X-Inspector-Token"
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
-#: Redrive through the existing API; one place for the integrator to adapt.
-RedriveFn = Callable[[str], None]
+#: Redrive ``(session, seq it is quarantined at)`` through the existing API
+#: (:func:`~processor.inspect.server.writer_redrive` is the one place to adapt).
+RedriveFn = Callable[[str, int], None]
 
 
 def _json(doc: Any, status: int = 200) -> Response:
@@ -250,7 +251,7 @@ class Inspector:
         if summary.status != "quarantined":
             return _error(f"session {sid} is not quarantined", 409)
         try:
-            await run_in_threadpool(self._redrive, sid)
+            await run_in_threadpool(self._redrive, sid, summary.as_of_seq)
         except Exception as exc:  # a delivery failure is the operator's to see
             log.warning("inspector: redrive of %s failed: %s", sid, exc)
             return _error(f"redrive failed: {exc}", 502)

@@ -30,13 +30,15 @@ def writer_redrive(config: ServiceConfig) -> RedriveFn:
     """Redrive through :meth:`SessionWriter.redrive` (the one redrive API).
 
     One writer (an idempotent producer) is created on first use and kept.
+    ``seq`` is where the session is quarantined; today's redrive is addressed
+    to the session only, a command on a control topic may also want the seq.
     """
     from processor.service.writer import SessionWriter
 
     holder: list[SessionWriter] = []
     lock = threading.Lock()
 
-    def redrive(sid: str) -> None:
+    def redrive(sid: str, seq: int) -> None:
         with lock:
             if not holder:
                 holder.append(SessionWriter(config, client_id="processor-inspect"))

@@ -50,9 +50,9 @@ def call(server: InspectorServer, method: str, path: str,
 
 
 def test_redrive_needs_the_configured_token(config: ServiceConfig) -> None:
-    redriven: list[str] = []
+    redriven: list[tuple[str, int]] = []
     with InspectorServer(config, port=0, token="right-token",
-                         redrive=redriven.append) as server, \
+                         redrive=lambda sid, seq: redriven.append((sid, seq))) as server, \
             InspectorServer(config, port=0) as no_token:
         # the sessions are known from status views written as the processor writes them
         producer = clients.event_producer(config)
@@ -79,7 +79,7 @@ def test_redrive_needs_the_configured_token(config: ServiceConfig) -> None:
         assert call(server, "POST", "/api/session/redrive?id=nope",
                     {"X-Inspector-Token": "right-token"})[0] == 404
         code, body = call(server, "POST", path, {"X-Inspector-Token": "right-token"})
-        assert (code, body) == (200, {"requested": "q1"}) and redriven == ["q1"]
+        assert (code, body) == (200, {"requested": "q1"}) and redriven == [("q1", 3)]
 
 
 def test_host_check_bad_parameters_and_headers(config: ServiceConfig) -> None:
