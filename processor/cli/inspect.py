@@ -20,8 +20,9 @@ from processor.service.config import ServiceConfig
 @click.option("--port", type=int, default=None,
               help="Port to listen on (default 8765; 0 picks a free one).")
 @click.option("--token", default=None, envvar="PROCESSOR_INSPECT_TOKEN",
-              help="Enables the redrive action: the page asks for this token "
-                   "(or inspect_token in the config file).")
+              help="Enables the redrive action: the page asks for this token. Also "
+                   "env PROCESSOR_INSPECT_TOKEN or inspect_token in the config file "
+                   "(better: a command line is visible to other users).")
 @click.option("--log-level", default="WARNING", show_default=True)
 def inspect_command(config: ServiceConfig, host: str | None, port: int | None,
                     token: str | None, log_level: str) -> None:
