@@ -127,6 +127,9 @@ def test_run_mounts_the_inspector_only_when_enabled(topics: ServiceConfig) -> No
             lambda doc: doc if doc["loaded"] else None)(orjson.loads(get(url + "api/health")[1])))
         assert health["redrive"] is True
         assert get(base + "inspect")[0] == 200  # redirected to inspect/
+        status, page = get(url)
+        assert status == 200 and b'src="static/app.js"' in page  # relative: works mounted
+        assert get(url + "static/app.js")[0] == 200
     finally:
         assert stop(proc) == 0, log.read_text()
         assert stop(plain) == 0, plain_log.read_text()
