@@ -65,12 +65,53 @@ def _summary(sid: str, views: dict[str, Any], ok: bool) -> str:
             f"{'OK' if ok else 'MISMATCH'}")
 
 
+def _start_inspector(config: ServiceConfig, port: int) -> Any:
+    from processor.inspect.server import InspectorServer
+
+    try:
+        return InspectorServer(config, port=port, token=config.inspect_token).start()
+    except OSError:
+        return InspectorServer(config, port=0, token=config.inspect_token).start()  # port taken
+
+
+def _inspector_end(config: ServiceConfig, inspector: Any, keep: bool) -> None:
+    """Print the inspector's address; with ``--inspect`` serve until Ctrl-C."""
+    click.echo(f"\ninspector: {inspector.url}")
+    if not keep:
+        click.echo("(closed with the demo; `processor demo --inspect` keeps it open)")
+        inspector.stop()
+        return
+    proc = _spawn(config, f"{config.topic_prefix}-a")  # live again: new events, redrive
+    click.echo("open it in a browser; Ctrl-C stops the inspector, the processor and the "
+               "broker")
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # SIGTERM ends the demo as cleanly as Ctrl-C
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        while proc.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        inspector.stop()
+
+
 @click.command()
 @service_options
 @click.option("--sessions", "n_sessions", type=int, default=6, show_default=True)
 @click.option("--show", "show_session", default=None,
               help="Also print the full views of this session as JSON.")
-def demo(config: ServiceConfig, n_sessions: int, show_session: str | None) -> None:
+@click.option("--inspect", "keep_inspector", is_flag=True, default=False,
+              help="Keep the inspector page (and the broker and a processor) open until "
+                   "Ctrl-C.")
+@click.option("--inspect-port", type=int, default=8765, show_default=True,
+              help="Port of the inspector page (a free one when taken).")
+def demo(config: ServiceConfig, n_sessions: int, show_session: str | None,
+         keep_inspector: bool, inspect_port: int) -> None:
     """Run the service end to end and check it against the offline fold."""
     from processor.examples.make_example import scripted_sessions
     from processor.offline import fold_events, session_output
@@ -91,6 +132,8 @@ def demo(config: ServiceConfig, n_sessions: int, show_session: str | None) -> No
     with _broker(config, explicit) as config:
         create_topics(clients.admin(config), config)
         click.echo(f"· topics {prefix}.events/.views/.checkpoints/.dlq created", err=True)
+        inspector = _start_inspector(config, inspect_port)
+        click.echo(f"· inspector (live) at {inspector.url}", err=True)
         procs = [_spawn(config, f"{prefix}-a"), _spawn(config, f"{prefix}-b")]
         click.echo("· two processors started in one consumer group", err=True)
         try:
@@ -131,5 +174,8 @@ def demo(config: ServiceConfig, n_sessions: int, show_session: str | None) -> No
                                     option=orjson.OPT_INDENT_2).decode())
         if bad:
             click.echo(f"\n{bad} session(s) differ from the offline fold", err=True)
+        else:
+            click.echo(f"\nall {len(logs)} sessions match the offline fold exactly")
+        _inspector_end(config, inspector, keep_inspector)
+        if bad:
             sys.exit(1)
-        click.echo(f"\nall {len(logs)} sessions match the offline fold exactly")

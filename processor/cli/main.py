@@ -14,6 +14,7 @@ from processor.cli.demo import demo
 from processor.cli.dlq import dlq, redrive
 from processor.cli.fold import fold
 from processor.cli.ingest import ingest
+from processor.cli.inspect import inspect_command
 from processor.cli.replay import replay_command
 from processor.cli.run import run
 from processor.cli.topics import topics
@@ -35,6 +36,7 @@ cli.add_command(ingest)
 cli.add_command(views)
 cli.add_command(dlq)
 cli.add_command(redrive)
+cli.add_command(inspect_command)
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ import logging
 import signal
 import sys
 from types import FrameType
+from typing import Any
 
 import click
 from confluent_kafka import KafkaException
@@ -40,6 +41,11 @@ from processor.service.runner import Processor
 @click.option("--metrics-port", type=int, default=None,
               help="Serve /metrics, /healthz, /readyz on this port (0 picks one).")
 @click.option("--metrics-host", default=None)
+@click.option("--inspect/--no-inspect", "inspect", default=None,
+              help="Also serve the inspector page under /inspect/ on the metrics port "
+                   "(off by default).")
+@click.option("--inspect-token", default=None,
+              help="Token the inspector's redrive action requires (none: redrive off).")
 @click.option("--transaction-timeout-ms", type=int, default=None)
 @click.option("--max-idle-s", type=float, default=None,
               help="Exit after this many idle seconds (batch jobs, tests).")
@@ -50,7 +56,8 @@ from processor.service.runner import Processor
 def run(config: ServiceConfig, instance_id: str | None, static_membership: bool | None,
         commit_interval_ms: int | None, max_batch_events: int | None,
         anchor_policy: str | None, at_least_once: bool, metrics_port: int | None,
-        metrics_host: str | None, transaction_timeout_ms: int | None,
+        metrics_host: str | None, inspect: bool | None, inspect_token: str | None,
+        transaction_timeout_ms: int | None,
         max_idle_s: float | None, log_level: str, kafka_log_level: str) -> None:
     """Fold session events into views and checkpoints (exactly-once by default).
 
@@ -65,13 +72,22 @@ def run(config: ServiceConfig, instance_id: str | None, static_membership: bool 
         instance_id=instance_id, static_membership=static_membership,
         commit_interval_ms=commit_interval_ms, max_batch_events=max_batch_events,
         anchor_policy=anchor_policy, metrics_port=metrics_port, metrics_host=metrics_host,
-        transaction_timeout_ms=transaction_timeout_ms,
+        transaction_timeout_ms=transaction_timeout_ms, inspect=inspect,
+        inspect_token=inspect_token,
         exactly_once=False if at_least_once else None)
     metrics = Metrics()
     processor = Processor(config, metrics=metrics)
-    server = None
-    if config.metrics_port or metrics_port == 0:
+    server: Any = None
+    if config.inspect and not (config.metrics_port or metrics_port == 0):
+        raise click.UsageError("--inspect serves on the metrics port: give --metrics-port")
+    if config.inspect:
+        from processor.inspect.mount import serve_with_inspector
+
+        server = serve_with_inspector(metrics, config)
+        click.echo(f"inspector on {server.url}", err=True)
+    elif config.metrics_port or metrics_port == 0:
         server = serve(metrics, config.metrics_host, config.metrics_port)
+    if server is not None:
         click.echo(f"metrics on http://{config.metrics_host}:{server.server_port}/metrics",
                    err=True)
 

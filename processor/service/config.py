@@ -66,6 +66,10 @@ class ServiceConfig:
     duplicate_window: int = 256
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0: no HTTP endpoint
+    #: Serve the inspector page under /inspect/ on the metrics port (off by default).
+    inspect: bool = False
+    #: Token the inspector's redrive action requires (empty: redrive disabled).
+    inspect_token: str = ""
     schema_registry: str = ""
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)

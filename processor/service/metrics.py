@@ -107,6 +107,20 @@ def _buckets() -> tuple[float, ...]:
     return (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
+def liveness(m: Metrics, liveness_s: float = 60.0) -> tuple[int, bytes]:
+    """``/healthz``: the loop ticked recently and nothing fatal happened."""
+    alive = m.fatal is None and time.monotonic() - m.last_tick < liveness_s
+    return (200, b"ok\n") if alive else (503, b"stalled\n")
+
+
+def readiness(m: Metrics) -> tuple[int, bytes]:
+    """``/readyz``: assigned partitions restored, nothing fatal happened and
+    transactions are not failing past their bound (``failures.py``)."""
+    if m.ready and m.fatal is None and m.degraded is None:
+        return 200, b"ready\n"
+    return 503, f"not ready: {m.fatal or m.degraded or 'restoring'}\n".encode()
+
+
 class _Handler(BaseHTTPRequestHandler):
     metrics: Metrics
     liveness_s: float = 60.0
@@ -116,13 +130,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/metrics"):
             self._send(200, m.exposition(), CONTENT_TYPE_LATEST)
         elif self.path.startswith("/healthz"):
-            alive = m.fatal is None and time.monotonic() - m.last_tick < self.liveness_s
-            self._send(200 if alive else 503, b"ok\n" if alive else b"stalled\n")
+            self._send(*liveness(m, self.liveness_s))
         elif self.path.startswith("/readyz"):
-            ok = m.ready and m.fatal is None and m.degraded is None
-            cause = m.fatal or m.degraded or "restoring"
-            body = b"ready\n" if ok else f"not ready: {cause}\n".encode()
-            self._send(200 if ok else 503, body)
+            self._send(*readiness(m))
         else:
             self._send(404, b"not found\n")
 

@@ -1,0 +1,56 @@
+"""The inspector on the processor's own HTTP port (``processor run --inspect``).
+
+The stdlib server of :mod:`processor.service.metrics` cannot host an ASGI
+app, so when the inspector is enabled the whole port is served by uvicorn:
+``/metrics``, ``/healthz`` and ``/readyz`` answer exactly as before (same
+functions) and the inspector lives under ``/inspect/``.  Off by default.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from processor.inspect.server import InspectorServer
+from processor.service.config import ServiceConfig
+from processor.service.metrics import Metrics, liveness, readiness
+
+
+class MountedInspector:
+    """What ``processor run`` needs of its HTTP server: the port and shutdown."""
+
+    def __init__(self, server: InspectorServer) -> None:
+        self.server = server
+
+    @property
+    def server_port(self) -> int:
+        return self.server.port
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def shutdown(self) -> None:
+        self.server.stop()
+
+
+def serve_with_inspector(metrics: Metrics, config: ServiceConfig) -> MountedInspector:
+    async def metrics_route(request: Request) -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        code, body = liveness(metrics)
+        return Response(body, code, media_type="text/plain; charset=utf-8")
+
+    async def readyz(request: Request) -> Response:
+        code, body = readiness(metrics)
+        return Response(body, code, media_type="text/plain; charset=utf-8")
+
+    routes = [Route("/metrics", metrics_route), Route("/healthz", healthz),
+              Route("/readyz", readyz)]
+    server = InspectorServer(config, host=config.metrics_host, port=config.metrics_port,
+                             token=config.inspect_token or None, mount_at="/inspect",
+                             extra_routes=routes)
+    return MountedInspector(server.start())
