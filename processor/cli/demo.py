@@ -131,7 +131,7 @@ def demo(config: ServiceConfig, n_sessions: int, show_session: str | None,
                                    partitions=4)
     with _broker(config, explicit) as config:
         create_topics(clients.admin(config), config)
-        click.echo(f"· topics {prefix}.events/.views/.checkpoints/.dlq created", err=True)
+        click.echo(f"· topics {prefix}.events/.views/.checkpoints/.dlq/.control created", err=True)
         inspector = _start_inspector(config, inspect_port)
         click.echo(f"· inspector (live) at {inspector.url}", err=True)
         procs = [_spawn(config, f"{prefix}-a"), _spawn(config, f"{prefix}-b")]
