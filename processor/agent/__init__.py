@@ -24,7 +24,6 @@ from processor.agent.context import (
     message_text,
     runtime_context_source,
 )
-from processor.agent.header import call_config_equals, canonical_header, header_equals
 from processor.agent.inbox import InboxFold
 from processor.agent.loop import (
     Agent,
@@ -71,6 +70,7 @@ from processor.agent.request import (
     request_mismatches,
 )
 from processor.agent.tool_history import tool_history
+from processor.core.header import call_config_equals, canonical_header, header_equals
 
 __all__ = [
     "CONTEXT_WINDOW_EXCEEDED",

@@ -77,7 +77,6 @@ from processor.agent.context import (
     RuntimeContextProjection,
     SystemPromptProjection,
 )
-from processor.agent.header import canonical_header, header_equals
 from processor.agent.inbox import TARGETS, InboxFold
 from processor.agent.plugins import (
     CompactionPlugin,
@@ -98,6 +97,7 @@ from processor.agent.stream import failure_stream, reply_stream
 from processor.agent.tools import run_tool
 from processor.core.events import Event, make_event
 from processor.core.frozen import thaw
+from processor.core.header import canonical_header, header_equals
 from processor.core.session import Session
 
 __all__ = [

@@ -29,7 +29,7 @@ Decisions (the runtime's ``buildRequest`` is the reference)
 ------------------------------------------------------------
 * Header reasons: the loop's first request logs ``initial`` (no header in
   the log) or ``resume``; later, a header that differs from the log's last
-  one (:func:`processor.agent.header.header_equals`) logs ``change``; an
+  one (:func:`processor.core.header.header_equals`) logs ``change``; an
   unchanged header logs ``series`` only when the request starts a series.
 * ``startsSeries: true`` is written on ``initial``, ``resume`` and ``change``
   whenever the request starts a series (issue 17 item 8); ``series`` says so
@@ -57,10 +57,10 @@ from typing import Any, Final
 
 from processor.agent.adapters import PreparedRoute
 from processor.agent.context import EventDraft, IdFactory
-from processor.agent.header import ADAPTER_DEFAULT_FLAGS, canonical_header, header_equals
 from processor.agent.tool_history import tool_history
 from processor.core.events import Event
 from processor.core.frozen import FrozenDict, FrozenList, freeze, thaw
+from processor.core.header import ADAPTER_DEFAULT_FLAGS, canonical_header, header_equals
 from processor.core.log import SessionHeader
 from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.projections import ProjectionRegistry

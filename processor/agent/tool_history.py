@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from processor.agent.header import js_json
 from processor.core.events import Event
 from processor.core.frozen import freeze, thaw
+from processor.core.header import js_json
 
 __all__ = ["ToolHistoryError", "ToolHistoryFold", "tool_history"]
 

@@ -196,7 +196,7 @@ class LogBuilder:
 _SOURCES: dict[str, dict[str, Any]] = {
     "system": {"kind": "system-prompt"},
     "user": {"kind": "user"},
-    "developer": {"kind": "tool-update"},
+    "developer": {"kind": "tool-registry"},
     "assistant": {"kind": "model", "provider": "mock", "model": "mock-1"},
 }
 

@@ -15,17 +15,17 @@ import pytest
 from processor.agent.adapters import RequestContext
 from processor.agent.adapters.mock import MockModelAdapter, MockRoute, Overflow, Say, ToolCall
 from processor.agent.context import EventDraft
-from processor.agent.header import (
-    call_config_equals,
-    canonical_header,
-    header_equals,
-    js_json,
-)
 from processor.agent.loop import Agent, CompactionPlugin, StepLoop
 from processor.agent.prompt import ContextSection, PromptError, Section, SystemPrompt, ToolSpec
 from processor.agent.request import RequestState, build_request, header_of, request_mismatches
 from processor.agent.tool_history import ToolHistoryError, tool_history
 from processor.core.events import Event, make_event
+from processor.core.header import (
+    call_config_equals,
+    canonical_header,
+    header_equals,
+    js_json,
+)
 from processor.core.session import Session
 
 ROUTES = {

@@ -245,12 +245,16 @@ def test_inbox_through_a_session() -> None:
 # ------------------------------------------------------------------ H-1
 
 
-def test_H1_canonical_header_omits_empty_optionals_and_false_flags() -> None:
+def test_H1_canonical_header_keeps_known_true_markers_and_non_empty_tools() -> None:
     assert canonical_header({"config": {"model": "m"}, "adapterDefaults": {"a": False},
                              "tools": []}) == {"config": {"model": "m"}}
-    assert canonical_header({"config": {}, "adapterDefaults": {"a": True, "b": False},
+    # kept as given once a known marker is true; an unknown marker never keeps it
+    assert canonical_header({"config": {}, "adapterDefaults": {"maxTokens": True, "b": False},
                              "tools": [tool_def("x")], "extra": 1}) == {
-        "config": {}, "adapterDefaults": {"a": True}, "tools": [tool_def("x")]}
+        "config": {}, "adapterDefaults": {"maxTokens": True, "b": False},
+        "tools": [tool_def("x")]}
+    assert "adapterDefaults" not in canonical_header(
+        {"config": {}, "adapterDefaults": {"a": True}})
     raw = {"config": {"model": "m"}, "tools": [tool_def("x")]}
     canonical_header(raw)
     assert raw == {"config": {"model": "m"}, "tools": [tool_def("x")]}  # input untouched
@@ -264,26 +268,33 @@ def test_H1_header_equals_compares_config_field_by_field() -> None:
                          ("temperature", 0.7), ("maxTokens", 200)):
         assert not header_equals(a, {"config": {**a["config"], field: value}}), field
     assert not header_equals({"config": {"maxTokens": 1}}, {"config": {"maxTokens": True}})
+    assert header_equals({"config": {"maxTokens": 1}}, {"config": {"maxTokens": 1.0}})
     assert header_equals({"config": {"model": "m", "other": 1}}, {"config": {"model": "m"}})
+    # JavaScript ===: null is not undefined
+    assert not header_equals({"config": {"temperature": None}}, {"config": {}})
 
 
-def test_H1_header_equals_stop_element_wise() -> None:
+def test_H1_header_equals_stop_element_wise_and_empty_is_not_absent() -> None:
     base = {"config": {"stop": ["x", "y"]}}
     assert not header_equals(base, {"config": {"stop": ["y", "x"]}})
     assert not header_equals(base, {"config": {"stop": ["x"]}})
     assert not header_equals(base, {"config": {"stop": ["x", "y", "z"]}})
-    assert header_equals({"config": {}}, {"config": {"stop": []}})
+    assert not header_equals({"config": {}}, {"config": {"stop": []}})
+    assert header_equals({"config": {"stop": []}}, {"config": {"stop": []}})
 
 
-def test_H1_header_equals_flags_and_tools_in_order_by_canonical_json() -> None:
+def test_H1_header_equals_flags_and_tools_in_order_by_their_json_text() -> None:
     a: dict[str, Any] = {"config": {"model": "m"}, "tools": [tool_def("a"), tool_def("b")]}
-    assert header_equals(a, {**a, "adapterDefaults": {"f": False}})
-    assert not header_equals(a, {**a, "adapterDefaults": {"f": True}})
+    assert header_equals(a, {**a, "adapterDefaults": {"maxTokens": False, "f": True}})
+    assert not header_equals(a, {**a, "adapterDefaults": {"maxTokens": True}})
     assert not header_equals(a, {**a, "tools": [tool_def("b"), tool_def("a")]})
     assert not header_equals(a, {**a, "tools": [tool_def("a")]})
     reordered = [dict(reversed(list(t.items()))) for t in a["tools"]]
-    assert header_equals(a, {**a, "tools": reordered})  # key order inside a schema is noise
+    assert not header_equals(a, {**a, "tools": reordered})  # key order is part of the prefix
     assert not header_equals(a, {**a, "tools": [tool_def("a", "other"), tool_def("b")]})
+    one = {"config": {}, "tools": [{"name": "t", "inputSchema": {"maximum": 1}}]}
+    assert header_equals(one, {"config": {}, "tools": [{"name": "t",
+                                                       "inputSchema": {"maximum": 1.0}}]})
 
 
 # ------------------------------------------------------------------ H-5
@@ -304,11 +315,41 @@ def test_H5_additions_resolve_from_their_header_and_removal_keeps_declaration() 
     s = session(b)
     assert s.projections.view_of("toolHistory") == {
         "baselineSeq": h0.seq, "tools": [tool_def("read")],
-        "updates": [{"seq": d1.seq, "added": [tool_def("grep")], "removed": []},
-                    {"seq": d2.seq, "added": [], "removed": ["read"]}]}
+        "updates": [{"seq": d1.seq, "messageId": d1.data["message"]["id"],
+                     "added": [tool_def("grep")], "removed": []},
+                    {"seq": d2.seq, "messageId": d2.data["message"]["id"],
+                     "added": [], "removed": ["read"]}]}
     state = s.projections.state_of("toolHistory")
     assert state["declared"]["read"] == tool_def("read")  # removal never erases it
     assert state["available"] == ["grep"]
+
+
+def test_H5_developer_message_without_tool_blocks_is_an_empty_update() -> None:
+    """The runtime appends an update for every developer message (issue 17 item 12)."""
+    b = LogBuilder()
+    b.system("s")
+    h0 = b.header([tool_def("read")])
+    dev = b.add_raw("developer/message", {
+        "turn": 0, "step": 0,
+        "message": {"id": "note-1", "role": "developer", "source": {"kind": "plugin"},
+                    "content": [{"type": "text", "text": "heads up"}]}},
+        surfaceOp="append")
+    assert history(b) == {"baselineSeq": h0.seq, "tools": [tool_def("read")], "updates": [
+        {"seq": dev.seq, "messageId": "note-1", "added": [], "removed": []}]}
+
+
+def test_H5_redeclaration_compares_the_json_text() -> None:
+    """Key order makes a new definition (a new series); 1 and 1.0 do not."""
+    def tool(schema: dict[str, Any]) -> dict[str, Any]:
+        return {"name": "t", "description": "d", "parameters": schema}
+
+    b = LogBuilder()
+    b.system("s")
+    h0 = b.header([tool({"type": "object", "maxItems": 1})])
+    b.header([tool({"type": "object", "maxItems": 1.0})], reason="change")
+    assert history(b)["baselineSeq"] == h0.seq
+    h2 = b.header([tool({"maxItems": 1, "type": "object"})], reason="change")
+    assert history(b)["baselineSeq"] == h2.seq
 
 
 def test_H5_missing_addition_in_its_header_is_an_error() -> None:

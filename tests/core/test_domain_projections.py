@@ -10,7 +10,6 @@ from processor.core.builder import LogBuilder, tool_def
 from processor.core.builtin import BUILTIN_UNITS, default_registry
 from processor.core.errors import ProjectionError, SessionError
 from processor.core.events import Event, make_event
-from processor.core.header import canonical_header, header_equals
 from processor.core.log import SessionLog
 from processor.core.projections import (
     ProjectionDefinition,
@@ -276,25 +275,6 @@ def test_P10_bumped_state_version_makes_rows_unusable_and_refolds() -> None:
         Session.from_checkpoint(cp, projections=v2)
     assert restore_floor(v2, cp["rows"]) == 0
     assert restore(v2, {}, cp["rows"], events, 0).rows["users"]["ver"] == 2
-
-
-def test_H1_canonical_header_omits_empty_optionals_and_false_flags() -> None:
-    assert canonical_header({"config": {"model": "m"}, "adapterDefaults": {"a": False},
-                             "tools": []}) == {"config": {"model": "m"}}
-    full = canonical_header({"config": {}, "adapterDefaults": {"a": True, "b": False},
-                             "tools": [tool_def("x")]})
-    assert full == {"config": {}, "adapterDefaults": {"a": True}, "tools": [tool_def("x")]}
-
-
-def test_H1_header_equals_by_field_flags_and_tool_order() -> None:
-    a = {"config": {"provider": "p", "model": "m", "stop": ["x", "y"]},
-         "tools": [tool_def("a"), tool_def("b")]}
-    assert header_equals(a, {**a, "adapterDefaults": {"f": False}})
-    assert not header_equals(a, {**a, "config": {**a["config"], "stop": ["y", "x"]}})
-    assert not header_equals(a, {**a, "tools": [tool_def("b"), tool_def("a")]})
-    assert not header_equals(a, {**a, "config": {**a["config"], "temperature": 0.5}})
-    assert not header_equals(a, {**a, "adapterDefaults": {"f": True}})
-    assert header_equals({"config": {"model": "m", "other": 1}}, {"config": {"model": "m"}})
 
 
 def _tool_history(b: LogBuilder) -> Any:

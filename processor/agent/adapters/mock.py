@@ -43,9 +43,9 @@ from processor.agent.adapters import (
     PreparedRoute,
     RequestContext,
 )
-from processor.agent.header import ADAPTER_DEFAULT_FLAGS, js_json
 from processor.agent.request import Request
 from processor.core.frozen import thaw
+from processor.core.header import ADAPTER_DEFAULT_FLAGS, js_json
 
 __all__ = [
     "DEFAULT_ROUTE",

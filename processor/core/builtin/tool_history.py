@@ -14,7 +14,7 @@ State (deep-frozen JSON)::
      "series": {"baselineSeq": int | None, "tools": [tool, ...], "updates": [update]},
      "fallback": None | {"baselineSeq": int | None, "tools": [tool, ...], "updates": []}}
 
-    update = {"seq": int, "added": [tool, ...], "removed": [name, ...]}
+    update = {"seq": int, "messageId": str | None, "added": [tool, ...], "removed": [name, ...]}
 
 View (what is published and what a provider reads)::
 
@@ -41,6 +41,11 @@ Folding:
   validated), marked declared and made available; a removal makes the name
   unavailable but never erases its declared definition.  One update per
   message, in block order.
+* every other ``developer/message`` appends an empty update too: the
+  runtime's update list mirrors the developer messages of the series
+  (issue 17 item 12), and a provider replaying it must see the same list.
+* "a different definition" is a different JSON text (``js_json``, as the
+  runtime's ``JSON.stringify``): key order matters, ``1`` equals ``1.0``.
 
 Why ``series`` and ``fallback`` live in the state: the view must keep its
 object identity when nothing visible changed (P-1), e.g. on a ``resume``
@@ -57,6 +62,7 @@ from processor.core.builtin._common import is_int, require_dict, require_list, r
 from processor.core.errors import ProjectionError
 from processor.core.events import Event
 from processor.core.frozen import freeze
+from processor.core.header import js_json
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
 
@@ -98,7 +104,8 @@ def _on_header(state: Any, event: Event) -> Any:
     tools = freeze([t for t in raw if isinstance(t, dict)] if isinstance(raw, list) else [])
     headers = {**state["headers"], str(event.seq): tools} if tools else state["headers"]
     declared = state["declared"]
-    redefined = any(t.get("name") in declared and declared[t.get("name")] != t for t in tools)
+    redefined = any(t.get("name") in declared and js_json(declared[t.get("name")]) != js_json(t)
+                    for t in tools)
     new: dict[str, Any] = {**state, "headers": headers, "activeSeq": event.seq}
     if (state["series"]["baselineSeq"] is None or event.data.get("reason") == "series"
             or event.data.get("startsSeries") is True or redefined):
@@ -125,8 +132,6 @@ def _on_developer(state: Any, event: Event) -> Any:
     blocks = [b for b in content if isinstance(b, dict)
               and b.get("type") in ("tool-addition", "tool-removal")] if isinstance(
                   content, list) else []
-    if not blocks:
-        return state
     declared = dict(state["declared"])
     available = list(state["available"])
     added: list[Any] = []
@@ -147,7 +152,9 @@ def _on_developer(state: Any, event: Event) -> Any:
             if name in available:
                 available.remove(name)
     series = state["series"]
-    update = {"seq": event.seq, "added": added, "removed": removed}
+    message_id = message.get("id") if isinstance(message, dict) else None
+    update = {"seq": event.seq, "messageId": message_id if isinstance(message_id, str) else None,
+              "added": added, "removed": removed}
     new = {**state, "declared": declared, "available": available,
            "series": {**series, "updates": [*series["updates"], update]}}
     return _with_fallback(new, state["fallback"])
@@ -179,7 +186,9 @@ def validate_view(value: Any) -> None:
     _validate_tools(value["tools"], "toolHistory.tools")
     require_list(value["updates"], "toolHistory.updates")
     for update in value["updates"]:
-        require_dict(update, ("seq", "added", "removed"), "toolHistory update")
+        require_dict(update, ("seq", "messageId", "added", "removed"), "toolHistory update")
+        if update["messageId"] is not None and not isinstance(update["messageId"], str):
+            raise ValueError("toolHistory update messageId must be a string or null")
         require_seq(update["seq"], "toolHistory update seq", optional=False)
         _validate_tools(update["added"], "toolHistory update added")
         require_list(update["removed"], "toolHistory update removed")
@@ -205,5 +214,5 @@ def validate(state: Any) -> None:
 
 
 TOOL_HISTORY = ProjectionDefinition(
-    key=KEY, state_version=2, init=init, apply=apply, validate_state=validate,
+    key=KEY, state_version=3, init=init, apply=apply, validate_state=validate,
     wire=WireView(view=view, validate_view=validate_view))
