@@ -117,10 +117,23 @@ def build() -> Builder[Any]:
                              "committed"),
                             (f"sum(rate(processor_transaction_aborts_total{SEL}{RATE}))",
                              "aborted")))
+        .with_panel(_series("Transaction failures", "short", "Failed transaction steps by "
+                            "kind, and members past their failure bound (/readyz 503)",
+                            (f"sum by (kind) (increase(processor_transaction_failures_total"
+                             f"{SEL}{RATE}))", "{{kind}}"),
+                            (f"max by (instance) (processor_consecutive_transaction_failures"
+                             f"{SEL})", "in a row {{instance}}"),
+                            (f"sum(processor_degraded{SEL})", "degraded members")))
         .with_row(Row("Bad input, rebalances, restores"))
         .with_panel(_series("Dead letters by rule", "short", "Records sent to the DLQ",
                             (f"sum by (rule) (increase(processor_dlq_records_total{SEL}"
-                             f"{RATE}))", "{{rule}}")))
+                             f"{RATE}))", "{{rule}}"),
+                            (f"sum(increase(processor_dlq_values_referenced_total{SEL}"
+                             f"{RATE}))", "too big, referenced")))
+        .with_panel(_series("Control commands", "short", "Redrive commands by outcome "
+                            "(applied, noop, rejected)",
+                            (f"sum by (outcome) (increase(processor_control_commands_total"
+                             f"{SEL}{RATE}))", "{{outcome}}")))
         .with_panel(_series("Rebalance callbacks", "short", "assign / revoke / lost per "
                             "member",
                             (f"sum by (kind) (increase(processor_rebalances_total{SEL}"

@@ -47,7 +47,7 @@ def test_promtool_checks_the_rules() -> None:
     out = subprocess.run([_tool("promtool"), "check", "rules", str(RULES)],
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 16 rules found" in out.stdout
+    assert "SUCCESS: 17 rules found" in out.stdout
 
 
 def test_promtool_rule_unit_tests_pass() -> None:
@@ -154,7 +154,7 @@ def test_prometheus_scrapes_a_running_processor_and_evaluates_the_rules(
         wait_until(lambda: _query(base, "processor_partition_lag"), "a lag series")
         wait_until(lambda: _value(base, "processor:lag:sum") == 0.0, "processor:lag:sum = 0")
         rules = json.loads(http_get(f"{base}/api/v1/rules")[1])["data"]["groups"]
-        assert [r["health"] for g in rules for r in g["rules"]] == ["ok"] * 16
+        assert [r["health"] for g in rules for r in g["rules"]] == ["ok"] * 17
 
         # a session with a gap: dead letter and quarantine, and the alert fires
         lines = EXAMPLE.read_text().splitlines(keepends=True)
