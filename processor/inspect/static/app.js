@@ -75,8 +75,12 @@ function blockView(block) {
       return h("div", { class: "block offloaded", "data-offloaded": "" },
         h("span", { class: "badge offload" }, "image offloaded"), ` → ${block.uri}`,
         block.mediaType ? ` (${block.mediaType})` : "");
-    case "image":
-      return h("div", { class: "block" }, "[inline image]");
+    case "image":  // the runtime's image/offload marks the block, the bytes leave the prompt
+      return block.offloaded === true
+        ? h("div", { class: "block offloaded", "data-offloaded": "" },
+          h("span", { class: "badge offload" }, "image offloaded"),
+          block.mediaType ? ` (${block.mediaType})` : "")
+        : h("div", { class: "block" }, "[inline image]");
     default:
       return h("div", { class: "block" }, `[${block.type}] `, JSON.stringify(block).slice(0, 300));
   }
