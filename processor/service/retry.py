@@ -102,6 +102,15 @@ PERMANENT_FATAL = frozenset({
 })
 
 
+#: A fenced producer: a newer producer took its transactional id.  That is
+#: another live member with the same instance id — replacing the producer
+#: would fence it back, and the two would take turns until both budgets are
+#: spent — unless the transaction was open longer than the transaction
+#: timeout, when the coordinator's own abort explains the fence (a member
+#: paused past the timeout) and a new producer is the cure.
+FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+
+
 class FatalBudget:
     """How often a fatal client error may be answered by a new client.
 

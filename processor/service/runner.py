@@ -99,7 +99,7 @@ from processor.service.restore import (
     wait_stable,
 )
 from processor.service.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
-from processor.service.retry import FatalBudget, retry, run_all
+from processor.service.retry import FENCED, FatalBudget, retry, run_all
 from processor.service.state import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
@@ -711,6 +711,7 @@ class Processor:
         if pending.empty() or self._producer is None or self._consumer is None:
             return
         t0 = time.perf_counter()
+        opened = time.monotonic()  # counts a SIGSTOP too, as the coordinator's timeout does
         producer, consumer = self._producer, self._consumer
         eos = self.config.exactly_once
         try:
@@ -752,7 +753,7 @@ class Processor:
             self.metrics.txn_failures.labels(verdict.kind.value).inc()
             err = error_of(exc)
             if (verdict.kind is Kind.FATAL and eos and err is not None
-                    and self._replace_producer(err)):
+                    and self._replace_producer(err, time.monotonic() - opened)):
                 pass  # the new producer fenced the broken one; refold below
             elif verdict.kind in (Kind.FATAL, Kind.DENIED):
                 line = verdict.line
@@ -773,17 +774,25 @@ class Processor:
         self._pending = _Pending()
         self._update_gauges()
 
-    def _replace_producer(self, err: KafkaError) -> bool:
+    def _replace_producer(self, err: KafkaError, open_s: float) -> bool:
         """Survive a fatal producer error that a broker fault caused.
 
         A coordinator moving during a commit can leave librdkafka's
         transactional producer fatally broken (INVALID_TXN_STATE, seen in the
         fault suite); a new producer with the same transactional id fences
         the old one and aborts its open transaction, and the batch is then
-        refolded from the checkpoints.  Bounded (FatalBudget): a cause that
-        persists — another live instance with the same id, missing ACLs —
-        still ends the process.
+        refolded from the checkpoints.  A fence within the transaction
+        timeout (``open_s``: how long the failed transaction was open) means
+        another live member has our instance id: that ends the process
+        (``FENCED``).  Bounded (FatalBudget): a cause that persists — missing
+        ACLs — still ends the process.
         """
+        timeout_s = self.config.effective_transaction_timeout_ms / 1000
+        if err.code() in FENCED and open_s < timeout_s:
+            log.error("producer fenced after %.1f s, within the transaction timeout (%.1f s): "
+                      "another member runs with instance id %r", open_s, timeout_s,
+                      self.instance_id)
+            return False
         if not self._fatal_budget.allow(err):
             return False
         log.error("producer fatal error (%s); replacing the producer", err)

@@ -47,3 +47,18 @@ def test_views_follow_warns_about_a_view_going_back(monkeypatch: pytest.MonkeyPa
     assert '"regressedFrom":69' in lines[1] and '"asOfSeq":49' in lines[1]
     assert "s/status went back from asOfSeq 69 to 49" in result.stderr
     assert "1 update(s) went back in asOfSeq" in result.stderr
+
+
+def test_a_fence_within_the_transaction_timeout_is_another_member_not_a_fault() -> None:
+    """Replacing the producer would fence the newer member back (they would take
+    turns until both budgets ran out): a fence within the timeout ends the process."""
+    from confluent_kafka import KafkaError
+
+    from processor.service.runner import Processor
+
+    proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1"))
+    timeout_s = proc.config.effective_transaction_timeout_ms / 1000
+    for code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+        assert proc._replace_producer(KafkaError(code), open_s=timeout_s / 2) is False
+    assert proc._producer is None  # nothing was replaced
+    assert proc._fatal_budget.allow(KafkaError(KafkaError.INVALID_TXN_STATE))  # budget unspent

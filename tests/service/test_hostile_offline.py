@@ -24,11 +24,11 @@ from processor.service.failures import FailureTracker
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, classify
 from processor.service.metrics import Metrics, serve
 
-HEADER = b'{"type":"session","version":1,"id":"deep","createdAt":0,"isSeeded":false,' \
+HEADER = b'{"type":"session","version":4,"id":"deep","createdAt":0,"isSeeded":false,' \
          b'"delegationDepth":0}\n'
 SYSTEM = (b'{"type":"system/message","seq":0,"time":1,"data":{"turn":0,"step":0,"message":'
           b'{"id":"s","role":"system","content":[{"type":"text","text":"p"}],'
-          b'"source":{"kind":"test"}}},"surfaceOp":"append"}\n')
+          b'"source":{"kind":"system-prompt"}}},"surfaceOp":"append"}\n')
 
 
 def nested(levels: int) -> str:
