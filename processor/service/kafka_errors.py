@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +125,9 @@ class ClientProblems:
         self.last_error: str | None = None
         #: (topic, error) of the last record the producer failed to deliver
         self.delivery_failure: tuple[str, KafkaError] | None = None
+        #: monotonic time librdkafka first said all brokers are down (cleared
+        #: by ``BrokerWatch`` when one answers again)
+        self.brokers_down_at: float | None = None
 
     def error_cb(self, err: KafkaError, operation: str = "") -> None:
         with self._lock:
@@ -134,6 +138,8 @@ class ClientProblems:
             if err.fatal():
                 self.fatal = self.fatal or f"fatal Kafka error {err.name()}: {err.str()}"
                 return
+            if err.code() == KafkaError._ALL_BROKERS_DOWN and self.brokers_down_at is None:
+                self.brokers_down_at = time.monotonic()
             line = f"{err.name()}: {err.str()}"
             if line == self.last_error:
                 return  # a broker that stays down reports every few seconds

@@ -77,7 +77,8 @@ class Metrics:
             "processor_consecutive_transaction_failures",
             "Transactions failed in a row (0 after a commit)", registry=r)
         self.degraded_gauge = Gauge("processor_degraded",
-                                    "1 while a repeating failure is past its bound", registry=r)
+                                    "1 while a repeating failure is past its bound or no "
+                                    "broker answers", registry=r)
         self.control = Counter("processor_control_commands_total",
                                "Control commands by outcome (applied, noop, rejected)",
                                ["outcome"], registry=r)
@@ -91,10 +92,19 @@ class Metrics:
         self.fatal: str | None = None
         #: cause of a repeating failure past its bound; /readyz is 503 while set
         self.degraded: str | None = None
+        #: set while no broker has answered past a bound (``broker_watch.py``)
+        self.unreachable: str | None = None
 
     def set_degraded(self, cause: str | None) -> None:
         self.degraded = cause
-        self.degraded_gauge.set(0 if cause is None else 1)
+        self._update_degraded()
+
+    def set_unreachable(self, cause: str | None) -> None:
+        self.unreachable = cause
+        self._update_degraded()
+
+    def _update_degraded(self) -> None:
+        self.degraded_gauge.set(0 if self.degraded is None and self.unreachable is None else 1)
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()
@@ -116,9 +126,10 @@ def liveness(m: Metrics, liveness_s: float = 60.0) -> tuple[int, bytes]:
 def readiness(m: Metrics) -> tuple[int, bytes]:
     """``/readyz``: assigned partitions restored, nothing fatal happened and
     transactions are not failing past their bound (``failures.py``)."""
-    if m.ready and m.fatal is None and m.degraded is None:
+    if m.ready and m.fatal is None and m.degraded is None and m.unreachable is None:
         return 200, b"ready\n"
-    return 503, f"not ready: {m.fatal or m.degraded or 'restoring'}\n".encode()
+    cause = m.fatal or m.degraded or m.unreachable or "restoring"
+    return 503, f"not ready: {cause}\n".encode()
 
 
 class _Handler(BaseHTTPRequestHandler):

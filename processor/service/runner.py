@@ -57,6 +57,7 @@ from processor.core.message_projections import default_message_projections
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import CHECKPOINT_VERSION, Session, synthetic_header
 from processor.service import clients, faultpoints, preflight, transactions
+from processor.service.broker_watch import BrokerWatch
 from processor.service.codec import (
     Anchor,
     Checkpoint,
@@ -213,6 +214,8 @@ class Processor:
             transactions.init(producer, problems, f"{cfg.group_id}-{self.instance_id}",
                               deadline_s=RETRY_DEADLINE_S)
         preflight.require_permissions(self.config, self.problems, self.metrics)
+        brokers = BrokerWatch(problems, self.metrics,
+                              lambda: consumer.list_topics(self.topics.events, timeout=2))
         consumer.subscribe([self.topics.events], on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
         idle_since = time.monotonic()
@@ -220,6 +223,7 @@ class Processor:
         try:
             while not self._stop.is_set():
                 self.metrics.tick()
+                brokers.tick()
                 # A batch consume returns only when it is full or its timeout is
                 # over, so poll in short slices and date the batch from the poll
                 # that brought its first record: the batch then stays open one
