@@ -104,6 +104,7 @@ from processor.service.retry import FENCED, FatalBudget, retry, run_all
 from processor.service.state import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
+GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
 
 #: Header name the old protocol read as a command; it is now ignored on events
 #: (kept so tests can prove a forged header does nothing).
@@ -187,6 +188,8 @@ class Processor:
         self._failures = FailureTracker(self.metrics)
         self._control: ControlChannel | None = None
         self._dead = False  # a KafkaFatal ended the run: close without committing
+        self._gauges_at = 0.0
+        self._lag_labels: set[int] = set()
         self._publish_floor = dict(publish_floor or {})
         self._assigned_at = 0.0
         self._applied = 0
@@ -224,6 +227,8 @@ class Processor:
             while not self._stop.is_set():
                 self.metrics.tick()
                 brokers.tick()
+                if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S:
+                    self._update_gauges()
                 # A batch consume returns only when it is full or its timeout is
                 # over, so poll in short slices and date the batch from the poll
                 # that brought its first record: the batch then stays open one
@@ -832,19 +837,30 @@ class Processor:
             self._control.rewind(self._consumer, set(numbers))
 
     def _update_gauges(self) -> None:
+        """Sessions, quarantines and lag; called after commits and rebalances, and
+        every ``GAUGE_EVERY_S`` from the loop, so a partition that stops moving
+        shows its lag growing (an alert cannot see a gauge that is never set)."""
+        self._gauges_at = time.monotonic()
+        for gone in self._lag_labels - set(self._partitions):  # revoked: not ours to report
+            with contextlib.suppress(KeyError):
+                self.metrics.lag.remove(str(gone))
+        self._lag_labels &= set(self._partitions)
         live = sum(len(p.sessions) + len(p.checkpoints) for p in self._partitions.values())
         quarantined = sum(len(p.quarantined) for p in self._partitions.values())
         self.metrics.sessions.set(live)
         self.metrics.quarantined.set(quarantined)
         if self._consumer is None:
             return
-        for number in self._partitions:
+        for number, part in self._partitions.items():
             tp = TopicPartition(self.topics.events, number)
             try:
-                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                low, high = self._consumer.get_watermark_offsets(tp, cached=True)
                 pos = self._consumer.position([tp])[0].offset
             except KafkaException:
                 continue
+            if pos < 0:  # nothing consumed since the assignment: where the restore resumed
+                pos = part.resumed_at if part.resumed_at is not None else low
             if high >= 0 and pos >= 0:
                 self.metrics.lag.labels(str(number)).set(max(high - pos, 0))
+                self._lag_labels.add(number)
 
