@@ -37,7 +37,7 @@ def setup() -> tuple[ClientProblems, Metrics, Cluster, list[float], BrokerWatch]
 
 
 def test_no_probe_while_no_broker_went_down(setup: Any) -> None:
-    problems, metrics, cluster, now, watch = setup
+    _problems, metrics, cluster, now, watch = setup
     for _ in range(100):
         now[0] += 1
         watch.tick()
