@@ -55,6 +55,8 @@ from processor.service.codec import (
     stale_part_keys,
     view_key,
 )
+from processor.service.codec import envelope as codec_envelope
+from processor.service.codec import schemas as codec_schemas
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "schemas"
@@ -150,9 +152,9 @@ def test_schema_dir_falls_back_to_package_data(
 ) -> None:
     assert codec.find_schema_dir() == SCHEMAS
     pkg = tmp_path / "site" / "processor"
-    (pkg / "service").mkdir(parents=True)
+    (pkg / "service" / "codec").mkdir(parents=True)
     shutil.copytree(SCHEMAS, pkg / "schemas")
-    monkeypatch.setattr(codec, "__file__", str(pkg / "service" / "codec.py"))
+    monkeypatch.setattr(codec_schemas, "__file__", str(pkg / "service" / "codec" / "schemas.py"))
     assert codec.find_schema_dir() == pkg / "schemas"
     shutil.rmtree(pkg / "schemas")
     with pytest.raises(CodecError, match="schemas not found"):
@@ -409,7 +411,7 @@ def v1_record(session: str, env: dict[str, Any]) -> bytes:
     """Frame a record written with the *history* v1 schema (no producer)."""
     v1 = fastavro.parse_schema(json.loads(V1_PATH.read_text("utf-8")), {})
     current = Codec()
-    datum = codec._event_datum(session, env, None, None, False)
+    datum = codec_envelope._event_datum(session, env, None, None, False)
     del datum["producer"]
     buf = io.BytesIO()
     buf.write(b"\xc3\x01" + codec.schema_fingerprint(json.loads(V1_PATH.read_text("utf-8"))))
