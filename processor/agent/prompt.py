@@ -6,6 +6,10 @@ system prompt text (:func:`render_prompt`, Y-4) and the runtime-context
 sections (:func:`render_contexts` / :func:`join_context_sections`, Y-5), which
 go to the model as user-role input, never in the system prompt.
 
+Here: registration and assembly.  The values it produces are in
+``prompt_types``, rendering in ``prompt_render``, merging and ordering the
+tools in ``prompt_tools``; every public name is re-exported from here.
+
 Layers (Y-1)
 ------------
 :class:`SystemPrompt` owns one *global* layer and any number of *scoped*
@@ -95,14 +99,46 @@ Decisions where the spec and seed are silent
   :data:`RUNTIME_CONTEXT_CLEARED` (rule R-1).
 """
 
+
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any
+
+from processor.agent.prompt_render import (
+    RenderedContext,
+    RenderedContextSection,
+    interpolate,
+    join_context_sections,
+    render_contexts,
+    render_prompt,
+)
+from processor.agent.prompt_tools import (
+    collect_tools,
+    order_tools,
+)
+from processor.agent.prompt_types import (
+    NAME_RE,
+    RUNTIME_CONTEXT_CLEARED,
+    RUNTIME_CONTEXT_FRAMING,
+    UNLISTED_TOOLS,
+    AssembleContext,
+    AssembledContext,
+    AssembledSection,
+    AssembleHook,
+    Assembly,
+    ContextSection,
+    DynamicText,
+    PromptError,
+    Section,
+    ToolSpec,
+    ToolsProvider,
+    VariableValue,
+    code_unit_key,
+)
 
 __all__ = [
     "RUNTIME_CONTEXT_CLEARED",
@@ -130,225 +166,6 @@ __all__ = [
     "render_contexts",
     "render_prompt",
 ]
-
-UNLISTED_TOOLS = "<unlisted-tools>"
-"""Marker in a tool order that expands to every tool not listed, sorted by name (Y-3)."""
-
-RUNTIME_CONTEXT_FRAMING = (
-    "Current runtime context. This snapshot supersedes earlier runtime-context snapshots."
-)
-"""First line of a joined runtime-context snapshot (Y-5): tells the model older ones are stale."""
-
-RUNTIME_CONTEXT_CLEARED = (
-    "Current runtime context: none. Earlier runtime-context snapshots no longer apply."
-)
-"""Sent when the context goes from non-empty to empty (R-1), so stale snapshots are revoked."""
-
-_NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
-
-VariableValue: TypeAlias = str | int | float | bool | None
-JsonObject: TypeAlias = dict[str, Any]
-
-
-class PromptError(ValueError):
-    """A rule of section 7 was violated.
-
-    ``rule`` is the rule id (``"Y-1"`` .. ``"Y-5"``); ``section`` and
-    ``variable`` name the offending section/context and variable when known, so
-    a failing prompt points at the contribution to fix.  ``str(err)`` is
-    ``"<reason> (RULE)"``, like :class:`processor.core.errors.SessionError`.
-    """
-
-    def __init__(
-        self,
-        rule: str,
-        reason: str,
-        *,
-        section: str | None = None,
-        variable: str | None = None,
-    ) -> None:
-        self.rule = rule
-        self.reason = reason
-        self.section = section
-        self.variable = variable
-        super().__init__(f"{reason} ({rule})")
-
-
-def code_unit_key(s: str) -> bytes:
-    """Sort key comparing strings by UTF-16 code units, as JavaScript does.
-
-    Python compares code points, which orders astral characters (U+10000+)
-    after U+E000..U+FFFF; the reference harness compares UTF-16 code units,
-    where surrogates (0xD800..) sort *before* U+E000.  Big-endian UTF-16 bytes
-    compare exactly like code-unit sequences.  ``surrogatepass`` keeps lone
-    surrogates sortable instead of crashing.
-    """
-    return s.encode("utf-16-be", "surrogatepass")
-
-
-# --------------------------------------------------------------------- data
-
-
-@dataclass(frozen=True)
-class AssembleContext:
-    """What a dynamic text sees: the assembled scope and the merged variables.
-
-    ``scope_chain`` is far-to-near (root scope first, the assembled scope
-    last); it is empty for the global assembly.
-    """
-
-    scope: str | None
-    scope_chain: tuple[str, ...]
-    variables: Mapping[str, VariableValue]
-
-
-DynamicText: TypeAlias = Callable[[AssembleContext], str]
-
-
-def _check_order(kind: str, name: str, order: float) -> None:
-    """Orders must be real numbers: NaN would make the sort non-deterministic."""
-    if isinstance(order, bool) or not isinstance(order, int | float):
-        raise TypeError(f"{kind} {name!r}: order must be a number, got {order!r}")
-    if isinstance(order, float) and not math.isfinite(order):
-        raise ValueError(f"{kind} {name!r}: order must be a finite number")
-
-
-def _check_text(kind: str, name: str, text: object) -> None:
-    if not (isinstance(text, str) or callable(text)):
-        raise TypeError(f"{kind} {name!r}: text must be a str or a callable")
-
-
-@dataclass(frozen=True)
-class Section:
-    """A system-prompt section contribution (Y-1).
-
-    ``text`` is a str or a callable evaluated once per assemble (Y-2).
-    ``interpolate=False`` keeps the text literal (Y-4), for prose that shows
-    ``{{...}}`` on purpose.  ``complete=True`` means "this section is the whole
-    prompt" (e.g. a sub-agent with a self-contained prompt); at most one may be
-    active (Y-3).
-    """
-
-    name: str
-    order: float
-    text: str | DynamicText
-    interpolate: bool = True
-    complete: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"section name must be a non-empty str, got {self.name!r}")
-        _check_order("section", self.name, self.order)
-        _check_text("section", self.name, self.text)
-
-
-@dataclass(frozen=True)
-class ContextSection:
-    """A runtime-context contribution (Y-1, Y-5): rendered as user-role input.
-
-    Contexts are always interpolated (there is no literal flag in the spec).
-    """
-
-    name: str
-    order: float
-    text: str | DynamicText
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"context name must be a non-empty str, got {self.name!r}")
-        _check_order("context", self.name, self.order)
-        _check_text("context", self.name, self.text)
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """A tool definition offered by a tools provider.
-
-    ``defer_loading`` maps to the wire key ``deferLoading`` and is written only
-    when ``True`` (``False`` means the default, as for the runtime).
-    """
-
-    name: str
-    description: str
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-    defer_loading: bool | None = None
-
-    def to_json(self) -> JsonObject:
-        """The projected wire form (Y-2): only the four keys, parameters deep-copied."""
-        return _project_tool(
-            {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-                "deferLoading": self.defer_loading,
-            }
-        )
-
-
-ToolLike: TypeAlias = ToolSpec | Mapping[str, Any]
-ToolsProvider: TypeAlias = Callable[[], Iterable[ToolLike]]
-
-
-@dataclass(frozen=True)
-class AssembledSection:
-    """A section in an :class:`Assembly`: its dynamic text already evaluated."""
-
-    name: str
-    order: float
-    text: str
-    interpolate: bool = True
-    complete: bool = False
-
-
-@dataclass(frozen=True)
-class AssembledContext:
-    """A context in an :class:`Assembly`: its dynamic text already evaluated."""
-
-    name: str
-    order: float
-    text: str
-
-
-@dataclass(frozen=True)
-class Assembly:
-    """The result of :meth:`SystemPrompt.assemble` (Y-2).
-
-    Immutable so a hook cannot mutate an assembly another hook (or a cache)
-    still holds: hooks return a new one (``dataclasses.replace``).  ``tools``
-    are plain JSON dicts ready for the request header (fresh copies per
-    assemble); ``variables`` is a read-only mapping.
-    """
-
-    sections: tuple[AssembledSection, ...] = ()
-    contexts: tuple[AssembledContext, ...] = ()
-    tools: tuple[JsonObject, ...] = ()
-    variables: Mapping[str, VariableValue] = field(default_factory=lambda: MappingProxyType({}))
-
-
-AssembleHook: TypeAlias = Callable[[Assembly], Assembly]
-
-
-@dataclass(frozen=True)
-class RenderedContextSection:
-    """One runtime-context section after interpolation (kept for attribution, R-2)."""
-
-    name: str
-    text: str
-
-
-@dataclass(frozen=True)
-class RenderedContext:
-    """The runtime context rendered once (Y-5): named sections, empty ones dropped."""
-
-    sections: tuple[RenderedContextSection, ...]
-
-    @property
-    def text(self) -> str:
-        """The framed snapshot text (``""`` when there are no sections)."""
-        return join_context_sections(self.sections)
-
-
-# -------------------------------------------------------------- registration
 
 
 class Registration:
@@ -424,7 +241,7 @@ class _Registrar:
         The name must match ``[a-z][a-z0-9_]*`` (Y-1) so that every
         ``{{...}}`` either is a clean reference or is visibly malformed (Y-4).
         """
-        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             raise PromptError(
                 "Y-1", f"variable name {name!r} must match [a-z][a-z0-9_]*", variable=name
             )
@@ -587,13 +404,13 @@ class SystemPrompt(_Registrar):
             for name, (_, context) in layer.contexts.items():
                 contexts[name] = context
 
-        tools = _collect_tools(layers)
+        tools = collect_tools(p for layer in layers for p in list(layer.tools.values()))
 
         tool_order: tuple[str, ...] | None = None
         for layer in layers:
             if layer.tool_order is not None:
                 tool_order = layer.tool_order[1]
-        tools = _order_tools(tools, tool_order)
+        tools = order_tools(tools, tool_order)
 
         active_sections = sorted(sections.values(), key=lambda s: (s.order, code_unit_key(s.name)))
         complete = [s for s in active_sections if s.complete]
@@ -695,213 +512,3 @@ def _evaluate(kind: str, name: str, text: str | DynamicText, ctx: AssembleContex
     if not isinstance(value, str):
         raise TypeError(f"{kind} {name!r}: dynamic text returned {type(value).__name__}, not str")
     return value
-
-
-def _collect_tools(layers: Sequence[_Layer]) -> list[JsonObject]:
-    """Tools from every layer of the chain, merged; duplicate names are an error.
-
-    Duplicates are refused rather than shadowed because two providers offering
-    the same tool name would give the model two schemas for one call (kept on
-    purpose, unlike the runtime: see the module docstring, issue 17 item 3).
-    """
-    tools: list[JsonObject] = []
-    seen: set[str] = set()
-    for layer in layers:
-        for provider in list(layer.tools.values()):
-            offered = provider()
-            if isinstance(offered, str | bytes | Mapping) or not isinstance(offered, Iterable):
-                raise TypeError("a tools provider must return an iterable of tools")
-            for tool in offered:
-                projected = tool.to_json() if isinstance(tool, ToolSpec) else _project_tool(tool)
-                name = projected["name"]
-                if name == UNLISTED_TOOLS:
-                    raise PromptError(
-                        "Y-3", f"a tool must not be named {UNLISTED_TOOLS!r} (reserved marker)"
-                    )
-                if name in seen:
-                    raise PromptError("Y-2", f"tool {name!r} is offered by more than one provider")
-                seen.add(name)
-                tools.append(projected)
-    return tools
-
-
-def _project_tool(tool: object) -> JsonObject:
-    """Keep only name/description/parameters/deferLoading, parameters deep-copied (Y-2).
-
-    Providers may hand over live objects (with handlers and caches); the header
-    must be plain JSON that no later mutation of the provider can change.
-    """
-    if not isinstance(tool, Mapping):
-        raise TypeError(f"a tool must be a ToolSpec or a mapping, got {type(tool).__name__}")
-    name = tool.get("name")
-    if not isinstance(name, str) or not name:
-        raise PromptError("Y-2", f"tool name must be a non-empty str, got {name!r}")
-    description = tool.get("description")
-    if not isinstance(description, str):
-        raise PromptError("Y-2", f"tool {name!r}: description must be a str")
-    parameters = tool.get("parameters")
-    if not isinstance(parameters, Mapping):
-        raise PromptError("Y-2", f"tool {name!r}: parameters must be a JSON object")
-    defer = tool.get("deferLoading")
-    if defer is not None and not isinstance(defer, bool):
-        raise PromptError("Y-2", f"tool {name!r}: deferLoading must be a bool")
-    out: JsonObject = {
-        "name": name,
-        "description": description,
-        "parameters": _clone_json(parameters, name),
-    }
-    if defer is True:  # only a true flag is kept (issue 17 item 2, the runtime's projection)
-        out["deferLoading"] = True
-    return out
-
-
-def _clone_json(value: object, tool: str) -> Any:
-    """Deep copy into plain JSON (the structuredClone of the reference)."""
-    if value is None or isinstance(value, str | bool | int):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise PromptError("Y-2", f"tool {tool!r}: parameters contain a non-finite number")
-        return value
-    if isinstance(value, Mapping):
-        out: JsonObject = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise PromptError("Y-2", f"tool {tool!r}: parameters have a non-str key {key!r}")
-            out[key] = _clone_json(item, tool)
-        return out
-    if isinstance(value, list | tuple):
-        return [_clone_json(item, tool) for item in value]
-    raise PromptError(
-        "Y-2", f"tool {tool!r}: parameters contain a non-JSON value ({type(value).__name__})"
-    )
-
-
-def _order_tools(tools: list[JsonObject], order: tuple[str, ...] | None) -> list[JsonObject]:
-    """Sort tools by name, or by an explicit order with the unlisted marker (Y-2, Y-3).
-
-    A deterministic order keeps header equality and provider prompt-cache
-    prefixes stable (it does not guarantee a cache hit).
-    """
-    by_name = {t["name"]: t for t in tools}
-    if order is None:
-        return [by_name[n] for n in sorted(by_name, key=code_unit_key)]
-    markers = order.count(UNLISTED_TOOLS)
-    if markers != 1:
-        raise PromptError(
-            "Y-3", f"tool order must contain {UNLISTED_TOOLS!r} exactly once, found {markers}"
-        )
-    seen: set[str] = set()
-    for name in order:
-        if name in seen:
-            raise PromptError("Y-3", f"tool order lists {name!r} more than once")
-        seen.add(name)
-        if name != UNLISTED_TOOLS and name not in by_name:
-            raise PromptError("Y-3", f"tool order names unknown tool {name!r}")
-    unlisted = sorted((n for n in by_name if n not in seen), key=code_unit_key)
-    result: list[JsonObject] = []
-    for name in order:
-        if name == UNLISTED_TOOLS:
-            result.extend(by_name[n] for n in unlisted)
-        else:
-            result.append(by_name[name])
-    return result
-
-
-# ----------------------------------------------------------------- rendering
-
-
-def _format_value(value: object, section: str, name: str) -> str:
-    if value is None:
-        raise PromptError(
-            "Y-4", f"section {section!r}: variable {name!r} is None", section=section, variable=name
-        )
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value):
-        return str(value)
-    raise PromptError(
-        "Y-4",
-        f"section {section!r}: variable {name!r} has an unrenderable value {value!r}",
-        section=section,
-        variable=name,
-    )
-
-
-def interpolate(text: str, variables: Mapping[str, VariableValue], section: str) -> str:
-    """Replace ``{{name}}`` strictly (Y-4).
-
-    Scan for ``{{``; with no ``}}`` anywhere after it the rest is literal prose
-    (e.g. code samples); otherwise the text between must be a valid name, which
-    must be set and not ``None``.  Values are inserted as is and never
-    rescanned, so a value containing ``{{x}}`` cannot inject a reference.
-    """
-    out: list[str] = []
-    pos = 0
-    while True:
-        start = text.find("{{", pos)
-        if start < 0:
-            break
-        end = text.find("}}", start + 2)
-        if end < 0:
-            break  # lone "{{": literal
-        out.append(text[pos:start])
-        ref = text[start + 2 : end]
-        if not _NAME_RE.fullmatch(ref):
-            raise PromptError(
-                "Y-4",
-                f"section {section!r}: malformed reference {text[start : end + 2]!r}",
-                section=section,
-                variable=ref or None,
-            )
-        if ref not in variables:
-            raise PromptError(
-                "Y-4",
-                f"section {section!r}: unknown variable {ref!r}",
-                section=section,
-                variable=ref,
-            )
-        out.append(_format_value(variables[ref], section, ref))
-        pos = end + 2
-    out.append(text[pos:])
-    return "".join(out)
-
-
-def render_prompt(assembly: Assembly) -> str:
-    """The system prompt text (Y-4): sections interpolated, ``""`` dropped, blank-line joined."""
-    parts: list[str] = []
-    for section in assembly.sections:
-        text = (
-            interpolate(section.text, assembly.variables, section.name)
-            if section.interpolate
-            else section.text
-        )
-        if text != "":
-            parts.append(text)
-    return "\n\n".join(parts)
-
-
-def render_contexts(assembly: Assembly) -> RenderedContext:
-    """Render runtime contexts once (Y-5): interpolated, named, empty ones dropped."""
-    rendered: list[RenderedContextSection] = []
-    for context in assembly.contexts:
-        text = interpolate(context.text, assembly.variables, context.name)
-        if text != "":
-            rendered.append(RenderedContextSection(name=context.name, text=text))
-    return RenderedContext(sections=tuple(rendered))
-
-
-def join_context_sections(sections: Iterable[RenderedContextSection]) -> str:
-    """Join sections under the framing line (Y-5); ``""`` when there are none.
-
-    The framing tells the model this snapshot replaces earlier ones, since
-    snapshots accumulate in the transcript as user-role messages.
-    """
-    texts = [s.text for s in sections]
-    if not texts:
-        return ""
-    return RUNTIME_CONTEXT_FRAMING + "\n\n" + "\n\n".join(texts)
