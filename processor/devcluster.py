@@ -37,22 +37,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from processor.devbroker import (
+from processor.kafka_dist import (
     DEFAULT_JVM_OPTS,
     HOST,
     LOG4J_CONFIG,
     BrokerError,
-    _admin_ready,
-    _die_with_parent,
-    _free_ports,
-    _java,
-    _load_prctl,
-    _tail,
-    _tcp_open,
-    _write_properties,
+    admin_ready,
+    die_with_parent,
+    free_ports,
+    java_binary,
+    load_prctl,
     random_cluster_id,
     resolve_jars,
     server_properties,
+    tail,
+    tcp_open,
+    write_properties,
 )
 
 __all__ = ["CLUSTER_PROPERTIES", "ClusterNode", "LocalCluster"]
@@ -149,7 +149,7 @@ class LocalCluster:
             self._jars = resolve_jars(self.jars_dir)
             self.root = (Path(root) if root is not None
                          else Path(tempfile.mkdtemp(prefix="processor-cluster-")))
-            ports = _free_ports(2 * self.n)
+            ports = free_ports(2 * self.n)
             for i in range(self.n):
                 node_id = i + 1
                 wd = self.root / f"node{node_id}"
@@ -161,7 +161,7 @@ class LocalCluster:
                 props = server_properties(n.port, n.controller_port, n.workdir / "data", {
                     **CLUSTER_PROPERTIES, "node.id": str(n.node_id),
                     "controller.quorum.voters": voters, **self.overrides})
-                _write_properties(n.props, props)
+                write_properties(n.props, props)
                 self._format(n)
             atexit.register(self.stop)
             try:
@@ -181,7 +181,7 @@ class LocalCluster:
     def _format(self, n: ClusterNode) -> None:
         assert self._jars is not None
         fmt = subprocess.run(
-            [_java(), *self._jvm(), "-cp", str(self._jars / "*"), "kafka.tools.StorageTool",
+            [java_binary(), *self._jvm(), "-cp", str(self._jars / "*"), "kafka.tools.StorageTool",
              "format", "-t", self.cluster_id, "-c", str(n.props), "--ignore-formatted"],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False)
         if fmt.returncode != 0:
@@ -190,12 +190,12 @@ class LocalCluster:
 
     def _spawn(self, n: ClusterNode) -> None:
         assert self._jars is not None
-        preexec = _die_with_parent if _load_prctl() else None
+        preexec = die_with_parent if load_prctl() else None
         if n.log_path.exists():
             n.log_path.replace(n.workdir / f"node.log.{n.restarts}")
         with open(n.log_path, "wb") as out:
             n.proc = subprocess.Popen(
-                [_java(), *self._jvm(), "-cp", str(self._jars / "*"), "kafka.Kafka",
+                [java_binary(), *self._jvm(), "-cp", str(self._jars / "*"), "kafka.Kafka",
                  str(n.props)],
                 cwd=n.workdir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=preexec)
@@ -207,11 +207,11 @@ class LocalCluster:
             code = n.proc.poll()
             if code is not None:
                 raise BrokerError(f"node {n.node_id} exited with code {code}; log ends:\n"
-                                  f"{_tail(n.log_path)}")
+                                  f"{tail(n.log_path)}")
             if time.monotonic() > deadline:
                 raise BrokerError(f"node {n.node_id} not ready in time; log ends:\n"
-                                  f"{_tail(n.log_path)}")
-            if _tcp_open(n.port) and _admin_ready(n.address, 3.0):
+                                  f"{tail(n.log_path)}")
+            if tcp_open(n.port) and admin_ready(n.address, 3.0):
                 return
             time.sleep(0.2)
 

@@ -34,17 +34,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
 
-from processor.devbroker import (
+from processor.kafka_dist import (
     DEFAULT_JVM_OPTS,
     HOST,
     LOG4J_CONFIG,
-    _admin_ready,
-    _free_ports,
-    _java,
-    _write_properties,
+    admin_ready,
+    free_ports,
+    java_binary,
     random_cluster_id,
     resolve_jars,
     server_properties,
+    write_properties,
 )
 
 MECHANISM = "SCRAM-SHA-512"
@@ -105,7 +105,7 @@ class SecureBroker:
         self.users = dict(users)
         self.workdir = Path(tempfile.mkdtemp(prefix="processor-secure-kafka-"))
         self.pki = make_pki(self.workdir)
-        self.port, self.sasl_port, self.controller_port = _free_ports(3)
+        self.port, self.sasl_port, self.controller_port = free_ports(3)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -151,8 +151,8 @@ class SecureBroker:
             "super.users": "User:ANONYMOUS",
         })
         path = self.workdir / "server.properties"
-        _write_properties(path, props)
-        java = _java()
+        write_properties(path, props)
+        java = java_binary()
         jvm = [*DEFAULT_JVM_OPTS, f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"]
         scram = [arg for user, password in self.users.items() for arg in
                  ("--add-scram", f"{MECHANISM}=[name={user},password={password}]")]
@@ -169,7 +169,7 @@ class SecureBroker:
             start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
-        while not _admin_ready(self.admin_bootstrap, 3.0):
+        while not admin_ready(self.admin_bootstrap, 3.0):
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 tail = (self.workdir / "broker.log").read_text(errors="replace")[-3000:]
                 self.stop()

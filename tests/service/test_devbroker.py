@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from processor import devbroker
+from processor import devbroker, kafka_dist
 from tests.kafka_fixtures import unique_prefix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,6 +145,6 @@ def test_cli_daemon_lifecycle(tmp_path: Path) -> None:
     finally:
         stopped = cli("stop")
     assert stopped.returncode == 0, stopped.stderr
-    assert not devbroker._pid_alive(pid)
+    assert not kafka_dist.pid_alive(pid)
     assert cli("status").returncode == 1
     assert "Kafka Server started" in (wd / "broker.log").read_text()
