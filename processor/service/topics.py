@@ -17,6 +17,7 @@ triggers the cleaner.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
@@ -84,7 +85,25 @@ def create_topics(admin: AdminClient, config: ServiceConfig, *,
         except KafkaException as exc:
             if exc.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: a racing creator
                 raise
+    _await_metadata(admin, created, timeout)
     return created
+
+
+def _await_metadata(admin: AdminClient, names: list[str], timeout: float) -> None:
+    """Wait (bounded) until the broker's metadata lists the new topics.
+
+    A create returns when the controller accepted it; a metadata request
+    right after may not list the topic yet (seen under load), so a verify
+    straight after a create would report it missing.
+    """
+    deadline = time.monotonic() + timeout
+    pending = set(names)
+    while pending and time.monotonic() < deadline:
+        meta = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+        pending = {n for n in pending
+                   if n not in meta or meta[n].error is not None or not meta[n].partitions}
+        if pending:
+            time.sleep(0.2)
 
 
 def verify_topics(admin: AdminClient, config: ServiceConfig, timeout: float = 30) -> list[str]:

@@ -117,7 +117,8 @@ def test_verify_detects_a_wrong_cleanup_policy_on_a_hand_made_topic(
 
 
 def test_topics_delete_asks_unless_yes(config: ServiceConfig) -> None:
-    assert invoke(config, "topics", "create", "--partitions", "1").exit_code == 0
+    created = invoke(config, "topics", "create", "--partitions", "1")
+    assert created.exit_code == 0, created.output
     declined = invoke(config, "topics", "delete", input="n\n")
     assert declined.exit_code == 1 and "Aborted" in declined.output
     assert config.topics.events in clients.admin(config).list_topics(timeout=10).topics
