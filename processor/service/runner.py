@@ -51,7 +51,7 @@ from confluent_kafka import (
 )
 
 from processor.core.builtin import default_registry
-from processor.core.message_projections import default_message_projections
+from processor.core.defaults import default_message_projections
 from processor.core.projections import ProjectionRegistry
 from processor.engine import Batch, Engine, PartitionState, Record, Tally
 from processor.engine.commands import Command

@@ -52,9 +52,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from processor.core.builtin import default_registry
+from processor.core.defaults import new_session
 from processor.core.events import ABSENT, Event, make_event
-from processor.core.message_projections import default_message_projections
 from processor.core.session import Session, synthetic_header
 from processor.service import clients
 from processor.service.codec import Codec, default_codec, session_key
@@ -96,9 +95,7 @@ class DeliveryError(RuntimeError):
 def _default_session(session_id: str) -> Session:
     """A session folded with the processor's registries, so the writer's
     verdicts (and its projections, for the agent to read) match the service."""
-    return Session(synthetic_header(session_id),
-                   message_projections=default_message_projections(),
-                   projections=default_registry())
+    return new_session(synthetic_header(session_id))
 
 
 class SessionWriter:

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from processor.core.builtin import default_registry
+from processor.core.defaults import default_message_projections
 from processor.core.events import Event
-from processor.core.message_projections import default_message_projections
 from processor.engine import Batch, Engine, NoFeeds, Out, PartitionState, Record
 from processor.engine.commands import Command, redrive
 from processor.service.codec import Checkpoint, DeadLetter, default_codec

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from processor.core.builtin import default_registry
-from processor.core.message_projections import default_message_projections
+from processor.core.defaults import default_message_projections
 from processor.core.session import Session, synthetic_header
 from processor.engine import Fate
 from processor.engine.gate import Gate, judge, refusal
