@@ -148,12 +148,7 @@ def _flush(producer: Producer, problems: ClientProblems, timeout: float = 60) ->
 
 def _produce(producer: Producer, topic: str, key: bytes, value: bytes,
              stats: IngestStats) -> None:
-    while True:
-        try:
-            producer.produce(topic, value=value, key=key, on_delivery=stats.on_delivery)
-            break
-        except BufferError:
-            producer.poll(0.05)
+    clients.produce(producer, topic, key, value, on_delivery=stats.on_delivery)
     producer.poll(0)
 
 

@@ -417,12 +417,7 @@ class Processor:
     def _produce(self, topic: str, partition: int, key: bytes | None,
                  value: bytes | None) -> None:
         assert self._producer is not None
-        while True:
-            try:
-                self._producer.produce(topic, value=value, key=key, partition=partition)
-                return
-            except BufferError:
-                self._producer.poll(0.05)
+        clients.produce(self._producer, topic, key, value, partition=partition)
 
     def _commit(self) -> None:
         pending = self._pending

@@ -244,16 +244,12 @@ class SessionWriter:
             outcome.append(err)
 
         producer = self._producer
-        while True:
-            try:
-                producer.produce(topic or self.topic, value=value, key=session_key(session_id),
-                                 headers=headers, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)  # local queue full: serve callbacks, then retry
-            except KafkaException as exc:
-                raise DeliveryError(session_id, event, exc.args[0] if exc.args
-                                    else str(exc)) from exc
+        try:
+            clients.produce(producer, topic or self.topic, session_key(session_id), value,
+                            headers=headers, on_delivery=on_delivery)
+        except KafkaException as exc:
+            raise DeliveryError(session_id, event, exc.args[0] if exc.args
+                                else str(exc)) from exc
         # flush() sends at once (ignores linger.ms) and serves the callback;
         # librdkafka always reports by message.timeout.ms, so this ends.
         while not outcome:
