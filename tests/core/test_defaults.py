@@ -30,8 +30,9 @@ def test_every_entry_point_folds_with_the_built_in_units_and_interpreters() -> N
     restored = session_from_checkpoint(folded.checkpoint())
     for session in (live, folded, restored):
         assert _keys(session.projections.registry) == want
-        assert session.surface.message_projections.types() == \
-            default_message_projections().types() == {"image/offload"}
+        registry = session.surface.message_projections
+        assert registry is not None
+        assert registry.types() == default_message_projections().types() == {"image/offload"}
     assert live.derive_messages() == folded.derive_messages() == restored.derive_messages()
     assert live.projections.snapshot().values == folded.projections.snapshot().values
 

@@ -50,6 +50,13 @@ class Feeds(NoFeeds):
                 if start <= r.offset < end and r.key == key]
 
 
+def keys(outs: list[Out], topic: str | None = None) -> list[bytes]:
+    """The keys of ``outs`` (of one topic), which are never null for our records."""
+    found = [o.key for o in outs if topic is None or o.topic == topic]
+    assert all(k is not None for k in found)
+    return [k for k in found if k is not None]
+
+
 class Harness:
     """One engine owning ``partitions``, a log per partition, and a views topic."""
 

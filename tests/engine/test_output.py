@@ -9,7 +9,7 @@ from dataclasses import replace
 from processor.engine import Fate
 from processor.offline import fold_events, session_output
 from processor.service.views_reader import offline_equivalent
-from tests.engine.kit import CONFIG, Harness, changed, session_log
+from tests.engine.kit import CONFIG, Harness, changed, keys, session_log
 
 
 def test_views_are_coalesced_to_one_record_per_session_and_view_per_batch() -> None:
@@ -18,7 +18,7 @@ def test_views_are_coalesced_to_one_record_per_session_and_view_per_batch() -> N
     h.fold_events("a", log)
     h.fold_events("b", log[:40])
     out = h.commit()
-    views = [o.key for o in out if o.topic == CONFIG.topics.views]
+    views = keys(out, CONFIG.topics.views)
     assert views and max(Counter(views).values()) == 1
     assert [o.key for o in out if o.topic == CONFIG.topics.checkpoints] == [b"a", b"b"]
     assert h.commit() == []  # nothing folded: nothing produced
@@ -28,9 +28,9 @@ def test_only_changed_views_are_republished() -> None:
     h = Harness(config=replace(CONFIG, transcript_page_size=4))
     log = session_log(60)
     h.fold_events("s", log[:50])
-    first = {o.key for o in h.commit() if o.topic == CONFIG.topics.views}
+    first = set(keys(h.commit(), CONFIG.topics.views))
     h.fold_events("s", log[50:51])
-    second = {o.key for o in h.commit() if o.topic == CONFIG.topics.views}
+    second = set(keys(h.commit(), CONFIG.topics.views))
     assert second < first
     # closed transcript pages never change again
     pages = sorted(k for k in first if k.startswith(b"s/transcript."))
@@ -65,7 +65,7 @@ def test_a_batch_produces_tombstones_then_dead_letters_then_views_then_checkpoin
     # per session: its views, then its checkpoint
     assert order[-1] == topics.checkpoints and out[-1].key == b"b"
     a_cp = next(i for i, o in enumerate(out) if o.topic == topics.checkpoints and o.key == b"a")
-    assert all(o.key.startswith(b"b/") for o in out[a_cp + 1:-1])  # type: ignore[union-attr]
+    assert all(k.startswith(b"b/") for k in keys(out[a_cp + 1:-1]))
 
 
 def test_views_below_the_publish_floor_are_held_back() -> None:
@@ -95,11 +95,11 @@ def test_a_large_view_is_split_head_last_and_stale_parts_are_tombstoned() -> Non
     h.fold_events("s", log)
     out = h.commit()
     views = [o for o in out if o.topic == CONFIG.topics.views]
-    split = {o.key.split(b"#")[0] for o in views if b"#" in o.key}  # type: ignore[union-attr]
+    split = {k.split(b"#")[0] for k in keys(views) if b"#" in k}
     assert split
     for head in split:
-        keys = [o.key for o in views if o.key is not None and o.key.split(b"#")[0] == head]
-        assert keys[-1] == head  # parts first, head last
+        heads = [k for k in keys(views) if k.split(b"#")[0] == head]
+        assert heads[-1] == head  # parts first, head last
     assert h.fold_equivalent("s") == offline_equivalent(session_output(fold_events(log)))
     # the next batch with a smaller view tombstones the parts it no longer has
     h2 = Harness()

@@ -7,12 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+from processor.core.events import Event
 from processor.engine import Fate
 from processor.engine.commands import CommandError, redrive
 from tests.engine.kit import CONTROL, Harness, changed, session_log
 
 
-def _quarantined(h: Harness, sid: str = "s", n: int = 6) -> list:
+def _quarantined(h: Harness, sid: str = "s", n: int = 6) -> list[Event]:
     log = session_log(12)
     h.fold_events(sid, log[:n])
     h.fold(h.event(sid, changed(log[2])))  # conflicting duplicate: quarantined at log[n-1]
