@@ -6,7 +6,7 @@ generates a pool of distinct session logs of ``L`` events and encodes them
 to Avro once, reads VmRSS, then for each of ``N`` sessions decodes that
 session's records afresh (``decode_event`` + ``to_event``: new objects per
 session, as the Processor gets from the consumer) and folds them through a
-:class:`~processor.service.state.SessionRuntime` exactly as the runner does
+:class:`~processor.engine.runtime.SessionRuntime` exactly as the runner does
 (``Session.append``, ``record_applied``, ``log.trim_before``, then one
 ``view_changes`` drain as at a commit, which hands off closed transcript
 pages), keeps every runtime alive, and reads VmRSS again after a full GC.
@@ -38,11 +38,11 @@ CONFIGS = ((10_000, 12), (100_000, 12), (10_000, 60))
 def child(n: int, length: int, trace: bool = False) -> dict[str, Any]:
     from bench.workload import session_logs
     from processor.core.builtin import default_registry
-    from processor.core.message_projections import default_message_projections
+    from processor.core.defaults import default_message_projections
     from processor.core.session import Session, synthetic_header
+    from processor.engine.runtime import SessionRuntime
     from processor.service.codec import default_codec
     from processor.service.config import ServiceConfig
-    from processor.service.state import SessionRuntime
 
     codec = default_codec()
     cfg = ServiceConfig()

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     from quixstreams import Application, State
 
     from processor.core.builtin import default_registry
-    from processor.core.message_projections import default_message_projections
+    from processor.core.defaults import default_message_projections
     from processor.core.session import Session, synthetic_header
     from processor.service.codec import default_codec
 

@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 
 from processor.core.builtin import default_registry
+from processor.core.defaults import fold_session, session_from_checkpoint
 from processor.core.errors import SessionError
 from processor.core.events import Event
 from processor.core.log import SessionHeader
-from processor.core.message_projections import default_message_projections
 from processor.core.projections import ProjectionRegistry, restore, restore_floor
 from processor.core.session import Session
 from processor.files import read_session_file
@@ -45,8 +45,7 @@ def session_output(session: Session, rows: Mapping[str, Any] | None = None,
 
 def fold_events(events: Sequence[Event], header: SessionHeader | None = None,
                 dialect: int | None = None) -> Session:
-    return Session.fold(events, header, message_projections=default_message_projections(),
-                        projections=default_registry(), dialect=dialect)
+    return fold_session(events, header, dialect=dialect)
 
 
 def _restore_rows(session_events: Sequence[Event], header: SessionHeader,
@@ -80,9 +79,8 @@ def fold_file(path: str | Path, *, at_seq: int | None = None,
         return FoldResult(session_output(session), session.checkpoint())
     rows = raw["checkpoint"] if isinstance(raw, dict) and "asOfSeq" in raw else raw
     registry = default_registry()
-    session = Session.fold(events, file.header,
-                           message_projections=default_message_projections(),
-                           projections=ProjectionRegistry(), dialect=file.dialect)
+    session = fold_session(events, file.header, projections=ProjectionRegistry(),
+                           dialect=file.dialect)
     values, fresh_rows = _restore_rows(events, file.header, rows, registry)
     return FoldResult(session_output(session, fresh_rows, values), session.checkpoint())
 
@@ -91,9 +89,7 @@ def restore_session(checkpoint: Mapping[str, Any], events: Sequence[Event],
                     header: SessionHeader | None = None,
                     dialect: int | None = None) -> Session:
     """Continue a session checkpoint over the log, proving the anchor first."""
-    session = Session.from_checkpoint(checkpoint, header,
-                                      message_projections=default_message_projections(),
-                                      projections=default_registry(), dialect=dialect)
+    session = session_from_checkpoint(checkpoint, header, dialect=dialect)
     last = session.last_seq
     by_seq = {e.seq: e for e in events}
     anchor = by_seq.get(last) if last >= 0 else None

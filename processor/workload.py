@@ -17,9 +17,9 @@ import random
 from typing import Any
 
 from processor.core.builder import LogBuilder, text, tool_def
+from processor.core.defaults import default_message_projections
 from processor.core.events import Event, parse_event
 from processor.core.frozen import thaw
-from processor.core.message_projections import default_message_projections
 from processor.core.surface import SurfaceState, commit_plan, plan_event
 
 TOOL_NAMES = ("read", "grep", "edit", "shell", "search", "fetch")

@@ -13,12 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from processor.agent.prompt import Assembly, Registration, Scope, SystemPrompt, ToolSpec
+from processor.core.defaults import default_message_projections, default_registry
 from processor.core.log import SessionHeader
-from processor.core.message_projections import (
-    MessageProjection,
-    MessageProjectionRegistry,
-    default_message_projections,
-)
+from processor.core.message_projections import MessageProjection, MessageProjectionRegistry
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import Session
 
@@ -95,7 +92,7 @@ class Agent:
         self.prompt = prompt if prompt is not None else SystemPrompt()
         self.scope = scope
         self.config: dict[str, Any] = dict(config or {})
-        self.projections = projections if projections is not None else _builtin_registry()
+        self.projections = projections if projections is not None else default_registry()
         self.message_projections = (
             message_projections
             if message_projections is not None
@@ -146,10 +143,3 @@ class Agent:
             header, message_projections=self.message_projections, projections=self.projections
         )
 
-
-def _builtin_registry() -> ProjectionRegistry:
-    from processor.core.builtin import register_builtins
-
-    registry = ProjectionRegistry()
-    register_builtins(registry)
-    return registry

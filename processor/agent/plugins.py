@@ -8,16 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from processor.agent.adapters import ModelFailure, PreparedRoute
-from processor.agent.context import EventDraft, message_text
+from processor.agent.adapters import ModelFailure, PreparedRoute, Request
+from processor.agent.context import EventDraft, IdFactory, message_text
 from processor.core.events import Event
 from processor.core.session import Session
-
-if TYPE_CHECKING:
-    from processor.agent.loop import StepLoop
-    from processor.agent.request import Request
 
 __all__ = [
     "CompactionPlugin",
@@ -25,6 +21,7 @@ __all__ = [
     "RetryDecision",
     "RetryPolicy",
     "StepContext",
+    "StepHost",
     "Summarizer",
     "default_retry_policy",
     "default_summarizer",
@@ -57,10 +54,28 @@ def default_retry_policy(base_delay_ms: int = 500) -> RetryPolicy:
 # ------------------------------------------------------------------ plugins
 
 
+class StepHost(Protocol):
+    """What a step context reaches of the loop running it (``loop.StepLoop``).
+
+    A protocol rather than the loop's class, so plugins do not import the
+    loop that imports them.
+    """
+
+    series_requested: bool
+
+    @property
+    def session(self) -> Session: ...
+
+    @property
+    def new_id(self) -> IdFactory: ...
+
+    def commit(self, draft: EventDraft) -> Event: ...
+
+
 class StepContext:
     """What a plugin sees of the running step; it writes only through :meth:`commit`."""
 
-    def __init__(self, loop: StepLoop, turn: int, step: int) -> None:
+    def __init__(self, loop: StepHost, turn: int, step: int) -> None:
         self._loop = loop
         self.turn = turn
         self.step = step

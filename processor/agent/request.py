@@ -52,12 +52,13 @@ Decisions (the runtime's ``buildRequest`` is the reference)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
-from processor.agent.adapters import PreparedRoute
+from processor.agent.adapters import CancelHandle, PreparedRoute, Request  # re-exported
 from processor.agent.context import EventDraft, IdFactory
 from processor.agent.tool_history import tool_history
+from processor.core.defaults import fold_session
 from processor.core.events import Event
 from processor.core.frozen import FrozenDict, FrozenList, freeze, thaw
 from processor.core.header import ADAPTER_DEFAULT_FLAGS, canonical_header, header_equals
@@ -90,65 +91,6 @@ TOOL_REGISTRY_KIND: Final = "tool-registry"
 
 Commit = Callable[[EventDraft], Event]
 """Validate-and-append a draft as the next event of the session; returns the event."""
-
-
-class CancelHandle:
-    """The one live part of a request: a flag the adapter may poll (F-2)."""
-
-    __slots__ = ("_cancelled",)
-
-    def __init__(self) -> None:
-        self._cancelled = False
-
-    def cancel(self) -> None:
-        self._cancelled = True
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def __repr__(self) -> str:
-        return f"CancelHandle(cancelled={self._cancelled})"
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Request:
-    """One attempt's request; immutable end to end (F-2).
-
-    ``header`` is the canonical header in effect (the last ``request/header``
-    of the prefix, H-1) and ``header_seq`` its seq; ``messages`` the derived
-    model messages (G-2); ``tool_history`` the ``toolHistory`` view (H-5), the
-    input of a provider's tool projection, not interchangeable with
-    ``header["tools"]`` (the current set); ``context`` the
-    ``request/context`` values of this route.  ``as_of_seq`` is the last seq
-    of the log prefix the request was built from: the next event of the log is
-    this attempt's ``assistant/attempt`` or ``assistant/message``.
-    """
-
-    header: Any
-    header_seq: int
-    messages: Any
-    tool_history: Any
-    context: Any
-    route: PreparedRoute
-    as_of_seq: int
-    turn: int
-    step: int
-    attempt: int
-    stream: str
-    starts_series: bool = False
-    cancel: CancelHandle = field(default_factory=CancelHandle)
-
-    def __post_init__(self) -> None:
-        for name in ("header", "messages", "tool_history", "context"):
-            object.__setattr__(self, name, freeze(getattr(self, name)))
-        if not isinstance(self.messages, FrozenList):
-            raise TypeError("request messages must be a list")
-
-    @property
-    def tools(self) -> Any:
-        """The tools of the header in effect (``[]`` when there are none)."""
-        return self.header.get("tools", FrozenList())
 
 
 def tool_names(header: Mapping[str, Any] | None) -> list[str]:
@@ -354,19 +296,9 @@ def rebuild_from_log(
     canonical last ``request/header``, H-1), ``header_seq`` and ``context``
     (the last ``request/context``).
     """
-    from processor.core.builtin import default_registry
-    from processor.core.message_projections import default_message_projections
-
     prefix = [e for e in events if e.seq <= as_of_seq]
-    folded = Session.fold(
-        prefix,
-        header,
-        message_projections=(
-            message_projections if message_projections is not None
-            else default_message_projections()
-        ),
-        projections=projections if projections is not None else default_registry(),
-    )
+    folded = fold_session(prefix, header, message_projections=message_projections,
+                          projections=projections)
     last_header = next((e for e in reversed(prefix) if e.type == "request/header"), None)
     last_context = next((e for e in reversed(prefix) if e.type == "request/context"), None)
     return {

@@ -33,11 +33,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from processor.cli.common import service_options
 from processor.cli.progress import FileProgress, Progress
-from processor.core.builtin import default_registry
+from processor.core.defaults import new_session
 from processor.core.errors import SessionError
 from processor.core.events import Event
-from processor.core.message_projections import default_message_projections
-from processor.core.session import Session
 from processor.files import (
     SessionFileError,
     check_header,
@@ -90,8 +88,7 @@ def validated_events(path: Path, session_id: str | None, drop_torn_tail: bool,
     """
     file = read_session_file(path, drop_torn_tail=drop_torn_tail)
     sid = session_id or (str(file.header["id"]) if file.has_header else _file_session_id(path))
-    session = Session(file.header, message_projections=default_message_projections(),
-                      projections=default_registry())
+    session = new_session(file.header)
     for event in file.events:
         session.append(event)
         session.log.trim_before(event.seq + 1)  # validation needs no log prefix
@@ -151,12 +148,7 @@ def _flush(producer: Producer, problems: ClientProblems, timeout: float = 60) ->
 
 def _produce(producer: Producer, topic: str, key: bytes, value: bytes,
              stats: IngestStats) -> None:
-    while True:
-        try:
-            producer.produce(topic, value=value, key=key, on_delivery=stats.on_delivery)
-            break
-        except BufferError:
-            producer.poll(0.05)
+    clients.produce(producer, topic, key, value, on_delivery=stats.on_delivery)
     producer.poll(0)
 
 

@@ -75,9 +75,3 @@ class MessageProjectionRegistry:
     def types(self) -> frozenset[str]:
         return frozenset(self._by_type)
 
-
-def default_message_projections() -> MessageProjectionRegistry:
-    """A registry with the built-in interpreters (``image/offload``)."""
-    from processor.core.image_offload import ImageOffload
-
-    return MessageProjectionRegistry([ImageOffload()])

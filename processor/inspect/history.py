@@ -32,9 +32,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from processor.core.builtin import default_registry
+from processor.core.defaults import new_session
 from processor.core.errors import SessionError
-from processor.core.message_projections import default_message_projections
 from processor.core.session import Session, synthetic_header
 from processor.offline import session_output
 from processor.service import clients
@@ -146,8 +145,7 @@ class EventHistory:
 def fold_records(sid: str, records: Sequence[LoggedRecord], dead_offsets: set[int],
                  upto: int | None) -> Fold:
     """Fold ``sid``'s records (offset order) up to seq ``upto`` (None: all)."""
-    session = Session(synthetic_header(sid), message_projections=default_message_projections(),
-                      projections=default_registry())
+    session = new_session(synthetic_header(sid))
     skipped: list[dict[str, Any]] = []
     envelopes: dict[int, dict[str, Any]] = {}
     last_in_log = -1

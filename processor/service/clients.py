@@ -7,13 +7,38 @@ them off.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.service.config import ServiceConfig
 from processor.service.kafka_errors import LIBRDKAFKA_LOGGER, ClientProblems
+
+
+def produce(producer: Producer, topic: str, key: bytes | None, value: bytes | None, *,
+            partition: int | None = None, headers: Any = None,
+            on_delivery: Callable[[KafkaError | None, Message], None] | None = None) -> None:
+    """Produce one record, waiting while librdkafka's local queue is full.
+
+    ``BufferError`` means the queue (``queue.buffering.max.*``) is full:
+    polling serves delivery reports, which frees it; every queued record is
+    delivered or failed within ``message.timeout.ms``, so the wait ends.
+    """
+    extra: dict[str, Any] = {}
+    if partition is not None:
+        extra["partition"] = partition
+    if headers is not None:
+        extra["headers"] = headers
+    if on_delivery is not None:
+        extra["on_delivery"] = on_delivery
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, **extra)
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 def _observed(conf: dict[str, Any], problems: ClientProblems | None,

@@ -47,15 +47,12 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 
 from processor.core.errors import SessionError
 from processor.core.session import event_digest
+from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
 from processor.service.codec import Checkpoint, Codec, CodecError
 from processor.service.config import ServiceConfig
 from processor.service.retry import DEFAULT_DEADLINE_S, is_transient, retry
 
 log = logging.getLogger("processor.restore")
-
-
-class AnchorError(RuntimeError):
-    """The events log no longer holds what the checkpoints were folded from."""
 
 
 @dataclass

@@ -15,14 +15,14 @@ transaction aborts, the sessions of the affected partitions are dropped,
 restored from their checkpoints and the consumer is sent back to the
 committed offsets, so an abort can never leak half a batch.
 
-Bad input never stops a partition: an undecodable record, an invalid event,
-a gap, a conflicting duplicate or an unknown required type goes to the DLQ
-with its reason, the session is quarantined at its last valid seq (its
-``status`` view says why, its other views stay), and its later events go to
-the DLQ as well until an operator re-drives it (``control.py``: commands on
-their own topic; headers on event records are never commands).  Any failure
-interpreting one record is that record's dead letter, and a dead letter
-always fits (``dead_letters.py``).  Every other session keeps flowing.
+Every decision that is not I/O — the seq gate, dead letters, quarantine and
+its redrive, which views and checkpoints a batch produces — is the pure
+engine's (``processor/engine``); this module moves bytes and offsets: it
+turns messages into engine records, produces the engine's output and owns
+the transaction, the rebalance callbacks and the restore.  Bad input never
+stops a partition: any failure interpreting one record is that record's
+dead letter (headers on event records are never commands: commands travel
+on their own topic, ``control.py``).
 
 Transaction errors follow confluent-kafka's model (``kafka_errors.py``):
 retriable steps are retried, abortable ones abort and rewind with a
@@ -39,7 +39,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -52,33 +51,15 @@ from confluent_kafka import (
 )
 
 from processor.core.builtin import default_registry
-from processor.core.errors import SessionError
-from processor.core.message_projections import default_message_projections
+from processor.core.defaults import default_message_projections
 from processor.core.projections import ProjectionRegistry
-from processor.core.session import CHECKPOINT_VERSION, Session, synthetic_header
+from processor.engine import Batch, Engine, PartitionState, Record, Tally
+from processor.engine.commands import Command
 from processor.service import clients, faultpoints, preflight, transactions
 from processor.service.broker_watch import BrokerWatch
-from processor.service.codec import (
-    Anchor,
-    Checkpoint,
-    Codec,
-    CodecError,
-    DeadLetter,
-    View,
-    default_codec,
-    session_key,
-    split_view,
-    stale_part_keys,
-    view_key,
-)
+from processor.service.codec import Codec, default_codec
 from processor.service.config import ServiceConfig
-from processor.service.control import (
-    CommandError,
-    ControlChannel,
-    apply_command,
-    parse_command,
-)
-from processor.service.dead_letters import MAX_KEY_BYTES, bounded
+from processor.service.control import ControlChannel
 from processor.service.failures import FailureTracker
 from processor.service.kafka_errors import (
     ClientProblems,
@@ -101,7 +82,6 @@ from processor.service.restore import (
 )
 from processor.service.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
 from processor.service.retry import FENCED, FatalBudget, retry, run_all
-from processor.service.state import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
 GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
@@ -109,28 +89,6 @@ GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
 #: Header name the old protocol read as a command; it is now ignored on events
 #: (kept so tests can prove a forged header does nothing).
 CONTROL_HEADER = "processor-control"
-CORE_VIEW_NAMES = ("messages", "surface", "transcript", "status")
-
-
-@dataclass
-class _Pending:
-    """Work folded since the last commit, by partition."""
-
-    offsets: dict[int, int] = field(default_factory=dict)
-    control_offsets: dict[int, int] = field(default_factory=dict)
-    dirty: dict[tuple[int, str], SessionRuntime] = field(default_factory=dict)
-    dead_letters: list[tuple[int, DeadLetter]] = field(default_factory=list)
-    tombstones: list[tuple[str, int, bytes]] = field(default_factory=list)
-    events: int = 0
-    started: float = 0.0
-
-    def empty(self) -> bool:
-        return not (self.offsets or self.dirty or self.dead_letters or self.tombstones
-                    or self.control_offsets)
-
-    def partitions(self) -> set[int]:
-        return (set(self.offsets) | set(self.control_offsets) | {p for p, _ in self.dirty}
-                | {p for p, _ in self.dead_letters} | {p for _, p, _ in self.tombstones})
 
 
 def _offset(msg: Message) -> int:
@@ -138,24 +96,11 @@ def _offset(msg: Message) -> int:
     return offset if offset is not None else -1
 
 
-class _Partition:
-    """Sessions of one assigned events partition."""
-
-    def __init__(self, number: int, checkpoints: dict[str, Checkpoint]) -> None:
-        self.number = number
-        self.checkpoints = checkpoints  # not yet materialised sessions
-        # quarantined session ids, kept as they change so the gauge is O(partitions)
-        self.quarantined = {sid for sid, cp in checkpoints.items()
-                            if (cp.surface.get("service") or {}).get("quarantine")}
-        self.sessions: dict[str, SessionRuntime] = {}
-        self.view_parts: dict[tuple[str, str], int] = {}
-        # Restored while a transaction was still open on the checkpoints
-        # partition (the wait gave up): a checkpoint may be stale (or hidden
-        # altogether), so a gap in a session with nothing folded since the
-        # restore is repaired from the events (_repair_stale).
-        self.maybe_stale = False
-        self.resumed_at: int | None = None  # committed offset the restore resumed at
-        self.fresh: set[str] = set()  # sessions with no event folded since the restore
+def _record(msg: Message) -> Record:
+    """A consumed message as the engine sees it (a broker-less timestamp is now)."""
+    ts = msg.timestamp()[1]
+    return Record(msg.topic() or "", msg.partition() or 0, _offset(msg), msg.key(), msg.value(),
+                  ts if ts > 0 else int(time.time() * 1000))
 
 
 class Processor:
@@ -178,9 +123,12 @@ class Processor:
         self.codec = codec or default_codec()
         self.registry = registry_factory()
         self.message_projections = default_message_projections()
+        # every decision that is not I/O; it asks this object for the control
+        # backlog and a session's history (the Feeds methods below)
+        self.engine = Engine(config, self.codec, self.registry, self.message_projections,
+                             instance_id=self.instance_id, publish_floor=publish_floor,
+                             feeds=self)
         self._stop = threading.Event()
-        self._partitions: dict[int, _Partition] = {}
-        self._pending = _Pending()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._restore_consumer: Consumer | None = None
@@ -190,11 +138,16 @@ class Processor:
         self._dead = False  # a KafkaFatal ended the run: close without committing
         self._gauges_at = 0.0
         self._lag_labels: set[int] = set()
-        self._publish_floor = dict(publish_floor or {})
         self._assigned_at = 0.0
-        self._applied = 0
-        self._replaying = False  # refolding history another owner already committed
         self._fatal_budget = FatalBudget()
+
+    @property
+    def _partitions(self) -> dict[int, PartitionState]:
+        return self.engine.partitions
+
+    @property
+    def _pending(self) -> Batch:
+        return self.engine.batch
 
     # ------------------------------------------------------------ lifecycle
 
@@ -261,7 +214,7 @@ class Processor:
             # the revoke's commit and abort, each of which would wait out its
             # timeout; the uncommitted batch is refolded by the next owner
             self._dead = True
-            self._pending = _Pending()
+            self.engine.batch = Batch()
             raise
         finally:
             self._close()
@@ -360,7 +313,7 @@ class Processor:
         for number in numbers:
             restore = restores[number]
             problem = (check_anchor(rc, events, restore, committed[number], found.get(number))
-                       or self._unusable_rows(restore.checkpoints.values()))
+                       or self.engine.unusable_rows(restore.checkpoints.values()))
             starts[number] = None
             if problem is not None:
                 if self.config.anchor_policy == "fail":
@@ -370,10 +323,10 @@ class Processor:
                 log.warning("anchor check failed (%s); rebuilding partition %d from offset "
                             "zero", problem, number)
                 for sid, cp in restore.checkpoints.items():
-                    self._tombstone_session(number, sid, cp)
+                    self.engine.tombstone_session(number, sid, cp)
                 restore.checkpoints.clear()
                 starts[number] = OFFSET_BEGINNING
-            part = self._partitions[number] = _Partition(number, restore.checkpoints)
+            part = self._partitions[number] = PartitionState(number, restore.checkpoints)
             part.maybe_stale = number in unstable and starts[number] is None
             part.resumed_at = committed[number]
             self.metrics.restored_checkpoints.inc(len(restore.checkpoints))
@@ -384,66 +337,7 @@ class Processor:
         self.metrics.restore_seconds.observe(time.monotonic() - t0)
         return starts
 
-    def _tombstone_session(self, partition: int, sid: str, cp: Checkpoint) -> None:
-        """Remove a session's checkpoint and views before it is rebuilt from zero.
-
-        Its views are about to restart at a lower ``asOfSeq`` (the log
-        changed), which readers would otherwise ignore as stale.
-        """
-        pending = self._pending.tombstones
-        pending.append((self.topics.checkpoints, partition, session_key(sid)))
-        published = cp.surface.get("service", {}).get("published", {})
-        pages = -(-int(published.get("transcript", 0)) // self.config.transcript_page_size)
-        names = [*CORE_VIEW_NAMES, *(d.key for d in self.registry.definitions() if d.wire),
-                 *(f"transcript.{n}" for n in range(pages))]
-        pending.extend((self.topics.views, partition, view_key(sid, name)) for name in names)
-
-    def _unusable_rows(self, checkpoints: Iterable[Checkpoint]) -> str | None:
-        """A unit whose checkpoint row cannot be used needs the log prefix (P-7, P-10)."""
-        wanted = {d.key: d.state_version for d in self.registry.definitions()}
-        for cp in checkpoints:
-            for key, ver in wanted.items():
-                row = cp.rows.get(key)
-                if row is None or row.get("ver") != ver:
-                    have = "no row" if row is None else f"stateVersion {row.get('ver')}"
-                    return (f"session {cp.session_id}: projection {key!r} has {have} in its "
-                            f"checkpoint, the code has stateVersion {ver}; the views must be "
-                            "refolded from offset zero (`processor replay`)")
-        return None
-
     # ------------------------------------------------------------ folding
-
-    def _runtime(self, part: _Partition, sid: str) -> SessionRuntime:
-        rt = part.sessions.get(sid)
-        if rt is not None:
-            return rt
-        cp = part.checkpoints.pop(sid, None)
-        session: Session
-        if cp is None:
-            session = Session(synthetic_header(sid),
-                              message_projections=self.message_projections,
-                              projections=self.registry)
-        else:
-            session = self._session_from_checkpoint(cp)
-        rt = SessionRuntime(sid, part.number, session, window=self.config.duplicate_window)
-        if cp is not None:
-            rt.load_service_state(cp.surface.get("service", {}))
-        if part.maybe_stale:
-            part.fresh.add(sid)  # without a checkpoint: its first one may be the hidden one
-        part.sessions[sid] = rt
-        return rt
-
-    def _session_from_checkpoint(self, cp: Checkpoint) -> Session:
-        core = dict(cp.surface["core"])
-        core["rows"] = cp.rows
-        try:
-            return Session.from_checkpoint(core, cp.surface.get("header"),
-                                           message_projections=self.message_projections,
-                                           projections=self.registry)
-        except SessionError as exc:
-            # A bumped stateVersion (or an unreadable row) needs the prefix:
-            # the replay command rebuilds such sessions from offset zero.
-            raise AnchorError(f"session {cp.session_id}: {exc}; run `processor replay`") from exc
 
     def _fold_batch(self, msgs: Iterable[Message], polled_at: float | None = None) -> None:
         t0 = time.perf_counter()
@@ -466,254 +360,73 @@ class Processor:
             if part is None:
                 continue  # fetched just before a revoke
             consumed += 1
+            rec = _record(msg)
             try:
-                self._fold_record(part, msg)
+                self.engine.fold(part, rec)
             except (AnchorError, KafkaException):
                 raise
             except Exception as exc:  # one record's failure is that record's dead letter
                 log.exception("record %s[%d]@%d could not be interpreted", msg.topic(),
-                              part.number, _offset(msg))
-                sid = self._record_session(msg)
-                self._reject(part, sid, msg, None, "INTERNAL",
-                             f"interpreting the record raised {type(exc).__name__}: {exc}")
-            pending.offsets[part.number] = _offset(msg) + 1
+                              part.number, rec.offset)
+                self.engine.fail(part, rec, exc)
+            pending.offsets[part.number] = rec.offset + 1
         pending.events += consumed
         self.metrics.records_consumed.inc(consumed)
-        if self._applied:  # one labelled counter update per batch, not per event
-            self.metrics.events.labels("applied").inc(self._applied)
-            self._applied = 0
+        self._flush_tally()  # one labelled counter update per batch, not per event
         self.metrics.fold_seconds.observe(time.perf_counter() - t0)
 
-    @staticmethod
-    def _record_session(msg: Message) -> str | None:
-        """The session a record's key names, or None for a key no session can have."""
-        key = msg.key()
-        if key is None or len(key) > MAX_KEY_BYTES:
-            return None
-        try:
-            return key.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-
-    def _fold_record(self, part: _Partition, msg: Message) -> None:
-        # Bounds first: a key no session can have quarantines nothing (there is
-        # no session to protect) but is never dropped silently.  Headers are
-        # never read: commands travel on the control topic only.
-        key = msg.key()
-        sid = self._record_session(msg)
-        if key is None or sid is None:
-            why = ("has no key (events are keyed by session id)" if key is None else
-                   f"key of {len(key)} bytes exceeds {MAX_KEY_BYTES}" if len(key) > MAX_KEY_BYTES
-                   else "key is not UTF-8")
-            self._dead_letter(part, None, msg, None, "KEY", f"record {why}")
-            self.metrics.events.labels("rejected").inc()
-            return
-        try:
-            value = msg.value()
-            if value is None:
-                raise CodecError("record value is null (a tombstone on the events topic)")
-            decoded = self.codec.decode_event(value)
-        except CodecError as exc:
-            self._reject(part, sid, msg, None, "CODEC", f"undecodable record: {exc}")
-            return
-        if decoded.session_id != sid:
-            self._reject(part, sid, msg, decoded.seq, "KEY",
-                         f"record key {sid!r} does not match sessionId "
-                         f"{decoded.session_id!r}")
-            return
-        rt = self._runtime(part, sid)
-        if (rt.quarantine is not None and decoded.seq == rt.quarantine.seq + 1
-                and self._control is not None):
-            # the fix of a quarantine: apply a redrive acknowledged before it first
-            self._apply_commands(self._control.drain(part.number))
-        if rt.quarantine is not None:
-            q = rt.quarantine
-            self._dead_letter(part, sid, msg, decoded.seq, "QUARANTINED",
-                              f"session quarantined at seq {q.seq} ({q.rule}: {q.reason})")
-            self.metrics.events.labels("quarantined").inc()
-            return
-        try:
-            event = decoded.to_event()
-        except SessionError as exc:
-            self._reject(part, sid, msg, decoded.seq, exc.rule, str(exc), rt)
-            return
-        last = rt.last_seq
-        if event.seq <= last:
-            verdict = rt.duplicate_verdict(event)
-            if verdict == "same":
-                self.metrics.events.labels("duplicate").inc()
-                return
-            reason = ("conflicting duplicate: differs from the folded event"
-                      if verdict == "different" else
-                      "duplicate older than the verification window; cannot prove it equal")
-            self._reject(part, sid, msg, event.seq, "SEQ-GATE",
-                         f"seq {event.seq}: {reason} (watermark {last})", rt)
-            return
-        if event.seq > last + 1:
-            if part.fresh and self._repair_stale(part, rt):
-                self._fold_record(part, msg)  # judged again against the repaired state
-                return
-            self._reject(part, sid, msg, event.seq, "S-1",
-                         f"seq {event.seq}: gap, expected {last + 1} (S-1)", rt)
-            return
-        try:
-            rt.session.append(event)
-        except SessionError as exc:
-            self._reject(part, sid, msg, event.seq, exc.rule, str(exc), rt)
-            return
-        rt.record_applied(event, _offset(msg))
-        if part.fresh:
-            part.fresh.discard(sid)
-        rt.session.log.trim_before(event.seq + 1)
-        self._pending.dirty[(part.number, sid)] = rt
-        self._applied += 1
-
-    def _repair_stale(self, part: _Partition, rt: SessionRuntime) -> bool:
-        """A gap in a session fresh from a maybe-stale checkpoint (restored behind an
-        open transaction): refold its events from the checkpoint's anchor to the
-        offset the restore resumed at, which a later owner folded and committed
-        (so no dead letter or view is re-published for them).  True if the
-        session moved on: the gap was a stale restore, not bad input."""
-        part.fresh.discard(rt.session_id)
-        if part.resumed_at is None or self._restore_consumer is None:
-            return False
-        start = rt.last_offset + 1 if rt.last_offset >= 0 else 0
-        records = read_key_range(self._restore_consumer, self.topics.events, part.number,
-                                 start, part.resumed_at, session_key(rt.session_id))
-        before = rt.last_seq
-        applied, self._replaying = self._applied, True
-        try:
-            for m in records:
-                self._fold_record(part, m)
-        finally:
-            self._applied, self._replaying = applied, False
-        log.warning("session %s was restored stale at seq %d (a newer checkpoint was hidden "
-                    "behind an open transaction); refolded %d records from offset %d, now at "
-                    "seq %d", rt.session_id, before, len(records), start, rt.last_seq)
-        return rt.last_seq > before
-
     def _apply_commands(self, msgs: list[Message]) -> None:
-        """Operator commands from the control topic (see ``control.py``)."""
-        pending = self._pending
-        if pending.empty():
-            pending.started = time.monotonic()
-        for msg in msgs:
-            part = self._partitions.get(msg.partition() or 0)
-            if part is None:
-                continue
-            pending.control_offsets[part.number] = _offset(msg) + 1
-            try:
-                command = parse_command(msg.key(), msg.value())
-                if self._control is not None:
-                    self._control.check_route(command, part.number)
-            except CommandError as exc:
-                self.metrics.control.labels("rejected").inc()
-                self._dead_letter(part, self._record_session(msg), msg, None, "CONTROL",
-                                  f"control command refused: {exc}")
-                continue
-            rt = self._runtime(part, command.session_id)
-            outcome = apply_command(rt, command)
-            self.metrics.control.labels("noop" if outcome == "noop" else "applied").inc()
-            if outcome == "lifted":
-                part.quarantined.discard(rt.session_id)
-            if outcome == "lifted" or (outcome == "pending" and rt.last_seq >= 0):
-                # (an event-less session gets no checkpoint: an anchor-less one
-                # would fail the restore's anchor check; such a command holds
-                # until this process stops)
-                pending.dirty[(part.number, rt.session_id)] = rt
+        """Operator commands from the control topic (the engine applies them)."""
+        if self._pending.empty():
+            self._pending.started = time.monotonic()
+        self.engine.apply_commands([_record(m) for m in msgs])
+        self._flush_tally()
 
-    def _reject(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
-                rule: str, reason: str, rt: SessionRuntime | None = None) -> None:
-        self._dead_letter(part, sid, msg, seq, rule, reason)
-        if not self._replaying:
-            self.metrics.events.labels("rejected").inc()
-        if sid is None:
-            return
-        rt = rt or self._runtime(part, sid)
-        if rt.quarantine is None and rt.redrive_at == rt.last_seq:
-            log.info("session %s: quarantine at seq %d lifted by a redrive read earlier",
-                     sid, rt.last_seq)
-            rt.redrive_at = None
-            self._pending.dirty[(part.number, sid)] = rt
-        elif rt.quarantine is None:
-            rt.quarantine = Quarantine(rt.last_seq, rule, reason, _offset(msg))
-            part.quarantined.add(sid)
-            self._pending.dirty[(part.number, sid)] = rt
+    def _flush_tally(self) -> None:
+        """Move the engine's counts into the metrics."""
+        tally, self.engine.tally = self.engine.tally, Tally()
+        m = self.metrics
+        for label, n in tally.events.items():
+            m.events.labels(label).inc(n)
+        for rule, n in tally.dlq.items():
+            m.dlq.labels(rule).inc(n)
+        if tally.dlq_oversized:
+            m.dlq_oversized.inc(tally.dlq_oversized)
+        for label, n in tally.control.items():
+            m.control.labels(label).inc(n)
+        if tally.views_published:
+            m.views_published.inc(tally.views_published)
+        if tally.checkpoints_published:
+            m.checkpoints_published.inc(tally.checkpoints_published)
 
-    def _dead_letter(self, part: _Partition, sid: str | None, msg: Message, seq: int | None,
-                     rule: str, reason: str) -> None:
-        if self._replaying:
-            return  # the owner that first folded this record dead-lettered it
-        self.metrics.dlq.labels(rule).inc()
-        ts = msg.timestamp()[1]
-        letter, referenced = bounded(DeadLetter(
-            session_id=sid, topic=msg.topic() or self.topics.events, partition=part.number,
-            offset=_offset(msg), seq=seq, rule=rule, reason=reason, key=msg.key(),
-            value=msg.value(), timestamp=ts if ts > 0 else int(time.time() * 1000),
-            processor=self.instance_id))
-        if referenced:
-            self.metrics.dlq_oversized.inc()
-        self._pending.dead_letters.append((part.number, letter))
+    # ------------------------------------------------------------ engine feeds
+
+    def control_backlog(self, partition: int) -> list[Record]:
+        """Feeds: the commands committed so far, so a redrive acknowledged before the
+        event that follows a quarantine is applied before that event."""
+        if self._control is None:
+            return []
+        return [_record(m) for m in self._control.drain(partition)]
+
+    def session_history(self, partition: int, start: int, end: int,
+                        key: bytes) -> list[Record] | None:
+        """Feeds: a session's events in [start, end), to repair a stale restore."""
+        if self._restore_consumer is None:
+            return None
+        return [_record(m) for m in read_key_range(self._restore_consumer, self.topics.events,
+                                                   partition, start, end, key)]
+
+    def check_route(self, command: Command, partition: int) -> None:
+        """Feeds: a command must sit in the control partition its key hashes to."""
+        if self._control is not None:
+            self._control.check_route(command, partition)
 
     # ------------------------------------------------------------ output
 
     def _produce(self, topic: str, partition: int, key: bytes | None,
                  value: bytes | None) -> None:
         assert self._producer is not None
-        while True:
-            try:
-                self._producer.produce(topic, value=value, key=key, partition=partition)
-                return
-            except BufferError:
-                self._producer.poll(0.05)
-
-    def _emit_session(self, rt: SessionRuntime) -> None:
-        cfg = self.config
-        part = self._partitions[rt.partition]
-        as_of = rt.last_seq
-        floor = self._publish_floor.get(rt.session_id)
-        if floor is not None and as_of < floor and rt.quarantine is None:
-            changes: Iterable[ViewChange] = ()  # held back until the old asOfSeq
-        else:
-            self._publish_floor.pop(rt.session_id, None)
-            changes = rt.view_changes(cfg.transcript_page_size)
-        for change in changes:
-            ident = (rt.session_id, change.name)
-            old_parts = part.view_parts.get(ident, 1)
-            if change.removed:
-                for k in stale_part_keys(rt.session_id, change.name, old_parts, 0):
-                    self._produce(self.topics.views, rt.partition, k, None)
-                part.view_parts.pop(ident, None)
-                continue
-            records = split_view(View.of(rt.session_id, change.name, as_of,
-                                         change.state_version, change.value),
-                                 cfg.max_view_bytes)
-            for k in stale_part_keys(rt.session_id, change.name, old_parts, len(records)):
-                self._produce(self.topics.views, rt.partition, k, None)
-            for record in sorted(records, key=lambda r: -r.part):  # parts first, head last
-                self._produce(self.topics.views, rt.partition,
-                              view_key(rt.session_id, change.name, record.part),
-                              self.codec.encode_view(record))
-            part.view_parts[ident] = len(records)
-            self.metrics.views_published.inc(len(records))
-        self._produce(self.topics.checkpoints, rt.partition, session_key(rt.session_id),
-                      self.codec.encode_checkpoint(self._checkpoint_of(rt)))
-        self.metrics.checkpoints_published.inc()
-
-    def _checkpoint_of(self, rt: SessionRuntime) -> Checkpoint:
-        session = rt.session
-        core = session.checkpoint()
-        rows = core.pop("rows")
-        digest = session.last_digest
-        return Checkpoint(
-            session_id=rt.session_id,
-            last_seq=session.last_seq,
-            anchor=Anchor(rt.partition, rt.last_offset, session.last_seq,
-                          bytes.fromhex(digest) if digest else b""),
-            rows=rows,
-            surface={"core": core, "service": rt.service_state(), "header": session.header},
-            core_version=CHECKPOINT_VERSION,
-        )
+        clients.produce(self._producer, topic, key, value, partition=partition)
 
     def _commit(self) -> None:
         pending = self._pending
@@ -726,16 +439,8 @@ class Processor:
         try:
             if eos:
                 producer.begin_transaction()
-            for topic, partition, key in pending.tombstones:
-                self._produce(topic, partition, key, None)
-            for partition, letter in pending.dead_letters:
-                dlq_key = (session_key(letter.session_id) if letter.session_id is not None
-                           else None)
-                self._produce(self.topics.dlq, partition, dlq_key,
-                              self.codec.encode_dead_letter(letter))
-            for rt in pending.dirty.values():
-                if rt.partition in self._partitions:
-                    self._emit_session(rt)
+            for out in self.engine.output():
+                self._produce(out.topic, out.partition, out.key, out.value)
             offsets = [TopicPartition(self.topics.events, p, o)
                        for p, o in pending.offsets.items()]
             offsets += [TopicPartition(self.topics.control, p, o)
@@ -754,6 +459,7 @@ class Processor:
                 if offsets:
                     consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
+            self._flush_tally()
             # serve the delivery reports of failed records (poll re-raises a fatal
             # error, classified just below)
             with contextlib.suppress(KafkaException):
@@ -776,11 +482,12 @@ class Processor:
             self._abort(pending.partitions())
             self._stop.wait(self._failures.failed(verdict.line))
             return
+        self._flush_tally()
         self._failures.succeeded()
         self.metrics.commits.inc()
         self.metrics.batch_events.observe(pending.events)
         self.metrics.commit_seconds.observe(time.perf_counter() - t0)
-        self._pending = _Pending()
+        self.engine.batch = Batch()
         self._update_gauges()
 
     def _replace_producer(self, err: KafkaError, open_s: float) -> bool:
@@ -821,7 +528,7 @@ class Processor:
                 log.debug("abort_transaction: %s", exc)
         self.metrics.aborts.inc()
         touched = self._pending.partitions() | partitions
-        self._pending = _Pending()
+        self.engine.batch = Batch()
         if not rewind or self._consumer is None:
             return
         numbers = sorted(touched & set(self._partitions))
@@ -845,10 +552,8 @@ class Processor:
             with contextlib.suppress(KeyError):
                 self.metrics.lag.remove(str(gone))
         self._lag_labels &= set(self._partitions)
-        live = sum(len(p.sessions) + len(p.checkpoints) for p in self._partitions.values())
-        quarantined = sum(len(p.quarantined) for p in self._partitions.values())
-        self.metrics.sessions.set(live)
-        self.metrics.quarantined.set(quarantined)
+        self.metrics.sessions.set(self.engine.sessions_held())
+        self.metrics.quarantined.set(self.engine.sessions_quarantined())
         if self._consumer is None:
             return
         for number, part in self._partitions.items():

@@ -52,9 +52,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from processor.core.builtin import default_registry
+from processor.core.defaults import new_session
 from processor.core.events import ABSENT, Event, make_event
-from processor.core.message_projections import default_message_projections
 from processor.core.session import Session, synthetic_header
 from processor.service import clients
 from processor.service.codec import Codec, default_codec, session_key
@@ -96,9 +95,7 @@ class DeliveryError(RuntimeError):
 def _default_session(session_id: str) -> Session:
     """A session folded with the processor's registries, so the writer's
     verdicts (and its projections, for the agent to read) match the service."""
-    return Session(synthetic_header(session_id),
-                   message_projections=default_message_projections(),
-                   projections=default_registry())
+    return new_session(synthetic_header(session_id))
 
 
 class SessionWriter:
@@ -247,16 +244,12 @@ class SessionWriter:
             outcome.append(err)
 
         producer = self._producer
-        while True:
-            try:
-                producer.produce(topic or self.topic, value=value, key=session_key(session_id),
-                                 headers=headers, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)  # local queue full: serve callbacks, then retry
-            except KafkaException as exc:
-                raise DeliveryError(session_id, event, exc.args[0] if exc.args
-                                    else str(exc)) from exc
+        try:
+            clients.produce(producer, topic or self.topic, session_key(session_id), value,
+                            headers=headers, on_delivery=on_delivery)
+        except KafkaException as exc:
+            raise DeliveryError(session_id, event, exc.args[0] if exc.args
+                                else str(exc)) from exc
         # flush() sends at once (ignores linger.ms) and serves the callback;
         # librdkafka always reports by message.timeout.ms, so this ends.
         while not outcome:

@@ -25,10 +25,10 @@ from processor.agent.request import Request
 from processor.agent.tool_history import tool_history
 from processor.cli.main import cli
 from processor.core.builtin import default_registry
+from processor.core.defaults import default_message_projections
 from processor.core.events import KNOWN_TYPES, Event
 from processor.core.frozen import thaw
 from processor.core.header import canonical_header
-from processor.core.message_projections import default_message_projections
 from processor.core.session import Session
 from processor.examples.make_example import (
     EXAMPLE_PATH,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from processor.core.builder import LogBuilder
-from processor.core.message_projections import default_message_projections
+from processor.core.defaults import default_message_projections
 from processor.core.messages import DerivedMessages, derive_event_message
 from processor.core.session import Session
 from processor.core.surface import fold_surface

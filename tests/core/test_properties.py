@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processor.core.defaults import default_message_projections
 from processor.core.errors import SessionError
-from processor.core.message_projections import default_message_projections
 from processor.core.session import Session
 from processor.core.surface import SurfaceManager, fold_surface
 from processor.offline import default_registry, fold_events, restore_session, session_output

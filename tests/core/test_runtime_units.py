@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from processor.core.builder import LogBuilder, text
 from processor.core.builtin import default_registry
-from processor.core.message_projections import default_message_projections
+from processor.core.defaults import default_message_projections
 from processor.core.session import Session
 
 

@@ -8,12 +8,10 @@ from typing import Any
 import pytest
 
 from processor.core.builder import LogBuilder, text, tool_def
+from processor.core.defaults import default_message_projections
 from processor.core.errors import SessionError
 from processor.core.events import Event, make_event, parse_event
-from processor.core.message_projections import (
-    MessageProjectionRegistry,
-    default_message_projections,
-)
+from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.surface import (
     AppendPlan,
     LogOnlyPlan,

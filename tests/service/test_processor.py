@@ -307,7 +307,7 @@ def _registry_v1() -> Any:
 
 
 def test_replay_after_a_state_version_bump_rebuilds_the_offline_views(stack: Stack) -> None:
-    from processor.core.message_projections import default_message_projections
+    from processor.core.defaults import default_message_projections
     from processor.core.session import Session
     from processor.offline import session_output
     from processor.service.replay import replay

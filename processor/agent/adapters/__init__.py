@@ -25,20 +25,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
-from processor.core.frozen import FrozenDict, freeze
-
-if TYPE_CHECKING:
-    from processor.agent.request import Request
+from processor.core.frozen import FrozenDict, FrozenList, freeze
 
 __all__ = [
     "CONTEXT_WINDOW_EXCEEDED",
+    "CancelHandle",
     "ModelAdapter",
     "ModelFailure",
     "ModelReply",
     "ModelResult",
     "PreparedRoute",
+    "Request",
     "RequestContext",
     "StopReason",
 ]
@@ -164,6 +163,65 @@ class ModelFailure:
 
 
 ModelResult = ModelReply | ModelFailure
+
+
+class CancelHandle:
+    """The one live part of a request: a flag the adapter may poll (F-2)."""
+
+    __slots__ = ("_cancelled",)
+
+    def __init__(self) -> None:
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def __repr__(self) -> str:
+        return f"CancelHandle(cancelled={self._cancelled})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Request:
+    """One attempt's request; immutable end to end (F-2).
+
+    ``header`` is the canonical header in effect (the last ``request/header``
+    of the prefix, H-1) and ``header_seq`` its seq; ``messages`` the derived
+    model messages (G-2); ``tool_history`` the ``toolHistory`` view (H-5), the
+    input of a provider's tool projection, not interchangeable with
+    ``header["tools"]`` (the current set); ``context`` the
+    ``request/context`` values of this route.  ``as_of_seq`` is the last seq
+    of the log prefix the request was built from: the next event of the log is
+    this attempt's ``assistant/attempt`` or ``assistant/message``.
+    """
+
+    header: Any
+    header_seq: int
+    messages: Any
+    tool_history: Any
+    context: Any
+    route: PreparedRoute
+    as_of_seq: int
+    turn: int
+    step: int
+    attempt: int
+    stream: str
+    starts_series: bool = False
+    cancel: CancelHandle = field(default_factory=CancelHandle)
+
+    def __post_init__(self) -> None:
+        for name in ("header", "messages", "tool_history", "context"):
+            object.__setattr__(self, name, freeze(getattr(self, name)))
+        if not isinstance(self.messages, FrozenList):
+            raise TypeError("request messages must be a list")
+
+    @property
+    def tools(self) -> Any:
+        """The tools of the header in effect (``[]`` when there are none)."""
+        return self.header.get("tools", FrozenList())
 
 
 class ModelAdapter(Protocol):

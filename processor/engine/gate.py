@@ -1,0 +1,41 @@
+"""The seq gate (S-1): each event is applied once, in seq order, or refused.
+
+Producers retry, so the same event can arrive twice; a rewritten event under
+a folded seq, or a missing seq, would make the views disagree with the log.
+The gate tells these apart with the runtime's window of folded digests.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from processor.core.events import Event
+from processor.engine.runtime import SessionRuntime
+
+
+class Gate(Enum):
+    APPLY = "apply"  # the next seq
+    DUPLICATE = "duplicate"  # a folded seq, byte-for-byte the folded event: drop quietly
+    CONFLICT = "conflict"  # a folded seq with different content
+    UNPROVABLE = "unprovable"  # a folded seq older than the digest window
+    GAP = "gap"  # seqs are missing before it
+
+
+def judge(rt: SessionRuntime, event: Event) -> Gate:
+    last = rt.last_seq
+    if event.seq <= last:
+        verdict = rt.duplicate_verdict(event)
+        return (Gate.DUPLICATE if verdict == "same" else
+                Gate.CONFLICT if verdict == "different" else Gate.UNPROVABLE)
+    if event.seq > last + 1:
+        return Gate.GAP
+    return Gate.APPLY
+
+
+def refusal(gate: Gate, seq: int, last: int) -> tuple[str, str]:
+    """(rule, reason) of a refused event; the texts are the dead letters' contract."""
+    if gate is Gate.GAP:
+        return "S-1", f"seq {seq}: gap, expected {last + 1} (S-1)"
+    reason = ("conflicting duplicate: differs from the folded event" if gate is Gate.CONFLICT
+              else "duplicate older than the verification window; cannot prove it equal")
+    return "SEQ-GATE", f"seq {seq}: {reason} (watermark {last})"

@@ -1,0 +1,128 @@
+"""A broker-less harness around the engine: records in, produced records out."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from processor.core.builtin import default_registry
+from processor.core.defaults import default_message_projections
+from processor.core.events import Event
+from processor.engine import Batch, Engine, NoFeeds, Out, PartitionState, Record
+from processor.engine.commands import Command, redrive
+from processor.service.codec import Checkpoint, DeadLetter, default_codec
+from processor.service.config import ServiceConfig
+from processor.service.views_reader import _Materializer, session_fold_equivalent
+from processor.workload import generate_session
+
+CODEC = default_codec()
+CONFIG = ServiceConfig()
+EVENTS = CONFIG.topics.events
+CONTROL = CONFIG.topics.control
+
+
+def session_log(n: int, seed: int = 7) -> list[Event]:
+    return generate_session(random.Random(seed), n)
+
+
+def changed(event: Event) -> Event:
+    """The same seq with different content (a rewrite, not a retry)."""
+    return replace(event, time=event.time + 1)
+
+
+@dataclass
+class Feeds(NoFeeds):
+    """Scripted transport: a control backlog and a session history per partition."""
+
+    backlog: dict[int, list[Record]] = field(default_factory=dict)
+    history: dict[int, list[Record]] = field(default_factory=dict)
+    asked: list[str] = field(default_factory=list)
+
+    def control_backlog(self, partition: int) -> list[Record]:
+        self.asked.append(f"backlog {partition}")
+        return self.backlog.pop(partition, [])
+
+    def session_history(self, partition: int, start: int, end: int,
+                        key: bytes) -> list[Record] | None:
+        self.asked.append(f"history {partition} {start}..{end}")
+        return [r for r in self.history.get(partition, [])
+                if start <= r.offset < end and r.key == key]
+
+
+def keys(outs: list[Out], topic: str | None = None) -> list[bytes]:
+    """The keys of ``outs`` (of one topic), which are never null for our records."""
+    found = [o.key for o in outs if topic is None or o.topic == topic]
+    assert all(k is not None for k in found)
+    return [k for k in found if k is not None]
+
+
+class Harness:
+    """One engine owning ``partitions``, a log per partition, and a views topic."""
+
+    def __init__(self, partitions: tuple[int, ...] = (0,), *, config: ServiceConfig = CONFIG,
+                 checkpoints: dict[int, dict[str, Checkpoint]] | None = None,
+                 publish_floor: dict[str, int] | None = None) -> None:
+        self.feeds = Feeds()
+        self.engine = Engine(config, CODEC, default_registry(), default_message_projections(),
+                             instance_id="unit", publish_floor=publish_floor, feeds=self.feeds)
+        for p in partitions:
+            cps = (checkpoints or {}).get(p, {})
+            self.engine.partitions[p] = PartitionState(p, dict(cps))
+        self.offsets: dict[int, int] = {}
+        self.produced: list[Out] = []
+
+    def record(self, key: bytes | None, value: bytes | None, partition: int = 0,
+               topic: str = EVENTS) -> Record:
+        offset = self.offsets.get(partition, 0)
+        self.offsets[partition] = offset + 1
+        return Record(topic, partition, offset, key, value, 1_000 + offset)
+
+    def event(self, sid: str, event: Event, partition: int = 0) -> Record:
+        return self.record(sid.encode(), CODEC.encode_parsed_event(sid, event), partition)
+
+    def fold(self, rec: Record) -> Any:
+        return self.engine.fold(self.engine.partitions[rec.partition], rec)
+
+    def fold_events(self, sid: str, events: list[Event], partition: int = 0) -> list[Any]:
+        return [self.fold(self.event(sid, e, partition)) for e in events]
+
+    def command(self, command: Command, partition: int = 0) -> Record:
+        return self.record(command.session_id.encode(), command.encode(), partition, CONTROL)
+
+    def redrive(self, sid: str, seq: int, partition: int = 0) -> list[str]:
+        return self.engine.apply_commands([self.command(redrive(sid, seq), partition)])
+
+    def commit(self) -> list[Out]:
+        """Produce the batch's records (as one transaction would) and start a new batch."""
+        out = list(self.engine.output())
+        self.produced.extend(out)
+        self.engine.batch = Batch()
+        return out
+
+    # ------------------------------------------------------------ reading back
+
+    def topic(self, name: str) -> list[Out]:
+        return [o for o in self.produced if o.topic == name]
+
+    def dead_letters(self) -> list[DeadLetter]:
+        return [CODEC.decode_dead_letter(o.value) for o in self.topic(CONFIG.topics.dlq)
+                if o.value is not None]
+
+    def views(self) -> dict[str, Any]:
+        """Every session's views as a reader of the (compacted) views topic sees them."""
+        reader = _Materializer(CODEC, None, None)
+        for o in self.topic(CONFIG.topics.views):
+            reader.apply(o.key, o.value)
+        return reader.views
+
+    def fold_equivalent(self, sid: str) -> dict[str, Any]:
+        return session_fold_equivalent(self.views()[sid])
+
+    def checkpoints(self) -> dict[str, Checkpoint]:
+        latest: dict[bytes, bytes | None] = {}
+        for o in self.topic(CONFIG.topics.checkpoints):
+            assert o.key is not None
+            latest[o.key] = o.value
+        return {k.decode(): CODEC.decode_checkpoint(v) for k, v in latest.items()
+                if v is not None}

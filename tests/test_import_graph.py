@@ -1,0 +1,101 @@
+"""The shape of the package (LAYOUT.md "Checks of the shape", issue 11).
+
+A cycle between two modules means neither can be read, tested or moved
+alone; the pure layers must not reach a Kafka client.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).parents[1] / "processor"
+
+#: Cycles known and not yet broken; the test fails on any other.
+KNOWN_CYCLES: list[set[str]] = []
+
+
+def _module_graph() -> dict[str, set[str]]:
+    modules: dict[str, Path] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps: set[str] = set()
+        # every import counts, also under TYPE_CHECKING and inside functions
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    deps.add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles_besides_the_known_ones() -> None:
+    cycles = _cycles(_module_graph())
+    assert [c for c in cycles if c not in KNOWN_CYCLES] == []
+
+
+def test_the_two_cycles_named_in_issue_11_are_broken() -> None:
+    graph = _module_graph()
+    assert "processor.agent.request" not in graph["processor.agent.adapters"]
+    assert "processor.core.message_projections" not in graph["processor.core.image_offload"] \
+        or "processor.core.image_offload" not in graph["processor.core.message_projections"]
+
+
+def test_the_engine_and_the_core_load_no_kafka_client() -> None:
+    code = ("import sys, processor.engine, processor.core.defaults; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'confluent_kafka'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=PACKAGE.parent)
+    assert out.stdout.strip() == "[]"
+    graph = _module_graph()
+    for name, deps in graph.items():
+        if name.startswith("processor.core"):
+            assert {d for d in deps if not d.startswith("processor.core")} == set(), name
+        if name.startswith("processor.engine"):
+            # the record types still live in service/codec.py until the codec is split
+            outside = {d for d in deps if not d.startswith(("processor.core", "processor.engine"))}
+            assert outside <= {"processor.service.codec", "processor.service.config"}, name
