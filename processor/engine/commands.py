@@ -10,7 +10,9 @@ events does not matter: a command read before the processor reaches that
 quarantine is kept (``redrive_at``, stored in the session's checkpoint) and
 lifts the quarantine when it happens; a command for a seq the session has
 moved past is a counted no-op.  Applying a command twice changes nothing
-more than applying it once.  How commands travel (their own topic, offsets
+more than applying it once: a repeat of the command that lifted a
+quarantine, read while the session still stands at that seq, is a no-op
+(``lifted_at``), not a redrive held for the next quarantine there.  How commands travel (their own topic, offsets
 in the batch's transaction) is ``service/control.py``.
 """
 
@@ -119,6 +121,7 @@ class _Target(Protocol):
     session_id: str
     quarantine: Any
     redrive_at: int | None
+    lifted_at: int | None
 
     @property
     def last_seq(self) -> int: ...
@@ -130,8 +133,10 @@ def apply_command(rt: _Target, command: Command) -> str:
     if q is not None and q.seq == command.seq:
         log.info("re-driving session %s (quarantined at seq %d)", rt.session_id, q.seq)
         rt.quarantine = None
+        rt.lifted_at = q.seq
         return "lifted"
-    if rt.last_seq <= command.seq and (q is None or q.seq < command.seq):
+    repeat = q is None and rt.lifted_at == command.seq == rt.last_seq
+    if not repeat and rt.last_seq <= command.seq and (q is None or q.seq < command.seq):
         # not there yet (a restore or replay is behind): lift it when it happens
         rt.redrive_at = command.seq
         return "pending"

@@ -338,6 +338,7 @@ class Engine:
             log.info("session %s: quarantine at seq %d lifted by a redrive read earlier",
                      sid, rt.last_seq)
             rt.redrive_at = None
+            rt.lifted_at = rt.last_seq
             self.batch.dirty[(part.number, sid)] = rt
         elif rt.quarantine is None:
             rt.quarantine = Quarantine(rt.last_seq, rule, reason, rec.offset)

@@ -61,8 +61,8 @@ class ViewChange:
 class SessionRuntime:
     """A session as the service holds it; see the module docstring."""
 
-    __slots__ = ("_digests", "_published", "_window", "last_offset", "partition", "quarantine",
-                 "redrive_at", "session", "session_id")
+    __slots__ = ("_digests", "_published", "_window", "last_offset", "lifted_at", "partition",
+                 "quarantine", "redrive_at", "session", "session_id")
 
     def __init__(self, session_id: str, partition: int, session: Session, *,
                  window: int = 256) -> None:
@@ -72,6 +72,9 @@ class SessionRuntime:
         self.quarantine: Quarantine | None = None
         #: seq of a redrive command read before its quarantine happened (control.py)
         self.redrive_at: int | None = None
+        #: seq of the quarantine the last redrive lifted: a repeat of that command
+        #: is a no-op, not a redrive held for a future quarantine (commands.py)
+        self.lifted_at: int | None = None
         self.last_offset = -1
         self._window = window
         # 8-byte digests of the last ``window`` folded events (contiguous seqs
@@ -164,6 +167,7 @@ class SessionRuntime:
             "lastOffset": self.last_offset,
             "quarantine": self.quarantine.to_json() if self.quarantine else None,
             "redriveAt": self.redrive_at,
+            "liftedAt": self.lifted_at,
             "digests": base64.b64encode(digests).decode(),
             "published": {k: v for k, v in self._published.items() if k in ("transcript",)},
         }
@@ -174,6 +178,8 @@ class SessionRuntime:
         self.quarantine = Quarantine(q["seq"], q["rule"], q["reason"], q["offset"]) if q else None
         redrive_at = raw.get("redriveAt")
         self.redrive_at = int(redrive_at) if redrive_at is not None else None
+        lifted_at = raw.get("liftedAt")  # absent in checkpoints written before it existed
+        self.lifted_at = int(lifted_at) if lifted_at is not None else None
         blob = base64.b64decode(raw.get("digests", ""))
         self._digests.extend(blob[i : i + 8] for i in range(0, len(blob), 8))
         published = raw.get("published") or {}
