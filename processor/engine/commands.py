@@ -12,8 +12,9 @@ lifts the quarantine when it happens; a command for a seq the session has
 moved past is a counted no-op.  Applying a command twice changes nothing
 more than applying it once: a repeat of the command that lifted a
 quarantine, read while the session still stands at that seq, is a no-op
-(``lifted_at``), not a redrive held for the next quarantine there.  How commands travel (their own topic, offsets
-in the batch's transaction) is ``service/control.py``.
+(``lifted_at``), not a redrive held for the next quarantine there.  How
+commands travel (their own topic, offsets in the batch's transaction) is
+``service/control.py``.
 """
 
 from __future__ import annotations
