@@ -138,6 +138,7 @@ class Processor:
         self._dead = False  # a KafkaFatal ended the run: close without committing
         self._gauges_at = 0.0
         self._lag_labels: set[int] = set()
+        self._leaving: set[int] = set()  # partitions being revoked (during _on_revoke)
         self._assigned_at = 0.0
         self._fatal_budget = FatalBudget()
 
@@ -261,12 +262,18 @@ class Processor:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("revoke").inc()
+        # A failing commit here aborts the batch and rewinds only the partitions
+        # we keep: the revoked ones are the next owner's to restore, and a
+        # back-off would only delay the whole group's rebalance.
+        self._leaving = {tp.partition for tp in partitions}
         try:
             if not self._dead:
                 self._commit()  # finish the open batch while we still own the partitions
         except KafkaException as exc:
             log.warning("commit on revoke failed (%s); aborting the batch", exc)
-            self._abort({tp.partition for tp in partitions})
+            self._abort(set())
+        finally:
+            self._leaving = set()
         for tp in partitions:
             self._partitions.pop(tp.partition, None)
         consumer.incremental_unassign(partitions)
@@ -480,7 +487,9 @@ class Processor:
             else:
                 log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
             self._abort(pending.partitions())
-            self._stop.wait(self._failures.failed(verdict.line))
+            backoff = self._failures.failed(verdict.line)
+            if not self._leaving:
+                self._stop.wait(backoff)
             return
         self._flush_tally()
         self._failures.succeeded()
@@ -531,7 +540,7 @@ class Processor:
         self.engine.batch = Batch()
         if not rewind or self._consumer is None:
             return
-        numbers = sorted(touched & set(self._partitions))
+        numbers = sorted(touched & set(self._partitions) - self._leaving)
         starts = self._restore_partitions(numbers)
         committed = committed_offsets(self._consumer, self.topics.events, numbers)
         for number in numbers:
