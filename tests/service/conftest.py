@@ -113,3 +113,11 @@ def stack(kafka_bootstrap: str) -> Iterator[Stack]:
                            commit_interval_ms=100, transaction_timeout_ms=10_000)
     create_topics(clients.admin(config), config)
     yield Stack(config)
+
+
+def wait_until(check: Any, what: str, timeout: float = 90) -> None:
+    """Poll ``check`` until true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)

@@ -9,13 +9,11 @@ member no longer owns (two members then both report it).
 from __future__ import annotations
 
 import re
-import time
-from typing import Any
 
 import pytest
 
 from processor.service.runner import Processor
-from tests.service.conftest import Stack, sessions
+from tests.service.conftest import Stack, sessions, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -24,13 +22,6 @@ def lag_labels(proc: Processor) -> dict[int, float]:
     text = proc.metrics.exposition().decode()
     return {int(m.group(1)): float(m.group(2)) for m in re.finditer(
         r'^processor_partition_lag\{partition="(\d+)"\} (\S+)$', text, re.M)}
-
-
-def wait_until(check: Any, what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
 
 
 def test_lag_is_reported_without_a_commit(stack: Stack) -> None:

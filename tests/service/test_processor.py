@@ -27,7 +27,7 @@ from processor.service.views_reader import (
     offline_equivalent,
     session_fold_equivalent,
 )
-from tests.service.conftest import Stack, as_json, sessions
+from tests.service.conftest import Stack, as_json, sessions, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -86,7 +86,7 @@ def test_two_processors_with_a_rebalance_in_the_middle(stack: Stack) -> None:
     for sid, events in first.items():
         stack.produce(sid, events)
     a, ta = stack.start_thread(instance_id="a")
-    time.sleep(3)
+    wait_until(lambda: a.metrics.commits._value.get() >= 1, "a's first commit")
     b, tb = stack.start_thread(instance_id="b")  # joins: cooperative rebalance
     for sid, events in logs.items():
         stack.produce(sid, events[100:])
@@ -158,7 +158,8 @@ def test_anchor_check_detects_a_recreated_events_topic(stack: Stack) -> None:
     stack.run_processor(max_idle_s=3)
     admin = clients.admin(stack.config)
     delete_topics(admin, [stack.config.topics.events])
-    time.sleep(2)
+    wait_until(lambda: stack.config.topics.events not in admin.list_topics(timeout=10).topics,
+               "the events topic to be gone")
     create_topics(admin, stack.config)
     other = sessions(3, 30, seed=16)  # a different log under the same names
     stack.logs.clear()
