@@ -168,12 +168,18 @@ class ProjectionDefinition:
     apply: Callable[[State, Event], State]
     validate_state: Callable[[State], None]
     wire: WireView | None = None
+    #: The event types ``apply`` may change the state for, or None for "any".
+    #: Every other event must return the same object (P-1), so the driver
+    #: skips the call: with ten units most calls would be no-ops otherwise.
+    event_types: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
             raise ValueError("projection key must be a non-empty string")
         if type(self.state_version) is not int or self.state_version < 0:
             raise ValueError(f"{self.key}: stateVersion must be a non-negative integer")
+        if self.event_types is not None and not isinstance(self.event_types, frozenset):
+            raise ValueError(f"{self.key}: event_types must be a frozenset or None")
 
 
 class _Unit:
@@ -435,8 +441,8 @@ class SessionProjections:
     the whole log and raises (P-7).
     """
 
-    __slots__ = ("_cells", "_drained", "_generation", "_listeners", "header", "log",
-                 "registry")
+    __slots__ = ("_cells", "_dispatch", "_drained", "_fast_seq", "_generation", "_listeners",
+                 "_order", "header", "log", "registry")
 
     def __init__(self, registry: ProjectionRegistry, header: SessionHeader,
                  log: SessionLog) -> None:
@@ -447,6 +453,13 @@ class SessionProjections:
         self._listeners: list[Listener] = []
         self._drained: dict[str, Any] = {}
         self._generation = -1
+        # Fast path of on_commit: every cell is known to be at ``_fast_seq``
+        # (None: unknown, re-check) and ``_dispatch`` maps an event type to the
+        # cells whose unit may change on it.  Anything that replaces or moves a
+        # cell outside the fast path resets ``_fast_seq``.
+        self._fast_seq: int | None = None
+        self._dispatch: dict[str, list[_Cell]] = {}
+        self._order: list[_Cell] = []
 
     # ------------------------------------------------------------ driving
 
@@ -454,6 +467,7 @@ class SessionProjections:
         """Drop cells of released keys and of re-registered incarnations."""
         if self._generation == self.registry.generation:
             return
+        self._fast_seq = None
         self._generation = self.registry.generation
         for key in list(self._cells):
             if self.registry._incarnation(key) is not self._cells[key].unit:
@@ -493,12 +507,16 @@ class SessionProjections:
         """Bring every registered unit to the end of the log (P-3, P-4)."""
         self._sync()
         changed: list[_Cell] = []
+        end = self.log.end_seq
         for unit in self.registry._incarnations():
             cell = self._cells.get(unit.definition.key)
             if cell is None:
+                self._fast_seq = None
                 cell, moved = self._new_cell(unit)
                 self._cells[unit.definition.key] = cell
             else:
+                if cell.observed_seq != end:
+                    self._fast_seq = None
                 moved = self._advance(cell)
             if moved:
                 changed.append(cell)
@@ -525,35 +543,86 @@ class SessionProjections:
         """Fast path of :meth:`materialize` for the common case (P-3 unchanged).
 
         When no registration changed and every unit already has a cell at
-        ``event.seq - 1``, catching up is exactly one ``apply`` per unit.
+        ``event.seq - 1``, catching up is exactly one ``apply`` per unit that
+        may react to the event's type (the others would return the same
+        object by P-1, so skipping them is the same fold).
         """
+        seq = event.seq
+        stale = self._fast_seq != seq - 1 or self._generation != self.registry.generation
+        if stale and not self._prime(seq - 1):
+            return False
+        if seq != self.log.end_seq:
+            return False
+        changed: list[_Cell] | None = None
+        if event.is_known:
+            targets = self._dispatch.get(event.type)
+            if targets is None:
+                targets = self._targets(event.type)
+            cell = None
+            try:
+                for cell in targets:
+                    before = cell.state
+                    after = cell.definition.apply(before, event)
+                    if after is not before:
+                        cell.state = after
+                        if changed is None:
+                            changed = [cell]
+                        else:
+                            changed.append(cell)
+            except BaseException:
+                self._fail_at(cell, seq)
+                raise
+        for cell in self._order:
+            cell.observed_seq = seq
+        self._fast_seq = seq
+        if changed is not None and self._listeners:
+            self._notify(changed)
+        return True
+
+    def _fail_at(self, failed: _Cell | None, seq: int) -> None:
+        """An ``apply`` raised: cells before it in order advance, it and later ones stay.
+
+        That is what one unit after the other would have left (each unit's
+        catch-up is all-or-nothing); the fast path is re-checked next time.
+        """
+        self._fast_seq = None
+        for cell in self._order:
+            if cell is failed:
+                break
+            cell.observed_seq = seq
+
+    def _prime(self, prev: int) -> bool:
+        """Check that every registered unit has its cell at ``prev`` (fast path usable)."""
+        self._fast_seq = None
         if self._generation != self.registry.generation:
             return False
         units = self.registry._incarnations()
         cells = self._cells
-        prev = event.seq - 1
-        if len(cells) != len(units) or event.seq != self.log.end_seq:
+        if len(cells) != len(units):
             return False
+        order: list[_Cell] = []
         for unit in units:
             cell = cells.get(unit.definition.key)
             if cell is None or cell.unit is not unit or cell.observed_seq != prev:
                 return False
-        known = event.is_known
-        changed: list[_Cell] = []
-        for unit in units:
-            cell = cells[unit.definition.key]
-            if known:
-                before = cell.state
-                cell.state = unit.definition.apply(before, event)
-                if cell.state is not before:
-                    changed.append(cell)
-            cell.observed_seq = event.seq
-        if changed and self._listeners:
-            for cell in changed:
-                view = cell.current_view() if cell.definition.wire is not None else None
-                for listener in list(self._listeners):
-                    listener(cell.definition.key, cell.state, view, cell.observed_seq)
+            order.append(cell)
+        self._order = order
+        self._dispatch = {}
+        self._fast_seq = prev
         return True
+
+    def _targets(self, etype: str) -> list[_Cell]:
+        """The cells whose unit may react to ``etype``, in registration order."""
+        targets = [cell for cell in self._order
+                   if cell.definition.event_types is None or etype in cell.definition.event_types]
+        self._dispatch[etype] = targets
+        return targets
+
+    def _notify(self, changed: list[_Cell]) -> None:
+        for cell in changed:
+            view = cell.current_view() if cell.definition.wire is not None else None
+            for listener in list(self._listeners):
+                listener(cell.definition.key, cell.state, view, cell.observed_seq)
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(key, state, view, seq)`` on an identity change (P-1).
@@ -692,6 +761,7 @@ class SessionProjections:
         for unit, state, seq in staged:
             cell = self._cells.get(unit.definition.key)
             if cell is None or cell.observed_seq < seq:
+                self._fast_seq = None
                 self._cells[unit.definition.key] = _Cell(unit, state, seq)
 
     def hydrate(self, cp: Mapping[str, Any], events: Sequence[Event],
@@ -716,6 +786,7 @@ class SessionProjections:
         for unit, cell in zip(units, cells, strict=True):
             row = result.rows[unit.definition.key]
             if cell is None or cell.observed_seq < row["seq"]:
+                self._fast_seq = None
                 self._cells[unit.definition.key] = _Cell(unit, freeze(row["val"]), row["seq"])
         return result.snapshot
 

@@ -85,4 +85,5 @@ def validate(state: Any) -> None:
 
 SESSION_STATS = ProjectionDefinition(
     key=KEY, state_version=3, init=init, apply=apply, validate_state=validate,
-    wire=WireView(view=identity, validate_view=validate))
+    wire=WireView(view=identity, validate_view=validate),
+    event_types=frozenset(COUNTERS) | SURFACE_TYPES)

@@ -86,4 +86,5 @@ def validate(state: Any) -> None:
 
 TURN_BOUNDARY = ProjectionDefinition(
     key=KEY, state_version=2, init=init, apply=apply, validate_state=validate,
-    wire=WireView(view=identity, validate_view=validate))
+    wire=WireView(view=identity, validate_view=validate),
+    event_types=frozenset({"turn/start", "turn/end", "step/start", "step/end"}))

@@ -1,0 +1,142 @@
+"""The optimised fold equals a straightforward reference fold (issue 15).
+
+``Session.append`` skips work where the result is provably the same: units
+are only called for the event types they declare (``event_types``), the
+fast path keeps no per-event bookkeeping beyond the watermarks, the digest
+of the last event is computed when asked, frozen states are built from
+frozen parts.  The reference below does none of that: it plans and commits
+every event with the planner, calls every unit's ``apply`` for every known
+event, derives messages and the transcript from scratch, and hashes every
+event.  Both must give the same output, checkpoint and change notifications
+on generated logs; a unit whose ``event_types`` leaves out a type it reacts
+to fails here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processor.core.builtin import BUILTIN_UNITS
+from processor.core.events import KNOWN_TYPES, Event
+from processor.core.frozen import freeze
+from processor.core.log import inherited_event_count
+from processor.core.message_projections import default_message_projections
+from processor.core.messages import derive_event_message, transcript_entry
+from processor.core.session import CHECKPOINT_VERSION, Session, synthetic_header
+from processor.core.surface import SurfaceState, commit_plan, plan_event
+from processor.offline import default_registry, fold_events, session_output
+from processor.workload import generate_session
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def as_json(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value))
+
+
+def reference_fold(events: list[Event]) -> tuple[dict[str, Any], dict[str, Any],
+                                                  list[tuple[str, int]]]:
+    """(output, checkpoint, identity changes) computed the plain way."""
+    header = synthetic_header()
+    surface = SurfaceState()
+    registry = default_message_projections()
+    for event in events:
+        commit_plan(surface, event, plan_event(surface, event, registry))
+    inherited = inherited_event_count(events)
+    states = {d.key: d.init(header, inherited) for d in BUILTIN_UNITS}
+    changes: list[tuple[str, int]] = []
+    for event in events:
+        if not event.is_known:
+            continue
+        for d in BUILTIN_UNITS:
+            new = d.apply(states[d.key], event)
+            if new is not states[d.key]:
+                changes.append((d.key, event.seq))
+            states[d.key] = new
+    last = events[-1].seq if events else -1
+    messages = [m for m in (derive_event_message(surface.node_events[s], surface.overrides)
+                            for s in surface.nodes) if m is not None]
+    transcript = [e for e in map(transcript_entry, events) if e is not None]
+    rows = {d.key: {"ver": d.state_version, "seq": last, "val": states[d.key]}
+            for d in BUILTIN_UNITS}
+    output = {
+        "asOfSeq": last,
+        "surface": {"nodes": list(surface.nodes),
+                    "replaceGeneration": surface.replace_generation,
+                    "contentGeneration": surface.content_generation},
+        "messages": messages,
+        "transcript": transcript,
+        "projections": {d.key: d.wire.view(states[d.key]) for d in BUILTIN_UNITS
+                        if d.wire is not None},
+        "checkpoint": rows,
+    }
+    digest = None
+    for event in events:  # every event hashed, the last one kept
+        envelope = {"type": event.type, "seq": event.seq, "time": event.time,
+                    "data": event.data}
+        for key, value in (("surfaceOp", event.surface_op),
+                           ("sourceEventSeqs", event.source_event_seqs)):
+            if key in event.to_json():
+                envelope[key] = value
+        if event.ignorable is not None:
+            envelope["ignorable"] = event.ignorable
+        digest = hashlib.blake2b(orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS),
+                                 digest_size=16).hexdigest()
+    checkpoint = {"version": CHECKPOINT_VERSION, "lastSeq": last, "lastDigest": digest,
+                  "surface": surface.to_json(), "transcriptBase": 0,
+                  "transcript": transcript, "rows": rows}
+    return output, checkpoint, changes
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False), st.integers(1, 120), st.sampled_from([3, 4]))
+def test_optimised_fold_equals_reference_fold(rng: random.Random, n: int, form: int) -> None:
+    events = generate_session(rng, n, form=form)
+    expected_output, expected_checkpoint, expected_changes = reference_fold(events)
+    session = Session(message_projections=default_message_projections(),
+                      projections=default_registry())
+    changes: list[tuple[str, int]] = []
+    session.projections.add_listener(lambda key, _s, _v, seq: changes.append((key, seq)))
+    session.extend(events)
+    assert changes == expected_changes
+    assert as_json(session_output(session)) == as_json(expected_output)
+    assert as_json(session.checkpoint()) == as_json(expected_checkpoint)
+    assert as_json(fold_events(events).checkpoint()) == as_json(expected_checkpoint)
+
+
+def _states_along(events: list[Event]) -> dict[str, list[Any]]:
+    header = synthetic_header()
+    states = {d.key: d.init(header, 0) for d in BUILTIN_UNITS}
+    seen: dict[str, list[Any]] = {d.key: [states[d.key]] for d in BUILTIN_UNITS}
+    for event in events:
+        for d in BUILTIN_UNITS:
+            states[d.key] = d.apply(states[d.key], event)
+            seen[d.key].append(states[d.key])
+    return seen
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False), st.integers(1, 80), st.data())
+def test_units_ignore_every_type_outside_their_event_types(rng: random.Random, n: int,
+                                                           data: st.DataObject) -> None:
+    """P-1 for skipped types: any payload of an undeclared type returns the same state."""
+    events = generate_session(rng, n)
+    payloads = [e.data for e in events]
+    seen = _states_along(events)
+    for unit in BUILTIN_UNITS:
+        if unit.event_types is None:
+            continue
+        states = data.draw(st.lists(st.sampled_from(seen[unit.key]), min_size=1, max_size=4),
+                           label=f"{unit.key} states")
+        for etype in sorted(KNOWN_TYPES - unit.event_types):
+            payload = data.draw(st.sampled_from(payloads), label="payload")
+            for state in states:
+                event = Event(type=etype, seq=n, time=0, data=freeze(payload))
+                assert unit.apply(state, event) is state, (unit.key, etype)
