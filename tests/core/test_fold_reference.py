@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from processor.core.builtin import BUILTIN_UNITS
 from processor.core.events import KNOWN_TYPES, Event
-from processor.core.frozen import freeze
+from processor.core.frozen import FrozenDict, FrozenList, freeze
 from processor.core.log import inherited_event_count
 from processor.core.message_projections import default_message_projections
 from processor.core.messages import derive_event_message, transcript_entry
@@ -39,6 +39,14 @@ SETTINGS = settings(max_examples=40, deadline=None,
 
 def as_json(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value))
+
+
+def deep_frozen(value: Any) -> bool:
+    if isinstance(value, dict):
+        return type(value) is FrozenDict and all(deep_frozen(v) for v in value.values())
+    if isinstance(value, list):
+        return type(value) is FrozenList and all(deep_frozen(v) for v in value)
+    return True
 
 
 def reference_fold(events: list[Event]) -> tuple[dict[str, Any], dict[str, Any],
@@ -106,6 +114,8 @@ def test_optimised_fold_equals_reference_fold(rng: random.Random, n: int, form: 
     session.projections.add_listener(lambda key, _s, _v, seq: changes.append((key, seq)))
     session.extend(events)
     assert changes == expected_changes
+    for unit in BUILTIN_UNITS:  # states are built from frozen parts, never left mutable
+        assert deep_frozen(session.projections.state_of(unit.key)), unit.key
     assert as_json(session_output(session)) == as_json(expected_output)
     assert as_json(session.checkpoint()) == as_json(expected_checkpoint)
     assert as_json(fold_events(events).checkpoint()) == as_json(expected_checkpoint)
