@@ -354,8 +354,12 @@ def commit_plan(state: SurfaceState, event: Event, plan: Plan) -> None:
 def assert_projections(state: SurfaceState,
                        registry: MessageProjectionRegistry | None) -> None:
     """M-4: a projection this session used must still be registered."""
-    have = registry.types() if registry is not None else frozenset()
-    gone = sorted(state.projection_types_used - have)
+    used = state.projection_types_used
+    if not used:
+        return
+    # Runs before every commit: look the few used types up instead of
+    # building the registry's type set each time.
+    gone = sorted(t for t in used if registry is None or registry.get(t) is None)
     if gone:
         raise SessionError(
             None, "M-4", f"message projection {gone[0]!r} was removed after this session "
