@@ -89,7 +89,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from processor.core.errors import ProjectionError
-from processor.core.events import Event
+from processor.core.events import KNOWN_TYPES, Event
 from processor.core.frozen import freeze, thaw
 from processor.core.log import SessionHeader, SessionLog, inherited_event_count
 
@@ -453,21 +453,40 @@ class SessionProjections:
         self._listeners: list[Listener] = []
         self._drained: dict[str, Any] = {}
         self._generation = -1
-        # Fast path of on_commit: every cell is known to be at ``_fast_seq``
-        # (None: unknown, re-check) and ``_dispatch`` maps an event type to the
-        # cells whose unit may change on it.  Anything that replaces or moves a
-        # cell outside the fast path resets ``_fast_seq``.
+        # Fast path of on_commit: every cell of ``_order`` is at ``_fast_seq``
+        # (None: unknown, re-check), and ``_dispatch`` maps an event type to
+        # the (apply, cell) pairs whose unit may change on it.  While it is
+        # set, the cells' own ``observed_seq`` may lag: ``_flush`` writes it
+        # before anything reads a cell, so the hot path does not write ten
+        # watermarks per event.  Whatever replaces or moves a cell outside
+        # the fast path calls ``_invalidate`` first.
         self._fast_seq: int | None = None
-        self._dispatch: dict[str, list[_Cell]] = {}
+        self._dispatch: dict[str, list[tuple[Callable[[State, Event], State], _Cell]]] = {}
         self._order: list[_Cell] = []
 
     # ------------------------------------------------------------ driving
 
+    def _flush(self) -> None:
+        """Write the fast path's watermark into its cells (see ``__init__``)."""
+        seq = self._fast_seq
+        if seq is not None:
+            for cell in self._order:
+                cell.observed_seq = seq
+
+    def _invalidate(self) -> None:
+        self._flush()
+        self._fast_seq = None
+
     def _sync(self) -> None:
-        """Drop cells of released keys and of re-registered incarnations."""
+        """Drop cells of released keys and of re-registered incarnations.
+
+        Every reader of the cells calls this first (it also flushes the
+        fast path's watermark).
+        """
+        self._flush()
         if self._generation == self.registry.generation:
             return
-        self._fast_seq = None
+        self._invalidate()
         self._generation = self.registry.generation
         for key in list(self._cells):
             if self.registry._incarnation(key) is not self._cells[key].unit:
@@ -511,12 +530,12 @@ class SessionProjections:
         for unit in self.registry._incarnations():
             cell = self._cells.get(unit.definition.key)
             if cell is None:
-                self._fast_seq = None
+                self._invalidate()
                 cell, moved = self._new_cell(unit)
                 self._cells[unit.definition.key] = cell
             else:
                 if cell.observed_seq != end:
-                    self._fast_seq = None
+                    self._invalidate()
                 moved = self._advance(cell)
             if moved:
                 changed.append(cell)
@@ -536,46 +555,51 @@ class SessionProjections:
             raise ProjectionError(event.seq, "P-3", f"on_commit: seq {event.seq} is not in the "
                                   f"retained log ({self.log.base_seq}..{self.log.end_seq}); "
                                   "append it to the log first")
+        if event.seq != self.log.end_seq or not self._apply_next(event):
+            self.materialize()
+
+    def on_append(self, event: Event) -> None:
+        """:meth:`on_commit` for the event the caller has just appended as the log's last.
+
+        The session's own hot path: the log checks were made by the append.
+        """
         if not self._apply_next(event):
             self.materialize()
 
     def _apply_next(self, event: Event) -> bool:
-        """Fast path of :meth:`materialize` for the common case (P-3 unchanged).
+        """Fast path of :meth:`materialize` for the last event of the log (P-3 unchanged).
 
         When no registration changed and every unit already has a cell at
         ``event.seq - 1``, catching up is exactly one ``apply`` per unit that
         may react to the event's type (the others would return the same
-        object by P-1, so skipping them is the same fold).
+        object by P-1, so skipping them is the same fold).  Unknown
+        (ignorable) types have no targets: they only advance the watermark.
         """
         seq = event.seq
         stale = self._fast_seq != seq - 1 or self._generation != self.registry.generation
         if stale and not self._prime(seq - 1):
             return False
-        if seq != self.log.end_seq:
-            return False
+        targets = self._dispatch.get(event.type)
+        if targets is None:
+            targets = self._targets(event.type)
         changed: list[_Cell] | None = None
-        if event.is_known:
-            targets = self._dispatch.get(event.type)
-            if targets is None:
-                targets = self._targets(event.type)
-            cell = None
-            try:
-                for cell in targets:
-                    before = cell.state
-                    after = cell.definition.apply(before, event)
-                    if after is not before:
-                        cell.state = after
-                        if changed is None:
-                            changed = [cell]
-                        else:
-                            changed.append(cell)
-            except BaseException:
-                self._fail_at(cell, seq)
-                raise
-        for cell in self._order:
-            cell.observed_seq = seq
+        cell = None
+        try:
+            for apply, cell in targets:
+                before = cell.state
+                after = apply(before, event)
+                if after is not before:
+                    cell.state = after
+                    if changed is None:
+                        changed = [cell]
+                    else:
+                        changed.append(cell)
+        except BaseException:
+            self._fail_at(cell, seq)
+            raise
         self._fast_seq = seq
         if changed is not None and self._listeners:
+            self._flush()
             self._notify(changed)
         return True
 
@@ -585,7 +609,7 @@ class SessionProjections:
         That is what one unit after the other would have left (each unit's
         catch-up is all-or-nothing); the fast path is re-checked next time.
         """
-        self._fast_seq = None
+        self._invalidate()
         for cell in self._order:
             if cell is failed:
                 break
@@ -593,7 +617,7 @@ class SessionProjections:
 
     def _prime(self, prev: int) -> bool:
         """Check that every registered unit has its cell at ``prev`` (fast path usable)."""
-        self._fast_seq = None
+        self._invalidate()
         if self._generation != self.registry.generation:
             return False
         units = self.registry._incarnations()
@@ -611,10 +635,11 @@ class SessionProjections:
         self._fast_seq = prev
         return True
 
-    def _targets(self, etype: str) -> list[_Cell]:
-        """The cells whose unit may react to ``etype``, in registration order."""
-        targets = [cell for cell in self._order
-                   if cell.definition.event_types is None or etype in cell.definition.event_types]
+    def _targets(self, etype: str) -> list[tuple[Callable[[State, Event], State], _Cell]]:
+        """(apply, cell) of the units that may react to ``etype``, in registration order."""
+        targets = [(cell.definition.apply, cell) for cell in self._order
+                   if etype in KNOWN_TYPES and (cell.definition.event_types is None
+                                                or etype in cell.definition.event_types)]
         self._dispatch[etype] = targets
         return targets
 
@@ -761,7 +786,7 @@ class SessionProjections:
         for unit, state, seq in staged:
             cell = self._cells.get(unit.definition.key)
             if cell is None or cell.observed_seq < seq:
-                self._fast_seq = None
+                self._invalidate()
                 self._cells[unit.definition.key] = _Cell(unit, state, seq)
 
     def hydrate(self, cp: Mapping[str, Any], events: Sequence[Event],
@@ -786,7 +811,7 @@ class SessionProjections:
         for unit, cell in zip(units, cells, strict=True):
             row = result.rows[unit.definition.key]
             if cell is None or cell.observed_seq < row["seq"]:
-                self._fast_seq = None
+                self._invalidate()
                 self._cells[unit.definition.key] = _Cell(unit, freeze(row["val"]), row["seq"])
         return result.snapshot
 

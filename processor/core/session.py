@@ -110,7 +110,7 @@ class Session:
         entry = transcript_entry(event)
         if entry is not None:
             self._transcript.append(freeze(entry))
-        self.projections.on_commit(event)
+        self.projections.on_append(event)
         return plan
 
     def extend(self, events: Iterable[Event]) -> None:
