@@ -87,8 +87,9 @@ class FrozenList(list[Any]):
 
 
 # Values that need no work: already frozen, or immutable scalars.  Checked
-# inline so freezing a dict of mostly-frozen values costs no call per value.
-_DONE = frozenset({str, int, float, bool, type(None)})
+# inline (one set lookup) so freezing a dict of mostly-frozen values costs no
+# call per value.
+_DONE = frozenset({str, int, float, bool, type(None), FrozenDict, FrozenList})
 
 
 def freeze(value: Any, _depth: int = 0) -> Any:
@@ -102,15 +103,13 @@ def freeze(value: Any, _depth: int = 0) -> Any:
         if _depth >= MAX_DEPTH:
             raise JsonDepthError()
         d = _depth + 1
-        return FrozenDict({k: v if type(v) in _DONE or type(v) is FrozenDict
-                           or type(v) is FrozenList else freeze(v, d)
+        return FrozenDict({k: v if type(v) in _DONE else freeze(v, d)
                            for k, v in value.items()})
     if t is list or t is tuple:
         if _depth >= MAX_DEPTH:
             raise JsonDepthError()
         d = _depth + 1
-        return FrozenList([v if type(v) in _DONE or type(v) is FrozenDict
-                           or type(v) is FrozenList else freeze(v, d) for v in value])
+        return FrozenList([v if type(v) in _DONE else freeze(v, d) for v in value])
     if t is FrozenDict or t is FrozenList or not isinstance(value, dict | list | tuple):
         return value
     if _depth >= MAX_DEPTH:
