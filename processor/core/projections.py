@@ -383,8 +383,13 @@ def _row_state(definition: ProjectionDefinition, row: Any, lo: int, hi: int) -> 
     return state
 
 
-def _row(definition: ProjectionDefinition, seq: int, state: State) -> CheckpointRow:
-    return {"ver": definition.state_version, "seq": seq, "val": thaw(state)}
+def _row(definition: ProjectionDefinition, seq: int, state: State,
+         detached: bool = True) -> CheckpointRow:
+    # Not detached: a deep-frozen state is lent as it is (nobody can mutate
+    # it, so P-5 holds without the copy); a plain mutable state is still
+    # copied (freeze copies plain containers).
+    return {"ver": definition.state_version, "seq": seq,
+            "val": thaw(state) if detached else freeze(state)}
 
 
 # --------------------------------------------------------------------------
@@ -748,10 +753,16 @@ class SessionProjections:
 
     # ------------------------------------------------------------ checkpoints
 
-    def checkpoint(self) -> Checkpoint:
-        """P-5: ``{key: {ver, seq, val}}`` for every unit, ``val`` detached (thawed)."""
+    def checkpoint(self, *, detached: bool = True) -> Checkpoint:
+        """P-5: ``{key: {ver, seq, val}}`` for every unit.
+
+        ``val`` is a mutable deep copy (thawed); with ``detached=False`` it is
+        frozen instead, and a deep-frozen state is not copied at all (for a
+        caller that only encodes the rows, e.g. the service's checkpoint).
+        """
         self.materialize()
-        return {d.key: _row(d, self._cells[d.key].observed_seq, self._cells[d.key].state)
+        return {d.key: _row(d, self._cells[d.key].observed_seq, self._cells[d.key].state,
+                            detached)
                 for d in self.registry.definitions()}
 
     def install(self, rows: Mapping[str, Any], last_seq: int | None = None) -> None:

@@ -163,10 +163,12 @@ class Session:
 
     # ------------------------------------------------------------ checkpoints
 
-    def checkpoint(self) -> dict[str, Any]:
+    def checkpoint(self, *, detached: bool = True) -> dict[str, Any]:
         """Everything needed to continue this session after ``lastSeq``.
 
-        Plain JSON values; the projection rows are detached copies (P-5).
+        Plain JSON values; the projection rows are detached copies (P-5), or
+        with ``detached=False`` frozen and shared with the live states (no
+        copy: for a caller that encodes the checkpoint right away).
         """
         return {
             "version": CHECKPOINT_VERSION,
@@ -175,7 +177,7 @@ class Session:
             "surface": self.surface.state.to_json(),
             "transcriptBase": self._transcript_base,
             "transcript": self.transcript(),
-            "rows": self.projections.checkpoint(),
+            "rows": self.projections.checkpoint(detached=detached),
         }
 
     @classmethod

@@ -150,3 +150,29 @@ def test_units_ignore_every_type_outside_their_event_types(rng: random.Random, n
             for state in states:
                 event = Event(type=etype, seq=n, time=0, data=freeze(payload))
                 assert unit.apply(state, event) is state, (unit.key, etype)
+
+
+def test_P5_undetached_checkpoint_shares_frozen_states_and_copies_mutable_ones() -> None:
+    from processor.core.projections import ProjectionDefinition
+
+    def count_apply(state: Any, event: Event) -> Any:
+        return {"n": state["n"] + 1}  # a plain, mutable state (allowed for custom units)
+
+    registry = default_registry()
+    registry.register(ProjectionDefinition(key="plainCount", state_version=1,
+                                           init=lambda header, inherited: {"n": 0},
+                                           apply=count_apply, validate_state=lambda s: None))
+    events = generate_session(random.Random(5), 40)
+    session = Session(message_projections=default_message_projections(), projections=registry)
+    session.extend(events)
+    shared = session.checkpoint(detached=False)
+    assert as_json(shared) == as_json(session.checkpoint())
+    for unit in BUILTIN_UNITS:
+        state = session.projections.state_of(unit.key)
+        if isinstance(state, dict | list):  # no thaw copy of a frozen state
+            assert shared["rows"][unit.key]["val"] is state, unit.key
+    plain = session.projections.state_of("plainCount")
+    row = shared["rows"]["plainCount"]["val"]
+    assert row is not plain and row == plain and deep_frozen(row)
+    plain["n"] = -1  # the live mutable state changes; the row it was copied to does not
+    assert row["n"] == len(events)
