@@ -25,7 +25,6 @@ never poisons the view.  That is our choice; the runtime trusts its writers.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from processor.core.builtin._common import is_int, require_dict
@@ -86,7 +85,10 @@ def _prompt_text(event: Event) -> str | None:
     texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text"
              and isinstance(b.get("text"), str)] if isinstance(blocks, list) else []
     text = "\n".join(texts)
-    return text if re.sub(r"\s+", "", text) else None
+    # Not blank: some character outside Unicode whitespace.  str.strip() and
+    # the former re.sub(r"\s+", "") judge by the same predicate
+    # (Py_UNICODE_ISSPACE) without building a string per prompt.
+    return text if text.strip() else None
 
 
 def _input_init(header: SessionHeader, inherited: int) -> Any:
