@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import orjson
 
@@ -82,7 +82,7 @@ class _Absent:
     """Marks an optional envelope key that is not there (distinct from null)."""
 
     __slots__ = ()
-    _instance: _Absent | None = None
+    _instance: ClassVar[_Absent | None] = None
 
     def __new__(cls) -> _Absent:
         if cls._instance is None:
