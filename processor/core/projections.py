@@ -615,6 +615,8 @@ class SessionProjections:
         catch-up is all-or-nothing); the fast path is re-checked next time.
         """
         self._invalidate()
+        if failed is None:  # interrupted before any apply ran: nothing moved
+            return
         for cell in self._order:
             if cell is failed:
                 break

@@ -176,3 +176,50 @@ def test_P5_undetached_checkpoint_shares_frozen_states_and_copies_mutable_ones()
     assert row is not plain and row == plain and deep_frozen(row)
     plain["n"] = -1  # the live mutable state changes; the row it was copied to does not
     assert row["n"] == len(events)
+
+
+def test_P3_apply_that_raises_leaves_earlier_units_advanced_and_later_ones_behind() -> None:
+    """The fast path keeps the one-unit-after-the-other watermarks when an apply raises."""
+    from processor.core.events import make_event
+    from processor.core.projections import ProjectionDefinition, ProjectionRegistry
+
+    armed = {"on": True}
+
+    def count(state: Any, event: Event) -> Any:
+        return state + 1
+
+    def count_todos(state: Any, event: Event) -> Any:
+        return state + 1 if event.type == "todo/write" else state
+
+    def bomb(state: Any, event: Event) -> Any:
+        if armed["on"] and event.type == "todo/write":
+            raise RuntimeError("boom")
+        return state
+
+    def unit(key: str, apply: Any, types: frozenset[str] | None = None) -> ProjectionDefinition:
+        return ProjectionDefinition(key=key, state_version=1, init=lambda h, i: 0, apply=apply,
+                                    validate_state=lambda s: None, event_types=types)
+
+    registry = ProjectionRegistry()
+    for definition in (unit("before", count), unit("bomb", bomb),
+                       unit("after", count_todos, frozenset({"todo/write"}))):
+        registry.register(definition)
+    events = generate_session(random.Random(3), 20)
+    session = Session(message_projections=default_message_projections(), projections=registry)
+    session.extend(events)
+    boom = make_event("todo/write", 20, {"todos": []})
+    try:
+        session.append(boom)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the unit's error must propagate")
+    proj = session.projections
+    assert (proj.observed_seq("before"), proj.observed_seq("bomb"),
+            proj.observed_seq("after")) == (20, 19, 19)
+    todos = sum(e.type == "todo/write" for e in events if e.is_known)
+    known = sum(e.is_known for e in events)
+    armed["on"] = False  # catching up later applies the event exactly once to each unit
+    assert proj.state_of("before") == known + 1 and proj.state_of("after") == todos + 1
+    session.append(make_event("todo/write", 21, {"todos": []}))
+    assert proj.state_of("before") == known + 2 and proj.state_of("after") == todos + 2
