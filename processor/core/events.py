@@ -390,10 +390,14 @@ def check_message_shape(event: Event, dialect: int | None = None) -> None:
     ``plugin`` source) or None, used where no file header names the format
     (Kafka, header-less files): each message may take either form.
     """
+    _check_message_shape(event, event.message, dialect)
+
+
+def _check_message_shape(event: Event, message: Any, dialect: int | None) -> None:
+    """:func:`check_message_shape` with ``event.message`` already in hand."""
     seq, etype = event.seq, event.type
     if etype != "user/message" and not isinstance(event.data, dict):
         raise SessionError(seq, "D-6", f"{etype} data must be an object")
-    message = event.message
     where = "data" if etype == "user/message" else "data.message"
     if not isinstance(message, dict) or not _nonempty_str(message.get("id")):
         raise SessionError(seq, "D-6", f"{etype} lacks an identified message ({where}.id)")
@@ -464,11 +468,11 @@ def _check_settlement(event: Event) -> None:
         )
 
 
-def _check_tool_blocks(event: Event) -> list[str]:
-    """D-2: tool-addition/removal blocks; returns the added tool names."""
+def _check_tool_blocks(event: Event, message: Any) -> list[str]:
+    """D-2: tool-addition/removal blocks of ``message`` (the event's); returns the added names."""
     added: list[str] = []
     is_dev = event.type == "developer/message"
-    for block in _blocks(event.message):
+    for block in _blocks(message):
         btype = block.get("type") if isinstance(block, dict) else None
         if btype not in ("tool-addition", "tool-removal"):
             continue
@@ -596,7 +600,7 @@ def check_event_data(event: Event, lookup: EventLookup, dialect: int | None = No
     their ``data`` may be any JSON value, as in the runtime.
     """
     etype = event.type
-    if not event.is_known:
+    if etype not in KNOWN_TYPES:
         return  # ignorable unknown type: opaque
     if etype in SURFACE_TYPES:
         # The runtime's order: relation-free data checks (D-1, D-2, headerSeq
@@ -610,7 +614,7 @@ def check_event_data(event: Event, lookup: EventLookup, dialect: int | None = No
                     event.seq, "D-1", f"developer/message type and role developer must occur "
                     f"together (type {etype}, role {role!r})"
                 )
-        added = _check_tool_blocks(event)
+        added = _check_tool_blocks(event, message)
         if etype == "developer/message":
             _check_header_seq_presence(event, added)
         if etype == "tool/result":
@@ -623,7 +627,7 @@ def check_event_data(event: Event, lookup: EventLookup, dialect: int | None = No
                 raise SessionError(
                     event.seq, "D-5", "tool/result with error requires message.isError === true"
                 )
-        check_message_shape(event, dialect)
+        _check_message_shape(event, message, dialect)
         if etype == "assistant/message":
             _check_settlement(event)
         if etype == "developer/message":
