@@ -92,7 +92,7 @@ def child(n: int, freeze: bool) -> dict[str, Any]:
         "hot_gc_s": round(in_gc, 4), "hot_gc_share": round(in_gc / hot_s, 4),
         "hot_collections": {g: len(v) for g, v in pauses.items()},
         "hot_max_pause_s": round(max((max(v) for v in pauses.values() if v), default=0.0), 4),
-        "held": len(held) + len(hot_sessions) * 0,
+        "held": len(held), "hot_sessions": len(hot_sessions),
     }
 
 
