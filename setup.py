@@ -11,8 +11,10 @@ copies are absent.  Everything else is in pyproject.toml.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -41,4 +43,31 @@ class BuildWithSharedData(build_py):
                 shutil.copyfile(file, dest)
 
 
-setup(cmdclass={"build_py": BuildWithSharedData})
+#: Opt-in compiled build (issue 15): ``PROCESSOR_MYPYC=1`` compiles the hot
+#: strictly typed core modules with mypyc; the .py files stay in the wheel and
+#: the default build is pure Python, the single source.  ``frozen`` stays
+#: interpreted: mypyc cannot compile dict/list subclasses.
+MYPYC_MODULES = [
+    "processor/core/events.py",
+    "processor/core/log.py",
+    "processor/core/messages.py",
+    "processor/core/message_projections.py",
+    "processor/core/projections.py",
+    "processor/core/session.py",
+    "processor/core/surface.py",
+    "processor/core/builtin/session_stats.py",
+    "processor/core/builtin/turn_boundary.py",
+]
+
+
+def _ext_modules() -> dict[str, Any]:
+    if os.environ.get("PROCESSOR_MYPYC") != "1":
+        return {}
+    from mypyc.build import mypycify
+
+    # the strict config names processor.agent too: not built here, not an error
+    return {"ext_modules": mypycify(["--no-warn-unused-configs", *MYPYC_MODULES],
+                                    opt_level="3")}
+
+
+setup(cmdclass={"build_py": BuildWithSharedData}, **_ext_modules())

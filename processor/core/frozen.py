@@ -87,8 +87,12 @@ class FrozenList(list[Any]):
 
 
 # Values that need no work: already frozen, or immutable scalars.  Checked
-# inline so freezing a dict of mostly-frozen values costs no call per value.
-_DONE = frozenset({str, int, float, bool, type(None)})
+# inline (one set lookup) so freezing a dict of mostly-frozen values costs no
+# call per value.
+_DONE = frozenset({str, int, float, bool, type(None), FrozenDict, FrozenList})
+# The base classes' item setters: only freeze itself fills a frozen container.
+_dict_set = dict.__setitem__
+_list_set = list.__setitem__
 
 
 def freeze(value: Any, _depth: int = 0) -> Any:
@@ -98,19 +102,27 @@ def freeze(value: Any, _depth: int = 0) -> Any:
     nests deeper than :data:`MAX_DEPTH`.
     """
     t = type(value)
+    # Copy the container in C, then replace only its nested containers: most
+    # values are scalars, and building a temporary dict or list per container
+    # first was most of the cost of freezing an event.
     if t is dict:
         if _depth >= MAX_DEPTH:
             raise JsonDepthError()
         d = _depth + 1
-        return FrozenDict({k: v if type(v) in _DONE or type(v) is FrozenDict
-                           or type(v) is FrozenList else freeze(v, d)
-                           for k, v in value.items()})
+        fdict = FrozenDict(value)
+        for k, v in value.items():
+            if type(v) not in _DONE:
+                _dict_set(fdict, k, freeze(v, d))
+        return fdict
     if t is list or t is tuple:
         if _depth >= MAX_DEPTH:
             raise JsonDepthError()
         d = _depth + 1
-        return FrozenList([v if type(v) in _DONE or type(v) is FrozenDict
-                           or type(v) is FrozenList else freeze(v, d) for v in value])
+        flist = FrozenList(value)
+        for i, v in enumerate(value):
+            if type(v) not in _DONE:
+                _list_set(flist, i, freeze(v, d))
+        return flist
     if t is FrozenDict or t is FrozenList or not isinstance(value, dict | list | tuple):
         return value
     if _depth >= MAX_DEPTH:

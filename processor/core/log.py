@@ -61,7 +61,7 @@ class SessionLog:
         return iter(self._events)
 
     def append(self, event: Event) -> None:
-        if event.seq != self.next_seq:
+        if event.seq != self._base + len(self._events):  # next_seq, inline: runs per event
             raise ValueError(f"log append out of order: {event.seq} != {self.next_seq}")
         self._events.append(event)
 

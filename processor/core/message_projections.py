@@ -10,6 +10,7 @@ original seq and the event that caused it is in the log.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -75,3 +76,6 @@ class MessageProjectionRegistry:
     def types(self) -> frozenset[str]:
         return frozenset(self._by_type)
 
+    def has_all(self, types: AbstractSet[str]) -> bool:
+        """Every type in ``types`` is registered (no set built: runs per commit)."""
+        return self._by_type.keys() >= types

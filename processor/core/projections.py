@@ -89,7 +89,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from processor.core.errors import ProjectionError
-from processor.core.events import Event
+from processor.core.events import KNOWN_TYPES, Event
 from processor.core.frozen import freeze, thaw
 from processor.core.log import SessionHeader, SessionLog, inherited_event_count
 
@@ -168,12 +168,18 @@ class ProjectionDefinition:
     apply: Callable[[State, Event], State]
     validate_state: Callable[[State], None]
     wire: WireView | None = None
+    #: The event types ``apply`` may change the state for, or None for "any".
+    #: Every other event must return the same object (P-1), so the driver
+    #: skips the call: with ten units most calls would be no-ops otherwise.
+    event_types: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
             raise ValueError("projection key must be a non-empty string")
         if type(self.state_version) is not int or self.state_version < 0:
             raise ValueError(f"{self.key}: stateVersion must be a non-negative integer")
+        if self.event_types is not None and not isinstance(self.event_types, frozenset):
+            raise ValueError(f"{self.key}: event_types must be a frozenset or None")
 
 
 class _Unit:
@@ -377,8 +383,13 @@ def _row_state(definition: ProjectionDefinition, row: Any, lo: int, hi: int) -> 
     return state
 
 
-def _row(definition: ProjectionDefinition, seq: int, state: State) -> CheckpointRow:
-    return {"ver": definition.state_version, "seq": seq, "val": thaw(state)}
+def _row(definition: ProjectionDefinition, seq: int, state: State,
+         detached: bool = True) -> CheckpointRow:
+    # Not detached: a deep-frozen state is lent as it is (nobody can mutate
+    # it, so P-5 holds without the copy); a plain mutable state is still
+    # copied (freeze copies plain containers).
+    return {"ver": definition.state_version, "seq": seq,
+            "val": thaw(state) if detached else freeze(state)}
 
 
 # --------------------------------------------------------------------------
@@ -435,8 +446,8 @@ class SessionProjections:
     the whole log and raises (P-7).
     """
 
-    __slots__ = ("_cells", "_drained", "_generation", "_listeners", "header", "log",
-                 "registry")
+    __slots__ = ("_cells", "_dispatch", "_drained", "_fast_seq", "_generation", "_listeners",
+                 "_order", "header", "log", "registry")
 
     def __init__(self, registry: ProjectionRegistry, header: SessionHeader,
                  log: SessionLog) -> None:
@@ -447,13 +458,40 @@ class SessionProjections:
         self._listeners: list[Listener] = []
         self._drained: dict[str, Any] = {}
         self._generation = -1
+        # Fast path of on_commit: every cell of ``_order`` is at ``_fast_seq``
+        # (None: unknown, re-check), and ``_dispatch`` maps an event type to
+        # the (apply, cell) pairs whose unit may change on it.  While it is
+        # set, the cells' own ``observed_seq`` may lag: ``_flush`` writes it
+        # before anything reads a cell, so the hot path does not write ten
+        # watermarks per event.  Whatever replaces or moves a cell outside
+        # the fast path calls ``_invalidate`` first.
+        self._fast_seq: int | None = None
+        self._dispatch: dict[str, list[tuple[Callable[[State, Event], State], _Cell]]] = {}
+        self._order: list[_Cell] = []
 
     # ------------------------------------------------------------ driving
 
+    def _flush(self) -> None:
+        """Write the fast path's watermark into its cells (see ``__init__``)."""
+        seq = self._fast_seq
+        if seq is not None:
+            for cell in self._order:
+                cell.observed_seq = seq
+
+    def _invalidate(self) -> None:
+        self._flush()
+        self._fast_seq = None
+
     def _sync(self) -> None:
-        """Drop cells of released keys and of re-registered incarnations."""
+        """Drop cells of released keys and of re-registered incarnations.
+
+        Every reader of the cells calls this first (it also flushes the
+        fast path's watermark).
+        """
+        self._flush()
         if self._generation == self.registry.generation:
             return
+        self._invalidate()
         self._generation = self.registry.generation
         for key in list(self._cells):
             if self.registry._incarnation(key) is not self._cells[key].unit:
@@ -493,12 +531,16 @@ class SessionProjections:
         """Bring every registered unit to the end of the log (P-3, P-4)."""
         self._sync()
         changed: list[_Cell] = []
+        end = self.log.end_seq
         for unit in self.registry._incarnations():
             cell = self._cells.get(unit.definition.key)
             if cell is None:
+                self._invalidate()
                 cell, moved = self._new_cell(unit)
                 self._cells[unit.definition.key] = cell
             else:
+                if cell.observed_seq != end:
+                    self._invalidate()
                 moved = self._advance(cell)
             if moved:
                 changed.append(cell)
@@ -518,42 +560,101 @@ class SessionProjections:
             raise ProjectionError(event.seq, "P-3", f"on_commit: seq {event.seq} is not in the "
                                   f"retained log ({self.log.base_seq}..{self.log.end_seq}); "
                                   "append it to the log first")
+        if event.seq != self.log.end_seq or not self._apply_next(event):
+            self.materialize()
+
+    def on_append(self, event: Event) -> None:
+        """:meth:`on_commit` for the event the caller has just appended as the log's last.
+
+        The session's own hot path: the log checks were made by the append.
+        """
         if not self._apply_next(event):
             self.materialize()
 
     def _apply_next(self, event: Event) -> bool:
-        """Fast path of :meth:`materialize` for the common case (P-3 unchanged).
+        """Fast path of :meth:`materialize` for the last event of the log (P-3 unchanged).
 
         When no registration changed and every unit already has a cell at
-        ``event.seq - 1``, catching up is exactly one ``apply`` per unit.
+        ``event.seq - 1``, catching up is exactly one ``apply`` per unit that
+        may react to the event's type (the others would return the same
+        object by P-1, so skipping them is the same fold).  Unknown
+        (ignorable) types have no targets: they only advance the watermark.
         """
+        seq = event.seq
+        stale = self._fast_seq != seq - 1 or self._generation != self.registry.generation
+        if stale and not self._prime(seq - 1):
+            return False
+        targets = self._dispatch.get(event.type)
+        if targets is None:
+            targets = self._targets(event.type)
+        changed: list[_Cell] | None = None
+        cell = None
+        try:
+            for apply, cell in targets:
+                before = cell.state
+                after = apply(before, event)
+                if after is not before:
+                    cell.state = after
+                    if changed is None:
+                        changed = [cell]
+                    else:
+                        changed.append(cell)
+        except BaseException:
+            self._fail_at(cell, seq)
+            raise
+        self._fast_seq = seq
+        if changed is not None and self._listeners:
+            self._flush()
+            self._notify(changed)
+        return True
+
+    def _fail_at(self, failed: _Cell | None, seq: int) -> None:
+        """An ``apply`` raised: cells before it in order advance, it and later ones stay.
+
+        That is what one unit after the other would have left (each unit's
+        catch-up is all-or-nothing); the fast path is re-checked next time.
+        """
+        self._invalidate()
+        if failed is None:  # interrupted before any apply ran: nothing moved
+            return
+        for cell in self._order:
+            if cell is failed:
+                break
+            cell.observed_seq = seq
+
+    def _prime(self, prev: int) -> bool:
+        """Check that every registered unit has its cell at ``prev`` (fast path usable)."""
+        self._invalidate()
         if self._generation != self.registry.generation:
             return False
         units = self.registry._incarnations()
         cells = self._cells
-        prev = event.seq - 1
-        if len(cells) != len(units) or event.seq != self.log.end_seq:
+        if len(cells) != len(units):
             return False
+        order: list[_Cell] = []
         for unit in units:
             cell = cells.get(unit.definition.key)
             if cell is None or cell.unit is not unit or cell.observed_seq != prev:
                 return False
-        known = event.is_known
-        changed: list[_Cell] = []
-        for unit in units:
-            cell = cells[unit.definition.key]
-            if known:
-                before = cell.state
-                cell.state = unit.definition.apply(before, event)
-                if cell.state is not before:
-                    changed.append(cell)
-            cell.observed_seq = event.seq
-        if changed and self._listeners:
-            for cell in changed:
-                view = cell.current_view() if cell.definition.wire is not None else None
-                for listener in list(self._listeners):
-                    listener(cell.definition.key, cell.state, view, cell.observed_seq)
+            order.append(cell)
+        self._order = order
+        self._dispatch = {}
+        self._fast_seq = prev
         return True
+
+    def _targets(self, etype: str) -> list[tuple[Callable[[State, Event], State], _Cell]]:
+        """(apply, cell) of the units that may react to ``etype``, in registration order."""
+        targets = [(cell.definition.apply, cell) for cell in self._order
+                   if etype in KNOWN_TYPES and (cell.definition.event_types is None
+                                                or etype in cell.definition.event_types)]
+        self._dispatch[etype] = targets
+        return targets
+
+    def _notify(self, changed: list[_Cell]) -> None:
+        for cell in changed:
+            view = cell.current_view() if cell.definition.wire is not None else None
+            for listener in list(self._listeners):
+                listener(cell.definition.key, cell.state, view, cell.observed_seq)
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(key, state, view, seq)`` on an identity change (P-1).
@@ -654,10 +755,16 @@ class SessionProjections:
 
     # ------------------------------------------------------------ checkpoints
 
-    def checkpoint(self) -> Checkpoint:
-        """P-5: ``{key: {ver, seq, val}}`` for every unit, ``val`` detached (thawed)."""
+    def checkpoint(self, *, detached: bool = True) -> Checkpoint:
+        """P-5: ``{key: {ver, seq, val}}`` for every unit.
+
+        ``val`` is a mutable deep copy (thawed); with ``detached=False`` it is
+        frozen instead, and a deep-frozen state is not copied at all (for a
+        caller that only encodes the rows, e.g. the service's checkpoint).
+        """
         self.materialize()
-        return {d.key: _row(d, self._cells[d.key].observed_seq, self._cells[d.key].state)
+        return {d.key: _row(d, self._cells[d.key].observed_seq, self._cells[d.key].state,
+                            detached)
                 for d in self.registry.definitions()}
 
     def install(self, rows: Mapping[str, Any], last_seq: int | None = None) -> None:
@@ -692,6 +799,7 @@ class SessionProjections:
         for unit, state, seq in staged:
             cell = self._cells.get(unit.definition.key)
             if cell is None or cell.observed_seq < seq:
+                self._invalidate()
                 self._cells[unit.definition.key] = _Cell(unit, state, seq)
 
     def hydrate(self, cp: Mapping[str, Any], events: Sequence[Event],
@@ -716,6 +824,7 @@ class SessionProjections:
         for unit, cell in zip(units, cells, strict=True):
             row = result.rows[unit.definition.key]
             if cell is None or cell.observed_seq < row["seq"]:
+                self._invalidate()
                 self._cells[unit.definition.key] = _Cell(unit, freeze(row["val"]), row["seq"])
         return result.snapshot
 

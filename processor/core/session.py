@@ -48,8 +48,8 @@ def synthetic_header(session_id: str = "unknown") -> SessionHeader:
 class Session:
     """One session's folded state; see the module docstring."""
 
-    __slots__ = ("_derived", "_last_digest", "_transcript", "_transcript_base", "header", "log",
-                 "projections", "surface")
+    __slots__ = ("_derived", "_digest_due", "_last_digest", "_transcript", "_transcript_base",
+                 "header", "log", "projections", "surface")
 
     def __init__(
         self,
@@ -69,6 +69,9 @@ class Session:
         self.surface.state.dialect = dialect
         self._derived = DerivedMessages()
         self._last_digest: str | None = None
+        # The last event whose digest nobody asked for yet: only the last
+        # digest is ever read, so a fold hashes once instead of per event.
+        self._digest_due: Event | None = None
         self._transcript: list[dict[str, Any]] = _transcript if _transcript is not None else []
         self._transcript_base = 0
         self.projections = SessionProjections(
@@ -90,6 +93,9 @@ class Session:
     @property
     def last_digest(self) -> str | None:
         """:func:`event_digest` of the last committed event."""
+        if self._digest_due is not None:
+            self._last_digest = event_digest(self._digest_due)
+            self._digest_due = None
         return self._last_digest
 
     def validate(self, event: Event) -> Plan:
@@ -100,11 +106,11 @@ class Session:
         """Validate (reusing a staged plan) and commit ``event``."""
         plan = self.surface.commit(event)
         self.log.append(event)
-        self._last_digest = event_digest(event)
+        self._digest_due = event
         entry = transcript_entry(event)
         if entry is not None:
             self._transcript.append(freeze(entry))
-        self.projections.on_commit(event)
+        self.projections.on_append(event)
         return plan
 
     def extend(self, events: Iterable[Event]) -> None:
@@ -157,19 +163,21 @@ class Session:
 
     # ------------------------------------------------------------ checkpoints
 
-    def checkpoint(self) -> dict[str, Any]:
+    def checkpoint(self, *, detached: bool = True) -> dict[str, Any]:
         """Everything needed to continue this session after ``lastSeq``.
 
-        Plain JSON values; the projection rows are detached copies (P-5).
+        Plain JSON values; the projection rows are detached copies (P-5), or
+        with ``detached=False`` frozen and shared with the live states (no
+        copy: for a caller that encodes the checkpoint right away).
         """
         return {
             "version": CHECKPOINT_VERSION,
             "lastSeq": self.last_seq,
-            "lastDigest": self._last_digest,
+            "lastDigest": self.last_digest,
             "surface": self.surface.state.to_json(),
             "transcriptBase": self._transcript_base,
             "transcript": self.transcript(),
-            "rows": self.projections.checkpoint(),
+            "rows": self.projections.checkpoint(detached=detached),
         }
 
     @classmethod

@@ -16,10 +16,10 @@ planning without the log prefix.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from processor.core.errors import SessionError
 from processor.core.events import (
@@ -68,6 +68,33 @@ class ProjectPlan:
 
 
 Plan = LogOnlyPlan | AppendPlan | ReplacePlan | ProjectPlan
+_P = TypeVar("_P", LogOnlyPlan, AppendPlan)
+
+
+def _seq_plan_maker(cls: type[_P]) -> Callable[[int], _P]:
+    """``cls(seq)`` without the frozen dataclass ``__init__`` (one plan per event).
+
+    Writes the ``seq`` slot directly; a probe must equal ``cls(seq)``, and a
+    class that is not a plain slotted one (a compiled build) keeps ``cls``.
+    """
+    try:
+        set_seq = vars(cls)["seq"].__set__
+        new = object.__new__
+
+        def make(seq: int) -> _P:
+            plan: _P = new(cls)
+            set_seq(plan, seq)
+            return plan
+
+        if make(7) == cls(7):
+            return make
+    except (KeyError, AttributeError, TypeError):
+        pass
+    return cls
+
+
+_log_only_plan = _seq_plan_maker(LogOnlyPlan)
+_append_plan = _seq_plan_maker(AppendPlan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,17 +339,17 @@ def plan_event(state: SurfaceState, event: Event,
         return plan
     if event.type not in KNOWN_TYPES:
         if event.ignorable is True:
-            return LogOnlyPlan(seq)
+            return _log_only_plan(seq)
         raise SessionError(
             seq, "E-4", f"unknown event type {event.type!r} (not marked ignorable: true)"
         )
     check_event_data(event, state.event_of, state.dialect)
     if event.type not in SURFACE_TYPES:
-        return LogOnlyPlan(seq)
+        return _log_only_plan(seq)
     op = _surface_op(event)
     sources = _source_seqs(event)
     if op is None:
-        return AppendPlan(seq)
+        return _append_plan(seq)
     return _plan_replace(state, event, op[0], op[1], sources)
 
 
@@ -354,8 +381,12 @@ def commit_plan(state: SurfaceState, event: Event, plan: Plan) -> None:
 def assert_projections(state: SurfaceState,
                        registry: MessageProjectionRegistry | None) -> None:
     """M-4: a projection this session used must still be registered."""
-    have = registry.types() if registry is not None else frozenset()
-    gone = sorted(state.projection_types_used - have)
+    used = state.projection_types_used
+    # Runs before every commit: compare against the registry's keys instead
+    # of building its type set each time.
+    if not used or (registry is not None and registry.has_all(used)):
+        return
+    gone = sorted(t for t in used if registry is None or registry.get(t) is None)
     if gone:
         raise SessionError(
             None, "M-4", f"message projection {gone[0]!r} was removed after this session "

@@ -30,7 +30,7 @@ from processor.service.config import ServiceConfig
 def checkpoint_of(rt: SessionRuntime) -> Checkpoint:
     """The checkpoint record of a session: the core's state, the service's, the anchor."""
     session = rt.session
-    core = session.checkpoint()
+    core = session.checkpoint(detached=False)  # encoded at once: no thawed copy (issue 15)
     rows = core.pop("rows")
     digest = session.last_digest
     return Checkpoint(

@@ -55,6 +55,7 @@ from processor.core.defaults import default_message_projections
 from processor.core.projections import ProjectionRegistry
 from processor.engine import Batch, Engine, PartitionState, Record, Tally
 from processor.engine.commands import Command
+from processor.gcpolicy import settle_heap
 from processor.service import clients, faultpoints, preflight, transactions
 from processor.service.broker_watch import BrokerWatch
 from processor.service.codec import Codec, default_codec
@@ -258,6 +259,10 @@ class Processor:
         if self._control is not None:
             self._control.assign(consumer, [tp.partition for tp in partitions])
         self._assigned_at = time.monotonic()
+        # the restored sessions are long-lived and cycle-free: keep the cyclic
+        # collector from walking them again (a full pass over 100k sessions
+        # stalls every partition ~6 s; gcpolicy.py, BENCHMARKS.md)
+        settle_heap()
         self.metrics.ready = True
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

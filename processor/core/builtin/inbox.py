@@ -73,4 +73,5 @@ def validate(state: Any) -> None:
 
 INBOX = ProjectionDefinition(
     key=KEY, state_version=3, init=init, apply=apply, validate_state=validate,
-    wire=WireView(view=identity, validate_view=validate))
+    wire=WireView(view=identity, validate_view=validate),
+    event_types=frozenset({"agent/inbox/spliced"}))

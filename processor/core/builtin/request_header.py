@@ -51,4 +51,5 @@ def validate(state: Any) -> None:
 
 REQUEST_HEADER = ProjectionDefinition(
     key=KEY, state_version=1, init=init, apply=apply, validate_state=validate,
-    wire=WireView(view=identity, validate_view=validate))
+    wire=WireView(view=identity, validate_view=validate),
+    event_types=frozenset({"request/header"}))

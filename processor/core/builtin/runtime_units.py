@@ -25,7 +25,6 @@ never poisons the view.  That is our choice; the runtime trusts its writers.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from processor.core.builtin._common import is_int, require_dict
@@ -65,7 +64,8 @@ def _title_validate(state: Any) -> None:
 TITLE = ProjectionDefinition(
     key="title", state_version=1, init=_title_init, apply=_title_apply,
     validate_state=_title_validate,
-    wire=WireView(view=lambda state: state, validate_view=_title_validate))
+    wire=WireView(view=lambda state: state, validate_view=_title_validate),
+    event_types=frozenset({"session/title"}))
 
 
 # ------------------------------------------------------------------ titleInput
@@ -85,7 +85,10 @@ def _prompt_text(event: Event) -> str | None:
     texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text"
              and isinstance(b.get("text"), str)] if isinstance(blocks, list) else []
     text = "\n".join(texts)
-    return text if re.sub(r"\s+", "", text) else None
+    # Not blank: some character outside Unicode whitespace.  str.strip() and
+    # the former re.sub(r"\s+", "") judge by the same predicate
+    # (Py_UNICODE_ISSPACE) without building a string per prompt.
+    return text if text.strip() else None
 
 
 def _input_init(header: SessionHeader, inherited: int) -> Any:
@@ -114,7 +117,7 @@ def _input_validate(state: Any) -> None:
 
 TITLE_INPUT = ProjectionDefinition(
     key="titleInput", state_version=3, init=_input_init, apply=_input_apply,
-    validate_state=_input_validate)
+    validate_state=_input_validate, event_types=frozenset({"user/message"}))
 
 
 # ------------------------------------------------------------------ todos
@@ -155,7 +158,8 @@ def _todos_view(state: Any) -> Any:
 TODOS = ProjectionDefinition(
     key="todos", state_version=2, init=_todos_init, apply=_todos_apply,
     validate_state=_todos_validate,
-    wire=WireView(view=_todos_view, validate_view=_todos_validate))
+    wire=WireView(view=_todos_view, validate_view=_todos_validate),
+    event_types=frozenset({"todo/write", "turn/start"}))
 
 
 # ------------------------------------------------------------------ plan
@@ -220,6 +224,7 @@ def _plan_view_validate(view: Any) -> None:
 PLAN = ProjectionDefinition(
     key="plan", state_version=3, init=_plan_init, apply=_plan_apply,
     validate_state=_plan_validate,
-    wire=WireView(view=_plan_view, validate_view=_plan_view_validate))
+    wire=WireView(view=_plan_view, validate_view=_plan_view_validate),
+    event_types=frozenset({"command/run", "command/done", "plan/mode", "request/header"}))
 
 RUNTIME_UNITS: tuple[ProjectionDefinition, ...] = (TITLE, TITLE_INPUT, TODOS, PLAN)

@@ -27,7 +27,7 @@ from typing import Any
 
 from processor.core.builtin._common import identity, is_int, is_number, require_dict
 from processor.core.events import SURFACE_TYPES, Event
-from processor.core.frozen import freeze
+from processor.core.frozen import FrozenDict, freeze
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
 
@@ -43,21 +43,25 @@ def init(header: SessionHeader, inherited: int) -> Any:
 
 
 def apply(state: Any, event: Event) -> Any:
+    # The state is deep-frozen and every changed value is a number or a frozen
+    # dict of numbers, so each new state is one FrozenDict built from the old
+    # one (freezing the whole state again per event was the unit's main cost).
     t = event.type
     counter = COUNTERS.get(t)
     if counter is not None:
-        return freeze({**state, counter: state[counter] + 1})
+        return FrozenDict(state, **{counter: state[counter] + 1})
     if t not in SURFACE_TYPES:
         return state
     if event.surface_op != "append":
-        return freeze({**state, "replacements": state["replacements"] + 1})
+        return FrozenDict(state, replacements=state["replacements"] + 1)
     message = event.message
     role = message.get("role") if isinstance(message, dict) else None
     if t == "tool/result":
         role = "tool"  # a v3 tool result is a user-role message; count it as a tool result
     if not isinstance(role, str):
         return state
-    new = {**state, "messages": {**state["messages"], role: state["messages"].get(role, 0) + 1}}
+    messages = state["messages"]
+    new: dict[str, Any] = {"messages": FrozenDict(messages, **{role: messages.get(role, 0) + 1})}
     if t == "tool/result" and "error" in event.data:
         new["toolErrors"] = state["toolErrors"] + 1
     usage = event.data.get("usage") if t == "assistant/message" else None
@@ -66,8 +70,8 @@ def apply(state: Any, event: Event) -> Any:
         for k, v in usage.items():
             if is_number(v):
                 summed[k] = summed.get(k, 0) + v
-        new["usage"] = summed
-    return freeze(new)
+        new["usage"] = FrozenDict(summed)
+    return FrozenDict(state, **new)
 
 
 def validate(state: Any) -> None:
@@ -85,4 +89,5 @@ def validate(state: Any) -> None:
 
 SESSION_STATS = ProjectionDefinition(
     key=KEY, state_version=3, init=init, apply=apply, validate_state=validate,
-    wire=WireView(view=identity, validate_view=validate))
+    wire=WireView(view=identity, validate_view=validate),
+    event_types=frozenset(COUNTERS) | SURFACE_TYPES)

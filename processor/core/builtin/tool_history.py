@@ -215,4 +215,5 @@ def validate(state: Any) -> None:
 
 TOOL_HISTORY = ProjectionDefinition(
     key=KEY, state_version=3, init=init, apply=apply, validate_state=validate,
-    wire=WireView(view=view, validate_view=validate_view))
+    wire=WireView(view=view, validate_view=validate_view),
+    event_types=frozenset({"request/header", "developer/message"}))

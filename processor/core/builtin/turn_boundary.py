@@ -25,7 +25,7 @@ from typing import Any
 
 from processor.core.builtin._common import identity, is_int, require_dict, require_seq
 from processor.core.events import Event
-from processor.core.frozen import freeze
+from processor.core.frozen import FrozenDict, freeze
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
 
@@ -47,25 +47,26 @@ def _field(event: Event, key: str) -> int | None:
     return _int_or_none(data.get(key)) if isinstance(data, dict) else None
 
 
-def _boundary(kind: str, event: Event) -> dict[str, Any]:
-    return {"kind": kind, "seq": event.seq, "turn": _field(event, "turn"),
-            "step": _field(event, "step")}
+def _boundary(kind: str, event: Event) -> FrozenDict:
+    return FrozenDict(kind=kind, seq=event.seq, turn=_field(event, "turn"),
+                      step=_field(event, "step"))
 
 
 def apply(state: Any, event: Event) -> Any:
+    # New states are built from the frozen old one and scalars/frozen parts:
+    # nothing needs a deep freeze.
     t, seq = event.type, event.seq
     if t == "turn/start":
-        return freeze({**state, "openTurnStartSeq": seq,
-                       "lastTurn": _field(event, "turn")})
+        return FrozenDict(state, openTurnStartSeq=seq, lastTurn=_field(event, "turn"))
     if t == "turn/end":
         if state["openTurnStartSeq"] is None:
             return state
-        return freeze({**state, "openTurnStartSeq": None})
+        return FrozenDict(state, openTurnStartSeq=None)
     if t == "step/start":
-        return freeze({**state, "lastStepStartSeq": seq,
-                       "lastStepBoundary": _boundary("start", event)})
+        return FrozenDict(state, lastStepStartSeq=seq,
+                          lastStepBoundary=_boundary("start", event))
     if t == "step/end":
-        return freeze({**state, "lastStepBoundary": _boundary("end", event)})
+        return FrozenDict(state, lastStepBoundary=_boundary("end", event))
     return state
 
 
@@ -86,4 +87,5 @@ def validate(state: Any) -> None:
 
 TURN_BOUNDARY = ProjectionDefinition(
     key=KEY, state_version=2, init=init, apply=apply, validate_state=validate,
-    wire=WireView(view=identity, validate_view=validate))
+    wire=WireView(view=identity, validate_view=validate),
+    event_types=frozenset({"turn/start", "turn/end", "step/start", "step/end"}))
