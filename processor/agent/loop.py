@@ -59,7 +59,6 @@ Decisions
 
 from __future__ import annotations
 
-import time as _time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +70,7 @@ from processor.agent.adapters import (
     RequestContext,
 )
 from processor.agent.agent import Agent, ToolContext, ToolHandler, ToolOutput
+from processor.agent.clock import IdSequence, LogicalClock, wall_clock
 from processor.agent.context import (
     EventDraft,
     IdFactory,
@@ -126,34 +126,6 @@ __all__ = [
 
 class RouteUnavailable(Exception):
     """Raised by ``prepare_call`` when no route can serve the attempt (a failure)."""
-
-
-class LogicalClock:
-    """Deterministic epoch-ms clock: ``start``, then +1 ms per reading."""
-
-    def __init__(self, start: int = 1_700_000_000_000) -> None:
-        self._now = start - 1
-
-    def __call__(self) -> int:
-        self._now += 1
-        return self._now
-
-
-def wall_clock() -> int:
-    """The real time in epoch ms (pass as ``clock=`` in production)."""
-    return _time.time_ns() // 1_000_000
-
-
-class IdSequence:
-    """Default message ids: ``<kind>-<base>-<n>`` (see the module docstring)."""
-
-    def __init__(self, base: int) -> None:
-        self._base = base
-        self._n = 0
-
-    def __call__(self, kind: str) -> str:
-        self._n += 1
-        return f"{kind}-{self._base}-{self._n}"
 
 
 def user_message(text: str, new_id: IdFactory, source: Any = None) -> dict[str, Any]:
