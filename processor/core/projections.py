@@ -82,16 +82,39 @@ Decisions where the spec is silent
   them make a row unusable (a stored row is untrusted input).
 """
 
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from processor.core.errors import ProjectionError
 from processor.core.events import KNOWN_TYPES, Event
-from processor.core.frozen import freeze, thaw
+from processor.core.frozen import freeze
 from processor.core.log import SessionHeader, SessionLog, inherited_event_count
+from processor.core.projection_registry import (
+    _UNSET,
+    Checkpoint,
+    CheckpointRow,
+    Listener,
+    ProjectionDefinition,
+    ProjectionRegistry,
+    Registration,
+    RestoreResult,
+    Snapshot,
+    State,
+    WireView,
+    _fold,
+    _row,
+    _row_state,
+    _Unit,
+    _validate_view,
+)
+from processor.core.projection_restore import (
+    restore,
+    restore_floor,
+    view_checkpoint,
+)
 
 __all__ = [
     "Checkpoint",
@@ -109,292 +132,6 @@ __all__ = [
     "restore_floor",
     "view_checkpoint",
 ]
-
-#: A unit's state: a plain JSON value (the built-ins use deep-frozen JSON).
-State = Any
-#: ``listener(key, state, view, observed_seq)``; ``view`` is None for non-wire units.
-Listener = Callable[[str, Any, Any, int], None]
-#: One checkpoint row: ``{"ver": int, "seq": int, "val": JSON}``.
-CheckpointRow = dict[str, Any]
-#: ``{key: row}`` for every unit (P-5).
-Checkpoint = dict[str, CheckpointRow]
-
-#: What a validator of untrusted stored data may raise to reject it.
-_BAD_DATA: Final = (ValueError, TypeError, KeyError, IndexError, AttributeError)
-
-
-class _Unset:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-_UNSET: Final[Any] = _Unset()
-
-
-# --------------------------------------------------------------------------
-# Definitions and the registry
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WireView:
-    """How a unit is published.
-
-    ``view(state)`` must return the same object when nothing visible changed
-    (P-1); ``validate_view(view)`` raises ``ValueError`` for a view that must
-    not be published (snapshots refuse it instead of publishing garbage).
-    """
-
-    view: Callable[[State], Any]
-    validate_view: Callable[[Any], None]
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectionDefinition:
-    """One domain projection unit (see the module docstring).
-
-    ``apply`` must be pure and synchronous and return the *same object* when
-    the event is irrelevant (P-1); state is plain JSON and a state-carrying
-    event carries the complete post-change value, never a delta (so a fold
-    from any checkpoint converges).  ``validate_state`` raises ``ValueError``
-    for a state the unit cannot continue from; it guards checkpoint rows.
-    """
-
-    key: str
-    state_version: int
-    init: Callable[[SessionHeader, int], State]
-    apply: Callable[[State, Event], State]
-    validate_state: Callable[[State], None]
-    wire: WireView | None = None
-    #: The event types ``apply`` may change the state for, or None for "any".
-    #: Every other event must return the same object (P-1), so the driver
-    #: skips the call: with ten units most calls would be no-ops otherwise.
-    event_types: frozenset[str] | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.key, str) or not self.key:
-            raise ValueError("projection key must be a non-empty string")
-        if type(self.state_version) is not int or self.state_version < 0:
-            raise ValueError(f"{self.key}: stateVersion must be a non-negative integer")
-        if self.event_types is not None and not isinstance(self.event_types, frozenset):
-            raise ValueError(f"{self.key}: event_types must be a frozenset or None")
-
-
-class _Unit:
-    """One incarnation of a registered key: the first definition and its refs.
-
-    The object's identity is the incarnation: a session's cell remembers it,
-    so a key that was released and registered again is noticed even when a
-    session did not look in between.
-    """
-
-    __slots__ = ("definition", "refs")
-
-    def __init__(self, definition: ProjectionDefinition) -> None:
-        self.definition = definition
-        self.refs = 1
-
-
-class Registration:
-    """Handle returned by :meth:`ProjectionRegistry.register`.
-
-    :meth:`release` drops this registrant's reference; calling it again does
-    nothing (a double release must not drop another registrant's reference).
-    """
-
-    __slots__ = ("_key", "_registry", "_released", "_unit")
-
-    def __init__(self, registry: ProjectionRegistry, key: str, unit: _Unit) -> None:
-        self._registry = registry
-        self._key = key
-        self._unit = unit
-        self._released = False
-
-    @property
-    def key(self) -> str:
-        return self._key
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._registry._release(self._key, self._unit)
-
-
-class ProjectionRegistry:
-    """P-2: definitions by key, reference counted per registrant.
-
-    Same key + same ``state_version`` adds a reference and keeps the first
-    definition (later ones are not compared: registrants must agree on the
-    semantics of a key/version themselves); a different ``state_version`` is
-    refused with a :class:`ProjectionError` (rule P-2); the key disappears
-    when its last registrant releases it, and sessions then show it absent.
-    """
-
-    __slots__ = ("_generation", "_units")
-
-    def __init__(self) -> None:
-        self._units: dict[str, _Unit] = {}
-        self._generation = 0
-
-    @property
-    def generation(self) -> int:
-        """Bumped whenever the key set changes, so sessions resync cheaply."""
-        return self._generation
-
-    def register(self, definition: ProjectionDefinition) -> Registration:
-        if not isinstance(definition, ProjectionDefinition):
-            raise TypeError("register() needs a ProjectionDefinition")
-        unit = self._units.get(definition.key)
-        if unit is not None:
-            have = unit.definition.state_version
-            if have != definition.state_version:
-                raise ProjectionError(
-                    None, "P-2", f"projection {definition.key!r} is registered with "
-                    f"stateVersion {have}; refusing stateVersion {definition.state_version}")
-            unit.refs += 1
-        else:
-            unit = _Unit(definition)
-            self._units[definition.key] = unit
-            self._generation += 1
-        return Registration(self, definition.key, unit)
-
-    def _release(self, key: str, unit: _Unit) -> None:
-        if self._units.get(key) is not unit:
-            return
-        unit.refs -= 1
-        if unit.refs <= 0:
-            del self._units[key]
-            self._generation += 1
-
-    def get(self, key: str) -> ProjectionDefinition | None:
-        unit = self._units.get(key)
-        return unit.definition if unit is not None else None
-
-    def refs(self, key: str) -> int:
-        unit = self._units.get(key)
-        return unit.refs if unit is not None else 0
-
-    def definitions(self) -> list[ProjectionDefinition]:
-        """Registered definitions in registration order."""
-        return [u.definition for u in self._units.values()]
-
-    def keys(self) -> list[str]:
-        return list(self._units)
-
-    def _incarnations(self) -> list[_Unit]:
-        return list(self._units.values())
-
-    def _incarnation(self, key: str) -> _Unit | None:
-        return self._units.get(key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._units
-
-    def __len__(self) -> int:
-        return len(self._units)
-
-
-# --------------------------------------------------------------------------
-# Results
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Views of wire units at one consistent cut ``as_of_seq`` (-1: empty log)."""
-
-    as_of_seq: int
-    values: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreResult:
-    """What :func:`restore` rebuilt: the snapshot and fresh rows, both at endSeq."""
-
-    snapshot: Snapshot
-    rows: Checkpoint
-
-
-# --------------------------------------------------------------------------
-# Folding helpers
-# --------------------------------------------------------------------------
-
-
-def _fold(definition: ProjectionDefinition, state: State, events: Iterable[Event],
-          after_seq: int) -> tuple[State, int]:
-    """Apply the events with seq > ``after_seq``, refusing a gap (P-3).
-
-    Ignorable unknown events advance the watermark but are never applied.
-    """
-    seq = after_seq
-    for event in events:
-        if event.seq <= seq:
-            continue
-        if event.seq != seq + 1:
-            raise ProjectionError(event.seq, "P-3", f"{definition.key}: cannot advance "
-                                  f"across missing seq {seq + 1}")
-        if event.is_known:
-            state = definition.apply(state, event)
-        seq = event.seq
-    return state, seq
-
-
-def _validate_view(definition: ProjectionDefinition, view: Any, seq: int | None) -> None:
-    wire = definition.wire
-    assert wire is not None
-    try:
-        wire.validate_view(view)
-    except ValueError as exc:
-        raise ProjectionError(seq, "P-4", f"{definition.key}: invalid view: {exc}") from None
-
-
-def _row_version_matches(definition: ProjectionDefinition, row: Any) -> bool:
-    """The row exists and was written by this unit's stateVersion (strict int)."""
-    if not isinstance(row, Mapping):
-        return False
-    ver = row.get("ver")
-    return type(ver) is int and ver == definition.state_version
-
-
-def _row_state(definition: ProjectionDefinition, row: Any, lo: int, hi: int) -> Any:
-    """The validated, frozen state of a row usable for ``lo <= row.seq <= hi``.
-
-    Returns ``_UNSET`` when the row is missing, of another version, outside
-    the window or invalid.  The state is a frozen copy (``freeze`` copies
-    plain containers), so the restored state never aliases the caller's
-    checkpoint dict.
-    """
-    if not _row_version_matches(definition, row):
-        return _UNSET
-    seq = row.get("seq")
-    if type(seq) is not int or not lo <= seq <= hi or "val" not in row:
-        return _UNSET
-    state = freeze(row["val"])
-    try:
-        definition.validate_state(state)
-    except _BAD_DATA:
-        return _UNSET
-    return state
-
-
-def _row(definition: ProjectionDefinition, seq: int, state: State,
-         detached: bool = True) -> CheckpointRow:
-    # Not detached: a deep-frozen state is lent as it is (nobody can mutate
-    # it, so P-5 holds without the copy); a plain mutable state is still
-    # copied (freeze copies plain containers).
-    return {"ver": definition.state_version, "seq": seq,
-            "val": thaw(state) if detached else freeze(state)}
-
-
-# --------------------------------------------------------------------------
-# Cells of one session
-# --------------------------------------------------------------------------
 
 
 class _Cell:
@@ -827,100 +564,3 @@ class SessionProjections:
                 self._invalidate()
                 self._cells[unit.definition.key] = _Cell(unit, freeze(row["val"]), row["seq"])
         return result.snapshot
-
-
-# --------------------------------------------------------------------------
-# Checkpoint arithmetic without a session
-# --------------------------------------------------------------------------
-
-
-def restore_floor(registry: ProjectionRegistry, cp: Mapping[str, Any]) -> int | None:
-    """P-6: the first seq to re-read, one event below the lowest need (the anchor).
-
-    need = row.seq + 1 when the row exists with the right ``ver``, else 0;
-    floor = max(min(need) - 1, 0); None when no unit is registered.  Reading
-    one event below lets :func:`restore` prove the stored log still reaches
-    the watermark instead of trusting a checkpoint of a log that was
-    shortened: the anchor event must be there, or the rows fall outside the
-    events and are refused.
-    """
-    definitions = registry.definitions()
-    if not definitions:
-        return None
-    needs: list[int] = []
-    for definition in definitions:
-        row: Any = cp.get(definition.key)
-        seq = row.get("seq") if isinstance(row, Mapping) else None
-        ok = _row_version_matches(definition, row) and type(seq) is int and seq >= -1
-        needs.append(seq + 1 if ok and seq is not None else 0)
-    return max(min(needs) - 1, 0)
-
-
-def restore(registry: ProjectionRegistry, header: SessionHeader, cp: Mapping[str, Any],
-            events: Sequence[Event], base_seq: int) -> RestoreResult:
-    """P-7: rebuild every unit at endSeq from its row (or ``init``) plus events.
-
-    ``events`` are the stored log from ``base_seq`` (contiguous); endSeq is
-    the last event's seq, or ``base_seq - 1`` without events.  A row is
-    usable when its ``ver`` matches, ``base_seq - 1 <= row.seq <= endSeq``
-    and its ``val`` passes ``validate_state``.  An unusable row is refused
-    when ``base_seq > 0`` ("re-read from seq 0": the prefix is not here);
-    with ``base_seq == 0`` the unit folds from ``init``.  Returns the
-    validated snapshot and fresh rows, both at endSeq.  Nothing in ``cp`` is
-    aliased by the result.
-    """
-    if base_seq < 0:
-        raise ValueError("base_seq must be >= 0")
-    for i, event in enumerate(events):
-        if event.seq != base_seq + i:
-            raise ProjectionError(event.seq, "P-3", f"restore: cannot advance across missing "
-                                  f"seq {base_seq + i}")
-    end = events[-1].seq if events else base_seq - 1
-    inherited: int | None = None
-    values: dict[str, Any] = {}
-    rows: Checkpoint = {}
-    for definition in registry.definitions():
-        row: Any = cp.get(definition.key)
-        state = _row_state(definition, row, base_seq - 1, end)
-        if state is _UNSET:
-            if base_seq > 0:
-                raise ProjectionError(
-                    base_seq, "P-7", f"{definition.key}: checkpoint row is missing, of another "
-                    f"stateVersion, invalid or outside seq {base_seq - 1}..{end}, and the "
-                    f"events start at seq {base_seq}; re-read from seq 0")
-            if inherited is None:
-                inherited = inherited_event_count(events)
-            state, after = definition.init(header, inherited), -1
-        else:
-            after = row["seq"]
-        state, seq = _fold(definition, state, events, after)
-        assert seq == end
-        rows[definition.key] = _row(definition, end, state)
-        if definition.wire is not None:
-            view = definition.wire.view(state)
-            _validate_view(definition, view, end)
-            values[definition.key] = view
-    return RestoreResult(Snapshot(end, values), rows)
-
-
-def view_checkpoint(registry: ProjectionRegistry, cp: Mapping[str, Any]) -> dict[str, Any]:
-    """P-8: zero-I/O views of rows whose ``ver`` matches and whose ``val`` validates.
-
-    Bad rows (missing, other version, invalid state or view) are absent:
-    this is a best-effort render of stored data, never an error.
-    """
-    out: dict[str, Any] = {}
-    for definition in registry.definitions():
-        wire = definition.wire
-        row: Any = cp.get(definition.key)
-        if wire is None or not _row_version_matches(definition, row) or "val" not in row:
-            continue
-        state = freeze(row["val"])
-        try:
-            definition.validate_state(state)
-            view = wire.view(state)
-            wire.validate_view(view)
-        except _BAD_DATA:
-            continue
-        out[definition.key] = view
-    return out
