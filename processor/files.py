@@ -35,7 +35,7 @@ UTF8_BOM = b"\xef\xbb\xbf"
 #: The runtime's newest session format (its ``SESSION_FORMAT_VERSION``).
 CURRENT_VERSION = 4
 #: Versions read as written: v4, and the released v3 whose messages differ
-#: (see :func:`processor.core.events.check_message_shape`).
+#: (see :func:`processor.core.event_checks.check_message_shape`).
 SUPPORTED_VERSIONS = frozenset({3, 4})
 HEADER_REQUIRED = frozenset({"type", "version", "id", "createdAt", "isSeeded", "delegationDepth"})
 HEADER_OPTIONAL = frozenset({"cwd", "parentSession", "origin", "agentPreset"})

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from processor.core.errors import SessionError
+from processor.core.event_checks import check_event_data
 from processor.core.events import (
     ABSENT,
     KNOWN_TYPES,
@@ -29,7 +30,6 @@ from processor.core.events import (
     MESSAGE_PROJECTION_TYPES,
     SURFACE_TYPES,
     Event,
-    check_event_data,
     parse_event,
 )
 from processor.core.frozen import freeze
