@@ -33,16 +33,21 @@ def default_message_projections() -> MessageProjectionRegistry:
     return MessageProjectionRegistry([ImageOffload()])
 
 
+def _or_defaults(message_projections: MessageProjectionRegistry | None,
+                 projections: ProjectionRegistry | None,
+                 ) -> tuple[MessageProjectionRegistry, ProjectionRegistry]:
+    return (message_projections if message_projections is not None
+            else default_message_projections(),
+            projections if projections is not None else default_registry())
+
+
 def new_session(header: SessionHeader | None = None, *,
                 message_projections: MessageProjectionRegistry | None = None,
                 projections: ProjectionRegistry | None = None,
                 dialect: int | None = None) -> Session:
     """An empty session (``header`` None: a synthetic one)."""
-    return Session(header,
-                   message_projections=(message_projections if message_projections is not None
-                                        else default_message_projections()),
-                   projections=projections if projections is not None else default_registry(),
-                   dialect=dialect)
+    mp, pr = _or_defaults(message_projections, projections)
+    return Session(header, message_projections=mp, projections=pr, dialect=dialect)
 
 
 def fold_session(events: Sequence[Event], header: SessionHeader | None = None, *,
@@ -50,12 +55,8 @@ def fold_session(events: Sequence[Event], header: SessionHeader | None = None, *
                  projections: ProjectionRegistry | None = None,
                  dialect: int | None = None) -> Session:
     """A whole log folded through the same path as live appends."""
-    return Session.fold(events, header,
-                        message_projections=(message_projections
-                                             if message_projections is not None
-                                             else default_message_projections()),
-                        projections=projections if projections is not None
-                        else default_registry(),
+    mp, pr = _or_defaults(message_projections, projections)
+    return Session.fold(events, header, message_projections=mp, projections=pr,
                         dialect=dialect)
 
 
@@ -64,10 +65,6 @@ def session_from_checkpoint(checkpoint: Mapping[str, Any], header: SessionHeader
                             projections: ProjectionRegistry | None = None,
                             dialect: int | None = None) -> Session:
     """A session continued from ``Session.checkpoint`` output (raises ``SessionError``)."""
-    return Session.from_checkpoint(checkpoint, header,
-                                   message_projections=(message_projections
-                                                        if message_projections is not None
-                                                        else default_message_projections()),
-                                   projections=projections if projections is not None
-                                   else default_registry(),
+    mp, pr = _or_defaults(message_projections, projections)
+    return Session.from_checkpoint(checkpoint, header, message_projections=mp, projections=pr,
                                    dialect=dialect)
