@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 import zstandard
 
-from processor.core.errors import SessionError
+from processor.core.errors import InvalidInput, SessionError
 from processor.core.events import Event, parse_event
 from processor.core.log import SessionHeader
 from processor.core.session import synthetic_header
@@ -47,7 +47,7 @@ MAX_FILE_BYTES = 1024 * 1024 * 1024
 MAX_SAFE_INT = 2**53 - 1
 
 
-class SessionFileError(ValueError):
+class SessionFileError(InvalidInput, ValueError):
     """The file itself is unusable (bad header, torn tail, unsupported format)."""
 
 

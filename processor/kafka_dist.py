@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from processor.core.errors import Unavailable
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Where an installed wheel keeps ``pom.xml`` and ``log4j2.properties`` (setup.py
 #: copies them from ``deploy/kafka/``; the checkout's copy wins when present).
@@ -69,7 +71,7 @@ _LOG = "broker.log"
 _PROPS = "server.properties"
 
 
-class BrokerError(RuntimeError):
+class BrokerError(Unavailable, RuntimeError):
     """The local broker could not be resolved, started or stopped."""
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
+from processor.core.errors import InvalidInput
 from processor.core.events import Event
 from processor.core.frozen import thaw
 
@@ -32,7 +33,7 @@ __all__ = ["TARGETS", "InboxError", "InboxFold"]
 TARGETS: Final = ("next-turn", "next-step")
 
 
-class InboxError(ValueError):
+class InboxError(InvalidInput, ValueError):
     """An ``agent/inbox/spliced`` event the runtime would refuse."""
 
     def __init__(self, seq: int, reason: str) -> None:

@@ -95,6 +95,7 @@ from processor.agent.repair import interrupted_turn_closers
 from processor.agent.request import Request, RequestState, build_request
 from processor.agent.stream import failure_stream, reply_stream
 from processor.agent.tools import run_tool
+from processor.core.errors import Unavailable
 from processor.core.events import Event, make_event
 from processor.core.frozen import thaw
 from processor.core.header import canonical_header, header_equals
@@ -124,7 +125,7 @@ __all__ = [
 # ------------------------------------------------------------------ small parts
 
 
-class RouteUnavailable(Exception):
+class RouteUnavailable(Unavailable):
     """Raised by ``prepare_call`` when no route can serve the attempt (a failure)."""
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
+from processor.core.errors import InvalidInput
+
 UNLISTED_TOOLS = "<unlisted-tools>"
 """Marker in a tool order that expands to every tool not listed, sorted by name (Y-3)."""
 
@@ -35,7 +37,7 @@ VariableValue: TypeAlias = str | int | float | bool | None
 JsonObject: TypeAlias = dict[str, Any]
 
 
-class PromptError(ValueError):
+class PromptError(InvalidInput, ValueError):
     """A rule of section 7 was violated.
 
     ``rule`` is the rule id (``"Y-1"`` .. ``"Y-5"``); ``section`` and

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from processor.core.errors import InvalidInput
 from processor.core.events import Event
 from processor.core.frozen import freeze, thaw
 from processor.core.header import js_json
@@ -35,7 +36,7 @@ from processor.core.header import js_json
 __all__ = ["ToolHistoryError", "ToolHistoryFold", "tool_history"]
 
 
-class ToolHistoryError(ValueError):
+class ToolHistoryError(InvalidInput, ValueError):
     """A ``tool-addition`` names a tool its header does not declare (H-5)."""
 
     def __init__(self, seq: int, name: str) -> None:

@@ -34,7 +34,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from processor.cli.common import service_options
 from processor.cli.progress import FileProgress, Progress
 from processor.core.defaults import new_session
-from processor.core.errors import SessionError
+from processor.core.errors import InvalidInput, SessionError
 from processor.core.events import Event
 from processor.files import (
     SessionFileError,
@@ -152,8 +152,8 @@ def _produce(producer: Producer, topic: str, key: bytes, value: bytes,
     producer.poll(0)
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(InvalidInput):
+    """A record of the file exceeds what Kafka takes (refused before producing any)."""
 
 
 def _checked(values: list[tuple[int | str, bytes]], limit: int) -> list[bytes]:

@@ -7,6 +7,7 @@ API and prints; there is no logic here a test could not reach directly.
 from __future__ import annotations
 
 import gc
+import sys
 
 import click
 
@@ -19,6 +20,7 @@ from processor.cli.replay import replay_command
 from processor.cli.run import run
 from processor.cli.topics import topics
 from processor.cli.views import views
+from processor.core.errors import ProcessorError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,4 +47,9 @@ def main() -> None:
     # constantly over them.  Measured: reading a 100k-event log takes half
     # the time with these thresholds.  Nothing here makes reference cycles.
     gc.set_threshold(50_000, 20, 100)
-    cli(prog_name="processor")
+    try:
+        cli(prog_name="processor")
+    except ProcessorError as exc:  # a command did not catch it: one line, never a traceback
+        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        click.echo(f"processor: {line}", err=True)
+        sys.exit(1)

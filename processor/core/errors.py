@@ -1,13 +1,37 @@
-"""The one error type of the session core.
+"""The error root of ``processor``, and the session core's error type.
 
-Every rejection names the seq it happened at and the rule it violated, so a
-DLQ record, a CLI message and a test assertion all say the same thing.
+Every error ``processor`` raises on purpose is a :class:`ProcessorError`, of
+one of the two kinds a caller acts on differently:
+
+* :class:`InvalidInput` — an event, a record, a file, a command or a prompt
+  contribution is wrong.  Retrying cannot help: refuse it with its one line
+  (CLI), dead-letter it (service), fix the input.
+* :class:`Unavailable` — what the process depends on refused or is gone
+  (Kafka, the local broker, the history a checkpoint names).  The process
+  ends with one line; an operator or a restart fixes it.
+
+The concrete classes keep their historical second base (``ValueError``,
+``RuntimeError``) so ``except ValueError`` callers still work.  Every core
+rejection names the seq it happened at and the rule it violated, so a DLQ
+record, a CLI message and a test assertion all say the same thing.
 """
 
 from __future__ import annotations
 
 
-class SessionError(Exception):
+class ProcessorError(Exception):
+    """Root of every error ``processor`` raises on purpose."""
+
+
+class InvalidInput(ProcessorError):
+    """Bad input: refuse or dead-letter it, never retry."""
+
+
+class Unavailable(ProcessorError):
+    """A dependency refused or is gone: end with one line."""
+
+
+class SessionError(InvalidInput):
     """An event (or a read) violated a rule of SESSION-SEMANTICS.md.
 
     ``str(err)`` is ``"seq N: <reason> (RULE)"``; ``reason`` alone is the

@@ -25,6 +25,8 @@ from typing import Any, Final, Protocol
 
 import orjson
 
+from processor.core.errors import InvalidInput
+
 log = logging.getLogger("processor.control")
 
 CONTROL_VERSION: Final = 1
@@ -67,7 +69,7 @@ def partition_of(key: bytes, partitions: int) -> int:
     return (_murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-class CommandError(ValueError):
+class CommandError(InvalidInput, ValueError):
     """A control record that is not a valid command (dead-lettered, rule CONTROL)."""
 
 

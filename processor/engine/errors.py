@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from processor.core.errors import Unavailable
 
-class AnchorError(RuntimeError):
+
+class AnchorError(Unavailable, RuntimeError):
     """The events log no longer holds what the checkpoints were folded from."""

@@ -33,7 +33,7 @@ from typing import Any
 from confluent_kafka import KafkaError, TopicPartition
 
 from processor.core.defaults import new_session
-from processor.core.errors import SessionError
+from processor.core.errors import SessionError, Unavailable
 from processor.core.session import Session, synthetic_header
 from processor.offline import session_output
 from processor.service import clients
@@ -47,7 +47,7 @@ MAX_DIFF_ENTRIES = 300
 READ_TIMEOUT_S = 60.0
 
 
-class HistoryError(RuntimeError):
+class HistoryError(Unavailable, RuntimeError):
     """The session's events cannot be read or folded (shown on the page)."""
 
 

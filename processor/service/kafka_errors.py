@@ -26,6 +26,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from processor.core.errors import Unavailable
+
 log = logging.getLogger("processor.kafka")
 #: librdkafka's own log lines (syslog levels mapped to Python's); off by default
 #: (``--kafka-log-level``): what matters of them also arrives through
@@ -48,7 +50,7 @@ AUTHORIZATION_CODES = {
 }
 
 
-class KafkaFatal(RuntimeError):
+class KafkaFatal(Unavailable, RuntimeError):
     """The process cannot go on; ``str()`` is the one line to print before exiting."""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 
 from processor.core.builtin import default_registry
+from processor.core.errors import Unavailable
 from processor.core.projections import ProjectionRegistry
 from processor.service import clients
 from processor.service.codec import default_codec, session_key
@@ -34,7 +35,7 @@ from processor.service.topics import create_topics
 log = logging.getLogger("processor.replay")
 
 
-class ReplayError(RuntimeError):
+class ReplayError(Unavailable, RuntimeError):
     pass
 
 

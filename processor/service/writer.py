@@ -53,6 +53,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from processor.core.defaults import new_session
+from processor.core.errors import Unavailable
 from processor.core.events import ABSENT, Event, make_event
 from processor.core.session import Session, synthetic_header
 from processor.service import clients
@@ -77,7 +78,7 @@ def producer_name(component: str = "SessionWriter") -> str:
     return f"processor.{component}/{version}"
 
 
-class DeliveryError(RuntimeError):
+class DeliveryError(Unavailable, RuntimeError):
     """The broker did not acknowledge a record; the local session is unchanged.
 
     ``event`` is the exact event that was sent (``None`` for a control

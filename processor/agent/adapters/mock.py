@@ -44,6 +44,7 @@ from processor.agent.adapters import (
     RequestContext,
 )
 from processor.agent.request import Request
+from processor.core.errors import InvalidInput
 from processor.core.frozen import thaw
 from processor.core.header import ADAPTER_DEFAULT_FLAGS, js_json
 
@@ -63,7 +64,7 @@ __all__ = [
 DEFAULT_ROUTE = "default"
 
 
-class MockScriptExhausted(RuntimeError):
+class MockScriptExhausted(InvalidInput, RuntimeError):
     """``stream`` was called after the last script item (and no default reply)."""
 
 

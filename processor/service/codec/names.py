@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+from processor.core.errors import InvalidInput
+
 NAMESPACE: Final = "processor.v1"
 SESSION_EVENT: Final = "processor.v1.SessionEvent"
 VIEW: Final = "processor.v1.View"
@@ -40,5 +42,5 @@ ViewEncoding = Literal["JSON", "ZSTD_JSON"]
 _ENCODINGS: Final = ("JSON", "ZSTD_JSON")
 
 
-class CodecError(ValueError):
+class CodecError(InvalidInput, ValueError):
     """Bytes that are not a valid framed record, or a value Avro cannot carry."""

@@ -1,0 +1,68 @@
+"""One error root: every exception class of ``processor`` is a ProcessorError of one kind.
+
+Callers (the CLI, the service loop, users of the library) catch
+``InvalidInput`` to refuse or dead-letter and ``Unavailable`` to end with one
+line; a new exception class outside the two would escape both.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from typing import Any
+
+import processor
+from processor.core.errors import InvalidInput, ProcessorError, Unavailable
+
+SKIP = ("processor.__main__", "processor.examples.")
+
+
+def exception_classes() -> list[type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for info in pkgutil.walk_packages(processor.__path__, "processor."):
+        if info.name.startswith(SKIP):
+            continue
+        module = importlib.import_module(info.name)
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if issubclass(obj, BaseException) and obj.__module__.startswith("processor."):
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return list(found.values())
+
+
+def test_every_exception_class_is_a_processor_error_of_one_kind() -> None:
+    classes = exception_classes()
+    assert len(classes) >= 15, classes
+    for cls in classes:
+        if cls in (ProcessorError, InvalidInput, Unavailable):
+            continue
+        assert issubclass(cls, ProcessorError), cls
+        assert issubclass(cls, InvalidInput) != issubclass(cls, Unavailable), cls
+
+
+def test_the_kinds_callers_act_on() -> None:
+    from processor.core.errors import SessionError
+    from processor.service.codec import CodecError
+    from processor.service.kafka_errors import KafkaFatal
+
+    assert issubclass(SessionError, InvalidInput) and issubclass(CodecError, InvalidInput)
+    assert issubclass(KafkaFatal, Unavailable)
+    assert issubclass(CodecError, ValueError)  # historical bases kept for old callers
+
+
+def test_an_uncaught_processor_error_is_one_line_not_a_traceback(
+        monkeypatch: Any, capsys: Any) -> None:
+    import pytest
+
+    from processor.cli import main as cli_main
+    from processor.service.codec import CodecError
+
+    def failing(**_: Any) -> None:
+        raise CodecError("seq 3: not a SessionEvent record\nsecond line")
+
+    monkeypatch.setattr(cli_main, "cli", failing)
+    with pytest.raises(SystemExit) as exited:
+        cli_main.main()
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert err == "processor: seq 3: not a SessionEvent record\n"
