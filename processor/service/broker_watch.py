@@ -49,13 +49,13 @@ class BrokerWatch:
         try:
             self.probe()
         except KafkaException:
-            if now - down_at >= self.bound_s and self.metrics.unreachable is None:
+            if now - down_at >= self.bound_s and self.metrics.health.unreachable is None:
                 line = (f"no broker answers for {now - down_at:.0f} s "
                         f"(last: {self.problems.last_error or 'all brokers down'})")
                 log.error("%s; /readyz reports it until one answers", line)
-                self.metrics.set_unreachable(line)
+                self.metrics.health.set_unreachable(line)
             return
-        if self.metrics.unreachable is not None:
+        if self.metrics.health.unreachable is not None:
             log.info("a broker answers again after %.0f s", now - down_at)
         self.problems.brokers_down_at = None
-        self.metrics.set_unreachable(None)
+        self.metrics.health.set_unreachable(None)

@@ -34,16 +34,16 @@ class FailureTracker:
         self.metrics.consecutive_failures.set(self.in_a_row)
         if self.in_a_row >= self.bound:
             line = f"{self.in_a_row} transactions failed in a row: {cause}"
-            if self.metrics.degraded is None:
+            if self.metrics.health.degraded is None:
                 log.error("%s; /readyz reports it until a transaction commits", line)
-            self.metrics.set_degraded(line)
+            self.metrics.health.set_degraded(line)
         return float(min(self.max_s, self.base_s * 2.0 ** (self.in_a_row - 1)))
 
     def succeeded(self) -> None:
         if self.in_a_row:
-            if self.metrics.degraded is not None:
+            if self.metrics.health.degraded is not None:
                 log.info("transactions commit again after %d failures", self.in_a_row)
             self.in_a_row = 0
             self.cause = None
             self.metrics.consecutive_failures.set(0)
-            self.metrics.set_degraded(None)
+            self.metrics.health.set_degraded(None)

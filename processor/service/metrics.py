@@ -2,15 +2,13 @@
 
 One registry per :class:`Metrics` (not the global default) so several
 processors can live in one test process.  ``serve`` exposes ``/metrics``,
-``/healthz`` (liveness: the loop ticked recently) and ``/readyz`` (ready:
-assigned partitions restored, no fatal error, and no failure repeating past
-its bound — ``degraded`` names the cause, e.g. transactions aborting in a row).
+``/healthz`` and ``/readyz``, which report :attr:`Metrics.health`
+(``health.py``: a report the run loop writes, never read to decide).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -22,6 +20,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from processor.service.health import Health
 
 OUTCOMES = ("applied", "duplicate", "rejected", "quarantined")
 
@@ -87,27 +87,8 @@ class Metrics:
         self.dlq_oversized = Counter("processor_dlq_values_referenced_total",
                                      "Dead letters whose record was too big to copy (kept as "
                                      "partition, offset, size and digest)", registry=r)
-        self.last_tick = time.monotonic()
-        self.ready = False
-        self.fatal: str | None = None
-        #: cause of a repeating failure past its bound; /readyz is 503 while set
-        self.degraded: str | None = None
-        #: set while no broker has answered past a bound (``broker_watch.py``)
-        self.unreachable: str | None = None
-
-    def set_degraded(self, cause: str | None) -> None:
-        self.degraded = cause
-        self._update_degraded()
-
-    def set_unreachable(self, cause: str | None) -> None:
-        self.unreachable = cause
-        self._update_degraded()
-
-    def _update_degraded(self) -> None:
-        self.degraded_gauge.set(0 if self.degraded is None and self.unreachable is None else 1)
-
-    def tick(self) -> None:
-        self.last_tick = time.monotonic()
+        #: what /healthz and /readyz report (``health.py``); the degraded gauge follows it
+        self.health = Health(on_degraded=self.degraded_gauge.set)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -119,17 +100,12 @@ def _buckets() -> tuple[float, ...]:
 
 def liveness(m: Metrics, liveness_s: float = 60.0) -> tuple[int, bytes]:
     """``/healthz``: the loop ticked recently and nothing fatal happened."""
-    alive = m.fatal is None and time.monotonic() - m.last_tick < liveness_s
-    return (200, b"ok\n") if alive else (503, b"stalled\n")
+    return m.health.liveness(liveness_s)
 
 
 def readiness(m: Metrics) -> tuple[int, bytes]:
-    """``/readyz``: assigned partitions restored, nothing fatal happened and
-    transactions are not failing past their bound (``failures.py``)."""
-    if m.ready and m.fatal is None and m.degraded is None and m.unreachable is None:
-        return 200, b"ready\n"
-    cause = m.fatal or m.degraded or m.unreachable or "restoring"
-    return 503, f"not ready: {cause}\n".encode()
+    """``/readyz``: see :class:`processor.service.health.Health`."""
+    return m.health.readiness()
 
 
 class _Handler(BaseHTTPRequestHandler):

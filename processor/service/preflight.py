@@ -85,5 +85,5 @@ def require_permissions(config: ServiceConfig, problems: ClientProblems,
     """Raise :class:`KafkaFatal` naming every missing ACL (before joining the group)."""
     missing = missing_or_fatal(config, problems)
     if missing:
-        metrics.fatal = "; ".join(missing)
-        raise KafkaFatal(metrics.fatal)
+        metrics.health.fatal = "; ".join(missing)
+        raise KafkaFatal(metrics.health.fatal)

@@ -52,6 +52,7 @@ from confluent_kafka import (
 
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
+from processor.core.errors import ProcessorError
 from processor.core.projections import ProjectionRegistry
 from processor.engine import Batch, Engine, PartitionState, Record, Tally
 from processor.engine.commands import Command
@@ -140,6 +141,9 @@ class Processor:
         self._gauges_at = 0.0
         self._lag_labels: set[int] = set()
         self._leaving: set[int] = set()  # partitions being revoked (during _on_revoke)
+        #: what ended the run, when it was found in a callback (re-raised by the loop)
+        self._fatal: ProcessorError | None = None
+        self.health = self.metrics.health  # the report; never read to decide
         self._assigned_at = 0.0
         self._fatal_budget = FatalBudget()
 
@@ -180,7 +184,7 @@ class Processor:
         interval = cfg.commit_interval_ms / 1000
         try:
             while not self._stop.is_set():
-                self.metrics.tick()
+                self.health.tick()
                 brokers.tick()
                 if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S:
                     self._update_gauges()
@@ -191,8 +195,8 @@ class Processor:
                 polled_at = time.monotonic()
                 msgs = consumer.consume(num_messages=min(cfg.max_batch_events, 5_000),
                                         timeout=min(0.02, interval))
-                if self.metrics.fatal:
-                    raise AnchorError(self.metrics.fatal)
+                if self._fatal is not None:  # raised in a rebalance callback
+                    raise self._fatal
                 problems.raise_if_fatal()
                 commands = self._control.poll() if self._partitions else []
                 if commands:
@@ -221,6 +225,12 @@ class Processor:
         finally:
             self._close()
 
+    def _fail(self, error: ProcessorError) -> ProcessorError:
+        """Remember what ends the run (a callback cannot end it) and report it."""
+        self._fatal = self._fatal or error
+        self.health.fatal = self.health.fatal or str(error)
+        return error
+
     def _reached(self, targets: dict[int, int]) -> bool:
         if not self._pending.empty() or set(targets) - set(self._partitions):
             return False
@@ -248,7 +258,7 @@ class Processor:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("assign").inc()
-        self.metrics.ready = False
+        self.health.ready = False
         starts = self._restore_partitions([tp.partition for tp in partitions])
         assignment = []
         for tp in partitions:
@@ -263,7 +273,7 @@ class Processor:
         # collector from walking them again (a full pass over 100k sessions
         # stalls every partition ~6 s; gcpolicy.py, BENCHMARKS.md)
         settle_heap()
-        self.metrics.ready = True
+        self.health.ready = True
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("revoke").inc()
@@ -329,9 +339,9 @@ class Processor:
             starts[number] = None
             if problem is not None:
                 if self.config.anchor_policy == "fail":
-                    self.metrics.fatal = f"anchor check failed: {problem}"
-                    log.error("%s", self.metrics.fatal)
-                    raise AnchorError(self.metrics.fatal)
+                    error = self._fail(AnchorError(f"anchor check failed: {problem}"))
+                    log.error("%s", error)
+                    raise error
                 log.warning("anchor check failed (%s); rebuilding partition %d from offset "
                             "zero", problem, number)
                 for sid, cp in restore.checkpoints.items():
@@ -364,8 +374,7 @@ class Processor:
                     continue
                 fatal = message_error(err, msg.topic(), self.config.group_id)
                 if fatal is not None:
-                    self.metrics.fatal = str(fatal)
-                    raise fatal
+                    raise self._fail(fatal)
                 log.warning("consume error: %s", err)
                 continue
             part = self._partitions.get(msg.partition() or 0)
@@ -487,8 +496,7 @@ class Processor:
                 if verdict.kind is Kind.DENIED:  # the broker rarely says which ACL
                     line = "; ".join(preflight.missing_or_fatal(self.config,
                                                                  self.problems)) or line
-                self.metrics.fatal = line
-                raise KafkaFatal(line) from None
+                raise self._fail(KafkaFatal(line)) from None
             else:
                 log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
             self._abort(pending.partitions())

@@ -30,7 +30,7 @@ class Cluster:
 @pytest.fixture
 def setup() -> tuple[ClientProblems, Metrics, Cluster, list[float], BrokerWatch]:
     problems, metrics, cluster, now = ClientProblems(), Metrics(), Cluster(), [1000.0]
-    metrics.ready = True
+    metrics.health.ready = True
     watch = BrokerWatch(problems, metrics, cluster.probe, bound_s=30, every_s=5,
                         clock=lambda: now[0])
     return problems, metrics, cluster, now, watch
@@ -77,7 +77,7 @@ def test_a_broker_back_within_the_bound_never_reports(
     cluster.up = True
     now[0] += 5
     watch.tick()
-    assert problems.brokers_down_at is None and metrics.unreachable is None
+    assert problems.brokers_down_at is None and metrics.health.unreachable is None
     now[0] += 100
     watch.tick()
     assert readiness(metrics)[0] == 200

@@ -176,7 +176,7 @@ def test_a_failed_handshake_reported_by_librdkafka_becomes_fatal_at_once() -> No
 
 def test_a_repeating_failure_backs_off_and_turns_readyz_503_with_its_cause() -> None:
     metrics = Metrics()
-    metrics.ready = True
+    metrics.health.ready = True
     server = serve(metrics, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.server_port}/readyz"
     try:

@@ -1,0 +1,56 @@
+"""What ``/healthz`` and ``/readyz`` report, kept apart from the Prometheus metrics.
+
+Health is a report, never a channel: the run loop decides with its own
+state and *tells* health what it found (restored, fatal, degraded,
+unreachable); nothing reads a health field to decide what to do next.
+
+* ``/healthz`` (liveness): the loop ticked within ``liveness_s`` and nothing
+  fatal happened — a restart helps only then.
+* ``/readyz`` (readiness): assigned partitions restored, nothing fatal,
+  transactions not failing past their bound (``failures.py``) and a broker
+  answering (``broker_watch.py``); the body names the first cause.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class Health:
+    def __init__(self, on_degraded: Callable[[float], object] | None = None) -> None:
+        #: called with 1 while degraded or unreachable, else 0 (the metric)
+        self._on_degraded = on_degraded
+        self.last_tick = time.monotonic()
+        self.ready = False
+        self.fatal: str | None = None
+        #: cause of a repeating failure past its bound
+        self.degraded: str | None = None
+        #: set while no broker has answered past a bound
+        self.unreachable: str | None = None
+
+    def tick(self) -> None:
+        self.last_tick = time.monotonic()
+
+    def set_degraded(self, cause: str | None) -> None:
+        self.degraded = cause
+        self._report()
+
+    def set_unreachable(self, cause: str | None) -> None:
+        self.unreachable = cause
+        self._report()
+
+    def _report(self) -> None:
+        if self._on_degraded is not None:
+            self._on_degraded(0 if self.degraded is None and self.unreachable is None else 1)
+
+    def liveness(self, liveness_s: float = 60.0) -> tuple[int, bytes]:
+        alive = self.fatal is None and time.monotonic() - self.last_tick < liveness_s
+        return (200, b"ok\n") if alive else (503, b"stalled\n")
+
+    def readiness(self) -> tuple[int, bytes]:
+        if (self.ready and self.fatal is None and self.degraded is None
+                and self.unreachable is None):
+            return 200, b"ready\n"
+        cause = self.fatal or self.degraded or self.unreachable or "restoring"
+        return 503, f"not ready: {cause}\n".encode()
