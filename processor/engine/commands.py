@@ -26,10 +26,10 @@ from typing import Any, Final, Protocol
 import orjson
 
 from processor.core.errors import InvalidInput
+from processor.protocol import CONTROL_VERSION
 
 log = logging.getLogger("processor.control")
 
-CONTROL_VERSION: Final = 1
 COMMANDS: Final = frozenset({"redrive"})
 MAX_COMMAND_BYTES: Final = 4096
 _FIELDS: Final = frozenset({"v", "command", "sessionId", "seq"})

@@ -33,6 +33,7 @@ from processor.engine.gate import Gate, judge, refusal
 from processor.engine.output import session_output
 from processor.engine.records import Batch, Fate, Out, Outcome, Record, Tally
 from processor.engine.runtime import Quarantine, SessionRuntime, ViewChange
+from processor.protocol import transcript_page
 from processor.service.codec import Checkpoint, Codec, CodecError, DeadLetter, session_key, view_key
 from processor.service.config import ServiceConfig
 
@@ -186,7 +187,7 @@ class Engine:
         published = cp.surface.get("service", {}).get("published", {})
         pages = -(-int(published.get("transcript", 0)) // self.config.transcript_page_size)
         names = [*CORE_VIEW_NAMES, *(d.key for d in self.registry.definitions() if d.wire),
-                 *(f"transcript.{n}" for n in range(pages))]
+                 *(transcript_page(n) for n in range(pages))]
         pending.extend((self.topics.views, partition, view_key(sid, name)) for name in names)
 
     def sessions_held(self) -> int:

@@ -30,13 +30,11 @@ from typing import Any
 
 from processor.core.events import Event
 from processor.core.session import Session, event_digest
-
-CORE_VERSION = -1
+from processor.protocol import CORE_STATE_VERSION, SERVICE_STATE_VERSION, transcript_page
 
 
 def _short_digest(event: Event) -> bytes:
     return bytes.fromhex(event_digest(event)[:16])
-SERVICE_STATE_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +124,12 @@ class SessionRuntime:
                   else None)
         if pub.get("messages") != marker:
             pub["messages"] = marker
-            yield ViewChange("messages", CORE_VERSION, session.derive_messages())
+            yield ViewChange("messages", CORE_STATE_VERSION, session.derive_messages())
         surface = (state.replace_generation, state.content_generation, len(state.nodes),
                    marker[2])
         if pub.get("surface") != surface:
             pub["surface"] = surface
-            yield ViewChange("surface", CORE_VERSION, session.surface_view())
+            yield ViewChange("surface", CORE_STATE_VERSION, session.surface_view())
         total = session.transcript_count
         if pub.get("transcript") != total:
             published_total = pub.get("transcript", session.transcript_base)
@@ -139,17 +137,17 @@ class SessionRuntime:
             last_page = max(total - 1, 0) // page_size
             for page in range(first_page, last_page + 1):
                 start = page * page_size
-                yield ViewChange(f"transcript.{page}", CORE_VERSION,
+                yield ViewChange(transcript_page(page), CORE_STATE_VERSION,
                                  session.transcript_slice(start, min(start + page_size, total)))
             pub["transcript"] = total
-            yield ViewChange("transcript", CORE_VERSION, {
+            yield ViewChange("transcript", CORE_STATE_VERSION, {
                 "total": total, "pageSize": page_size,
                 "pages": (total + page_size - 1) // page_size})
             session.drop_transcript_before(last_page * page_size)
         status = self.status()
         if pub.get("status") != status:
             pub["status"] = status
-            yield ViewChange("status", CORE_VERSION, status)
+            yield ViewChange("status", CORE_STATE_VERSION, status)
 
     def status(self) -> dict[str, Any]:
         if self.quarantine is None:

@@ -56,6 +56,7 @@ from processor.inspect.history import (
 )
 from processor.inspect.redact import redact
 from processor.inspect.state import InspectorState
+from processor.protocol import is_transcript_page
 from processor.service.views_reader import (
     CORE_VIEWS,
     assemble_transcript,
@@ -170,7 +171,7 @@ class Inspector:
         units = [{"name": name, "asOfSeq": rec.as_of_seq, "stateVersion": rec.state_version,
                   "observedSeq": observed, "value": rec.value}
                  for name, rec in sorted(views.items())
-                 if name not in CORE_VIEWS and not name.startswith("transcript.")]
+                 if name not in CORE_VIEWS and not is_transcript_page(name)]
         surface = views.get("surface")
         messages = views.get("messages")
         return _json({

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from processor.protocol import TOPIC_SUFFIXES
+
 AnchorPolicy = Literal["fail", "rebuild"]
 
 _ENV_PREFIX = "PROCESSOR_"
@@ -34,8 +36,7 @@ class TopicNames:
 
     @classmethod
     def for_prefix(cls, prefix: str) -> TopicNames:
-        return cls(f"{prefix}.events", f"{prefix}.views", f"{prefix}.checkpoints",
-                   f"{prefix}.dlq", f"{prefix}.control")
+        return cls(*(f"{prefix}.{suffix}" for suffix in TOPIC_SUFFIXES))
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,6 @@ from confluent_kafka import (
 
 from processor.engine.commands import (  # re-exported: the writer and tools build commands
     COMMANDS,
-    CONTROL_VERSION,
     MAX_COMMAND_BYTES,
     Command,
     CommandError,
@@ -51,6 +50,7 @@ from processor.engine.commands import (  # re-exported: the writer and tools bui
     partition_of,
     redrive,
 )
+from processor.protocol import CONTROL_VERSION
 from processor.service.kafka_errors import message_error
 
 __all__ = ["COMMANDS", "CONTROL_VERSION", "MAX_COMMAND_BYTES", "Command", "CommandError",

@@ -90,7 +90,6 @@ GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
 
 #: Header name the old protocol read as a command; it is now ignored on events
 #: (kept so tests can prove a forged header does nothing).
-CONTROL_HEADER = "processor-control"
 
 
 def _offset(msg: Message) -> int:

@@ -47,6 +47,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from processor.protocol import CORE_VIEWS, is_transcript_page, transcript_page
 from processor.service import clients
 from processor.service.codec import (
     Codec,
@@ -82,7 +83,6 @@ __all__ = [
 log = logging.getLogger("processor.views_reader")
 
 #: Views every session has besides its domain projection units.
-CORE_VIEWS = ("messages", "surface", "transcript", "status")
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +358,7 @@ def assemble_transcript(views: SessionViews) -> list[Any]:
         return []
     out: list[Any] = []
     for n in range(index.value["pages"]):
-        page = views.get(f"transcript.{n}")
+        page = views.get(transcript_page(n))
         if page is None:
             raise ValueError(f"transcript page {n} is missing")
         out.extend(page.value)
@@ -382,7 +382,7 @@ def session_fold_equivalent(views: SessionViews) -> dict[str, Any]:
         "messages": views["messages"].value,
         "transcript": assemble_transcript(views),
         "projections": {name: rec.value for name, rec in views.items()
-                        if name not in CORE_VIEWS and not name.startswith("transcript.")},
+                        if name not in CORE_VIEWS and not is_transcript_page(name)},
         "status": status["state"],
     }
 

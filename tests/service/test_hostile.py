@@ -39,13 +39,14 @@ from processor.core.builder import LogBuilder
 from processor.core.events import Event, parse_event
 from processor.engine.dead_letters import MAX_COPIED_VALUE
 from processor.offline import fold_events, session_output
+from processor.protocol import CONTROL_HEADER
 from processor.service import clients
 from processor.service.codec import View, default_codec
 from processor.service.control import partition_of, redrive
 from processor.service.kafka_errors import KafkaFatal
 from processor.service.metrics import Metrics, serve
 from processor.service.restore import read_partitions
-from processor.service.runner import CONTROL_HEADER, Processor
+from processor.service.runner import Processor
 from processor.service.views_reader import (
     materialize_views,
     offline_equivalent,

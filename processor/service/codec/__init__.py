@@ -100,6 +100,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from processor.core.events import Event
+from processor.protocol import CORE_STATE_VERSION
 from processor.service.codec.framed import (
     Codec,
 )
@@ -107,7 +108,6 @@ from processor.service.codec.names import (
     CHECKPOINT,
     COMPRESS_THRESHOLD,
     CONFLUENT_MAGIC,
-    CORE_STATE_VERSION,
     DEAD_LETTER,
     MAX_VIEW_PART_BYTES,
     SESSION_EVENT,

@@ -20,7 +20,6 @@ _SO_HEADER_LEN: Final = 10
 _CF_HEADER_LEN: Final = 5
 
 #: ``stateVersion`` of the core views (messages, transcript, surface, status).
-CORE_STATE_VERSION: Final = -1
 #: JSON payloads larger than this many bytes are zstd-compressed.
 COMPRESS_THRESHOLD: Final = 1024
 ZSTD_LEVEL: Final = 3
