@@ -17,7 +17,7 @@ caller explicitly drops it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -219,6 +219,39 @@ def iter_lines(content: bytes, max_line_bytes: int | None = None,
         pos = stop + 1
 
 
+def json_lines(content: bytes, *, drop_torn_tail: bool = False,
+               where: Callable[[], str] = lambda: "",
+               ) -> Iterator[tuple[int, Any, TornTail | None]]:
+    """``(byte offset, JSON value, None)`` for every line, in order.
+
+    A last line without its newline that is not JSON is a torn tail (a crash
+    mid-write): refused, or with ``drop_torn_tail`` yielded once as
+    ``(offset, None, TornTail)`` and the iteration ends.  Any other line that
+    is not JSON is refused naming its offset (and ``where()``, e.g. the seq it
+    must have).  ``ingest --raw`` and the fold read files through this one path.
+    """
+    for offset, line, terminated in iter_lines(content):
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            if not terminated:
+                if drop_torn_tail:
+                    yield offset, None, TornTail(offset, len(line))
+                    return
+                raise SessionFileError(
+                    f"torn last line at byte offset {offset} ({len(line)} bytes); "
+                    "pass --drop-torn-tail to fold without it"
+                ) from None
+            hint = where()
+            raise SessionFileError(f"line at byte offset {offset}{f' ({hint})' if hint else ''} "
+                                   "is not valid JSON") from None
+        yield offset, value, None
+
+
+def is_header_line(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") == "session"
+
+
 def parse_session_bytes(content: bytes, *, drop_torn_tail: bool = False,
                         session_id: str = "unknown",
                         stop_after_seq: int | None = None) -> SessionFile:
@@ -227,24 +260,18 @@ def parse_session_bytes(content: bytes, *, drop_torn_tail: bool = False,
     events: list[Event] = []
     torn: TornTail | None = None
     first = True
-    for offset, line, terminated in iter_lines(content):
+
+    def where() -> str:
+        return f"seq {events[-1].seq + 1}?" if events else "first event"
+
+    for _offset, raw, torn_tail in json_lines(content, drop_torn_tail=drop_torn_tail,
+                                             where=where):
+        if torn_tail is not None:
+            torn = torn_tail
+            break
         if stop_after_seq is not None and events and events[-1].seq >= stop_after_seq:
             break
-        try:
-            raw = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            if not terminated:
-                torn = TornTail(offset, len(line))
-                if drop_torn_tail:
-                    break
-                raise SessionFileError(
-                    f"torn last line at byte offset {offset} ({len(line)} bytes); "
-                    "pass --drop-torn-tail to fold without it"
-                ) from None
-            where = f"seq {events[-1].seq + 1}?" if events else "first event"
-            raise SessionFileError(f"line at byte offset {offset} ({where}) is not valid JSON"
-                                   ) from None
-        if first and isinstance(raw, dict) and raw.get("type") == "session":
+        if first and is_header_line(raw):
             header = check_header(raw)
             first = False
             continue
@@ -265,19 +292,26 @@ def parse_session_bytes(content: bytes, *, drop_torn_tail: bool = False,
     )
 
 
-def read_session_file(path: str | Path, *, drop_torn_tail: bool = False,
-                      stop_after_seq: int | None = None) -> SessionFile:
-    """Read a session log file (see the module docstring).
-
-    A file without a header gets a synthetic one whose id is the file's stem
-    (or its folder's name for the harness's ``session.jsonl`` naming).
-    """
+def file_session_id(path: str | Path) -> str:
+    """The id of a header-less file: its stem, or its folder's name for the
+    runtime's ``<session>/session.v4.jsonl`` naming."""
     p = Path(path)
     name = p.name.split(".")[0]
     if name == "session" and p.parent.name:
         name = p.parent.name
-    return parse_session_bytes(read_bytes(p), drop_torn_tail=drop_torn_tail,
-                               session_id=name, stop_after_seq=stop_after_seq)
+    return name
+
+
+def read_session_file(path: str | Path, *, drop_torn_tail: bool = False,
+                      stop_after_seq: int | None = None) -> SessionFile:
+    """Read a session log file (see the module docstring).
+
+    A file without a header gets a synthetic one whose id is
+    :func:`file_session_id`.
+    """
+    return parse_session_bytes(read_bytes(path), drop_torn_tail=drop_torn_tail,
+                               session_id=file_session_id(path),
+                               stop_after_seq=stop_after_seq)
 
 
 def write_session_file(path: str | Path, header: SessionHeader | None,

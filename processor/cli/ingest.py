@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
-import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from processor.cli.common import service_options
@@ -39,7 +37,9 @@ from processor.core.events import Event
 from processor.files import (
     SessionFileError,
     check_header,
-    iter_lines,
+    file_session_id,
+    is_header_line,
+    json_lines,
     read_bytes,
     read_session_file,
 )
@@ -70,14 +70,6 @@ class IngestStats:
                 self.first_delivery_error = str(err)
 
 
-def _file_session_id(path: Path) -> str:
-    """The id :func:`processor.files.read_session_file` gives a header-less file."""
-    name = path.name.split(".")[0]
-    if name == "session" and path.parent.name:
-        name = path.parent.name
-    return name
-
-
 def validated_events(path: Path, session_id: str | None, drop_torn_tail: bool,
                      ) -> tuple[str, list[Event]]:
     """The file's session id and events, after a full fold by the core.
@@ -87,7 +79,7 @@ def validated_events(path: Path, session_id: str | None, drop_torn_tail: bool,
     ``SessionFileError`` or ``SessionError``.
     """
     file = read_session_file(path, drop_torn_tail=drop_torn_tail)
-    sid = session_id or (str(file.header["id"]) if file.has_header else _file_session_id(path))
+    sid = session_id or (str(file.header["id"]) if file.has_header else file_session_id(path))
     session = new_session(file.header)
     for event in file.events:
         session.append(event)
@@ -104,34 +96,16 @@ def raw_envelopes(path: Path, session_id: str | None, drop_torn_tail: bool,
     is read before anything is produced, so an unreadable file produces
     nothing even in raw mode.
     """
-    content = read_bytes(path)
-    lines = list(iter_lines(content))
     header_id: str | None = None
-    if lines:
-        line = lines[0][1]
-        try:
-            first = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            first = None
-        if isinstance(first, dict) and first.get("type") == "session":
-            header_id = str(check_header(first)["id"])
-            lines = lines[1:]
-    sid = session_id or header_id or _file_session_id(path)
-
-    def envelopes() -> Iterator[tuple[int, Any]]:
-        for offset, line, terminated in lines:
-            try:
-                yield offset, orjson.loads(line)
-            except orjson.JSONDecodeError:
-                if not terminated:
-                    if drop_torn_tail:
-                        return
-                    raise SessionFileError(f"torn last line at byte offset {offset} "
-                                           f"({len(line)} bytes); pass --drop-torn-tail") from None
-                raise SessionFileError(f"line at byte offset {offset} is not valid JSON"
-                                       ) from None
-
-    return sid, list(envelopes())
+    envelopes: list[tuple[int, Any]] = []
+    for offset, value, torn in json_lines(read_bytes(path), drop_torn_tail=drop_torn_tail):
+        if torn is not None:
+            break
+        if not envelopes and header_id is None and is_header_line(value):
+            header_id = str(check_header(value)["id"])
+            continue
+        envelopes.append((offset, value))
+    return session_id or header_id or file_session_id(path), envelopes
 
 
 def _flush(producer: Producer, problems: ClientProblems, timeout: float = 60) -> int:
