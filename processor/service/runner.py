@@ -140,6 +140,9 @@ class Processor:
         self._gauges_at = 0.0
         self._lag_labels: set[int] = set()
         self._leaving: set[int] = set()  # partitions being revoked (during _on_revoke)
+        #: while revoking: the monotonic time the revoke's commit must end by
+        #: (``revoke_budget_ms``; the derived transaction timeout assumes it)
+        self._deadline: float | None = None
         #: what ended the run, when it was found in a callback (re-raised by the loop)
         self._fatal: ProcessorError | None = None
         self.health = self.metrics.health  # the report; never read to decide
@@ -224,6 +227,14 @@ class Processor:
         finally:
             self._close()
 
+    def _timeout(self, default_s: float) -> float:
+        """A transaction step's timeout: ``default_s``, or what is left of the
+        revoke budget while revoking (a shutdown revokes too), so a revoke
+        never outlasts the budget the transaction timeout was sized for."""
+        if self._deadline is None:
+            return default_s
+        return max(0.1, min(default_s, self._deadline - time.monotonic()))
+
     def _fail(self, error: ProcessorError) -> ProcessorError:
         """Remember what ends the run (a callback cannot end it) and report it."""
         self._fatal = self._fatal or error
@@ -280,6 +291,7 @@ class Processor:
         # we keep: the revoked ones are the next owner's to restore, and a
         # back-off would only delay the whole group's rebalance.
         self._leaving = {tp.partition for tp in partitions}
+        self._deadline = time.monotonic() + self.config.revoke_budget_ms / 1000
         try:
             if not self._dead:
                 self._commit()  # finish the open batch while we still own the partitions
@@ -288,6 +300,7 @@ class Processor:
             self._abort(set())
         finally:
             self._leaving = set()
+            self._deadline = None
         for tp in partitions:
             self._partitions.pop(tp.partition, None)
         consumer.incremental_unassign(partitions)
@@ -469,10 +482,12 @@ class Processor:
                 faultpoints.hit(faultpoints.BEFORE_SEND_OFFSETS, lambda: producer.flush(30))
                 if offsets:
                     transactions.retrying(lambda: producer.send_offsets_to_transaction(
-                        offsets, consumer.consumer_group_metadata(), 30), self.metrics)
-                transactions.retrying(lambda: producer.commit_transaction(60), self.metrics)
+                        offsets, consumer.consumer_group_metadata(), self._timeout(30)),
+                        self.metrics)
+                transactions.retrying(lambda: producer.commit_transaction(self._timeout(60)),
+                                      self.metrics)
             else:
-                remaining = producer.flush(60)
+                remaining = producer.flush(self._timeout(60))
                 if remaining:
                     raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                                     f"{remaining} records not delivered"))

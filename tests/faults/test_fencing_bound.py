@@ -62,3 +62,19 @@ def test_a_fence_within_the_transaction_timeout_is_another_member_not_a_fault() 
         assert proc._replace_producer(KafkaError(code), open_s=timeout_s / 2) is False
     assert proc._producer is None  # nothing was replaced
     assert proc._fatal_budget.allow(KafkaError(KafkaError.INVALID_TXN_STATE))  # budget unspent
+
+
+def test_a_revoke_commits_within_the_revoke_budget_the_timeout_was_sized_for() -> None:
+    """The derived transaction timeout assumes a revoke's commit ends within
+    revoke_budget_ms; its steps' timeouts shrink to what is left of it."""
+    import time
+
+    from processor.service.runner import Processor
+
+    proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1", revoke_budget_ms=2_000))
+    assert proc._timeout(60) == 60  # not revoking: the step's own timeout
+    proc._deadline = time.monotonic() + 2.0
+    assert 0.1 <= proc._timeout(60) <= 2.0
+    assert proc._timeout(0.5) == 0.5
+    proc._deadline = time.monotonic() - 1
+    assert proc._timeout(60) == 0.1  # spent: fail fast, abort, let the next owner restore
