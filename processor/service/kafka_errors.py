@@ -114,6 +114,11 @@ def classify(exc: BaseException, *, operation: str = "", resource: str = "") -> 
     return Verdict(Kind.ABORT, text, err.code())
 
 
+#: Errors that say a broker is unreachable or went away.
+BROKER_TROUBLE = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                            KafkaError._RESOLVE})
+
+
 class ClientProblems:
     """Collects librdkafka's global errors for the run loop (``error_cb``/``logger``).
 
@@ -130,6 +135,10 @@ class ClientProblems:
         #: monotonic time librdkafka first said all brokers are down (cleared
         #: by ``BrokerWatch`` when one answers again)
         self.brokers_down_at: float | None = None
+        #: monotonic time of the last transport-level error (a broker gone or
+        #: restarting): a transactional fence soon after it is the cluster's,
+        #: not another member's (runner._replace_producer)
+        self.broker_trouble_at: float | None = None
 
     def error_cb(self, err: KafkaError, operation: str = "") -> None:
         with self._lock:
@@ -142,6 +151,8 @@ class ClientProblems:
                 return
             if err.code() == KafkaError._ALL_BROKERS_DOWN and self.brokers_down_at is None:
                 self.brokers_down_at = time.monotonic()
+            if err.code() in BROKER_TROUBLE:
+                self.broker_trouble_at = time.monotonic()
             line = f"{err.name()}: {err.str()}"
             if line == self.last_error:
                 return  # a broker that stays down reports every few seconds

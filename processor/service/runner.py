@@ -534,16 +534,21 @@ class Processor:
         fault suite); a new producer with the same transactional id fences
         the old one and aborts its open transaction, and the batch is then
         refolded from the checkpoints.  A fence within the transaction
-        timeout (``open_s``: how long the failed transaction was open) means
-        another live member has our instance id: that ends the process
-        (``FENCED``).  Bounded (FatalBudget): a cause that persists — missing
-        ACLs — still ends the process.
+        timeout (``open_s``: how long the failed transaction was open) while
+        every broker answers means another live member has our instance id:
+        that ends the process (``FENCED``).  Shortly after a broker went away
+        a coordinator fails over and may fence the transaction itself (seen
+        in the fault suite): that is answered with a new producer.  Bounded
+        (FatalBudget): a cause that persists — missing ACLs — still ends the
+        process.
         """
         timeout_s = self.config.effective_transaction_timeout_ms / 1000
-        if err.code() in FENCED and open_s < timeout_s:
-            log.error("producer fenced after %.1f s, within the transaction timeout (%.1f s): "
-                      "another member runs with instance id %r", open_s, timeout_s,
-                      self.instance_id)
+        trouble = self.problems.broker_trouble_at
+        cluster_fault = trouble is not None and time.monotonic() - trouble < 2 * timeout_s
+        if err.code() in FENCED and open_s < timeout_s and not cluster_fault:
+            log.error("producer fenced after %.1f s, within the transaction timeout (%.1f s) "
+                      "and with every broker answering: another member runs with instance "
+                      "id %r", open_s, timeout_s, self.instance_id)
             return False
         if not self._fatal_budget.allow(err):
             return False

@@ -61,6 +61,11 @@ def test_a_fence_within_the_transaction_timeout_is_another_member_not_a_fault() 
     for code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
         assert proc._replace_producer(KafkaError(code), open_s=timeout_s / 2) is False
     assert proc._producer is None  # nothing was replaced
+    # a broker failing moments ago explains a fence (a coordinator failover):
+    # then it is not taken for another member (the replacement path is the
+    # fault suite's, it needs a cluster)
+    proc.problems.error_cb(KafkaError(KafkaError._TRANSPORT, "Connect failed"))
+    assert proc.problems.broker_trouble_at is not None
     assert proc._fatal_budget.allow(KafkaError(KafkaError.INVALID_TXN_STATE))  # budget unspent
 
 
