@@ -44,9 +44,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(FIGURES)}")
     ap.add_argument("--runs", type=int, default=3, help="runs per figure (median, min, max)")
-    ap.add_argument("--scale", choices=sorted(SCALES), default="1k",
-                    help="workload size: " + ", ".join(
-                        f"{k} = {s:,} sessions x {e} events" for k, (s, e) in SCALES.items()))
+    ap.add_argument(
+        "--scale",
+        choices=sorted(SCALES),
+        default="1k",
+        help="workload size: "
+        + ", ".join(f"{k} = {s:,} sessions x {e} events" for k, (s, e) in SCALES.items()),
+    )
     ap.add_argument("--no-report", action="store_true", help="do not rewrite BENCHMARKS.md")
     return ap.parse_args(argv)
 
@@ -68,8 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         broker = LocalBroker()
         bootstrap = broker.start()
         _say(f"local broker at {bootstrap}")
-    ctx = Context(bootstrap=bootstrap, runs=args.runs, scale=args.scale,
-                  command=command.strip(), revision=git_revision())
+    ctx = Context(
+        bootstrap=bootstrap,
+        runs=args.runs,
+        scale=args.scale,
+        command=command.strip(),
+        revision=git_revision(),
+    )
     durations: dict[str, float] = {}
     try:
         if any(FIGURES[f][1] for f in selected):
@@ -95,11 +104,17 @@ def main(argv: list[str] | None = None) -> int:
             broker.stop()
     total = time.perf_counter() - started
     summary: dict[str, Any] = {
-        "figure": "summary", "command": ctx.command, "revision": ctx.revision,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": args.runs, "scale": args.scale,
-        "selected": selected, "durations_s": {k: round(v, 1) for k, v in durations.items()},
-        "total_s": round(total, 1), "broker": "KAFKA_BOOTSTRAP_SERVERS" if broker is None
-        else "local (processor.devbroker)", "cpus": os.cpu_count(),
+        "figure": "summary",
+        "command": ctx.command,
+        "revision": ctx.revision,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "runs": args.runs,
+        "scale": args.scale,
+        "selected": selected,
+        "durations_s": {k: round(v, 1) for k, v in durations.items()},
+        "total_s": round(total, 1),
+        "broker": "KAFKA_BOOTSTRAP_SERVERS" if broker is None else "local (processor.devbroker)",
+        "cpus": os.cpu_count(),
         "workload": ctx.workload.describe() if ctx.workload is not None else None,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -108,8 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     if set(selected) != set(FIGURES) and previous.get("full_suite"):
         summary["full_suite"] = previous["full_suite"]  # keep the last whole-suite timing
     elif set(selected) == set(FIGURES):
-        summary["full_suite"] = {"command": ctx.command, "total_s": summary["total_s"],
-                                 "date": summary["date"], "revision": ctx.revision}
+        summary["full_suite"] = {
+            "command": ctx.command,
+            "total_s": summary["total_s"],
+            "date": summary["date"],
+            "revision": ctx.revision,
+        }
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     if not args.no_report:
         path = report.write(RESULTS, Path(__file__).resolve().parent.parent / "BENCHMARKS.md")

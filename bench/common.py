@@ -59,22 +59,32 @@ def unique(prefix: str) -> str:
 
 def git_revision() -> str:
     """Short HEAD, with ``+dirty`` when ``processor/`` or ``bench/`` has local changes."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+
     rev = git("rev-parse", "--short", "HEAD") or "unknown"
     dirty = git("status", "--porcelain", "--", "processor", "schemas")
     return f"{rev}+dirty" if dirty else rev
 
 
 def spread(samples: Sequence[float], digits: int = 3) -> dict[str, Any]:
-    return {"median": round(statistics.median(samples), digits),
-            "min": round(min(samples), digits), "max": round(max(samples), digits),
-            "samples": [round(s, digits) for s in samples]}
+    return {
+        "median": round(statistics.median(samples), digits),
+        "min": round(min(samples), digits),
+        "max": round(max(samples), digits),
+        "samples": [round(s, digits) for s in samples],
+    }
 
 
-def measure(label: str, unit: str, samples: Sequence[float], digits: int = 1,
-            ) -> dict[str, Any]:
+def measure(
+    label: str,
+    unit: str,
+    samples: Sequence[float],
+    digits: int = 1,
+) -> dict[str, Any]:
     return {"label": label, "unit": unit, **spread(samples, digits)}
 
 
@@ -85,9 +95,14 @@ def ratio(label: str, nums: Sequence[float], dens: Sequence[float]) -> dict[str,
 
 def result(ctx: Context, figure: str, title: str, **fields: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "figure": figure, "title": title, "revision": ctx.revision or git_revision(),
-        "command": ctx.command, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "runs": ctx.runs, "scale": ctx.scale, "python": sys.version.split()[0],
+        "figure": figure,
+        "title": title,
+        "revision": ctx.revision or git_revision(),
+        "command": ctx.command,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "runs": ctx.runs,
+        "scale": ctx.scale,
+        "python": sys.version.split()[0],
     }
     doc.update(fields)
     return doc
@@ -108,8 +123,9 @@ def rss_bytes() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def group_offsets(config: ServiceConfig, group: str, topic: str,
-                  partitions: Iterable[int]) -> dict[int, int]:
+def group_offsets(
+    config: ServiceConfig, group: str, topic: str, partitions: Iterable[int]
+) -> dict[int, int]:
     """Committed offsets of ``group`` (the consumer is created with that group id)."""
     consumer = Consumer({**config.common(), "group.id": group, "enable.auto.commit": False})
     try:
@@ -119,8 +135,11 @@ def group_offsets(config: ServiceConfig, group: str, topic: str,
     return {tp.partition: tp.offset for tp in tps}
 
 
-def wait_topics_ready(config: ServiceConfig, topics: Iterable[str], timeout: float = 30,
-                      ) -> None:
+def wait_topics_ready(
+    config: ServiceConfig,
+    topics: Iterable[str],
+    timeout: float = 30,
+) -> None:
     """Block until every partition of ``topics`` has a leader that answers a watermark query.
 
     A just-created topic answers NOT_LEADER_FOR_PARTITION for a moment; the
@@ -133,8 +152,11 @@ def wait_topics_ready(config: ServiceConfig, topics: Iterable[str], timeout: flo
             while True:
                 try:
                     meta = consumer.list_topics(topic, timeout=10).topics[topic]
-                    if meta.error is None and meta.partitions and all(
-                            pm.leader >= 0 for pm in meta.partitions.values()):
+                    if (
+                        meta.error is None
+                        and meta.partitions
+                        and all(pm.leader >= 0 for pm in meta.partitions.values())
+                    ):
                         for p in meta.partitions:
                             consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
                         break

@@ -18,25 +18,42 @@ EVENTS = 30_000
 
 def run(ctx: Context) -> dict[str, Any]:
     raw_path = ctx.results / "tmp" / "fold_speed_raw.json"
-    raw: dict[str, Any] = fold_speed.main(["--events", str(EVENTS), "--runs", str(ctx.runs),
-                                           "--out", str(raw_path)])
+    raw: dict[str, Any] = fold_speed.main(
+        ["--events", str(EVENTS), "--runs", str(ctx.runs), "--out", str(raw_path)]
+    )
     rates: dict[str, dict[str, Any]] = raw["events_per_s"]  # type: ignore[assignment]
     fold, env, js = rates["fold"], rates["envelope"], rates["json"]
     ratio = raw["ratio_fold_to_envelope"]
     return result(
-        ctx, "fold_speed", "Core fold speed, offline (bench/fold_speed.py)",
+        ctx,
+        "fold_speed",
+        "Core fold speed, offline (bench/fold_speed.py)",
         workload=f"one generated session of {EVENTS:,} events, "
-                 f"{raw['file_bytes'] / 2**20:.1f} MiB JSONL",
+        f"{raw['file_bytes'] / 2**20:.1f} MiB JSONL",
         value={"label": "core fold (processor fold)", "unit": "events/s", **fold},
-        baseline={"label": "envelope: orjson + parse_event (validate + freeze)",
-                  "unit": "events/s", **env},
-        ratio={"label": "fold / envelope (of medians)", "median": ratio, "min": ratio,
-               "max": ratio},
-        targets=[{"text": "no target (the core's own ceiling for the service figures)",
-                  "met": None}],
-        rows=[["json only: orjson.loads per line (events/s)",
-               f"{js['median']:,} (min {js['min']:,}, max {js['max']:,})"],
-              ["fold / json (of medians)", f"{raw['ratio_fold_to_json']}"],
-              ["exact command of the underlying bench",
-               f"python -m bench.fold_speed --events {EVENTS} --runs {ctx.runs}"]],
+        baseline={
+            "label": "envelope: orjson + parse_event (validate + freeze)",
+            "unit": "events/s",
+            **env,
+        },
+        ratio={
+            "label": "fold / envelope (of medians)",
+            "median": ratio,
+            "min": ratio,
+            "max": ratio,
+        },
+        targets=[
+            {"text": "no target (the core's own ceiling for the service figures)", "met": None}
+        ],
+        rows=[
+            [
+                "json only: orjson.loads per line (events/s)",
+                f"{js['median']:,} (min {js['min']:,}, max {js['max']:,})",
+            ],
+            ["fold / json (of medians)", f"{raw['ratio_fold_to_json']}"],
+            [
+                "exact command of the underlying bench",
+                f"python -m bench.fold_speed --events {EVENTS} --runs {ctx.runs}",
+            ],
+        ],
     )

@@ -39,8 +39,13 @@ def _parse_lines(path: Path) -> tuple[int, float]:
 
 def _fold_cli(path: Path) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "processor", "fold", str(path), "--compact"],
-                   cwd=REPO, env=python_env(), stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "processor", "fold", str(path), "--compact"],
+        cwd=REPO,
+        env=python_env(),
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     return time.perf_counter() - t0
 
 
@@ -65,7 +70,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             fold_rates.append(n / fold_s)
             parse_rates.append(n / parse_s)
     result: dict[str, object] = {
-        "benchmark": "fold_cli", "events": args.events, "file_bytes": size, "runs": args.runs,
+        "benchmark": "fold_cli",
+        "events": args.events,
+        "file_bytes": size,
+        "runs": args.runs,
         "fold_cli_events_per_s": [round(r) for r in fold_rates],
         "orjson_lines_events_per_s": [round(r) for r in parse_rates],
         "ratios": [round(r, 4) for r in ratios],

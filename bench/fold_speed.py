@@ -80,13 +80,19 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             rates["envelope"].append(_time(_envelope, path))
             rates["fold"].append(_time(_fold, path))
     med = {k: statistics.median(v) for k, v in rates.items()}
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     result: dict[str, object] = {
-        "benchmark": "fold_speed", "revision": rev, "events": args.events,
-        "file_bytes": size, "runs": args.runs,
-        "events_per_s": {k: {"median": round(med[k]), "min": round(min(v)),
-                             "max": round(max(v))} for k, v in rates.items()},
+        "benchmark": "fold_speed",
+        "revision": rev,
+        "events": args.events,
+        "file_bytes": size,
+        "runs": args.runs,
+        "events_per_s": {
+            k: {"median": round(med[k]), "min": round(min(v)), "max": round(max(v))}
+            for k, v in rates.items()
+        },
         "ratio_fold_to_json": round(med["fold"] / med["json"], 3),
         "ratio_fold_to_envelope": round(med["fold"] / med["envelope"], 3),
         "python": sys.version.split()[0],

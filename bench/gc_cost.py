@@ -37,8 +37,10 @@ POOL = 300
 def _logs(count: int, length: int, seed: int) -> list[list[bytes]]:
     from processor.workload import generate_session
 
-    return [[e.to_bytes() for e in generate_session(random.Random(seed + i), length)]
-            for i in range(count)]
+    return [
+        [e.to_bytes() for e in generate_session(random.Random(seed + i), length)]
+        for i in range(count)
+    ]
 
 
 def child(n: int, freeze: bool) -> dict[str, Any]:
@@ -85,14 +87,20 @@ def child(n: int, freeze: bool) -> dict[str, Any]:
     gc.callbacks.remove(on_gc)
     in_gc = sum(sum(v) for v in pauses.values())
     return {
-        "sessions": n, "freeze": freeze, "build_s": round(build_s, 2),
-        "objects_tracked": len(gc.get_objects()), "frozen": gc.get_freeze_count(),
+        "sessions": n,
+        "freeze": freeze,
+        "build_s": round(build_s, 2),
+        "objects_tracked": len(gc.get_objects()),
+        "frozen": gc.get_freeze_count(),
         "full_collect_s": round(full_collect_s, 4),
-        "hot_events": sum(len(x) for x in hot), "hot_s": round(hot_s, 3),
-        "hot_gc_s": round(in_gc, 4), "hot_gc_share": round(in_gc / hot_s, 4),
+        "hot_events": sum(len(x) for x in hot),
+        "hot_s": round(hot_s, 3),
+        "hot_gc_s": round(in_gc, 4),
+        "hot_gc_share": round(in_gc / hot_s, 4),
         "hot_collections": {g: len(v) for g, v in pauses.items()},
         "hot_max_pause_s": round(max((max(v) for v in pauses.values() if v), default=0.0), 4),
-        "held": len(held), "hot_sessions": len(hot_sessions),
+        "held": len(held),
+        "hot_sessions": len(hot_sessions),
     }
 
 
@@ -108,8 +116,14 @@ def main(argv: list[str] | None = None) -> None:
     for n in (int(x) for x in args.sessions.split(",")):
         for freeze in (False, True):
             argv_c = [sys.executable, "-m", "bench.gc_cost", "--child", str(n)]
-            done = subprocess.run(argv_c + (["--freeze"] if freeze else []), cwd=REPO,
-                                  env=python_env(), capture_output=True, text=True, check=True)
+            done = subprocess.run(
+                argv_c + (["--freeze"] if freeze else []),
+                cwd=REPO,
+                env=python_env(),
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             print(done.stdout.strip().splitlines()[-1], flush=True)
 
 

@@ -100,26 +100,46 @@ def one_run(ctx: Context, commit_interval_ms: int | None = None) -> dict[str, fl
     sent: dict[tuple[str, int], float] = {}
     watcher = ViewWatcher(config, sent)
     watcher.start()
-    argv = [sys.executable, "-m", "processor", "run", "-b", ctx.bootstrap,
-            "--topic-prefix", prefix, "--group-id", config.group_id,
-            "--instance-id", f"{prefix}-0", "--max-idle-s", "60", "--log-level", "WARNING",
-            "--metrics-port", "0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "processor",
+        "run",
+        "-b",
+        ctx.bootstrap,
+        "--topic-prefix",
+        prefix,
+        "--group-id",
+        config.group_id,
+        "--instance-id",
+        f"{prefix}-0",
+        "--max-idle-s",
+        "60",
+        "--log-level",
+        "WARNING",
+        "--metrics-port",
+        "0",
+    ]
     if commit_interval_ms is not None:
         argv += ["--commit-interval-ms", str(commit_interval_ms)]
-    proc = subprocess.Popen(argv, cwd=REPO, env=python_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv, cwd=REPO, env=python_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     stderr = _Drain(proc)
     codec = default_codec()
     producer = clients.event_producer(config, "bench-latency")
     topic = config.topics.events
     try:
         for sid, events in logs:  # warm-up: seq 0 of every session, not measured
-            producer.produce(topic, key=sid.encode(), value=codec.encode_parsed_event(
-                sid, events[0]))
+            producer.produce(
+                topic, key=sid.encode(), value=codec.encode_parsed_event(sid, events[0])
+            )
         producer.flush(30)
         if not wait_for(lambda: len(watcher.seen) >= SESSIONS, 60):
-            raise RuntimeError(f"warm-up: {len(watcher.seen)} of {SESSIONS} sessions visible; "
-                               f"processor stderr: {stderr.tail()}")
+            raise RuntimeError(
+                f"warm-up: {len(watcher.seen)} of {SESSIONS} sessions visible; "
+                f"processor stderr: {stderr.tail()}"
+            )
         stream = list(interleave([(sid, evs[1:]) for sid, evs in logs]))
         stream = stream[: int(RATE * DURATION)]
         payloads = [(sid, e.seq, codec.encode_parsed_event(sid, e)) for sid, e in stream]
@@ -150,8 +170,13 @@ def one_run(ctx: Context, commit_interval_ms: int | None = None) -> dict[str, fl
     lat = watcher.latencies
     if len(lat) < len(payloads) * 0.99:
         raise RuntimeError(f"only {len(lat)} of {len(payloads)} events became visible")
-    return {"p50_ms": 1000 * statistics.median(lat), "p99_ms": 1000 * _percentile(lat, 0.99),
-            "max_ms": 1000 * max(lat), "events": len(lat), **commit}
+    return {
+        "p50_ms": 1000 * statistics.median(lat),
+        "p99_ms": 1000 * _percentile(lat, 0.99),
+        "max_ms": 1000 * max(lat),
+        "events": len(lat),
+        **commit,
+    }
 
 
 class _Drain(threading.Thread):
@@ -191,15 +216,21 @@ def _commit_stats(url: str | None) -> dict[str, float]:
     values: dict[str, float] = {}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
-        if name in ("processor_commit_seconds_sum", "processor_commit_seconds_count",
-                    "processor_batch_events_sum", "processor_batch_events_count"):
+        if name in (
+            "processor_commit_seconds_sum",
+            "processor_commit_seconds_count",
+            "processor_batch_events_sum",
+            "processor_batch_events_count",
+        ):
             values[name] = float(value)
     count = values.get("processor_commit_seconds_count", 0)
     if not count:
         return {}
-    return {"commit_ms_mean": 1000 * values["processor_commit_seconds_sum"] / count,
-            "batch_events_mean": values.get("processor_batch_events_sum", 0) / count,
-            "commits": count}
+    return {
+        "commit_ms_mean": 1000 * values["processor_commit_seconds_sum"] / count,
+        "batch_events_mean": values.get("processor_batch_events_sum", 0) / count,
+        "commits": count,
+    }
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -212,39 +243,72 @@ def run(ctx: Context) -> dict[str, Any]:
     p99 = [r["p99_ms"] for r in runs]
     med99 = statistics.median(p99)
     return result(
-        ctx, "latency", "Latency: produce -> view visible to a read_committed subscriber",
+        ctx,
+        "latency",
+        "Latency: produce -> view visible to a read_committed subscriber",
         workload=f"{SESSIONS} sessions, {RATE} events/s for {DURATION:g} s per run",
         value=measure("p99", "ms", p99),
-        baseline={"label": "commit interval (ServiceConfig.commit_interval_ms)", "unit": "ms",
-                  "median": interval, "min": interval, "max": interval, "samples": [interval]},
-        ratio={"label": "p99 / commit interval",
-               "median": round(med99 / interval, 3), "min": round(min(p99) / interval, 3),
-               "max": round(max(p99) / interval, 3),
-               "samples": [round(p / interval, 3) for p in p99]},
-        targets=[{"text": f"p99 <= 2 x commit interval = {2 * interval} ms (median p99 "
-                  f"{med99:.0f} ms)", "met": med99 <= 2 * interval}],
-        rows=[["p50 (ms)", _fmt([r["p50_ms"] for r in runs])],
-              ["max (ms)", _fmt([r["max_ms"] for r in runs])],
-              ["events measured per run", _fmt([r["events"] for r in runs])],
-              ["processor: mean transaction time (produce + send_offsets + commit), ms",
-               _fmt([r.get("commit_ms_mean", float("nan")) for r in runs])],
-              ["processor: mean events per transaction",
-               _fmt([r.get("batch_events_mean", float("nan")) for r in runs])],
-              ["processor: implied batch period = events per transaction / load rate (ms)",
-               _fmt([1000 * r.get("batch_events_mean", float("nan")) / RATE for r in runs])],
-              [f"experiment, --commit-interval-ms {TUNED_INTERVAL_MS}: p50 (ms)",
-               _fmt([r["p50_ms"] for r in tuned])],
-              [f"experiment, --commit-interval-ms {TUNED_INTERVAL_MS}: p99 (ms)",
-               _fmt([r["p99_ms"] for r in tuned])],
-              [f"experiment, --commit-interval-ms {TUNED_INTERVAL_MS}: p99 / its interval",
-               _fmt([r["p99_ms"] / TUNED_INTERVAL_MS for r in tuned])],
-              [f"experiment, --commit-interval-ms {TUNED_INTERVAL_MS}: implied batch period "
-               "(ms)",
-               _fmt([1000 * r.get("batch_events_mean", float("nan")) / RATE for r in tuned])]],
-        notes=["Transaction time and events per transaction come from the processor's own "
-               "/metrics (processor_commit_seconds, processor_batch_events) at the end of each "
-               "run; the experiment rows run the same load with a shorter commit interval, "
-               "alternating with the shipped-default runs."],
+        baseline={
+            "label": "commit interval (ServiceConfig.commit_interval_ms)",
+            "unit": "ms",
+            "median": interval,
+            "min": interval,
+            "max": interval,
+            "samples": [interval],
+        },
+        ratio={
+            "label": "p99 / commit interval",
+            "median": round(med99 / interval, 3),
+            "min": round(min(p99) / interval, 3),
+            "max": round(max(p99) / interval, 3),
+            "samples": [round(p / interval, 3) for p in p99],
+        },
+        targets=[
+            {
+                "text": f"p99 <= 2 x commit interval = {2 * interval} ms (median p99 "
+                f"{med99:.0f} ms)",
+                "met": med99 <= 2 * interval,
+            }
+        ],
+        rows=[
+            ["p50 (ms)", _fmt([r["p50_ms"] for r in runs])],
+            ["max (ms)", _fmt([r["max_ms"] for r in runs])],
+            ["events measured per run", _fmt([r["events"] for r in runs])],
+            [
+                "processor: mean transaction time (produce + send_offsets + commit), ms",
+                _fmt([r.get("commit_ms_mean", float("nan")) for r in runs]),
+            ],
+            [
+                "processor: mean events per transaction",
+                _fmt([r.get("batch_events_mean", float("nan")) for r in runs]),
+            ],
+            [
+                "processor: implied batch period = events per transaction / load rate (ms)",
+                _fmt([1000 * r.get("batch_events_mean", float("nan")) / RATE for r in runs]),
+            ],
+            [
+                f"experiment, --commit-interval-ms {TUNED_INTERVAL_MS}: p50 (ms)",
+                _fmt([r["p50_ms"] for r in tuned]),
+            ],
+            [
+                f"experiment, --commit-interval-ms {TUNED_INTERVAL_MS}: p99 (ms)",
+                _fmt([r["p99_ms"] for r in tuned]),
+            ],
+            [
+                f"experiment, --commit-interval-ms {TUNED_INTERVAL_MS}: p99 / its interval",
+                _fmt([r["p99_ms"] / TUNED_INTERVAL_MS for r in tuned]),
+            ],
+            [
+                f"experiment, --commit-interval-ms {TUNED_INTERVAL_MS}: implied batch period (ms)",
+                _fmt([1000 * r.get("batch_events_mean", float("nan")) / RATE for r in tuned]),
+            ],
+        ],
+        notes=[
+            "Transaction time and events per transaction come from the processor's own "
+            "/metrics (processor_commit_seconds, processor_batch_events) at the end of each "
+            "run; the experiment rows run the same load with a shorter commit interval, "
+            "alternating with the shipped-default runs."
+        ],
         raw={"runs": runs, "tuned": tuned},
     )
 

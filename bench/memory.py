@@ -46,8 +46,10 @@ def child(n: int, length: int, trace: bool = False) -> dict[str, Any]:
 
     codec = default_codec()
     cfg = ServiceConfig()
-    pool = [[codec.encode_parsed_event(sid, e) for e in events]
-            for sid, events in session_logs(min(n, POOL), length, seed=41, tag="mem")]
+    pool = [
+        [codec.encode_parsed_event(sid, e) for e in events]
+        for sid, events in session_logs(min(n, POOL), length, seed=41, tag="mem")
+    ]
     registry = default_registry()
     message_projections = default_message_projections()
     gc.collect()
@@ -58,8 +60,9 @@ def child(n: int, length: int, trace: bool = False) -> dict[str, Any]:
     runtimes: dict[str, SessionRuntime] = {}
     for i in range(n):
         sid = f"mem-{i:07d}"
-        session = Session(synthetic_header(sid), message_projections=message_projections,
-                          projections=registry)
+        session = Session(
+            synthetic_header(sid), message_projections=message_projections, projections=registry
+        )
         rt = SessionRuntime(sid, i % 12, session, window=cfg.duplicate_window)
         for offset, value in enumerate(pool[i % len(pool)]):
             event = codec.decode_event(value).to_event()
@@ -72,16 +75,22 @@ def child(n: int, length: int, trace: bool = False) -> dict[str, Any]:
     gc.collect()
     after = rss_bytes()
     out: dict[str, Any] = {
-        "sessions": n, "events_per_session": length, "rss_before": before,
-        "rss_after": after, "bytes_per_session": (after - before) / n,
-        "fold_s": time.perf_counter() - t0, "held": len(runtimes)}
+        "sessions": n,
+        "events_per_session": length,
+        "rss_before": before,
+        "rss_after": after,
+        "bytes_per_session": (after - before) / n,
+        "fold_s": time.perf_counter() - t0,
+        "held": len(runtimes),
+    }
     if trace:
         stats = tracemalloc.take_snapshot().statistics("lineno")
         traced = sum(st.size for st in stats)
         out["traced_bytes_per_session"] = traced / n
         out["top_allocations"] = [
             [str(st.traceback[0]).replace(str(REPO) + "/", ""), round(st.size / n)]
-            for st in stats[:TRACE_TOP]]
+            for st in stats[:TRACE_TOP]
+        ]
     return out
 
 
@@ -89,8 +98,9 @@ def _run_child(n: int, length: int, trace: bool = False) -> dict[str, Any]:
     argv = [sys.executable, "-m", "bench.memory", "--child", str(n), str(length)]
     if trace:
         argv.append("--trace")
-    done = subprocess.run(argv, cwd=REPO, env=python_env(), capture_output=True, text=True,
-                          timeout=1800)
+    done = subprocess.run(
+        argv, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=1800
+    )
     if done.returncode != 0:
         raise RuntimeError(f"memory child {n}x{length} failed: {done.stderr[-2000:]}")
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -111,11 +121,19 @@ def run(ctx: Context) -> dict[str, Any]:
     trace = _run_child(2_000, CONFIGS[0][1], trace=True)
     for (n, length), samples in per.items():
         m = measure("", "", samples, 0)
-        rows.append([f"{n:,} sessions x {length} events: bytes per session "
-                     f"({len(samples)} run{'s' if len(samples) > 1 else ''})",
-                     f"{m['median']:,.0f} (min {m['min']:,.0f}, max {m['max']:,.0f})"])
-    rows.append([f"tracemalloc, 2,000 x {CONFIGS[0][1]}: traced bytes per session",
-                 f"{trace['traced_bytes_per_session']:,.0f}"])
+        rows.append(
+            [
+                f"{n:,} sessions x {length} events: bytes per session "
+                f"({len(samples)} run{'s' if len(samples) > 1 else ''})",
+                f"{m['median']:,.0f} (min {m['min']:,.0f}, max {m['max']:,.0f})",
+            ]
+        )
+    rows.append(
+        [
+            f"tracemalloc, 2,000 x {CONFIGS[0][1]}: traced bytes per session",
+            f"{trace['traced_bytes_per_session']:,.0f}",
+        ]
+    )
     for site, size in trace["top_allocations"][:8]:
         rows.append([f"  allocated at {site}", f"{size:,} B/session"])
     small = per[CONFIGS[0]]
@@ -123,17 +141,26 @@ def run(ctx: Context) -> dict[str, Any]:
     base = statistics.median(small)
     rs = [b / base for b in big]
     return result(
-        ctx, "memory", "Memory: resident bytes per live session",
+        ctx,
+        "memory",
+        "Memory: resident bytes per live session",
         workload=", ".join(f"{n:,} x {length} events" for n, length in CONFIGS),
-        value=measure(f"{CONFIGS[1][0]:,} sessions x {CONFIGS[1][1]} events", "bytes/session",
-                      big, 0),
-        baseline=measure(f"{CONFIGS[0][0]:,} sessions x {CONFIGS[0][1]} events",
-                         "bytes/session", small, 0),
-        ratio={"label": "per-session bytes, 100k / median 10k (1.0 = linear)",
-               "median": round(statistics.median(rs), 3), "min": round(min(rs), 3),
-               "max": round(max(rs), 3), "samples": [round(r, 3) for r in rs]},
-        targets=[{"text": "no target; per-session memory should not grow with the count",
-                  "met": None}],
+        value=measure(
+            f"{CONFIGS[1][0]:,} sessions x {CONFIGS[1][1]} events", "bytes/session", big, 0
+        ),
+        baseline=measure(
+            f"{CONFIGS[0][0]:,} sessions x {CONFIGS[0][1]} events", "bytes/session", small, 0
+        ),
+        ratio={
+            "label": "per-session bytes, 100k / median 10k (1.0 = linear)",
+            "median": round(statistics.median(rs), 3),
+            "min": round(min(rs), 3),
+            "max": round(max(rs), 3),
+            "samples": [round(r, 3) for r in rs],
+        },
+        targets=[
+            {"text": "no target; per-session memory should not grow with the count", "met": None}
+        ],
         rows=rows,
         raw={"children": raw, "trace": trace},
     )
@@ -141,8 +168,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "EVENTS"),
-                    required=True)
+    ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "EVENTS"), required=True)
     ap.add_argument("--trace", action="store_true", help="tracemalloc: top allocation sites")
     args = ap.parse_args()
     print(json.dumps(child(*args.child, trace=args.trace)))

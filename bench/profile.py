@@ -48,8 +48,9 @@ def _name(frame: Any) -> str:
     return f"{path}:{frame.function} (line {frame.line_no})"
 
 
-def _walk(frame: Any, inclusive: dict[str, float], self_time: dict[str, float],
-          ancestors: frozenset[str]) -> None:
+def _walk(
+    frame: Any, inclusive: dict[str, float], self_time: dict[str, float], ancestors: frozenset[str]
+) -> None:
     if frame.function == "[self]":
         return  # pyinstrument's synthetic self-time node: counted in the parent's self time
     name = _name(frame)
@@ -63,12 +64,15 @@ def _walk(frame: Any, inclusive: dict[str, float], self_time: dict[str, float],
 
 def ensure_tools() -> list[str]:
     """pip-install pyinstrument and py-spy when missing; returns what is still missing."""
-    wanted = {"pyinstrument": importlib.util.find_spec("pyinstrument") is not None,
-              "py-spy": _pyspy() is not None}
+    wanted = {
+        "pyinstrument": importlib.util.find_spec("pyinstrument") is not None,
+        "py-spy": _pyspy() is not None,
+    }
     missing = [name for name, ok in wanted.items() if not ok]
     if missing:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing],
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", *missing], capture_output=True
+        )
     still = []
     if importlib.util.find_spec("pyinstrument") is None:
         still.append("pyinstrument")
@@ -122,26 +126,55 @@ def pyspy_profile(ctx: Context) -> dict[str, Any]:
     config = fresh_output(ctx, "pyspy")
     out = ctx.results / "tmp" / "pyspy.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
-    child = [sys.executable, "-m", "bench.profile", "--child", json.dumps({
-        "bootstrap": ctx.bootstrap, "events_topic": wl.events_topic,
-        "prefix": config.topic_prefix, "highs": wl.highs})]
-    argv = [spy, "record", "--idle", "--nonblocking", "-r", str(PYSPY_RATE), "-f", "raw",
-            "-o", str(out), "--", *child]
-    done = subprocess.run(argv, cwd=REPO, env=python_env(), capture_output=True, text=True,
-                          timeout=900)
+    child = [
+        sys.executable,
+        "-m",
+        "bench.profile",
+        "--child",
+        json.dumps(
+            {
+                "bootstrap": ctx.bootstrap,
+                "events_topic": wl.events_topic,
+                "prefix": config.topic_prefix,
+                "highs": wl.highs,
+            }
+        ),
+    ]
+    argv = [
+        spy,
+        "record",
+        "--idle",
+        "--nonblocking",
+        "-r",
+        str(PYSPY_RATE),
+        "-f",
+        "raw",
+        "-o",
+        str(out),
+        "--",
+        *child,
+    ]
+    done = subprocess.run(
+        argv, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=900
+    )
     if done.returncode != 0 or not out.exists():
         return {"error": f"py-spy failed (exit {done.returncode}): {done.stderr[-1500:]}"}
     inclusive, self_time, total = parse_collapsed(out.read_text())
     child_out = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
 
     def top(table: dict[str, float]) -> list[list[Any]]:
-        rows = sorted(((k, v) for k, v in table.items() if not k.startswith(_WRAPPERS)),
-                      key=lambda kv: -kv[1])[:TOP]
+        rows = sorted(
+            ((k, v) for k, v in table.items() if not k.startswith(_WRAPPERS)), key=lambda kv: -kv[1]
+        )[:TOP]
         return [[name, round(100 * n / total, 1), int(n)] for name, n in rows]
 
-    return {"samples": total, "rate_hz": PYSPY_RATE,
-            "run": json.loads(child_out[-1]) if child_out else None,
-            "inclusive": top(inclusive), "self": top(self_time)}
+    return {
+        "samples": total,
+        "rate_hz": PYSPY_RATE,
+        "run": json.loads(child_out[-1]) if child_out else None,
+        "inclusive": top(inclusive),
+        "self": top(self_time),
+    }
 
 
 def _child(spec: dict[str, Any]) -> None:
@@ -149,12 +182,24 @@ def _child(spec: dict[str, Any]) -> None:
 
     highs = {int(p): int(h) for p, h in spec["highs"].items()}
     prefix = spec["prefix"]
-    config = ServiceConfig(bootstrap_servers=spec["bootstrap"], topic_prefix=prefix,
-                           events_topic=spec["events_topic"], group_id=f"{prefix}-group",
-                           instance_id=f"{prefix}-0", partitions=len(highs))
+    config = ServiceConfig(
+        bootstrap_servers=spec["bootstrap"],
+        topic_prefix=prefix,
+        events_topic=spec["events_topic"],
+        group_id=f"{prefix}-group",
+        instance_id=f"{prefix}-0",
+        partitions=len(highs),
+    )
     svc, _ = service(config, highs, watch_first=False)
-    print(json.dumps({"events": svc.events, "seconds": round(svc.seconds, 3),
-                      "events_per_s": round(svc.rate)}))
+    print(
+        json.dumps(
+            {
+                "events": svc.events,
+                "seconds": round(svc.seconds, 3),
+                "events_per_s": round(svc.rate),
+            }
+        )
+    )
 
 
 def pyinstrument_profile(ctx: Context) -> dict[str, Any]:
@@ -179,19 +224,39 @@ def pyinstrument_profile(ctx: Context) -> dict[str, Any]:
         rows = sorted(table.items(), key=lambda kv: -kv[1])[:TOP]
         return [[name, round(100 * t / total, 1), round(t, 3)] for name, t in rows]
 
-    return {"run": {"events": svc.events, "seconds": round(svc.seconds, 3),
-                    "events_per_s": round(svc.rate), "wall": round(wall, 3)},
-            "sampled_s": round(total, 3), "inclusive": top(inclusive), "self": top(self_time)}
+    return {
+        "run": {
+            "events": svc.events,
+            "seconds": round(svc.seconds, 3),
+            "events_per_s": round(svc.rate),
+            "wall": round(wall, 3),
+        },
+        "sampled_s": round(total, 3),
+        "inclusive": top(inclusive),
+        "self": top(self_time),
+    }
 
 
 def run(ctx: Context) -> dict[str, Any]:
     missing = ensure_tools()
-    spy = pyspy_profile(ctx) if "py-spy" not in missing else {
-        "error": "py-spy could not be installed"}
-    inst = pyinstrument_profile(ctx) if "pyinstrument" not in missing else {
-        "error": "pyinstrument could not be installed"}
-    return result(ctx, "profile", "Where the time goes (one Processor run of figure 1)",
-                  workload=ctx.workload.describe(), pyspy=spy, pyinstrument=inst)
+    spy = (
+        pyspy_profile(ctx)
+        if "py-spy" not in missing
+        else {"error": "py-spy could not be installed"}
+    )
+    inst = (
+        pyinstrument_profile(ctx)
+        if "pyinstrument" not in missing
+        else {"error": "pyinstrument could not be installed"}
+    )
+    return result(
+        ctx,
+        "profile",
+        "Where the time goes (one Processor run of figure 1)",
+        workload=ctx.workload.describe(),
+        pyspy=spy,
+        pyinstrument=inst,
+    )
 
 
 def main() -> None:

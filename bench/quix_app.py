@@ -66,10 +66,17 @@ def main(argv: list[str] | None = None) -> None:
         session = sessions.get(key)
         if session is None:
             cp = state.get("checkpoint")
-            session = (Session.from_checkpoint(cp, None, message_projections=message_projections,
-                                               projections=registry) if cp is not None else
-                       Session(synthetic_header(key), message_projections=message_projections,
-                               projections=registry))
+            session = (
+                Session.from_checkpoint(
+                    cp, None, message_projections=message_projections, projections=registry
+                )
+                if cp is not None
+                else Session(
+                    synthetic_header(key),
+                    message_projections=message_projections,
+                    projections=registry,
+                )
+            )
             sessions[key] = session
         if event.seq != session.last_seq + 1:
             stats["skipped"] += 1
@@ -82,9 +89,13 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-quix-state-") as state_dir:
         app = Application(
-            broker_address=args.bootstrap, consumer_group=args.group,
-            auto_offset_reset="earliest", processing_guarantee="exactly-once",
-            commit_interval=args.commit_interval, state_dir=state_dir, loglevel="WARNING",
+            broker_address=args.bootstrap,
+            consumer_group=args.group,
+            auto_offset_reset="earliest",
+            processing_guarantee="exactly-once",
+            commit_interval=args.commit_interval,
+            state_dir=state_dir,
+            loglevel="WARNING",
         )
         topic = app.topic(args.topic, key_deserializer="str", value_deserializer="bytes")
         sdf = app.dataframe(topic)
@@ -93,9 +104,14 @@ def main(argv: list[str] | None = None) -> None:
         app.run(count=args.count, timeout=args.timeout, collect=False)
         t_end = time.perf_counter()
     first = stats["first"] or t_ready
-    out = {"events": stats["folded"] + stats["skipped"], "folded": stats["folded"],
-           "skipped": stats["skipped"], "first_to_end": t_end - first,
-           "start_to_end": t_end - t_start, "import_s": t_ready - t_start}
+    out = {
+        "events": stats["folded"] + stats["skipped"],
+        "folded": stats["folded"],
+        "skipped": stats["skipped"],
+        "first_to_end": t_end - first,
+        "start_to_end": t_end - t_start,
+        "import_s": t_ready - t_start,
+    }
     sys.stdout.write(json.dumps(out) + "\n")
 
 

@@ -61,9 +61,20 @@ def ensure_venv(log: Any = print) -> Path:
 
 def quix_run(ctx: Context, py: Path, commit_interval_s: float) -> dict[str, Any]:
     wl = ctx.workload
-    argv = [str(py), str(REPO / "bench" / "quix_app.py"), "--bootstrap", ctx.bootstrap,
-            "--topic", wl.events_topic, "--group", unique("bench-quix"),
-            "--count", str(wl.events), "--commit-interval", str(commit_interval_s)]
+    argv = [
+        str(py),
+        str(REPO / "bench" / "quix_app.py"),
+        "--bootstrap",
+        ctx.bootstrap,
+        "--topic",
+        wl.events_topic,
+        "--group",
+        unique("bench-quix"),
+        "--count",
+        str(wl.events),
+        "--commit-interval",
+        str(commit_interval_s),
+    ]
     t0 = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - t0
@@ -82,8 +93,12 @@ def run(ctx: Context) -> dict[str, Any]:
     try:
         py = ensure_venv()
     except Exception as exc:  # report plainly, never fake a number
-        return result(ctx, "quix_peer", "Peer: Quix Streams (state store, exactly-once)",
-                      error=f"Quix Streams could not be installed: {exc}")
+        return result(
+            ctx,
+            "quix_peer",
+            "Peer: Quix Streams (state store, exactly-once)",
+            error=f"Quix Streams could not be installed: {exc}",
+        )
     interval = ctx.config().commit_interval_ms / 1000
     services: list[float] = []
     quix: list[dict[str, Any]] = []
@@ -93,29 +108,44 @@ def run(ctx: Context) -> dict[str, Any]:
         try:
             quix.append(quix_run(ctx, py, interval))
         except Exception as exc:
-            return result(ctx, "quix_peer", "Peer: Quix Streams (state store, exactly-once)",
-                          error=str(exc))
+            return result(
+                ctx, "quix_peer", "Peer: Quix Streams (state store, exactly-once)", error=str(exc)
+            )
     quix_rates = [wl.events / q["first_to_end"] for q in quix]
     r = ratio("Processor / Quix", services, quix_rates)
     return result(
-        ctx, "quix_peer", "Peer: Quix Streams (state store, exactly-once) vs the Processor",
+        ctx,
+        "quix_peer",
+        "Peer: Quix Streams (state store, exactly-once) vs the Processor",
         workload=wl.describe(),
         value=measure("Processor, first record -> all committed", "events/s", services),
-        baseline=measure(f"Quix Streams {QUIX_VERSION}, first record -> stopped after the "
-                         "last record (committed)", "events/s", quix_rates),
+        baseline=measure(
+            f"Quix Streams {QUIX_VERSION}, first record -> stopped after the "
+            "last record (committed)",
+            "events/s",
+            quix_rates,
+        ),
         ratio=r,
-        targets=[{"text": f"Processor >= {TARGET} x Quix (median ratio {r['median']:.3f})",
-                  "met": r["median"] >= TARGET}],
+        targets=[
+            {
+                "text": f"Processor >= {TARGET} x Quix (median ratio {r['median']:.3f})",
+                "met": r["median"] >= TARGET,
+            }
+        ],
         rows=[
-            ["Quix process wall incl. interpreter + imports (s)",
-             _fmt([q["process_wall"] for q in quix])],
+            [
+                "Quix process wall incl. interpreter + imports (s)",
+                _fmt([q["process_wall"] for q in quix]),
+            ],
             ["Quix commit_interval (s), same as the Processor's", f"{interval:g}"],
         ],
-        notes=["Quix app: bench/quix_app.py - per record: codec.decode_event + to_event, "
-               "Session.append (same core, same registries), log.trim_before, "
-               "state.set('checkpoint', session.checkpoint()) into the RocksDB state store "
-               "(changelog-backed); processing_guarantee='exactly-once'; no views output "
-               "(the Processor also publishes changed views every batch)."],
+        notes=[
+            "Quix app: bench/quix_app.py - per record: codec.decode_event + to_event, "
+            "Session.append (same core, same registries), log.trim_before, "
+            "state.set('checkpoint', session.checkpoint()) into the RocksDB state store "
+            "(changelog-backed); processing_guarantee='exactly-once'; no views output "
+            "(the Processor also publishes changed views every batch)."
+        ],
         raw={"quix": quix},
     )
 

@@ -32,8 +32,9 @@ def run(ctx: Context) -> dict[str, Any]:
         into = unique("bench-replay")
         config = ctx.config(topic_prefix=wl.prefix, group_id=unique("bench-replay-group"))
         # pre-create the fresh topics (replay would too) and let their leaders settle
-        target = config.with_overrides(topic_prefix=into, events_topic=wl.events_topic,
-                                       partitions=len(wl.highs))
+        target = config.with_overrides(
+            topic_prefix=into, events_topic=wl.events_topic, partitions=len(wl.highs)
+        )
         create_topics(clients.admin(target), target)
         t = target.topics
         wait_topics_ready(target, [t.views, t.checkpoints, t.dlq])
@@ -44,16 +45,20 @@ def run(ctx: Context) -> dict[str, Any]:
     r = ratio("replay / ceiling (wall, start-up included on both sides)", replays, ceilings_wall)
     r_steady = ratio("replay (wall) / ceiling (first record -> end)", replays, ceilings)
     return result(
-        ctx, "replay", "Replay from offset zero into fresh topics vs the ceiling",
+        ctx,
+        "replay",
+        "Replay from offset zero into fresh topics vs the ceiling",
         workload=wl.describe(),
-        value=measure("replay(into_prefix=fresh): events / ReplayResult.seconds", "events/s",
-                      replays),
+        value=measure(
+            "replay(into_prefix=fresh): events / ReplayResult.seconds", "events/s", replays
+        ),
         baseline=measure("ceiling, wall incl. start-up", "events/s", ceilings_wall),
         ratio=r,
         targets=[{"text": "no target; reported as a ratio to the ceiling", "met": None}],
-        rows=[["ceiling, first record -> end (events/s)",
-               _fmt(measure("", "", ceilings))],
-              [r_steady["label"], _fmt(r_steady)]],
+        rows=[
+            ["ceiling, first record -> end (events/s)", _fmt(measure("", "", ceilings))],
+            [r_steady["label"], _fmt(r_steady)],
+        ],
     )
 
 

@@ -12,10 +12,26 @@ from typing import Any
 
 from bench.common import REPO, RESULTS
 
-ORDER = ("throughput", "quix_peer", "restore", "replay", "latency", "memory", "scaleout",
-         "fold_speed")
-NUMBER = {"throughput": "1", "quix_peer": "2", "restore": "3", "replay": "4", "latency": "5",
-          "memory": "6", "scaleout": "7", "fold_speed": "core"}
+ORDER = (
+    "throughput",
+    "quix_peer",
+    "restore",
+    "replay",
+    "latency",
+    "memory",
+    "scaleout",
+    "fold_speed",
+)
+NUMBER = {
+    "throughput": "1",
+    "quix_peer": "2",
+    "restore": "3",
+    "replay": "4",
+    "latency": "5",
+    "memory": "6",
+    "scaleout": "7",
+    "fold_speed": "core",
+}
 PROFILE_ROWS = 15
 
 
@@ -41,10 +57,13 @@ def one_line(doc: dict[str, Any]) -> str:
     r = doc["ratio"]
     v = doc.get("value", {})
     met = [t.get("met") for t in doc.get("targets", [])]
-    verdict = "" if not met or met[0] is None else (" (target met)" if met[0]
-                                                    else " (target not met)")
-    return (f"{_num(v.get('median'))} {v.get('unit', '')}, ratio {_num(r['median'])} "
-            f"[{_num(r['min'])}..{_num(r['max'])}]{verdict}")
+    verdict = (
+        "" if not met or met[0] is None else (" (target met)" if met[0] else " (target not met)")
+    )
+    return (
+        f"{_num(v.get('median'))} {v.get('unit', '')}, ratio {_num(r['median'])} "
+        f"[{_num(r['min'])}..{_num(r['max'])}]{verdict}"
+    )
 
 
 def _load(results: Path) -> dict[str, dict[str, Any]]:
@@ -70,13 +89,17 @@ def _figure(doc: dict[str, Any]) -> list[str]:
             m = doc.get(key)
             if m:
                 samples = ", ".join(_num(s) for s in m.get("samples", []))
-                out.append(f"| {key}: {m['label']} | {_num(m['median'])} | {_num(m['min'])} | "
-                           f"{_num(m['max'])} | {m.get('unit', '')} | {samples} |")
+                out.append(
+                    f"| {key}: {m['label']} | {_num(m['median'])} | {_num(m['min'])} | "
+                    f"{_num(m['max'])} | {m.get('unit', '')} | {samples} |"
+                )
         r = doc.get("ratio")
         if r:
             samples = ", ".join(_num(s) for s in r.get("samples", []))
-            out.append(f"| **ratio: {r['label']}** | **{_num(r['median'])}** | {_num(r['min'])} "
-                       f"| {_num(r['max'])} | | {samples} |")
+            out.append(
+                f"| **ratio: {r['label']}** | **{_num(r['median'])}** | {_num(r['min'])} "
+                f"| {_num(r['max'])} | | {samples} |"
+            )
         out.append("")
         for t in doc.get("targets", []):
             out.append(f"- {_met(t.get('met'))}: {t['text']}")
@@ -86,8 +109,10 @@ def _figure(doc: dict[str, Any]) -> list[str]:
         out.append("")
     if doc.get("workload"):
         out.append(f"- workload: {doc['workload']}")
-    out.append(f"- revision `{doc.get('revision')}`, {doc.get('date')}, runs: {doc.get('runs')}"
-               f", took {doc.get('duration_s', '?')} s")
+    out.append(
+        f"- revision `{doc.get('revision')}`, {doc.get('date')}, runs: {doc.get('runs')}"
+        f", took {doc.get('duration_s', '?')} s"
+    )
     out.append(f"- command: `{doc.get('command')}`")
     for note in doc.get("notes", []):
         out.append(f"- {note}")
@@ -98,8 +123,10 @@ def _profile(doc: dict[str, Any]) -> list[str]:
     out = ["## Where the time goes (profile of one figure-1 Processor run)", ""]
     if doc.get("error"):
         return [*out, f"**Not measured — failed:** `{doc['error']}`", ""]
-    for tool, title in (("pyspy", "py-spy (sampling from outside, --idle; trust these %)"),
-                        ("pyinstrument", "pyinstrument (in-process; inflates deep recursion)")):
+    for tool, title in (
+        ("pyspy", "py-spy (sampling from outside, --idle; trust these %)"),
+        ("pyinstrument", "pyinstrument (in-process; inflates deep recursion)"),
+    ):
         part = doc.get(tool) or {}
         out += [f"### {title}", ""]
         if part.get("error"):
@@ -108,17 +135,28 @@ def _profile(doc: dict[str, Any]) -> list[str]:
         run = part.get("run") or {}
         unit = "samples" if tool == "pyspy" else "s"
         extra = f", {part.get('samples')} samples" if tool == "pyspy" else ""
-        out.append(f"Profiled run: {run.get('events')} events in {run.get('seconds')} s "
-                   f"({run.get('events_per_s')} events/s under the profiler{extra}).")
+        out.append(
+            f"Profiled run: {run.get('events')} events in {run.get('seconds')} s "
+            f"({run.get('events_per_s')} events/s under the profiler{extra})."
+        )
         out.append("")
         for kind in ("inclusive", "self"):
-            out += [f"{kind.capitalize()} time, top {PROFILE_ROWS}:", "",
-                    f"| function | % of run | {unit} |", "|---|---:|---:|"]
-            out += [f"| `{name}` | {pct} | {sec} |"
-                    for name, pct, sec in part.get(kind, [])[:PROFILE_ROWS]]
+            out += [
+                f"{kind.capitalize()} time, top {PROFILE_ROWS}:",
+                "",
+                f"| function | % of run | {unit} |",
+                "|---|---:|---:|",
+            ]
+            out += [
+                f"| `{name}` | {pct} | {sec} |"
+                for name, pct, sec in part.get(kind, [])[:PROFILE_ROWS]
+            ]
             out.append("")
-    out += [f"- revision `{doc.get('revision')}`, {doc.get('date')}; command: "
-            f"`{doc.get('command')}`; full pyinstrument tree: `bench/results/profile.txt`", ""]
+    out += [
+        f"- revision `{doc.get('revision')}`, {doc.get('date')}; command: "
+        f"`{doc.get('command')}`; full pyinstrument tree: `bench/results/profile.txt`",
+        "",
+    ]
     return out
 
 
@@ -148,13 +186,23 @@ def render(results: Path = RESULTS) -> str:
         "",
     ]
     if full:
-        out += [f"Last whole-suite run: `{full.get('command')}` took **{full.get('total_s')} s** "
-                f"({full.get('date')}, revision `{full.get('revision')}`).", ""]
+        out += [
+            f"Last whole-suite run: `{full.get('command')}` took **{full.get('total_s')} s** "
+            f"({full.get('date')}, revision `{full.get('revision')}`).",
+            "",
+        ]
     if summary:
-        out += [f"Last run of any part: `{summary.get('command')}` ({summary.get('total_s')} s, "
-                f"{summary.get('date')}); workload: {summary.get('workload')}.", ""]
-    out += ["## Summary", "", "| # | figure | value (median) | baseline (median) | "
-            "ratio: median (min..max) | target |", "|---|---|---:|---:|---|---|"]
+        out += [
+            f"Last run of any part: `{summary.get('command')}` ({summary.get('total_s')} s, "
+            f"{summary.get('date')}); workload: {summary.get('workload')}.",
+            "",
+        ]
+    out += [
+        "## Summary",
+        "",
+        "| # | figure | value (median) | baseline (median) | ratio: median (min..max) | target |",
+        "|---|---|---:|---:|---|---|",
+    ]
     for name in ORDER:
         doc = docs.get(name)
         if doc is None:
@@ -165,10 +213,12 @@ def render(results: Path = RESULTS) -> str:
             continue
         v, b, r = doc.get("value", {}), doc.get("baseline", {}), doc.get("ratio", {})
         targets = "; ".join(f"{_met(t.get('met'))}: {t['text']}" for t in doc.get("targets", []))
-        out.append(f"| {n} | {doc['title']} | {_num(v.get('median'))} {v.get('unit', '')} | "
-                   f"{_num(b.get('median'))} {b.get('unit', '')} | {r.get('label', '')}: "
-                   f"**{_num(r.get('median'))}** ({_num(r.get('min'))}..{_num(r.get('max'))}) "
-                   f"| {targets} |")
+        out.append(
+            f"| {n} | {doc['title']} | {_num(v.get('median'))} {v.get('unit', '')} | "
+            f"{_num(b.get('median'))} {b.get('unit', '')} | {r.get('label', '')}: "
+            f"**{_num(r.get('median'))}** ({_num(r.get('min'))}..{_num(r.get('max'))}) "
+            f"| {targets} |"
+        )
     out.append("")
     for name in ORDER:
         if name in docs:

@@ -69,8 +69,10 @@ def _fold(v: Variant, kafka: dict[str, str] | None = None) -> tuple[float, Metri
     done = group_offsets(v.config, v.config.group_id, v.config.topics.events, highs)
     behind = {p: (done.get(p), h) for p, h in highs.items() if h > 0 and done.get(p, -1) < h}
     if behind:
-        raise RuntimeError(f"{v.name}: the restarted processor stopped idle without catching "
-                           f"up (partition: (committed, high)) {behind}")
+        raise RuntimeError(
+            f"{v.name}: the restarted processor stopped idle without catching "
+            f"up (partition: (committed, high)) {behind}"
+        )
     return seconds, metrics
 
 
@@ -78,8 +80,11 @@ def _checkpoint_bytes(config: ServiceConfig) -> float:
     """Average size of the newest checkpoint record per session."""
     consumer = clients.plain_consumer(config, "bench-cp-size")
     try:
-        parts = read_partitions(consumer, config.topics.checkpoints,
-                                {p: OFFSET_BEGINNING for p in range(config.partitions)})
+        parts = read_partitions(
+            consumer,
+            config.topics.checkpoints,
+            {p: OFFSET_BEGINNING for p in range(config.partitions)},
+        )
     finally:
         consumer.close()
     newest: dict[bytes, int] = {}
@@ -96,8 +101,7 @@ def _records(config: ServiceConfig) -> int:
 
 def setup(ctx: Context, name: str, behind: int) -> Variant:
     prefix = unique(f"bench-restore-{name}")
-    config = ctx.config(topic_prefix=prefix, group_id=f"{prefix}-group",
-                        instance_id=f"{prefix}-0")
+    config = ctx.config(topic_prefix=prefix, group_id=f"{prefix}-group", instance_id=f"{prefix}-0")
     create(config)
     length = behind + TAIL * ctx.runs
     logs = list(session_logs(SESSIONS, length, seed=23, tag="restore"))
@@ -127,40 +131,60 @@ def run(ctx: Context) -> dict[str, Any]:
     short, long = variants
     r = ratio("long / short", times["long"], times["short"])
     return result(
-        ctx, "restore", "Restore cost: restart to caught-up, short vs 100x longer log",
-        workload=(f"{SESSIONS} sessions; {SHORT} vs {SHORT * LONG_FACTOR} events per session "
-                  f"behind the checkpoint, tail {TAIL} events per session per run"),
-        value=measure(f"long log ({long.behind} events/session behind)", "s",
-                      times["long"], 3),
-        baseline=measure(f"short log ({short.behind} events/session behind)", "s",
-                         times["short"], 3),
+        ctx,
+        "restore",
+        "Restore cost: restart to caught-up, short vs 100x longer log",
+        workload=(
+            f"{SESSIONS} sessions; {SHORT} vs {SHORT * LONG_FACTOR} events per session "
+            f"behind the checkpoint, tail {TAIL} events per session per run"
+        ),
+        value=measure(f"long log ({long.behind} events/session behind)", "s", times["long"], 3),
+        baseline=measure(
+            f"short log ({short.behind} events/session behind)", "s", times["short"], 3
+        ),
         ratio=r,
-        targets=[{"text": f"long / short <= {TARGET} (median ratio {r['median']:.3f})",
-                  "met": r["median"] <= TARGET}],
+        targets=[
+            {
+                "text": f"long / short <= {TARGET} (median ratio {r['median']:.3f})",
+                "met": r["median"] <= TARGET,
+            }
+        ],
         rows=[
-            ["restore_seconds (checkpoint load + anchor check), short (s)",
-             _fmt(restore_s["short"])],
-            ["restore_seconds (checkpoint load + anchor check), long (s)",
-             _fmt(restore_s["long"])],
-            ["avg newest checkpoint record, short (bytes)",
-             f"{_checkpoint_bytes(short.config):.0f}"],
-            ["avg newest checkpoint record, long (bytes)",
-             f"{_checkpoint_bytes(long.config):.0f}"],
-            ["records in the checkpoints topic at the end (sum of high watermarks, "
-             "transaction markers included), short / long",
-             f"{_records(short.config)} / {_records(long.config)}"],
+            [
+                "restore_seconds (checkpoint load + anchor check), short (s)",
+                _fmt(restore_s["short"]),
+            ],
+            ["restore_seconds (checkpoint load + anchor check), long (s)", _fmt(restore_s["long"])],
+            [
+                "avg newest checkpoint record, short (bytes)",
+                f"{_checkpoint_bytes(short.config):.0f}",
+            ],
+            ["avg newest checkpoint record, long (bytes)", f"{_checkpoint_bytes(long.config):.0f}"],
+            [
+                "records in the checkpoints topic at the end (sum of high watermarks, "
+                "transaction markers included), short / long",
+                f"{_records(short.config)} / {_records(long.config)}",
+            ],
             [f"experiment, {_tuned()}: restart -> caught up, short (s)", _fmt(tuned["short"])],
             [f"experiment, {_tuned()}: restart -> caught up, long (s)", _fmt(tuned["long"])],
-            [f"experiment, {_tuned()}: long / short",
-             _fmt([a / b for a, b in zip(tuned["long"], tuned["short"], strict=True)])],
-            [f"experiment, {_tuned()}: restore_seconds short / long (s)",
-             f"{_fmt(tuned_restore['short'])} / {_fmt(tuned_restore['long'])}"],
-            ["set-up fold of the whole log, short / long (s)",
-             f"{short.setup_s:.2f} / {long.setup_s:.2f}"],
+            [
+                f"experiment, {_tuned()}: long / short",
+                _fmt([a / b for a, b in zip(tuned["long"], tuned["short"], strict=True)]),
+            ],
+            [
+                f"experiment, {_tuned()}: restore_seconds short / long (s)",
+                f"{_fmt(tuned_restore['short'])} / {_fmt(tuned_restore['long'])}",
+            ],
+            [
+                "set-up fold of the whole log, short / long (s)",
+                f"{short.setup_s:.2f} / {long.setup_s:.2f}",
+            ],
         ],
-        notes=["A longer session also has more state (surface nodes, open transcript page, "
-               "projection rows), so some growth of the checkpoint and its decode is "
-               "inherent; the checkpoint sizes above show how much."],
+        notes=[
+            "A longer session also has more state (surface nodes, open transcript page, "
+            "projection rows), so some growth of the checkpoint and its decode is "
+            "inherent; the checkpoint sizes above show how much."
+        ],
     )
 
 

@@ -29,17 +29,36 @@ def one_run(ctx: Context, processes: int) -> tuple[float, float]:
     config = fresh_output(ctx, f"scale{processes}")
     env = python_env()
     env["PROCESSOR_EVENTS_TOPIC"] = wl.events_topic
-    poller = Consumer({**config.common(), "group.id": config.group_id,
-                       "enable.auto.commit": False})
+    poller = Consumer({**config.common(), "group.id": config.group_id, "enable.auto.commit": False})
     tps = [TopicPartition(wl.events_topic, p) for p in wl.highs]
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "processor", "run", "-b", ctx.bootstrap,
-         "--topic-prefix", config.topic_prefix, "--group-id", config.group_id,
-         "--instance-id", f"{config.topic_prefix}-{i}", "--max-idle-s", "120",
-         "--log-level", "WARNING"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for i in range(processes)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "processor",
+                "run",
+                "-b",
+                ctx.bootstrap,
+                "--topic-prefix",
+                config.topic_prefix,
+                "--group-id",
+                config.group_id,
+                "--instance-id",
+                f"{config.topic_prefix}-{i}",
+                "--max-idle-s",
+                "120",
+                "--log-level",
+                "WARNING",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(processes)
+    ]
     first: float | None = None
     try:
         deadline = t0 + 600
@@ -83,17 +102,28 @@ def run(ctx: Context) -> dict[str, Any]:
     r = ratio("two / one (spawn -> all committed)", rate2, rate1)
     rs = ratio("two / one (steady)", steady2, steady1)
     return result(
-        ctx, "scaleout", "Scale-out: one vs two processor processes in one group",
+        ctx,
+        "scaleout",
+        "Scale-out: one vs two processor processes in one group",
         workload=wl.describe(),
         value=measure("two processes, spawn -> all committed", "events/s", rate2),
         baseline=measure("one process, spawn -> all committed", "events/s", rate1),
         ratio=r,
-        targets=[{"text": "no target; 2 cores shared with the broker and the bench "
-                  f"(median ratio {r['median']:.3f})", "met": None}],
-        rows=[["one process, steady (first commit -> all committed), events/s",
-               _fmt(measure("", "", steady1))],
-              ["two processes, steady, events/s", _fmt(measure("", "", steady2))],
-              [rs["label"], _fmt(rs)]],
+        targets=[
+            {
+                "text": "no target; 2 cores shared with the broker and the bench "
+                f"(median ratio {r['median']:.3f})",
+                "met": None,
+            }
+        ],
+        rows=[
+            [
+                "one process, steady (first commit -> all committed), events/s",
+                _fmt(measure("", "", steady1)),
+            ],
+            ["two processes, steady, events/s", _fmt(measure("", "", steady2))],
+            [rs["label"], _fmt(rs)],
+        ],
         raw={"one": one, "two": two},
     )
 

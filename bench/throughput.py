@@ -57,8 +57,9 @@ def ceiling(config: ServiceConfig, highs: dict[int, int]) -> Run:
     codec = default_codec()
     topic = config.topics.events
     t0 = time.perf_counter()
-    consumer = clients.group_consumer(config.with_overrides(group_id=unique("bench-ceiling")),
-                                      "ceiling")
+    consumer = clients.group_consumer(
+        config.with_overrides(group_id=unique("bench-ceiling")), "ceiling"
+    )
     todo = {p for p, high in highs.items() if high > 0}
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
     n = 0
@@ -89,9 +90,14 @@ def fresh_output(ctx: Context, tag: str, **overrides: Any) -> ServiceConfig:
     """Config reading the workload's events topic, writing to new topics, new group."""
     wl = ctx.workload
     prefix = unique(f"bench-{tag}")
-    config = ctx.config(topic_prefix=prefix, events_topic=wl.events_topic,
-                        group_id=f"{prefix}-group", instance_id=f"{prefix}-0",
-                        partitions=len(wl.highs), **overrides)
+    config = ctx.config(
+        topic_prefix=prefix,
+        events_topic=wl.events_topic,
+        group_id=f"{prefix}-group",
+        instance_id=f"{prefix}-0",
+        partitions=len(wl.highs),
+        **overrides,
+    )
     create_topics(clients.admin(config), config)
     t = config.topics
     wait_topics_ready(config, [t.views, t.checkpoints, t.dlq])
@@ -119,8 +125,9 @@ class _FirstRecord:
         self._thread.join(1)
 
 
-def service(config: ServiceConfig, highs: dict[int, int], profiler: Any = None,
-            watch_first: bool = True) -> tuple[Run, Metrics]:
+def service(
+    config: ServiceConfig, highs: dict[int, int], profiler: Any = None, watch_first: bool = True
+) -> tuple[Run, Metrics]:
     """One Processor over the whole topic until every partition is committed."""
     metrics = Metrics()
     t0 = time.perf_counter()
@@ -157,28 +164,45 @@ def run(ctx: Context) -> dict[str, Any]:
         services.append(svc)
         commits.append(metrics.commits._value.get())
     r = ratio("service / ceiling", [s.rate for s in services], [c.rate for c in ceilings])
-    wall = ratio("service / ceiling, wall incl. start-up", [s.wall_rate for s in services],
-                 [c.wall_rate for c in ceilings])
+    wall = ratio(
+        "service / ceiling, wall incl. start-up",
+        [s.wall_rate for s in services],
+        [c.wall_rate for c in ceilings],
+    )
     cfg = ctx.config()
     doc = result(
-        ctx, "throughput", "Fold throughput: one Processor (exactly-once) vs bare consumer",
+        ctx,
+        "throughput",
+        "Fold throughput: one Processor (exactly-once) vs bare consumer",
         workload=wl.describe(),
-        value=measure("Processor, first record -> all committed", "events/s",
-                      [s.rate for s in services]),
-        baseline=measure("ceiling: consume + Avro decode + to_event", "events/s",
-                         [c.rate for c in ceilings]),
+        value=measure(
+            "Processor, first record -> all committed", "events/s", [s.rate for s in services]
+        ),
+        baseline=measure(
+            "ceiling: consume + Avro decode + to_event", "events/s", [c.rate for c in ceilings]
+        ),
         ratio=r,
-        targets=[{"text": f"service >= {TARGET} x ceiling (median ratio "
-                  f"{r['median']:.3f})", "met": r["median"] >= TARGET}],
+        targets=[
+            {
+                "text": f"service >= {TARGET} x ceiling (median ratio {r['median']:.3f})",
+                "met": r["median"] >= TARGET,
+            }
+        ],
         rows=[
-            ["Processor wall incl. start-up/join (events/s)",
-             _fmt(measure("", "", [s.wall_rate for s in services]))],
-            ["ceiling wall incl. start-up (events/s)",
-             _fmt(measure("", "", [c.wall_rate for c in ceilings]))],
+            [
+                "Processor wall incl. start-up/join (events/s)",
+                _fmt(measure("", "", [s.wall_rate for s in services])),
+            ],
+            [
+                "ceiling wall incl. start-up (events/s)",
+                _fmt(measure("", "", [c.wall_rate for c in ceilings])),
+            ],
             ["ratio, wall", _fmt(wall)],
             ["transactions per run", _fmt(measure("", "", commits, 0))],
-            ["commit interval / max batch", f"{cfg.commit_interval_ms} ms / "
-             f"{cfg.max_batch_events} events"],
+            [
+                "commit interval / max batch",
+                f"{cfg.commit_interval_ms} ms / {cfg.max_batch_events} events",
+            ],
             ["RSS growth of the bench process per run (MiB)", _fmt(measure("", "", rss))],
         ],
         raw={"service": [vars(s) for s in services], "ceiling": [vars(c) for c in ceilings]},

@@ -65,9 +65,11 @@ class Workload:
     produce_s: float
 
     def describe(self) -> str:
-        return (f"{self.sessions} sessions x {self.events_per_session} events = {self.events} "
-                f"events, {self.value_bytes / self.events:.0f} B/event avg Avro, "
-                f"{PARTITIONS} partitions ({self.generator})")
+        return (
+            f"{self.sessions} sessions x {self.events_per_session} events = {self.events} "
+            f"events, {self.value_bytes / self.events:.0f} B/event avg Avro, "
+            f"{PARTITIONS} partitions ({self.generator})"
+        )
 
 
 def _scripted() -> Any:
@@ -104,8 +106,9 @@ def _scripted_log(fn: Any, seed: int, length: int) -> list[Event]:
     raise RuntimeError(f"scripted sessions stay shorter than {length} events")
 
 
-def session_logs(n: int, length: int, *, seed: int = 7, tag: str = "s",
-                 scripted_share: float = 0.5) -> Iterator[Log]:
+def session_logs(
+    n: int, length: int, *, seed: int = 7, tag: str = "s", scripted_share: float = 0.5
+) -> Iterator[Log]:
     """``n`` valid session logs of exactly ``length`` events, ids ``<tag>-<i>``.
 
     A ``scripted_share`` of them are scripted agent runs (when the checkout has
@@ -122,8 +125,10 @@ def session_logs(n: int, length: int, *, seed: int = 7, tag: str = "s",
             yield sid, generate_session(random.Random(sub), length)
 
 
-def interleave(logs: Sequence[tuple[str, Sequence[Event]]], seed: int = 11,
-               ) -> Iterator[tuple[str, Event]]:
+def interleave(
+    logs: Sequence[tuple[str, Sequence[Event]]],
+    seed: int = 11,
+) -> Iterator[tuple[str, Event]]:
     """All events, sessions interleaved, each session's events in seq order."""
     rng = random.Random(seed)
     active = [(sid, list(events)) for sid, events in logs if events]
@@ -170,8 +175,10 @@ def high_watermarks(config: ServiceConfig, topic: str | None = None) -> dict[int
     consumer = clients.plain_consumer(config, "bench-marks")
     try:
         meta = consumer.list_topics(topic, timeout=30).topics[topic]
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                for p in sorted(meta.partitions)}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            for p in sorted(meta.partitions)
+        }
     finally:
         consumer.close()
 
@@ -192,5 +199,15 @@ def build(config: ServiceConfig, sessions: int, length: int, *, seed: int = 7) -
     t2 = time.perf_counter()
     del logs
     gc.collect()  # the figures run in this process: leave no workload objects behind
-    return Workload(config.topic_prefix, config.topics.events, sessions, length, n, size,
-                    high_watermarks(config), generator_name(), t1 - t0, t2 - t1)
+    return Workload(
+        config.topic_prefix,
+        config.topics.events,
+        sessions,
+        length,
+        n,
+        size,
+        high_watermarks(config),
+        generator_name(),
+        t1 - t0,
+        t2 - t1,
+    )

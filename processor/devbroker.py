@@ -23,7 +23,6 @@ Environment: ``PROCESSOR_KAFKA_CACHE`` (cache root, default
 ``PROCESSOR_KAFKA_JVM_OPTS`` (extra JVM options, shell-split), ``JAVA_HOME``.
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -122,9 +121,14 @@ def read_state(workdir: Path | str) -> BrokerState | None:
     wd = Path(workdir).expanduser().resolve()
     try:
         raw: dict[str, Any] = json.loads((wd / _STATE).read_text())
-        return BrokerState(workdir=wd, pid=int(raw["pid"]), bootstrap=str(raw["bootstrap"]),
-                           port=int(raw["port"]), controller_port=int(raw["controller_port"]),
-                           cluster_id=str(raw["cluster_id"]))
+        return BrokerState(
+            workdir=wd,
+            pid=int(raw["pid"]),
+            bootstrap=str(raw["bootstrap"]),
+            port=int(raw["port"]),
+            controller_port=int(raw["controller_port"]),
+            cluster_id=str(raw["cluster_id"]),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -165,15 +169,20 @@ class LocalBroker:
     exit, so a killed test run leaves no broker behind.
     """
 
-    def __init__(self, *, jars_dir: Path | str | None = None, keep: bool = False,
-                 daemon: bool = False, jvm_opts: Sequence[str] | None = None,
-                 overrides: Mapping[str, str] | None = None,
-                 ready_timeout: float = READY_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        *,
+        jars_dir: Path | str | None = None,
+        keep: bool = False,
+        daemon: bool = False,
+        jvm_opts: Sequence[str] | None = None,
+        overrides: Mapping[str, str] | None = None,
+        ready_timeout: float = READY_TIMEOUT_S,
+    ) -> None:
         self.jars_dir = Path(jars_dir) if jars_dir is not None else None
         self.keep = keep
         self.daemon = daemon
-        self.jvm_opts: tuple[str, ...] = tuple(DEFAULT_JVM_OPTS if jvm_opts is None
-                                               else jvm_opts)
+        self.jvm_opts: tuple[str, ...] = tuple(DEFAULT_JVM_OPTS if jvm_opts is None else jvm_opts)
         self.overrides: dict[str, str] = dict(overrides or {})
         self.ready_timeout = ready_timeout
         self.timings: dict[str, float] = {}
@@ -249,8 +258,7 @@ class LocalBroker:
     def _start_in(self, wd: Path, jars: Path, port: int | None) -> None:
         prev = read_state(wd)
         if prev is not None and prev.running:
-            raise BrokerError(f"a broker already runs from {wd} (pid {prev.pid}, "
-                              f"{prev.bootstrap})")
+            raise BrokerError(f"a broker already runs from {wd} (pid {prev.pid}, {prev.bootstrap})")
         data = wd / "data"
         cluster_id = read_properties(data / "meta.properties").get("cluster.id")
         self.cluster_id = cluster_id or random_cluster_id()
@@ -266,19 +274,39 @@ class LocalBroker:
         write_properties(props_path, server_properties(port, cport, data, self.overrides))
 
         java = java_binary()
-        jvm = [*self.jvm_opts, *shlex.split(os.environ.get("PROCESSOR_KAFKA_JVM_OPTS", "")),
-               f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"]
+        jvm = [
+            *self.jvm_opts,
+            *shlex.split(os.environ.get("PROCESSOR_KAFKA_JVM_OPTS", "")),
+            f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+        ]
         classpath = str(jars / "*")
         t0 = time.monotonic()
         fmt = subprocess.run(
-            [java, *jvm, "-cp", classpath, "kafka.tools.StorageTool", "format",
-             "-t", self.cluster_id, "-c", str(props_path), "--ignore-formatted"],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
-            check=False)
+            [
+                java,
+                *jvm,
+                "-cp",
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                self.cluster_id,
+                "-c",
+                str(props_path),
+                "--ignore-formatted",
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         self.timings["format_s"] = time.monotonic() - t0
         if fmt.returncode != 0:
-            raise BrokerError(f"kafka storage format failed ({fmt.returncode}):\n"
-                              f"{tail_text(fmt.stdout + fmt.stderr, 40)}")
+            raise BrokerError(
+                f"kafka storage format failed ({fmt.returncode}):\n"
+                f"{tail_text(fmt.stdout + fmt.stderr, 40)}"
+            )
 
         log = wd / _LOG
         if log.exists():
@@ -288,10 +316,20 @@ class LocalBroker:
         with open(log, "wb") as out:
             self._proc = subprocess.Popen(
                 [java, *jvm, "-cp", classpath, "kafka.Kafka", str(props_path)],
-                cwd=wd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=preexec)
-        state = {"pid": self._proc.pid, "bootstrap": self.bootstrap, "port": port,
-                 "controller_port": cport, "cluster_id": self.cluster_id}
+                cwd=wd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
+        state = {
+            "pid": self._proc.pid,
+            "bootstrap": self.bootstrap,
+            "port": port,
+            "controller_port": cport,
+            "cluster_id": self.cluster_id,
+        }
         (wd / _STATE).write_text(json.dumps(state, indent=1) + "\n")
         (wd / _PID).write_text(f"{self._proc.pid}\n")
         (wd / _BOOTSTRAP).write_text(self.bootstrap + "\n")
@@ -305,13 +343,17 @@ class LocalBroker:
         while True:
             code = self._proc.poll()
             if code is not None:
-                raise BrokerError(f"the broker exited with code {code} before it was ready; "
-                                  f"{self.log_path} ends:\n{self.log_tail()}")
+                raise BrokerError(
+                    f"the broker exited with code {code} before it was ready; "
+                    f"{self.log_path} ends:\n{self.log_tail()}"
+                )
             left = deadline - time.monotonic()
             if left <= 0:
-                raise BrokerError(f"the broker was not ready within {self.ready_timeout:g}s "
-                                  f"at {self.bootstrap}; {self.log_path} ends:\n"
-                                  f"{self.log_tail()}")
+                raise BrokerError(
+                    f"the broker was not ready within {self.ready_timeout:g}s "
+                    f"at {self.bootstrap}; {self.log_path} ends:\n"
+                    f"{self.log_tail()}"
+                )
             if tcp_open(self.port):
                 if use_admin:
                     use_admin = admin_ready(self.bootstrap, min(3.0, max(0.5, left)))
@@ -353,8 +395,12 @@ class LocalBroker:
             self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:
@@ -374,8 +420,11 @@ def _cmd_start(args: argparse.Namespace) -> int:
         return 0
     broker = LocalBroker(keep=True, daemon=True)
     bootstrap = broker.start(workdir=wd, port=args.port)
-    print(f"kafka {kafka_version()} ready in {broker.timings['start_to_ready_s']:.1f}s, "
-          f"pid {broker.pid}, dir {wd}, log {broker.log_path}", file=sys.stderr)
+    print(
+        f"kafka {kafka_version()} ready in {broker.timings['start_to_ready_s']:.1f}s, "
+        f"pid {broker.pid}, dir {wd}, log {broker.log_path}",
+        file=sys.stderr,
+    )
     print(bootstrap, flush=True)
     return 0
 
@@ -401,8 +450,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_resolve(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     jars = resolve_jars()
-    print(f"{len(list(jars.glob('*.jar')))} jars in {time.monotonic() - t0:.1f}s",
-          file=sys.stderr)
+    print(f"{len(list(jars.glob('*.jar')))} jars in {time.monotonic() - t0:.1f}s", file=sys.stderr)
     print(jars)
     return 0
 
@@ -417,8 +465,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     broker = LocalBroker(keep=args.dir is not None)
     try:
         bootstrap = broker.start(workdir=args.dir, port=args.port)
-        print(f"kafka {kafka_version()} ready in {broker.timings['start_to_ready_s']:.1f}s, "
-              f"pid {broker.pid}, log {broker.log_path}; Ctrl-C stops", file=sys.stderr)
+        print(
+            f"kafka {kafka_version()} ready in {broker.timings['start_to_ready_s']:.1f}s, "
+            f"pid {broker.pid}, log {broker.log_path}; Ctrl-C stops",
+            file=sys.stderr,
+        )
         print(bootstrap, flush=True)
         while not stop.wait(0.5):
             if not broker.running():
@@ -432,14 +483,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m processor.devbroker",
-                                description="A local Apache Kafka broker (KRaft, one node) "
-                                            "from Maven Central jars.")
+    p = argparse.ArgumentParser(
+        prog="python -m processor.devbroker",
+        description="A local Apache Kafka broker (KRaft, one node) from Maven Central jars.",
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def with_dir(sp: argparse.ArgumentParser, default: Path | None) -> None:
-        sp.add_argument("--dir", type=Path, default=default,
-                        help=f"broker working dir (default: {default or 'a temp dir'})")
+        sp.add_argument(
+            "--dir",
+            type=Path,
+            default=default,
+            help=f"broker working dir (default: {default or 'a temp dir'})",
+        )
 
     state = default_state_dir()
     s = sub.add_parser("start", help="start a detached broker, print its bootstrap address")

@@ -78,7 +78,8 @@ CLUSTER_PROPERTIES: dict[str, str] = {
 
 #: Smaller heaps than the single broker: three JVMs share a small machine.
 CLUSTER_JVM_OPTS: tuple[str, ...] = tuple(
-    "-Xmx384m" if o.startswith("-Xmx") else o for o in DEFAULT_JVM_OPTS)
+    "-Xmx384m" if o.startswith("-Xmx") else o for o in DEFAULT_JVM_OPTS
+)
 
 
 @dataclass
@@ -109,10 +110,16 @@ class ClusterNode:
 class LocalCluster:
     """``n`` KRaft nodes (broker+controller each) on 127.0.0.1; see the module docstring."""
 
-    def __init__(self, nodes: int = 3, *, jars_dir: Path | str | None = None,
-                 overrides: Mapping[str, str] | None = None,
-                 jvm_opts: Sequence[str] | None = None, keep: bool = False,
-                 ready_timeout: float = 180.0) -> None:
+    def __init__(
+        self,
+        nodes: int = 3,
+        *,
+        jars_dir: Path | str | None = None,
+        overrides: Mapping[str, str] | None = None,
+        jvm_opts: Sequence[str] | None = None,
+        keep: bool = False,
+        ready_timeout: float = 180.0,
+    ) -> None:
         if nodes < 1:
             raise BrokerError("a cluster needs at least one node")
         self.n = nodes
@@ -147,20 +154,32 @@ class LocalCluster:
             if self.nodes:
                 raise BrokerError("cluster already started")
             self._jars = resolve_jars(self.jars_dir)
-            self.root = (Path(root) if root is not None
-                         else Path(tempfile.mkdtemp(prefix="processor-cluster-")))
+            self.root = (
+                Path(root)
+                if root is not None
+                else Path(tempfile.mkdtemp(prefix="processor-cluster-"))
+            )
             ports = free_ports(2 * self.n)
             for i in range(self.n):
                 node_id = i + 1
                 wd = self.root / f"node{node_id}"
                 wd.mkdir(parents=True, exist_ok=True)
                 self.nodes[node_id] = ClusterNode(node_id, ports[2 * i], ports[2 * i + 1], wd)
-            voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}"
-                              for n in self.nodes.values())
+            voters = ",".join(
+                f"{n.node_id}@{HOST}:{n.controller_port}" for n in self.nodes.values()
+            )
             for n in self.nodes.values():
-                props = server_properties(n.port, n.controller_port, n.workdir / "data", {
-                    **CLUSTER_PROPERTIES, "node.id": str(n.node_id),
-                    "controller.quorum.voters": voters, **self.overrides})
+                props = server_properties(
+                    n.port,
+                    n.controller_port,
+                    n.workdir / "data",
+                    {
+                        **CLUSTER_PROPERTIES,
+                        "node.id": str(n.node_id),
+                        "controller.quorum.voters": voters,
+                        **self.overrides,
+                    },
+                )
                 write_properties(n.props, props)
                 self._format(n)
             atexit.register(self.stop)
@@ -175,18 +194,39 @@ class LocalCluster:
             return self.bootstrap
 
     def _jvm(self) -> list[str]:
-        return [*self.jvm_opts, *shlex.split(os.environ.get("PROCESSOR_KAFKA_JVM_OPTS", "")),
-                f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"]
+        return [
+            *self.jvm_opts,
+            *shlex.split(os.environ.get("PROCESSOR_KAFKA_JVM_OPTS", "")),
+            f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+        ]
 
     def _format(self, n: ClusterNode) -> None:
         assert self._jars is not None
         fmt = subprocess.run(
-            [java_binary(), *self._jvm(), "-cp", str(self._jars / "*"), "kafka.tools.StorageTool",
-             "format", "-t", self.cluster_id, "-c", str(n.props), "--ignore-formatted"],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False)
+            [
+                java_binary(),
+                *self._jvm(),
+                "-cp",
+                str(self._jars / "*"),
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                self.cluster_id,
+                "-c",
+                str(n.props),
+                "--ignore-formatted",
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
         if fmt.returncode != 0:
-            raise BrokerError(f"node {n.node_id}: storage format failed ({fmt.returncode}):\n"
-                              f"{(fmt.stdout + fmt.stderr)[-3000:]}")
+            raise BrokerError(
+                f"node {n.node_id}: storage format failed ({fmt.returncode}):\n"
+                f"{(fmt.stdout + fmt.stderr)[-3000:]}"
+            )
 
     def _spawn(self, n: ClusterNode) -> None:
         assert self._jars is not None
@@ -195,10 +235,21 @@ class LocalCluster:
             n.log_path.replace(n.workdir / f"node.log.{n.restarts}")
         with open(n.log_path, "wb") as out:
             n.proc = subprocess.Popen(
-                [java_binary(), *self._jvm(), "-cp", str(self._jars / "*"), "kafka.Kafka",
-                 str(n.props)],
-                cwd=n.workdir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=preexec)
+                [
+                    java_binary(),
+                    *self._jvm(),
+                    "-cp",
+                    str(self._jars / "*"),
+                    "kafka.Kafka",
+                    str(n.props),
+                ],
+                cwd=n.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
 
     def _wait_ready(self, n: ClusterNode, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (timeout or self.ready_timeout)
@@ -206,11 +257,13 @@ class LocalCluster:
             assert n.proc is not None
             code = n.proc.poll()
             if code is not None:
-                raise BrokerError(f"node {n.node_id} exited with code {code}; log ends:\n"
-                                  f"{tail(n.log_path)}")
+                raise BrokerError(
+                    f"node {n.node_id} exited with code {code}; log ends:\n{tail(n.log_path)}"
+                )
             if time.monotonic() > deadline:
-                raise BrokerError(f"node {n.node_id} not ready in time; log ends:\n"
-                                  f"{tail(n.log_path)}")
+                raise BrokerError(
+                    f"node {n.node_id} not ready in time; log ends:\n{tail(n.log_path)}"
+                )
             if tcp_open(n.port) and admin_ready(n.address, 3.0):
                 return
             time.sleep(0.2)
@@ -270,8 +323,12 @@ class LocalCluster:
             self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:
@@ -279,8 +336,10 @@ class LocalCluster:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m processor.devcluster",
-                                description="A local multi-node KRaft cluster (foreground).")
+    p = argparse.ArgumentParser(
+        prog="python -m processor.devcluster",
+        description="A local multi-node KRaft cluster (foreground).",
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run the cluster until Ctrl-C / SIGTERM")
     r.add_argument("--nodes", type=int, default=3)

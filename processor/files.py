@@ -147,8 +147,10 @@ def check_header(raw: dict[str, Any]) -> SessionHeader:
     runtime's own migrations, newer ones a newer processor.
     """
     version = raw.get("version")
-    if isinstance(version, int | float) and not isinstance(version, bool) and (
-        version not in SUPPORTED_VERSIONS
+    if (
+        isinstance(version, int | float)
+        and not isinstance(version, bool)
+        and (version not in SUPPORTED_VERSIONS)
     ):
         if isinstance(version, int) and 0 <= version < min(SUPPORTED_VERSIONS):
             raise SessionFileError(
@@ -162,8 +164,7 @@ def check_header(raw: dict[str, Any]) -> SessionHeader:
         )
     retired = [k for k in RETIRED_HEADER_FIELDS if k in raw]
     if retired:
-        raise SessionFileError(f"session header uses retired policy field(s): "
-                               f"{', '.join(retired)}")
+        raise SessionFileError(f"session header uses retired policy field(s): {', '.join(retired)}")
     missing = sorted(HEADER_REQUIRED - set(raw))
     extra = sorted(set(raw) - HEADER_REQUIRED - HEADER_OPTIONAL)
     if missing or extra:
@@ -196,8 +197,10 @@ def check_header(raw: dict[str, Any]) -> SessionHeader:
     return raw
 
 
-def iter_lines(content: bytes, max_line_bytes: int | None = None,
-               ) -> Iterator[tuple[int, bytes, bool]]:
+def iter_lines(
+    content: bytes,
+    max_line_bytes: int | None = None,
+) -> Iterator[tuple[int, bytes, bool]]:
     """Yield ``(byte offset, line, terminated)`` for every non-empty line.
 
     A line longer than ``max_line_bytes`` is refused with its offset and size
@@ -210,8 +213,7 @@ def iter_lines(content: bytes, max_line_bytes: int | None = None,
         stop = end if nl < 0 else nl
         if stop - pos > limit:
             raise SessionFileError(
-                f"line at byte offset {pos} is {stop - pos} bytes, over the "
-                f"{limit}-byte line limit"
+                f"line at byte offset {pos} is {stop - pos} bytes, over the {limit}-byte line limit"
             )
         line = content[pos:stop]
         if line.strip():
@@ -219,9 +221,12 @@ def iter_lines(content: bytes, max_line_bytes: int | None = None,
         pos = stop + 1
 
 
-def json_lines(content: bytes, *, drop_torn_tail: bool = False,
-               where: Callable[[], str] = lambda: "",
-               ) -> Iterator[tuple[int, Any, TornTail | None]]:
+def json_lines(
+    content: bytes,
+    *,
+    drop_torn_tail: bool = False,
+    where: Callable[[], str] = lambda: "",
+) -> Iterator[tuple[int, Any, TornTail | None]]:
     """``(byte offset, JSON value, None)`` for every line, in order.
 
     A last line without its newline that is not JSON is a torn tail (a crash
@@ -243,8 +248,9 @@ def json_lines(content: bytes, *, drop_torn_tail: bool = False,
                     "pass --drop-torn-tail to fold without it"
                 ) from None
             hint = where()
-            raise SessionFileError(f"line at byte offset {offset}{f' ({hint})' if hint else ''} "
-                                   "is not valid JSON") from None
+            raise SessionFileError(
+                f"line at byte offset {offset}{f' ({hint})' if hint else ''} is not valid JSON"
+            ) from None
         yield offset, value, None
 
 
@@ -252,9 +258,13 @@ def is_header_line(value: Any) -> bool:
     return isinstance(value, dict) and value.get("type") == "session"
 
 
-def parse_session_bytes(content: bytes, *, drop_torn_tail: bool = False,
-                        session_id: str = "unknown",
-                        stop_after_seq: int | None = None) -> SessionFile:
+def parse_session_bytes(
+    content: bytes,
+    *,
+    drop_torn_tail: bool = False,
+    session_id: str = "unknown",
+    stop_after_seq: int | None = None,
+) -> SessionFile:
     """Parse a whole file; ``stop_after_seq`` ignores every line after that seq."""
     header: SessionHeader | None = None
     events: list[Event] = []
@@ -264,8 +274,7 @@ def parse_session_bytes(content: bytes, *, drop_torn_tail: bool = False,
     def where() -> str:
         return f"seq {events[-1].seq + 1}?" if events else "first event"
 
-    for _offset, raw, torn_tail in json_lines(content, drop_torn_tail=drop_torn_tail,
-                                             where=where):
+    for _offset, raw, torn_tail in json_lines(content, drop_torn_tail=drop_torn_tail, where=where):
         if torn_tail is not None:
             torn = torn_tail
             break
@@ -302,20 +311,23 @@ def file_session_id(path: str | Path) -> str:
     return name
 
 
-def read_session_file(path: str | Path, *, drop_torn_tail: bool = False,
-                      stop_after_seq: int | None = None) -> SessionFile:
+def read_session_file(
+    path: str | Path, *, drop_torn_tail: bool = False, stop_after_seq: int | None = None
+) -> SessionFile:
     """Read a session log file (see the module docstring).
 
     A file without a header gets a synthetic one whose id is
     :func:`file_session_id`.
     """
-    return parse_session_bytes(read_bytes(path), drop_torn_tail=drop_torn_tail,
-                               session_id=file_session_id(path),
-                               stop_after_seq=stop_after_seq)
+    return parse_session_bytes(
+        read_bytes(path),
+        drop_torn_tail=drop_torn_tail,
+        session_id=file_session_id(path),
+        stop_after_seq=stop_after_seq,
+    )
 
 
-def write_session_file(path: str | Path, header: SessionHeader | None,
-                       events: list[Event]) -> None:
+def write_session_file(path: str | Path, header: SessionHeader | None, events: list[Event]) -> None:
     """Write a session file (zstd when the name ends in .zst/.zstd)."""
     buf = bytearray()
     if header is not None:

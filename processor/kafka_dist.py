@@ -83,8 +83,9 @@ def kafka_version(pom: Path = POM) -> str:
     """The Kafka version pinned in ``deploy/kafka/pom.xml`` (property ``kafka.version``)."""
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     if not pom.is_file():
-        raise BrokerError(f"the broker's {pom} is missing (a wheel built without setup.py's "
-                          "data step?)")
+        raise BrokerError(
+            f"the broker's {pom} is missing (a wheel built without setup.py's data step?)"
+        )
     node = ET.parse(pom).getroot().find("m:properties/m:kafka.version", ns)
     if node is None or not (node.text or "").strip():
         raise BrokerError(f"{pom}: no <kafka.version> property")
@@ -143,17 +144,32 @@ def resolve_jars(cache_dir: Path | str | None = None, *, pom: Path = POM) -> Pat
         (jars / _MARKER).unlink(missing_ok=True)
         for old in jars.glob("*.jar"):
             old.unlink()
-        cmd = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
-               "-DincludeScope=runtime", f"-DoutputDirectory={jars}"]
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={jars}",
+        ]
         try:
-            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=900, check=False)
+            proc = subprocess.run(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
             raise BrokerError(f"mvn timed out resolving the Kafka jars: {cmd}") from exc
         if proc.returncode != 0 or not any(jars.glob("kafka_2.13-*.jar")):
             out = tail_text(proc.stdout + proc.stderr, 40)
-            raise BrokerError(f"mvn failed ({proc.returncode}) resolving the Kafka jars "
-                              f"into {jars}:\n{out}")
+            raise BrokerError(
+                f"mvn failed ({proc.returncode}) resolving the Kafka jars into {jars}:\n{out}"
+            )
         (jars / _MARKER).write_text(digest + "\n")
     return jars
 
@@ -169,8 +185,9 @@ def random_cluster_id() -> str:
             return cid
 
 
-def server_properties(port: int, controller_port: int, log_dir: Path | str,
-                      overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+def server_properties(
+    port: int, controller_port: int, log_dir: Path | str, overrides: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The ``server.properties`` of a one-node combined broker+controller on 127.0.0.1."""
     props = {
         "process.roles": "broker,controller",
@@ -350,8 +367,11 @@ def admin_ready(bootstrap: str, timeout: float) -> bool | None:
     quiet.propagate = False
     if not quiet.handlers:
         quiet.addHandler(logging.NullHandler())
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": quiet,
-                            "socket.connection.setup.timeout.ms": 2000}
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "logger": quiet,
+        "socket.connection.setup.timeout.ms": 2000,
+    }
     admin = AdminClient(conf)
     try:
         md = admin.list_topics(timeout=timeout)

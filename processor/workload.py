@@ -26,8 +26,9 @@ TOOL_NAMES = ("read", "grep", "edit", "shell", "search", "fetch")
 
 
 class _Walker:
-    def __init__(self, rng: random.Random, big_result_bytes: int, big_ratio: float,
-                 form: int) -> None:
+    def __init__(
+        self, rng: random.Random, big_result_bytes: int, big_ratio: float, form: int
+    ) -> None:
         self.rng = rng
         self.b = LogBuilder(form=form)
         self.state = SurfaceState()
@@ -54,10 +55,21 @@ class _Walker:
     def user(self) -> None:
         r = self.rng.random()
         if r < 0.1:
-            self.b.add_raw("user/message", self.b.message("user", [
-                text("see picture"), {"type": "image", "mediaType": "image/png",
-                                      "data": "iVBORw0" * self.rng.randint(1, 20)}]),
-                surfaceOp="append")
+            self.b.add_raw(
+                "user/message",
+                self.b.message(
+                    "user",
+                    [
+                        text("see picture"),
+                        {
+                            "type": "image",
+                            "mediaType": "image/png",
+                            "data": "iVBORw0" * self.rng.randint(1, 20),
+                        },
+                    ],
+                ),
+                surfaceOp="append",
+            )
         else:
             self.b.user(f"question {self.b.next_seq} " + "word " * self.rng.randint(0, 30))
 
@@ -65,10 +77,17 @@ class _Walker:
         calls: list[dict[str, Any]] = []
         if self.rng.random() < 0.5:
             name = self.rng.choice(TOOL_NAMES)
-            calls.append({"id": f"call-{self.b.next_seq}", "name": name,
-                          "arguments": {"q": self.rng.randint(0, 99)}})
-        usage = {"inputTokens": self.rng.randint(10, 5000),
-                 "outputTokens": self.rng.randint(1, 900)}
+            calls.append(
+                {
+                    "id": f"call-{self.b.next_seq}",
+                    "name": name,
+                    "arguments": {"q": self.rng.randint(0, 99)},
+                }
+            )
+        usage = {
+            "inputTokens": self.rng.randint(10, 5000),
+            "outputTokens": self.rng.randint(1, 900),
+        }
         self.b.assistant("answer " * self.rng.randint(0, 20), tool_calls=calls, usage=usage)
         for call in calls:
             ev = self.b.tool_call(call["id"], call["name"], call["arguments"])
@@ -101,8 +120,9 @@ class _Walker:
 
     def attempt(self) -> None:
         self.b.attempt()
-        self.b.add_raw("llm/retry", {"turn": self.b.turn, "step": self.b.step, "attempt": 1,
-                                     "delayMs": 10})
+        self.b.add_raw(
+            "llm/retry", {"turn": self.b.turn, "step": self.b.step, "attempt": 1, "delayMs": 10}
+        )
         self.b.add_raw("llm/retry-started", {"turn": self.b.turn, "step": self.b.step})
 
     def header(self) -> None:
@@ -116,8 +136,9 @@ class _Walker:
         self.header_tools = {t["name"]: t for t in tools}
         if added or removed:
             self.b.tool_update(ev.seq, added=added, removed=removed)
-        self.b.add_raw("request/context", {"provider": "mock", "model": "mock-1",
-                                           "contextWindow": 200_000})
+        self.b.add_raw(
+            "request/context", {"provider": "mock", "model": "mock-1", "contextWindow": 200_000}
+        )
 
     def domain(self) -> None:
         """A log-only event of the runtime's own plugins, in their payload shape."""
@@ -125,24 +146,32 @@ class _Walker:
         kind = r.randrange(5)
         if kind == 0:
             statuses = ("pending", "in_progress", "completed")
-            todos = [{"content": f"task {n}-{i}", "status": statuses[min(i, 2)]}
-                     for i in range(r.randint(1, 4))]
+            todos = [
+                {"content": f"task {n}-{i}", "status": statuses[min(i, 2)]}
+                for i in range(r.randint(1, 4))
+            ]
             self.b.add_raw("todo/write", {"todos": todos})
         elif kind == 1:
-            self.b.add_raw("session/title", {"title": f"session about {n}", "messageSeqs": [],
-                                             "source": {"kind": "fallback"}})
+            self.b.add_raw(
+                "session/title",
+                {"title": f"session about {n}", "messageSeqs": [], "source": {"kind": "fallback"}},
+            )
         elif kind == 2:
             self.b.add_raw("plan/mode", {"active": r.random() < 0.5})
         elif kind == 3:
             aid = f"approval-{n}"
-            self.b.add_raw("approval/asked", {"id": aid, "toolName": r.choice(TOOL_NAMES),
-                                              "reason": "writes a file"})
-            self.b.add_raw("approval/decided", {"id": aid, "outcome": r.choice(
-                ["allowed-once", "rejected"])})
+            self.b.add_raw(
+                "approval/asked",
+                {"id": aid, "toolName": r.choice(TOOL_NAMES), "reason": "writes a file"},
+            )
+            self.b.add_raw(
+                "approval/decided", {"id": aid, "outcome": r.choice(["allowed-once", "rejected"])}
+            )
         else:
             cid = f"cmd-{n}"
-            self.b.add_raw("command/run", {"name": "plan", "commandId": cid,
-                                           "args": r.choice(["", "off"])})
+            self.b.add_raw(
+                "command/run", {"name": "plan", "commandId": cid, "args": r.choice(["", "off"])}
+            )
             self.b.add_raw("command/done", {"commandId": cid, "kind": "success"})
 
     def compact(self) -> None:
@@ -165,15 +194,17 @@ class _Walker:
         if not results:
             return self.user()
         seq = self.rng.choice(results)
-        self.b.tool_result("", "[result elided]", like=self.state.node_events[seq],
-                           replace=(seq, seq))
+        self.b.tool_result(
+            "", "[result elided]", like=self.state.node_events[seq], replace=(seq, seq)
+        )
         return None
 
     def rewrite_system(self) -> None:
         nodes = self.state.nodes
         if nodes and self.state.node_events[nodes[0]].type == "system/message":
-            self.b.system(f"prompt v{self.b.next_seq}", replace=(nodes[0], nodes[0]),
-                          sources=[nodes[0]])
+            self.b.system(
+                f"prompt v{self.b.next_seq}", replace=(nodes[0], nodes[0]), sources=[nodes[0]]
+            )
         else:
             self.b.system(f"prompt v{self.b.next_seq}")
 
@@ -185,19 +216,30 @@ class _Walker:
             images = list(_images(self.state.message_of(seq).get("content", [])))
             chosen = [i for i, done in enumerate(images) if not done]
             if chosen:
-                self.b.add_raw("image/offload", {"targets": [
-                    {"seq": seq, "imageIndexes": chosen[: self.rng.randint(1, len(chosen))]}]})
+                self.b.add_raw(
+                    "image/offload",
+                    {
+                        "targets": [
+                            {"seq": seq, "imageIndexes": chosen[: self.rng.randint(1, len(chosen))]}
+                        ]
+                    },
+                )
                 return
         self.user()
 
     def inbox(self) -> None:
         """Queue a user message for a later turn or step (the runtime's inbox splice)."""
         target = self.rng.choice(["next-turn", "next-step"])
-        message = {"id": f"inbox-{self.b.next_seq}", "role": "user", "content": [text("ping")],
-                   "source": {"kind": "user"}}
+        message = {
+            "id": f"inbox-{self.b.next_seq}",
+            "role": "user",
+            "content": [text("ping")],
+            "source": {"kind": "user"},
+        }
         queue = self.inbox_queues[target]
-        self.b.add_raw("agent/inbox/spliced", {"target": target, "start": len(queue),
-                                               "inserted": [message]})
+        self.b.add_raw(
+            "agent/inbox/spliced", {"target": target, "start": len(queue), "inserted": [message]}
+        )
         queue.append(message)
         self.inbox_pending.append((target, message))
 
@@ -206,8 +248,10 @@ class _Walker:
         target, message = self.inbox_pending.pop(0)
         queue = self.inbox_queues[target]
         index = queue.index(message)
-        self.b.add_raw("agent/inbox/spliced", {"target": target, "start": index,
-                                               "removedCount": 1, "inserted": []})
+        self.b.add_raw(
+            "agent/inbox/spliced",
+            {"target": target, "start": index, "removedCount": 1, "inserted": []},
+        )
         queue.pop(index)
         self.b.add_raw("user/message", message, surfaceOp="append")
 
@@ -218,19 +262,30 @@ class _Walker:
         keep = self.rng.randint(4, 12)
         shadowed = nodes[lo : len(nodes) - keep]
         self.b.add_raw("compaction/start", {"trigger": "auto"})
-        self.b.summary(f"summary of {len(shadowed)} messages", shadowed[0], shadowed[-1],
-                       list(shadowed))
-        self.b.add_raw("compaction/summary", {"tokensBefore": 100 * len(shadowed),
-                                              "tokensAfter": 100})
+        self.b.summary(
+            f"summary of {len(shadowed)} messages", shadowed[0], shadowed[-1], list(shadowed)
+        )
+        self.b.add_raw(
+            "compaction/summary", {"tokensBefore": 100 * len(shadowed), "tokensAfter": 100}
+        )
         self.b.add_raw("compaction/end", {"ok": True})
 
     def ignorable(self) -> None:
         self.b.add_raw("vendor/telemetry", {"n": self.rng.randint(0, 9)}, ignorable=True)
 
     ACTIONS: tuple[tuple[str, float], ...] = (
-        ("user", 18), ("assistant", 30), ("turn", 14), ("attempt", 2), ("header", 1),
-        ("compact", 4), ("rewrite_tool_result", 3), ("rewrite_system", 2), ("offload", 2),
-        ("inbox", 2), ("ignorable", 1), ("domain", 3),
+        ("user", 18),
+        ("assistant", 30),
+        ("turn", 14),
+        ("attempt", 2),
+        ("header", 1),
+        ("compact", 4),
+        ("rewrite_tool_result", 3),
+        ("rewrite_system", 2),
+        ("offload", 2),
+        ("inbox", 2),
+        ("ignorable", 1),
+        ("domain", 3),
     )
 
 
@@ -243,8 +298,14 @@ def _images(blocks: Any) -> Any:
             yield from _images(block.get("content"))
 
 
-def generate_session(rng: random.Random, n_events: int, *, big_result_bytes: int = 10_000,
-                     big_ratio: float = 0.02, form: int = 4) -> list[Event]:
+def generate_session(
+    rng: random.Random,
+    n_events: int,
+    *,
+    big_result_bytes: int = 10_000,
+    big_ratio: float = 0.02,
+    form: int = 4,
+) -> list[Event]:
     """A valid session log of at least ``n_events`` events (cut to exactly n).
 
     ``form`` picks the message shapes of session format 4 (the runtime's

@@ -29,6 +29,7 @@ if ! "$PY" -c "import processor, pytest, hypothesis, confluent_kafka, mypy, ruff
 fi
 echo "== ruff"
 "$PY" -m ruff check processor tests bench
+"$PY" -m ruff format --check processor tests bench
 echo "== mypy (strict on the pure core)"
 "$PY" -m mypy processor
 echo "== pytest"

@@ -53,9 +53,17 @@ def docker_available(timeout: float = 5.0) -> bool:
     if exe is None:
         return False
     try:
-        return subprocess.run([exe, "info"], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=timeout, check=False).returncode == 0
+        return (
+            subprocess.run(
+                [exe, "info"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=timeout,
+                check=False,
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 

@@ -65,12 +65,17 @@ def _name(cn: str) -> x509.Name:
 def _ca(cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(_name(cn))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     return key, cert
 
 
@@ -79,22 +84,36 @@ def make_pki(directory: Path) -> Pki:
     ca_key, ca_cert = _ca("processor test CA")
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(_name(HOST)).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName([
-                x509.IPAddress(ipaddress.ip_address(HOST)), x509.DNSName("localhost")]),
-                critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(HOST))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(HOST)), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     ca_pem = directory / "ca.pem"
     ca_pem.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     other = directory / "other-ca.pem"
     other.write_bytes(_ca("someone else")[1].public_bytes(serialization.Encoding.PEM))
     keystore = directory / "broker.p12"
-    keystore.write_bytes(pkcs12.serialize_key_and_certificates(
-        b"broker", key, cert, [ca_cert],
-        serialization.BestAvailableEncryption(STORE_PASSWORD.encode())))
+    keystore.write_bytes(
+        pkcs12.serialize_key_and_certificates(
+            b"broker",
+            key,
+            cert,
+            [ca_cert],
+            serialization.BestAvailableEncryption(STORE_PASSWORD.encode()),
+        )
+    )
     return Pki(ca_pem, other, keystore)
 
 
@@ -117,8 +136,9 @@ class SecureBroker:
     def bootstrap(self) -> str:
         return f"{HOST}:{self.sasl_port}"
 
-    def client_settings(self, user: str, password: str | None = None, *,
-                        ca: Path | None = None) -> dict[str, str]:
+    def client_settings(
+        self, user: str, password: str | None = None, *, ca: Path | None = None
+    ) -> dict[str, str]:
         """librdkafka settings of a SASL_SSL client (the password separately in tests)."""
         return {
             "security.protocol": "SASL_SSL",
@@ -132,41 +152,69 @@ class SecureBroker:
         jars = resolve_jars()
         data = self.workdir / "data"
         jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-        props = server_properties(self.port, self.controller_port, data, {
-            "listeners": f"PLAINTEXT://{HOST}:{self.port},SASL_SSL://{HOST}:{self.sasl_port},"
-                         f"CONTROLLER://{HOST}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port},"
-                                    f"SASL_SSL://{HOST}:{self.sasl_port}",
-            "listener.security.protocol.map":
-                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
-            "sasl.enabled.mechanisms": MECHANISM,
-            f"listener.name.sasl_ssl.{MECHANISM.lower()}.sasl.jaas.config": jaas,
-            "ssl.keystore.location": str(self.pki.keystore),
-            "ssl.keystore.type": "PKCS12",
-            "ssl.keystore.password": STORE_PASSWORD,
-            "ssl.key.password": STORE_PASSWORD,
-            "authorizer.class.name":
-                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "allow.everyone.if.no.acl.found": "false",
-            "super.users": "User:ANONYMOUS",
-        })
+        props = server_properties(
+            self.port,
+            self.controller_port,
+            data,
+            {
+                "listeners": f"PLAINTEXT://{HOST}:{self.port},SASL_SSL://{HOST}:{self.sasl_port},"
+                f"CONTROLLER://{HOST}:{self.controller_port}",
+                "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port},"
+                f"SASL_SSL://{HOST}:{self.sasl_port}",
+                "listener.security.protocol.map": (
+                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL"
+                ),
+                "sasl.enabled.mechanisms": MECHANISM,
+                f"listener.name.sasl_ssl.{MECHANISM.lower()}.sasl.jaas.config": jaas,
+                "ssl.keystore.location": str(self.pki.keystore),
+                "ssl.keystore.type": "PKCS12",
+                "ssl.keystore.password": STORE_PASSWORD,
+                "ssl.key.password": STORE_PASSWORD,
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "allow.everyone.if.no.acl.found": "false",
+                "super.users": "User:ANONYMOUS",
+            },
+        )
         path = self.workdir / "server.properties"
         write_properties(path, props)
         java = java_binary()
         jvm = [*DEFAULT_JVM_OPTS, f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"]
-        scram = [arg for user, password in self.users.items() for arg in
-                 ("--add-scram", f"{MECHANISM}=[name={user},password={password}]")]
+        scram = [
+            arg
+            for user, password in self.users.items()
+            for arg in ("--add-scram", f"{MECHANISM}=[name={user},password={password}]")
+        ]
         fmt = subprocess.run(
-            [java, *jvm, "-cp", str(jars / "*"), "kafka.tools.StorageTool", "format",
-             "-t", random_cluster_id(), "-c", str(path), *scram],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False)
+            [
+                java,
+                *jvm,
+                "-cp",
+                str(jars / "*"),
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                random_cluster_id(),
+                "-c",
+                str(path),
+                *scram,
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if fmt.returncode != 0:
             raise RuntimeError(f"format failed: {fmt.stdout}{fmt.stderr}")
         log = open(self.workdir / "broker.log", "wb")  # noqa: SIM115 - the broker's stdout
         self._proc = subprocess.Popen(
-            [java, *jvm, "-cp", str(jars / "*"), "kafka.Kafka", str(path)], cwd=self.workdir,
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [java, *jvm, "-cp", str(jars / "*"), "kafka.Kafka", str(path)],
+            cwd=self.workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while not admin_ready(self.admin_bootstrap, 3.0):

@@ -51,7 +51,8 @@ def test_the_kinds_callers_act_on() -> None:
 
 
 def test_an_uncaught_processor_error_is_one_line_not_a_traceback(
-        monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch: Any, capsys: Any
+) -> None:
     import pytest
 
     from processor.cli import main as cli_main

@@ -81,15 +81,20 @@ def test_no_import_cycles_besides_the_known_ones() -> None:
 def test_the_two_cycles_named_in_issue_11_are_broken() -> None:
     graph = _module_graph()
     assert "processor.agent.request" not in graph["processor.agent.adapters"]
-    assert "processor.core.message_projections" not in graph["processor.core.image_offload"] \
+    assert (
+        "processor.core.message_projections" not in graph["processor.core.image_offload"]
         or "processor.core.image_offload" not in graph["processor.core.message_projections"]
+    )
 
 
 def test_the_engine_and_the_core_load_no_kafka_client() -> None:
-    code = ("import sys, processor.engine, processor.core.defaults; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'confluent_kafka'))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=PACKAGE.parent)
+    code = (
+        "import sys, processor.engine, processor.core.defaults; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'confluent_kafka'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent
+    )
     assert out.stdout.strip() == "[]"
     graph = _module_graph()
     for name, deps in graph.items():
@@ -98,5 +103,8 @@ def test_the_engine_and_the_core_load_no_kafka_client() -> None:
         if name.startswith("processor.engine"):
             # the wire names (protocol), the record types (codec) and the settings
             outside = {d for d in deps if not d.startswith(("processor.core", "processor.engine"))}
-            assert outside <= {"processor.protocol", "processor.service.codec",
-                               "processor.service.config"}, name
+            assert outside <= {
+                "processor.protocol",
+                "processor.service.codec",
+                "processor.service.config",
+            }, name

@@ -142,4 +142,3 @@ class Agent:
         return Session(
             header, message_projections=self.message_projections, projections=self.projections
         )
-

@@ -272,9 +272,7 @@ class SystemPromptProjection:
     def __init__(self, new_id: IdFactory) -> None:
         self._new_id = new_id
 
-    def _system_draft(
-        self, text: str, turn: int, step: int, replace: int | None
-    ) -> EventDraft:
+    def _system_draft(self, text: str, turn: int, step: int, replace: int | None) -> EventDraft:
         data = {
             "turn": turn,
             "step": step,
@@ -319,9 +317,7 @@ class SystemPromptProjection:
         the text of its single text block, or None (not comparable: it is
         rewritten / never matches).
         """
-        system_nodes = [
-            s for s in surface.nodes if surface.node_events[s].type == "system/message"
-        ]
+        system_nodes = [s for s in surface.nodes if surface.node_events[s].type == "system/message"]
         if not system_nodes:
             return [self._system_draft(rendered, turn, step, None)]
         texts: dict[int, str | None] = {}
@@ -330,8 +326,9 @@ class SystemPromptProjection:
             data = surface.node_events[s].data
             message = data.get("message") if isinstance(data, dict) else None
             content = message.get("content") if isinstance(message, dict) else None
-            texts[s] = "" if isinstance(content, list | tuple) and not content else (
-                single_text(message))
+            texts[s] = (
+                "" if isinstance(content, list | tuple) and not content else (single_text(message))
+            )
         head, tail = system_nodes[0], system_nodes[1:]
         if not in_history or starts_series or rendered == "":
             drafts = [self._system_draft("", turn, step, s) for s in tail if texts[s] != ""]

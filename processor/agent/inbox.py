@@ -73,7 +73,7 @@ class InboxFold:
             raise InboxError(event.seq, "start/removedCount outside the pending queue")
         if not isinstance(inserted, list):
             raise InboxError(event.seq, "inserted must be a list")
-        new = queue[:start] + [thaw(m) for m in inserted] + queue[start + removed:]
+        new = queue[:start] + [thaw(m) for m in inserted] + queue[start + removed :]
         other = self.queues["next-step" if target == "next-turn" else "next-turn"]
         ids: set[Any] = set()
         for message in (*new, *other):
@@ -83,8 +83,15 @@ class InboxFold:
             ids.add(mid)
         self.queues[target] = new
 
-    def splice_data(self, target: str, start: int, delete_count: int,
-                    inserted: list[dict[str, Any]], *, discard: bool) -> dict[str, Any] | None:
+    def splice_data(
+        self,
+        target: str,
+        start: int,
+        delete_count: int,
+        inserted: list[dict[str, Any]],
+        *,
+        discard: bool,
+    ) -> dict[str, Any] | None:
         """The event data of a normalized splice, or None when it changes nothing.
 
         ``start`` past the end means the end (the runtime's splice

@@ -251,8 +251,9 @@ class StepLoop:
         if delivery not in TARGETS:
             raise ValueError("delivery must be 'next-step' or 'next-turn'")
         inserted = [self._as_message(m) for m in messages]
-        data = self.inbox.splice_data(delivery, len(self.inbox.queues[delivery]), 0, inserted,
-                                      discard=True)
+        data = self.inbox.splice_data(
+            delivery, len(self.inbox.queues[delivery]), 0, inserted, discard=True
+        )
         return self._log("agent/inbox/spliced", data) if data is not None else None
 
     def _claim(self, target: str) -> list[dict[str, Any]]:
@@ -307,10 +308,15 @@ class StepLoop:
         if isinstance(last, dict) and last.get("kind") == "start":
             opened = self.session.log.get(last["seq"])
             step = opened.data.get("step") if opened is not None else last.get("step")
-            self.commit(EventDraft("step/end", {"turn": turn, "step": step if isinstance(
-                step, int) else 0}), time=time)
-        self.commit(EventDraft("turn/end", {"turn": turn, "reason": {"kind": "interrupted"}}),
-                    time=time)
+            self.commit(
+                EventDraft(
+                    "step/end", {"turn": turn, "step": step if isinstance(step, int) else 0}
+                ),
+                time=time,
+            )
+        self.commit(
+            EventDraft("turn/end", {"turn": turn, "reason": {"kind": "interrupted"}}), time=time
+        )
         return True
 
     def run_turn(self, *inputs: str | Mapping[str, Any]) -> TurnResult:
@@ -334,8 +340,9 @@ class StepLoop:
             if not outcome.more:
                 break
         events = tuple(e for e in self.session.log.events_from(first))
-        return TurnResult(outcome.turn, str(outcome.reason["kind"]), outcome.steps,
-                          outcome.reply, events)
+        return TurnResult(
+            outcome.turn, str(outcome.reason["kind"]), outcome.steps, outcome.reply, events
+        )
 
     def _run_turn_once(self) -> _TurnOutcome:
         """One turn of the runtime's driver (``turn()``): claim, step, repeat."""
@@ -409,11 +416,16 @@ class StepLoop:
             failure = result
             self._log(
                 "assistant/attempt",
-                {"turn": turn, "step": step,
-                 "stream": failure_stream(self._stream_time(), failure.code, failure.message)},
+                {
+                    "turn": turn,
+                    "step": step,
+                    "stream": failure_stream(self._stream_time(), failure.code, failure.message),
+                },
             )
-            if any(getattr(p, "on_failure", None) is not None and p.on_failure(ctx, failure)
-                   for p in self.plugins):
+            if any(
+                getattr(p, "on_failure", None) is not None and p.on_failure(ctx, failure)
+                for p in self.plugins
+            ):
                 if attempt == self.max_attempts:
                     break
                 continue  # a plugin answered the error (e.g. compaction): retry at once
@@ -422,32 +434,53 @@ class StepLoop:
                 break
             self._log_retry(ctx, failure, decision, retries)
         self._log("step/end", {"turn": turn, "step": step})
-        error = {"message": failure.message, "code": failure.code} if failure is not None else {
-            "message": "no attempt", "code": "UNKNOWN"}
+        error = (
+            {"message": failure.message, "code": failure.code}
+            if failure is not None
+            else {"message": "no attempt", "code": "UNKNOWN"}
+        )
         return _StepOutcome({"kind": "error", "error": error})
 
-    def _log_retry(self, ctx: StepContext, failure: ModelFailure, decision: RetryDecision,
-                   retries: dict[str, int]) -> None:
+    def _log_retry(
+        self,
+        ctx: StepContext,
+        failure: ModelFailure,
+        decision: RetryDecision,
+        retries: dict[str, int],
+    ) -> None:
         """The runtime's retry records: ``llm/retry`` (planned), wait, ``llm/retry-started``.
 
         ``retry`` counts the retries of this step per provider (the runtime
         counts per provider and policy within a step); ``policyKey`` names our
         policy and the attempt bound.
         """
-        provider = ctx.route.provider if ctx.route is not None else str(
-            self.agent.config.get("provider", "unknown"))
+        provider = (
+            ctx.route.provider
+            if ctx.route is not None
+            else str(self.agent.config.get("provider", "unknown"))
+        )
         retry = retries[provider] = retries.get(provider, 0) + 1
         retry_id = f"llm-retry:{provider}:{ctx.turn}:{ctx.step}:{retry}"
-        self._log("llm/retry", {
-            "retryId": retry_id, "turn": ctx.turn, "step": ctx.step, "provider": provider,
-            "mode": "normal", "policyKey": f'["normal",{self.max_attempts - 1}]',
-            "retry": retry, "maxRetries": self.max_attempts - 1,
-            "delayMs": decision.delay_ms,
-            "failure": {"message": failure.message, "code": failure.code},
-        })
+        self._log(
+            "llm/retry",
+            {
+                "retryId": retry_id,
+                "turn": ctx.turn,
+                "step": ctx.step,
+                "provider": provider,
+                "mode": "normal",
+                "policyKey": f'["normal",{self.max_attempts - 1}]',
+                "retry": retry,
+                "maxRetries": self.max_attempts - 1,
+                "delayMs": decision.delay_ms,
+                "failure": {"message": failure.message, "code": failure.code},
+            },
+        )
         self.sleep(decision.delay_ms)
-        self._log("llm/retry-started",
-                  {"retryId": retry_id, "turn": ctx.turn, "step": ctx.step, "retry": retry})
+        self._log(
+            "llm/retry-started",
+            {"retryId": retry_id, "turn": ctx.turn, "step": ctx.step, "retry": retry},
+        )
 
     def _stream_time(self) -> int:
         """The time stamped on an attempt's stream records (the clock's next reading)."""
@@ -533,8 +566,9 @@ class StepLoop:
         data: dict[str, Any] = {"turn": ctx.turn, "step": ctx.step, "message": message}
         if reply.usage is not None:
             data["usage"] = dict(reply.usage)
-        data["stream"] = reply_stream(self._stream_time(), message["content"], reply.usage,
-                                      reply.stop_reason)
+        data["stream"] = reply_stream(
+            self._stream_time(), message["content"], reply.usage, reply.stop_reason
+        )
         logged = self.commit(EventDraft("assistant/message", data, surface_op="append"))
         if reply.stop_reason == "max-tokens":
             # The runtime ends the turn on a cut-off answer without running its
@@ -543,8 +577,9 @@ class StepLoop:
             return _StepOutcome({"kind": "max-tokens"}, logged.data["message"])
         offered = {t["name"] for t in assembly.tools}
         for call in reply.tool_calls:
-            run_tool(ctx, call, self.agent.handler(call["name"]) if call["name"] in offered
-                     else None)
+            run_tool(
+                ctx, call, self.agent.handler(call["name"]) if call["name"] in offered else None
+            )
         self._log("step/end", {"turn": ctx.turn, "step": ctx.step})
         if reply.tool_calls:
             return _StepOutcome(None, logged.data["message"])
@@ -560,8 +595,7 @@ def _turn_boundary(session: Session) -> dict[str, Any]:
     state = session.projections.state_of("turnBoundary")
     if isinstance(state, dict):
         return state
-    found: dict[str, Any] = {"openTurnStartSeq": None, "lastStepBoundary": None,
-                             "lastTurn": None}
+    found: dict[str, Any] = {"openTurnStartSeq": None, "lastStepBoundary": None, "lastTurn": None}
     for event in session.log:
         if event.type == "turn/start":
             found["openTurnStartSeq"], found["lastTurn"] = event.seq, event.data.get("turn")
@@ -569,13 +603,14 @@ def _turn_boundary(session: Session) -> dict[str, Any]:
             found["openTurnStartSeq"] = None
         elif event.type in ("step/start", "step/end"):
             kind = "start" if event.type == "step/start" else "end"
-            found["lastStepBoundary"] = {"kind": kind, "seq": event.seq,
-                                         "step": event.data.get("step")}
+            found["lastStepBoundary"] = {
+                "kind": kind,
+                "seq": event.seq,
+                "step": event.data.get("step"),
+            }
     return found
 
 
 def _last_turn(session: Session) -> int:
     turn = _turn_boundary(session).get("lastTurn")
     return turn if isinstance(turn, int) else 0
-
-

@@ -141,8 +141,9 @@ class CompactionPlugin:
     compact.
     """
 
-    def __init__(self, *, keep_last: int = 2, summarize: Summarizer = default_summarizer,
-                 min_nodes: int = 2) -> None:
+    def __init__(
+        self, *, keep_last: int = 2, summarize: Summarizer = default_summarizer, min_nodes: int = 2
+    ) -> None:
         self.keep_last = keep_last
         self.summarize = summarize
         self.min_nodes = min_nodes
@@ -166,28 +167,36 @@ class CompactionPlugin:
         lifecycle = {"compactionId": compaction_id, "turn": ctx.turn}
         start = ctx.commit(EventDraft("compaction/start", lifecycle))
         route = ctx.route
-        summary = ctx.commit(EventDraft("compaction/summary", {
-            "compactionId": compaction_id,
-            "summary": [{"type": "text", "text": text}],
-            "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]},
-            "shadowedSeqs": shadowed,
-            "shadowedTokenCount": sum(len(message_text(m)) for m in messages) // 4,
-            "provider": route.provider if route is not None else "unknown",
-            "model": route.model if route is not None else "unknown",
-        }))
+        summary = ctx.commit(
+            EventDraft(
+                "compaction/summary",
+                {
+                    "compactionId": compaction_id,
+                    "summary": [{"type": "text", "text": text}],
+                    "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]},
+                    "shadowedSeqs": shadowed,
+                    "shadowedTokenCount": sum(len(message_text(m)) for m in messages) // 4,
+                    "provider": route.provider if route is not None else "unknown",
+                    "model": route.model if route is not None else "unknown",
+                },
+            )
+        )
         checkpoint = {
             "id": ctx.new_id("user"),
             "role": "user",
-            "content": [{"type": "text",
-                         "text": f"<compacted-summary>\n{text}\n</compacted-summary>"}],
+            "content": [
+                {"type": "text", "text": f"<compacted-summary>\n{text}\n</compacted-summary>"}
+            ],
             "source": {"kind": "compact-checkpoint", "compactionId": compaction_id},
         }
-        ctx.commit(EventDraft(
-            "user/message",
-            checkpoint,
-            surface_op={"op": "replace", "startSeq": shadowed[0], "endSeq": shadowed[-1]},
-            source_event_seqs=[start.seq, summary.seq, *shadowed],
-        ))
+        ctx.commit(
+            EventDraft(
+                "user/message",
+                checkpoint,
+                surface_op={"op": "replace", "startSeq": shadowed[0], "endSeq": shadowed[-1]},
+                source_event_seqs=[start.seq, summary.seq, *shadowed],
+            )
+        )
         ctx.commit(EventDraft("compaction/end", lifecycle))
         self.compactions += 1
         return True

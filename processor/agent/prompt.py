@@ -99,7 +99,6 @@ Decisions where the spec and seed are silent
   :data:`RUNTIME_CONTEXT_CLEARED` (rule R-1).
 """
 
-
 from __future__ import annotations
 
 import math

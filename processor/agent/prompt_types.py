@@ -73,9 +73,6 @@ def code_unit_key(s: str) -> bytes:
     return s.encode("utf-16-be", "surrogatepass")
 
 
-
-
-
 @dataclass(frozen=True)
 class AssembleContext:
     """What a dynamic text sees: the assembled scope and the merged variables.

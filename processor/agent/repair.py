@@ -83,13 +83,19 @@ def interrupted_turn_closers(events: Sequence[Event]) -> list[EventDraft]:
             "toolCallId": call_id,
             "isError": True,
         }
-        error = ({"name": "ToolOutcomeUnknownError", "code": TOOL_OUTCOME_UNKNOWN} if started
-                 else {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED})
-        drafts.append(EventDraft(
-            "tool/result", {"turn": open_turn, "step": entry["step"], "message": message,
-                            "error": error},
-            surface_op="append",
-            source_event_seqs=[entry["callSeq"]] if started else ABSENT))
+        error = (
+            {"name": "ToolOutcomeUnknownError", "code": TOOL_OUTCOME_UNKNOWN}
+            if started
+            else {"name": "ToolNotStartedError", "code": TOOL_NOT_STARTED}
+        )
+        drafts.append(
+            EventDraft(
+                "tool/result",
+                {"turn": open_turn, "step": entry["step"], "message": message, "error": error},
+                surface_op="append",
+                source_event_seqs=[entry["callSeq"]] if started else ABSENT,
+            )
+        )
         seq += 1
     if open_step is not None:
         drafts.append(EventDraft("step/end", {"turn": open_turn, "step": open_step}))

@@ -129,8 +129,10 @@ def _context_equal(a: Any, b: Mapping[str, Any]) -> bool:
     """H-4: provider, model, contextWindow and systemPromptUpdate all equal."""
     if not isinstance(a, Mapping):
         return False
-    return all(a.get(k) == b.get(k) and (k in a) == (k in b)
-               for k in ("provider", "model", "contextWindow", "systemPromptUpdate"))
+    return all(
+        a.get(k) == b.get(k) and (k in a) == (k in b)
+        for k in ("provider", "model", "contextWindow", "systemPromptUpdate")
+    )
 
 
 def tool_history_of(session: Session) -> Any:
@@ -249,9 +251,7 @@ def build_request(
         logged = commit(EventDraft("request/header", data))
         state.logged = True
         if baseline is not None and data["reason"] != "series":
-            update = _tool_update(
-                baseline, header, logged.seq, turn=turn, step=step, new_id=new_id
-            )
+            update = _tool_update(baseline, header, logged.seq, turn=turn, step=step, new_id=new_id)
             if update is not None:
                 commit(update)
         state.header, state.header_seq = freeze(header), logged.seq
@@ -297,8 +297,9 @@ def rebuild_from_log(
     (the last ``request/context``).
     """
     prefix = [e for e in events if e.seq <= as_of_seq]
-    folded = fold_session(prefix, header, message_projections=message_projections,
-                          projections=projections)
+    folded = fold_session(
+        prefix, header, message_projections=message_projections, projections=projections
+    )
     last_header = next((e for e in reversed(prefix) if e.type == "request/header"), None)
     last_context = next((e for e in reversed(prefix) if e.type == "request/context"), None)
     return {
@@ -339,7 +340,10 @@ def request_mismatches(
             if thaw(actual[key]) != thaw(value):
                 problems.append(f"{where}: {key} differs from the log rebuild")
         outcome = by_seq.get(request.as_of_seq + 1)
-        if outcome is None or outcome.type not in ("assistant/attempt", "assistant/message") or (
-            outcome.data.get("turn"), outcome.data.get("step")) != (request.turn, request.step):
+        if (
+            outcome is None
+            or outcome.type not in ("assistant/attempt", "assistant/message")
+            or (outcome.data.get("turn"), outcome.data.get("step")) != (request.turn, request.step)
+        ):
             problems.append(f"{where}: the next event is not this attempt's outcome")
     return problems

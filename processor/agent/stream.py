@@ -29,18 +29,34 @@ def _block_records(time: int, index: int, block: Mapping[str, Any]) -> list[dict
     kind = block.get("type")
     records = [_chunk(time, {"type": "block-start", "index": index, "blockType": kind})]
     if kind in ("text", "reasoning") and isinstance(block.get("text"), str) and block["text"]:
-        records.append({"type": f"{kind}-chunks", "time0": time, "index": index, "dt": [],
-                        "texts": [block["text"]]})
+        records.append(
+            {
+                "type": f"{kind}-chunks",
+                "time0": time,
+                "index": index,
+                "dt": [],
+                "texts": [block["text"]],
+            }
+        )
     elif kind == "tool-call" and isinstance(block.get("id"), str) and block["id"]:
-        records.append({"type": "tool-call-chunks", "time0": time, "index": index, "dt": [],
-                        "id": block["id"], "name": block.get("name"),
-                        "args": [block.get("arguments", "")]})
+        records.append(
+            {
+                "type": "tool-call-chunks",
+                "time0": time,
+                "index": index,
+                "dt": [],
+                "id": block["id"],
+                "name": block.get("name"),
+                "args": [block.get("arguments", "")],
+            }
+        )
     records.append(_chunk(time, {"type": "block-end", "index": index, "block": dict(block)}))
     return records
 
 
-def reply_stream(time: int, content: Sequence[Mapping[str, Any]],
-                 usage: Mapping[str, Any] | None, finish: str) -> list[dict[str, Any]]:
+def reply_stream(
+    time: int, content: Sequence[Mapping[str, Any]], usage: Mapping[str, Any] | None, finish: str
+) -> list[dict[str, Any]]:
     """Stream records of a successful attempt (``finish``: stop, tool-calls, max-tokens)."""
     records: list[dict[str, Any]] = []
     for index, block in enumerate(content):
@@ -53,6 +69,12 @@ def reply_stream(time: int, content: Sequence[Mapping[str, Any]],
 
 def failure_stream(time: int, code: str, message: str) -> list[dict[str, Any]]:
     """Stream records of a failed attempt: the terminal ``error`` finish only."""
-    return [_chunk(time, {"type": "finish",
-                          "reason": {"kind": "error", "failure": {"message": message,
-                                                                  "code": code}}})]
+    return [
+        _chunk(
+            time,
+            {
+                "type": "finish",
+                "reason": {"kind": "error", "failure": {"message": message, "code": code}},
+            },
+        )
+    ]

@@ -47,8 +47,15 @@ class ToolHistoryError(InvalidInput, ValueError):
 class ToolHistoryFold:
     """Incremental form of :func:`tool_history` (apply events in log order)."""
 
-    __slots__ = ("_active", "_available", "_baseline", "_declared", "_headers", "_tools",
-                 "_updates")
+    __slots__ = (
+        "_active",
+        "_available",
+        "_baseline",
+        "_declared",
+        "_headers",
+        "_tools",
+        "_updates",
+    )
 
     def __init__(self) -> None:
         self._headers: dict[int, list[Any]] = {}
@@ -70,8 +77,12 @@ class ToolHistoryFold:
                 _name(t) in self._declared and js_json(self._declared[_name(t)]) != js_json(t)
                 for t in tools
             )
-            if (self._baseline is None or data.get("reason") == "series"
-                    or bool(data.get("startsSeries")) or redeclared):
+            if (
+                self._baseline is None
+                or data.get("reason") == "series"
+                or bool(data.get("startsSeries"))
+                or redeclared
+            ):
                 self._baseline = event.seq
                 self._declared = {_name(t): t for t in tools}
                 self._tools = tools
@@ -81,8 +92,11 @@ class ToolHistoryFold:
         elif event.type == "developer/message" and isinstance(data, dict):
             message = data.get("message")
             content = message.get("content") if isinstance(message, dict) else None
-            blocks = [b for b in content if isinstance(b, dict)] if isinstance(
-                content, list | tuple) else []
+            blocks = (
+                [b for b in content if isinstance(b, dict)]
+                if isinstance(content, list | tuple)
+                else []
+            )
             header_seq = data.get("headerSeq")
             definitions = self._headers.get(header_seq, []) if isinstance(header_seq, int) else []
             additions: list[Any] = []
@@ -110,7 +124,8 @@ class ToolHistoryFold:
     def snapshot(self) -> Any:
         active_names = [_name(t) for t in self._active]
         if len(active_names) != len(self._available) or any(
-                n not in self._available for n in active_names):
+            n not in self._available for n in active_names
+        ):
             return freeze({"tools": self._active, "updates": []})
         return freeze({"tools": self._tools, "updates": self._updates})
 

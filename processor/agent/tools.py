@@ -38,22 +38,33 @@ def run_tool(ctx: StepContext, call: Any, handler: ToolHandler | None) -> None:
     call_id, name = call["id"], call["name"]
     raw = call.get("arguments", "")
     arguments = raw if isinstance(raw, str) else orjson.dumps(thaw(raw)).decode()
-    call_event = ctx.commit(EventDraft(
-        "tool/call",
-        {"turn": ctx.turn, "step": ctx.step, "callId": call_id, "name": name,
-         "arguments": arguments},
-    ))
+    call_event = ctx.commit(
+        EventDraft(
+            "tool/call",
+            {
+                "turn": ctx.turn,
+                "step": ctx.step,
+                "callId": call_id,
+                "name": name,
+                "arguments": arguments,
+            },
+        )
+    )
     if handler is None:
-        output = ToolOutput(f"Error: unknown tool {name!r}",
-                            error={"name": "UnknownTool", "code": "unknown-tool"})
+        output = ToolOutput(
+            f"Error: unknown tool {name!r}", error={"name": "UnknownTool", "code": "unknown-tool"}
+        )
     else:
         try:
-            produced = handler(parse_arguments(arguments),
-                               ToolContext(ctx.turn, ctx.step, call_id, name, ctx.session))
+            produced = handler(
+                parse_arguments(arguments),
+                ToolContext(ctx.turn, ctx.step, call_id, name, ctx.session),
+            )
             output = ToolOutput(produced) if isinstance(produced, str) else produced
         except Exception as exc:  # a failing tool is reported to the model
-            output = ToolOutput(f"Error: {exc}", error={"name": type(exc).__name__,
-                                                        "code": "tool-failed"})
+            output = ToolOutput(
+                f"Error: {exc}", error={"name": type(exc).__name__, "code": "tool-failed"}
+            )
     content = (
         [{"type": "text", "text": output.content}]
         if isinstance(output.content, str)
@@ -72,5 +83,6 @@ def run_tool(ctx: StepContext, call: Any, handler: ToolHandler | None) -> None:
         data["error"] = {"name": output.error["name"], "code": output.error["code"]}
     if output.meta is not None:
         data["meta"] = dict(output.meta)
-    ctx.commit(EventDraft("tool/result", data, surface_op="append",
-                          source_event_seqs=[call_event.seq]))
+    ctx.commit(
+        EventDraft("tool/result", data, surface_op="append", source_event_seqs=[call_event.seq])
+    )

@@ -23,44 +23,77 @@ def service_options(fn: F) -> F:
     The wrapped command receives ``config: ServiceConfig`` instead of the raw options.
     """
 
-    @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
-                  default=None, envvar="PROCESSOR_CONFIG",
-                  help="TOML config file (see README: Configuration).")
-    @click.option("--bootstrap-servers", "-b", default=None,
-                  help="Kafka bootstrap servers (env KAFKA_BOOTSTRAP_SERVERS).")
-    @click.option("--topic-prefix", default=None,
-                  help="Topic prefix: <prefix>.events/.views/.checkpoints/.dlq.")
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(exists=True, dir_okay=False),
+        default=None,
+        envvar="PROCESSOR_CONFIG",
+        help="TOML config file (see README: Configuration).",
+    )
+    @click.option(
+        "--bootstrap-servers",
+        "-b",
+        default=None,
+        help="Kafka bootstrap servers (env KAFKA_BOOTSTRAP_SERVERS).",
+    )
+    @click.option(
+        "--topic-prefix",
+        default=None,
+        help="Topic prefix: <prefix>.events/.views/.checkpoints/.dlq.",
+    )
     @click.option("--group-id", default=None, help="Consumer group id.")
-    @click.option("-X", "kafka_settings", multiple=True, metavar="KEY=VALUE",
-                  help="librdkafka setting passed through (repeatable). Not for secrets: "
-                       "use --kafka-secret-file or PROCESSOR_X_SASL_PASSWORD.")
-    @click.option("--kafka-secret-file", "secret_file",
-                  type=click.Path(exists=True, dir_okay=False), default=None,
-                  envvar="PROCESSOR_KAFKA_SECRET_FILE",
-                  help="File of librdkafka key=value lines holding secrets "
-                       "(sasl.password, ssl.key.password); keep it mode 0600.")
+    @click.option(
+        "-X",
+        "kafka_settings",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="librdkafka setting passed through (repeatable). Not for secrets: "
+        "use --kafka-secret-file or PROCESSOR_X_SASL_PASSWORD.",
+    )
+    @click.option(
+        "--kafka-secret-file",
+        "secret_file",
+        type=click.Path(exists=True, dir_okay=False),
+        default=None,
+        envvar="PROCESSOR_KAFKA_SECRET_FILE",
+        help="File of librdkafka key=value lines holding secrets "
+        "(sasl.password, ssl.key.password); keep it mode 0600.",
+    )
     @functools.wraps(fn)
-    def wrapper(*args: Any, config_path: str | None, bootstrap_servers: str | None,
-                topic_prefix: str | None, group_id: str | None,
-                kafka_settings: tuple[str, ...], secret_file: str | None,
-                **kwargs: Any) -> Any:
+    def wrapper(
+        *args: Any,
+        config_path: str | None,
+        bootstrap_servers: str | None,
+        topic_prefix: str | None,
+        group_id: str | None,
+        kafka_settings: tuple[str, ...],
+        secret_file: str | None,
+        **kwargs: Any,
+    ) -> Any:
         try:
             kafka = parse_kafka_overrides(kafka_settings)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="-X") from None
         leaked = secrets_on_command_line(kafka)
         if leaked:
-            click.echo(f"warning: {', '.join(leaked)} given with -X is visible to every "
-                       "user in the process list; use --kafka-secret-file or "
-                       "PROCESSOR_X_<KEY> instead", err=True)
+            click.echo(
+                f"warning: {', '.join(leaked)} given with -X is visible to every "
+                "user in the process list; use --kafka-secret-file or "
+                "PROCESSOR_X_<KEY> instead",
+                err=True,
+            )
         try:
-            config = load_config(config_path, bootstrap_servers=bootstrap_servers,
-                                 topic_prefix=topic_prefix, group_id=group_id, kafka=kafka,
-                                 secret_file=secret_file)
+            config = load_config(
+                config_path,
+                bootstrap_servers=bootstrap_servers,
+                topic_prefix=topic_prefix,
+                group_id=group_id,
+                kafka=kafka,
+                secret_file=secret_file,
+            )
         except (OSError, ValueError) as exc:
-            raise click.BadParameter(str(exc), param_hint="--config/--kafka-secret-file"
-                                     ) from None
+            raise click.BadParameter(str(exc), param_hint="--config/--kafka-secret-file") from None
         return fn(*args, config=config, **kwargs)
 
     return wrapper  # type: ignore[return-value]
-

@@ -47,9 +47,24 @@ def _broker(config: ServiceConfig, explicit: bool) -> Iterator[ServiceConfig]:
 
 
 def _spawn(config: ServiceConfig, instance: str) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "processor", "run", "-b", config.bootstrap_servers,
-           "--topic-prefix", config.topic_prefix, "--group-id", config.group_id,
-           "--instance-id", instance, "--commit-interval-ms", "100", "--log-level", "WARNING"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "processor",
+        "run",
+        "-b",
+        config.bootstrap_servers,
+        "--topic-prefix",
+        config.topic_prefix,
+        "--group-id",
+        config.group_id,
+        "--instance-id",
+        instance,
+        "--commit-interval-ms",
+        "100",
+        "--log-level",
+        "WARNING",
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     return subprocess.Popen(cmd, env=env)
 
@@ -59,10 +74,12 @@ def _summary(sid: str, views: dict[str, Any], ok: bool) -> str:
 
     doc = session_fold_equivalent(views)
     stats = doc["projections"].get("sessionStats", {})
-    return (f"  {sid:<18} asOfSeq={doc['asOfSeq']:<4} surface={len(doc['surface']['nodes']):<3} "
-            f"messages={len(doc['messages']):<3} transcript={len(doc['transcript']):<3} "
-            f"turns={stats.get('turns', '?'):<3} toolCalls={stats.get('toolCalls', '?'):<3} "
-            f"{'OK' if ok else 'MISMATCH'}")
+    return (
+        f"  {sid:<18} asOfSeq={doc['asOfSeq']:<4} surface={len(doc['surface']['nodes']):<3} "
+        f"messages={len(doc['messages']):<3} transcript={len(doc['transcript']):<3} "
+        f"turns={stats.get('turns', '?'):<3} toolCalls={stats.get('toolCalls', '?'):<3} "
+        f"{'OK' if ok else 'MISMATCH'}"
+    )
 
 
 def _start_inspector(config: ServiceConfig, port: int) -> Any:
@@ -82,8 +99,7 @@ def _inspector_end(config: ServiceConfig, inspector: Any, keep: bool) -> None:
         inspector.stop()
         return
     proc = _spawn(config, f"{config.topic_prefix}-a")  # live again: new events, redrive
-    click.echo("open it in a browser; Ctrl-C stops the inspector, the processor and the "
-               "broker")
+    click.echo("open it in a browser; Ctrl-C stops the inspector, the processor and the broker")
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt  # SIGTERM ends the demo as cleanly as Ctrl-C
@@ -103,15 +119,33 @@ def _inspector_end(config: ServiceConfig, inspector: Any, keep: bool) -> None:
 @click.command()
 @service_options
 @click.option("--sessions", "n_sessions", type=int, default=6, show_default=True)
-@click.option("--show", "show_session", default=None,
-              help="Also print the full views of this session as JSON.")
-@click.option("--inspect", "keep_inspector", is_flag=True, default=False,
-              help="Keep the inspector page (and the broker and a processor) open until "
-                   "Ctrl-C.")
-@click.option("--inspect-port", type=int, default=8765, show_default=True,
-              help="Port of the inspector page (a free one when taken).")
-def demo(config: ServiceConfig, n_sessions: int, show_session: str | None,
-         keep_inspector: bool, inspect_port: int) -> None:
+@click.option(
+    "--show",
+    "show_session",
+    default=None,
+    help="Also print the full views of this session as JSON.",
+)
+@click.option(
+    "--inspect",
+    "keep_inspector",
+    is_flag=True,
+    default=False,
+    help="Keep the inspector page (and the broker and a processor) open until Ctrl-C.",
+)
+@click.option(
+    "--inspect-port",
+    type=int,
+    default=8765,
+    show_default=True,
+    help="Port of the inspector page (a free one when taken).",
+)
+def demo(
+    config: ServiceConfig,
+    n_sessions: int,
+    show_session: str | None,
+    keep_inspector: bool,
+    inspect_port: int,
+) -> None:
     """Run the service end to end and check it against the offline fold."""
     from processor.examples.make_example import scripted_sessions
     from processor.offline import fold_events, session_output
@@ -125,10 +159,12 @@ def demo(config: ServiceConfig, n_sessions: int, show_session: str | None,
     from processor.service.writer import SessionWriter
 
     explicit = bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")) or config.bootstrap_servers != (
-        ServiceConfig().bootstrap_servers)
+        ServiceConfig().bootstrap_servers
+    )
     prefix = f"demo{int(time.time())}"
-    config = config.with_overrides(topic_prefix=prefix, group_id=f"{prefix}-processor",
-                                   partitions=4)
+    config = config.with_overrides(
+        topic_prefix=prefix, group_id=f"{prefix}-processor", partitions=4
+    )
     with _broker(config, explicit) as config:
         create_topics(clients.admin(config), config)
         click.echo(f"· topics {prefix}.events/.views/.checkpoints/.dlq/.control created", err=True)
@@ -144,17 +180,25 @@ def demo(config: ServiceConfig, n_sessions: int, show_session: str | None,
                         writer.append_event(sid, event)
                     logs[sid] = events
                 writer.flush()
-            click.echo(f"· {len(logs)} scripted agent sessions written "
-                       f"({sum(len(e) for e in logs.values())} events)", err=True)
-            expected = {sid: orjson.loads(orjson.dumps(offline_equivalent(
-                session_output(fold_events(ev))))) for sid, ev in logs.items()}
+            click.echo(
+                f"· {len(logs)} scripted agent sessions written "
+                f"({sum(len(e) for e in logs.values())} events)",
+                err=True,
+            )
+            expected = {
+                sid: orjson.loads(orjson.dumps(offline_equivalent(session_output(fold_events(ev)))))
+                for sid, ev in logs.items()
+            }
             deadline = time.monotonic() + 90
             got: dict[str, Any] = {}
             views: dict[str, Any] = {}
             while time.monotonic() < deadline:
                 views = materialize_views(config)
-                got = {sid: orjson.loads(orjson.dumps(session_fold_equivalent(views[sid])))
-                       for sid in logs if sid in views}
+                got = {
+                    sid: orjson.loads(orjson.dumps(session_fold_equivalent(views[sid])))
+                    for sid in logs
+                    if sid in views
+                }
                 if got == expected:
                     break
                 time.sleep(0.5)
@@ -170,8 +214,11 @@ def demo(config: ServiceConfig, n_sessions: int, show_session: str | None,
             bad += not ok
             click.echo(_summary(sid, views[sid], ok) if sid in views else f"  {sid}: no views")
         if show_session and show_session in views:
-            click.echo(orjson.dumps(session_fold_equivalent(views[show_session]),
-                                    option=orjson.OPT_INDENT_2).decode())
+            click.echo(
+                orjson.dumps(
+                    session_fold_equivalent(views[show_session]), option=orjson.OPT_INDENT_2
+                ).decode()
+            )
         if bad:
             click.echo(f"\n{bad} session(s) differ from the offline fold", err=True)
         else:

@@ -33,8 +33,10 @@ from processor.service.writer import DeliveryError, SessionWriter
 def summary_line(letter: DeadLetter) -> str:
     """``topic[partition]@offset session seq RULE: reason`` (one line)."""
     seq = "-" if letter.seq is None else str(letter.seq)
-    return (f"{letter.topic}[{letter.partition}]@{letter.offset}  {letter.session_id}  "
-            f"seq={seq}  {letter.rule}: {letter.reason}")
+    return (
+        f"{letter.topic}[{letter.partition}]@{letter.offset}  {letter.session_id}  "
+        f"seq={seq}  {letter.rule}: {letter.reason}"
+    )
 
 
 def _echo(letter: DeadLetter, fmt: str) -> None:
@@ -47,22 +49,49 @@ def _echo(letter: DeadLetter, fmt: str) -> None:
 @click.command("dlq")
 @service_options
 @click.option("--session", "session_id", default=None, help="Only this session's records.")
-@click.option("--follow", is_flag=True, default=False,
-              help="Print the existing records, then new ones as they commit.")
-@click.option("--format", "fmt", type=click.Choice(["json", "summary"]), default="json",
-              show_default=True, help="json: one JSON line per record; summary: one text line.")
-@click.option("--stop-after", type=float, default=None, metavar="SECONDS",
-              help="With --follow: stop after this many seconds.")
-@click.option("--timeout", type=float, default=60.0, show_default=True,
-              help="Longest time to read the topic to its end.")
-def dlq(config: ServiceConfig, session_id: str | None, follow: bool, fmt: str,
-        stop_after: float | None, timeout: float) -> None:
+@click.option(
+    "--follow",
+    is_flag=True,
+    default=False,
+    help="Print the existing records, then new ones as they commit.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "summary"]),
+    default="json",
+    show_default=True,
+    help="json: one JSON line per record; summary: one text line.",
+)
+@click.option(
+    "--stop-after",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="With --follow: stop after this many seconds.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Longest time to read the topic to its end.",
+)
+def dlq(
+    config: ServiceConfig,
+    session_id: str | None,
+    follow: bool,
+    fmt: str,
+    stop_after: float | None,
+    timeout: float,
+) -> None:
     """Print dead letters (refused events with the rule and reason)."""
     try:
         if follow:
             try:
-                for letter in follow_dead_letters(config, session=session_id,
-                                                  stop_after_s=stop_after, timeout=timeout):
+                for letter in follow_dead_letters(
+                    config, session=session_id, stop_after_s=stop_after, timeout=timeout
+                ):
                     _echo(letter, fmt)
             except KeyboardInterrupt:
                 pass
@@ -77,22 +106,36 @@ def dlq(config: ServiceConfig, session_id: str | None, follow: bool, fmt: str,
 @click.command("redrive")
 @service_options
 @click.argument("session_ids", nargs=-1, required=True)
-@click.option("--seq", type=int, default=None,
-              help="The quarantine's seq (its status view's quarantine.seq). Default: read "
-                   "it from each session's status view.")
-@click.option("--timeout", type=float, default=60.0, show_default=True,
-              help="Longest time to read the views topic (without --seq).")
-def redrive(config: ServiceConfig, session_ids: tuple[str, ...], seq: int | None,
-            timeout: float) -> None:
+@click.option(
+    "--seq",
+    type=int,
+    default=None,
+    help="The quarantine's seq (its status view's quarantine.seq). Default: read "
+    "it from each session's status view.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Longest time to read the views topic (without --seq).",
+)
+def redrive(
+    config: ServiceConfig, session_ids: tuple[str, ...], seq: int | None, timeout: float
+) -> None:
     """Lift the quarantine of sessions once the cause is fixed (needs WRITE on control)."""
     try:
-        targets = {sid: seq for sid in session_ids} if seq is not None else \
-            quarantine_seqs(config, session_ids, timeout)
+        targets = (
+            {sid: seq for sid in session_ids}
+            if seq is not None
+            else quarantine_seqs(config, session_ids, timeout)
+        )
         with SessionWriter(config, client_id="processor-redrive") as writer:
             for sid, at in targets.items():
                 if at is None:
-                    click.echo(f"{sid}: not quarantined (status view), nothing to redrive",
-                               err=True)
+                    click.echo(
+                        f"{sid}: not quarantined (status view), nothing to redrive", err=True
+                    )
                     continue
                 writer.redrive(sid, at)
                 click.echo(f"redrive requested for {sid} at seq {at}")
@@ -101,8 +144,9 @@ def redrive(config: ServiceConfig, session_ids: tuple[str, ...], seq: int | None
         sys.exit(1)
 
 
-def quarantine_seqs(config: ServiceConfig, session_ids: tuple[str, ...],
-                    timeout: float) -> dict[str, int | None]:
+def quarantine_seqs(
+    config: ServiceConfig, session_ids: tuple[str, ...], timeout: float
+) -> dict[str, int | None]:
     """Each session's quarantine seq from its committed ``status`` view (None: ok)."""
     out: dict[str, int | None] = {}
     only = session_ids[0] if len(session_ids) == 1 else None

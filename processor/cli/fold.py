@@ -15,20 +15,43 @@ from processor.offline import fold_file
 
 @click.command()
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--at", "at_seq", type=int, default=None, metavar="SEQ",
-              help="Fold only the prefix through SEQ.")
-@click.option("--from-checkpoint", "checkpoint", type=click.Path(exists=True, dir_okay=False,
-              path_type=Path), default=None,
-              help="Restore from a checkpoint JSON (fold output, bare rows or a session "
-                   "checkpoint) plus the log tail; prints the same result as a full fold.")
-@click.option("--write-checkpoint", "write_checkpoint", type=click.Path(dir_okay=False,
-              path_type=Path), default=None,
-              help="Also write the full session checkpoint (surface + rows) to this file.")
-@click.option("--drop-torn-tail", is_flag=True,
-              help="Fold without a torn last line instead of refusing the file.")
+@click.option(
+    "--at",
+    "at_seq",
+    type=int,
+    default=None,
+    metavar="SEQ",
+    help="Fold only the prefix through SEQ.",
+)
+@click.option(
+    "--from-checkpoint",
+    "checkpoint",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Restore from a checkpoint JSON (fold output, bare rows or a session "
+    "checkpoint) plus the log tail; prints the same result as a full fold.",
+)
+@click.option(
+    "--write-checkpoint",
+    "write_checkpoint",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the full session checkpoint (surface + rows) to this file.",
+)
+@click.option(
+    "--drop-torn-tail",
+    is_flag=True,
+    help="Fold without a torn last line instead of refusing the file.",
+)
 @click.option("--pretty/--compact", default=True, help="Indent the JSON output.")
-def fold(path: Path, at_seq: int | None, checkpoint: Path | None,
-         write_checkpoint: Path | None, drop_torn_tail: bool, pretty: bool) -> None:
+def fold(
+    path: Path,
+    at_seq: int | None,
+    checkpoint: Path | None,
+    write_checkpoint: Path | None,
+    drop_torn_tail: bool,
+    pretty: bool,
+) -> None:
     """Fold a session log (JSONL, plain or .zst) and print the result as JSON.
 
     Output keys: asOfSeq, surface, messages, transcript, projections,
@@ -36,8 +59,9 @@ def fold(path: Path, at_seq: int | None, checkpoint: Path | None,
     ``seq N: <reason> (RULE)`` on stderr.
     """
     try:
-        result = fold_file(path, at_seq=at_seq, checkpoint_path=checkpoint,
-                           drop_torn_tail=drop_torn_tail)
+        result = fold_file(
+            path, at_seq=at_seq, checkpoint_path=checkpoint, drop_torn_tail=drop_torn_tail
+        )
     except (SessionError, SessionFileError) as exc:
         click.echo(str(exc), err=True)
         sys.exit(1)

@@ -70,8 +70,11 @@ class IngestStats:
                 self.first_delivery_error = str(err)
 
 
-def validated_events(path: Path, session_id: str | None, drop_torn_tail: bool,
-                     ) -> tuple[str, list[Event]]:
+def validated_events(
+    path: Path,
+    session_id: str | None,
+    drop_torn_tail: bool,
+) -> tuple[str, list[Event]]:
     """The file's session id and events, after a full fold by the core.
 
     The fold uses the processor's registries, so a projection rule a unit
@@ -87,8 +90,11 @@ def validated_events(path: Path, session_id: str | None, drop_torn_tail: bool,
     return sid, file.events
 
 
-def raw_envelopes(path: Path, session_id: str | None, drop_torn_tail: bool,
-                  ) -> tuple[str, list[tuple[int, Any]]]:
+def raw_envelopes(
+    path: Path,
+    session_id: str | None,
+    drop_torn_tail: bool,
+) -> tuple[str, list[tuple[int, Any]]]:
     """The file's session id and ``(byte offset, JSON value)`` of every event line.
 
     Nothing is validated except that each line is JSON and, for a first line
@@ -120,8 +126,7 @@ def _flush(producer: Producer, problems: ClientProblems, timeout: float = 60) ->
     return int(remaining)
 
 
-def _produce(producer: Producer, topic: str, key: bytes, value: bytes,
-             stats: IngestStats) -> None:
+def _produce(producer: Producer, topic: str, key: bytes, value: bytes, stats: IngestStats) -> None:
     clients.produce(producer, topic, key, value, on_delivery=stats.on_delivery)
     producer.poll(0)
 
@@ -138,29 +143,49 @@ def _checked(values: list[tuple[int | str, bytes]], limit: int) -> list[bytes]:
     """
     for where, value in values:
         if len(value) > limit:
-            raise _TooLarge(f"{where}: record of {len(value):,} bytes exceeds "
-                            f"message.max.bytes ({limit:,}); nothing of this file was produced")
+            raise _TooLarge(
+                f"{where}: record of {len(value):,} bytes exceeds "
+                f"message.max.bytes ({limit:,}); nothing of this file was produced"
+            )
     return [v for _, v in values]
 
 
-def ingest_file(path: Path, *, producer: Producer, codec: Codec, topic: str,
-                session_id: str | None, raw: bool, drop_torn_tail: bool,
-                stats: IngestStats, bar: FileProgress, max_bytes: int = 1_000_000) -> str | None:
+def ingest_file(
+    path: Path,
+    *,
+    producer: Producer,
+    codec: Codec,
+    topic: str,
+    session_id: str | None,
+    raw: bool,
+    drop_torn_tail: bool,
+    stats: IngestStats,
+    bar: FileProgress,
+    max_bytes: int = 1_000_000,
+) -> str | None:
     """Ingest one file; returns the refusal message, or None when produced."""
     name = producer_name("ingest")
     try:
         if not raw:
             sid, events = validated_events(path, session_id, drop_torn_tail)
-            values = _checked([(f"seq {e.seq}", codec.encode_parsed_event(sid, e,
-                                                                          producer=name))
-                               for e in events], max_bytes)
+            values = _checked(
+                [
+                    (f"seq {e.seq}", codec.encode_parsed_event(sid, e, producer=name))
+                    for e in events
+                ],
+                max_bytes,
+            )
         else:
             sid, items = raw_envelopes(path, session_id, drop_torn_tail)
             encoded: list[tuple[int | str, bytes]] = []
             for offset, envelope in items:
                 try:
-                    encoded.append((f"line at byte offset {offset}",
-                                    codec.encode_event(sid, envelope, producer=name)))
+                    encoded.append(
+                        (
+                            f"line at byte offset {offset}",
+                            codec.encode_event(sid, envelope, producer=name),
+                        )
+                    )
                 except CodecError as exc:
                     click.echo(f"{path}: line at byte offset {offset} skipped: {exc}", err=True)
                     stats.skipped_lines += 1
@@ -183,20 +208,40 @@ def ingest_file(path: Path, *, producer: Producer, codec: Codec, topic: str,
 
 @click.command("ingest")
 @service_options
-@click.argument("paths", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--session-id", default=None,
-              help="Session id to write under (one PATH only; default: the header's id, "
-                   "else the file name).")
-@click.option("--raw", is_flag=True, default=False,
-              help="Produce events as they are, without validating them (the processor "
-                   "dead-letters what is invalid).")
-@click.option("--drop-torn-tail", is_flag=True, default=False,
-              help="Ingest a file whose last line was torn by a crash without that line.")
-@click.option("--progress/--no-progress", default=None,
-              help="Progress bar (default: when stderr is a terminal).")
-def ingest(config: ServiceConfig, paths: tuple[Path, ...], session_id: str | None, raw: bool,
-           drop_torn_tail: bool, progress: bool | None) -> None:
+@click.argument(
+    "paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--session-id",
+    default=None,
+    help="Session id to write under (one PATH only; default: the header's id, else the file name).",
+)
+@click.option(
+    "--raw",
+    is_flag=True,
+    default=False,
+    help="Produce events as they are, without validating them (the processor "
+    "dead-letters what is invalid).",
+)
+@click.option(
+    "--drop-torn-tail",
+    is_flag=True,
+    default=False,
+    help="Ingest a file whose last line was torn by a crash without that line.",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bar (default: when stderr is a terminal).",
+)
+def ingest(
+    config: ServiceConfig,
+    paths: tuple[Path, ...],
+    session_id: str | None,
+    raw: bool,
+    drop_torn_tail: bool,
+    progress: bool | None,
+) -> None:
     """Produce agent session files (JSONL, plain or .zst) to the events topic."""
     if session_id is not None and len(paths) != 1:
         raise click.UsageError("--session-id needs exactly one PATH")
@@ -213,10 +258,18 @@ def ingest(config: ServiceConfig, paths: tuple[Path, ...], session_id: str | Non
         bar = FileProgress(shown, sum(p.stat().st_size for p in paths))
         for path in paths:
             bar.begin(path.stat().st_size)
-            problem = ingest_file(path, producer=producer, codec=codec,
-                                  topic=config.topics.events, session_id=session_id, raw=raw,
-                                  drop_torn_tail=drop_torn_tail, stats=stats, bar=bar,
-                                  max_bytes=max_bytes)
+            problem = ingest_file(
+                path,
+                producer=producer,
+                codec=codec,
+                topic=config.topics.events,
+                session_id=session_id,
+                raw=raw,
+                drop_torn_tail=drop_torn_tail,
+                stats=stats,
+                bar=bar,
+                max_bytes=max_bytes,
+            )
             bar.end(len(stats.sessions))
             if problem is None:
                 stats.files += 1
@@ -229,12 +282,17 @@ def ingest(config: ServiceConfig, paths: tuple[Path, ...], session_id: str | Non
     rate = stats.events / stats.seconds if stats.seconds else 0.0
     refused = f", {stats.refused} file(s) refused" if stats.refused else ""
     skipped = f", {stats.skipped_lines} line(s) skipped" if stats.skipped_lines else ""
-    click.echo(f"ingested {stats.files} file(s), {len(stats.sessions)} session(s), "
-               f"{stats.events} event(s) in {stats.seconds:.2f}s ({rate:,.0f} ev/s) into "
-               f"{config.topics.events}{refused}{skipped}")
+    click.echo(
+        f"ingested {stats.files} file(s), {len(stats.sessions)} session(s), "
+        f"{stats.events} event(s) in {stats.seconds:.2f}s ({rate:,.0f} ev/s) into "
+        f"{config.topics.events}{refused}{skipped}"
+    )
     if remaining or stats.delivery_errors:
-        click.echo(f"processor ingest: {stats.delivery_errors + remaining} event(s) not "
-                   f"delivered ({stats.first_delivery_error or 'flush timed out'})", err=True)
+        click.echo(
+            f"processor ingest: {stats.delivery_errors + remaining} event(s) not "
+            f"delivered ({stats.first_delivery_error or 'flush timed out'})",
+            err=True,
+        )
         sys.exit(1)
     if failures:
         sys.exit(1)

@@ -28,9 +28,15 @@ def format_eta(seconds: float) -> str:
 class Progress:
     """Events, sessions, rate and ETA on one redrawn terminal line."""
 
-    def __init__(self, label: str, *, stream: TextIO | None = None,
-                 enabled: bool | None = None, clock: Callable[[], float] = time.monotonic,
-                 min_interval_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        label: str,
+        *,
+        stream: TextIO | None = None,
+        enabled: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        min_interval_s: float = 0.2,
+    ) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
@@ -44,8 +50,14 @@ class Progress:
         self._drawn_at: float | None = None
         self._width = 0
 
-    def update(self, *, events: int, sessions: int | None = None,
-               total_events: int | None = None, fraction: float | None = None) -> None:
+    def update(
+        self,
+        *,
+        events: int,
+        sessions: int | None = None,
+        total_events: int | None = None,
+        fraction: float | None = None,
+    ) -> None:
         """Set the absolute counts; redraw at most every ``min_interval_s``.
 
         ``fraction`` (0..1) decides the ETA when the total is not counted in
@@ -66,9 +78,12 @@ class Progress:
         elapsed = (self.clock() if now is None else now) - self.started
         rate = self.events / elapsed if elapsed > 0 else 0.0
         done = self._fraction()
-        parts = [f"{self.events:,}"
-                 + (f"/{self.total_events:,}" if self.total_events else "") + " events"
-                 + (f" ({done:.0%})" if done is not None else "")]
+        parts = [
+            f"{self.events:,}"
+            + (f"/{self.total_events:,}" if self.total_events else "")
+            + " events"
+            + (f" ({done:.0%})" if done is not None else "")
+        ]
         if self.sessions is not None:
             parts.append(f"{self.sessions:,} session{'' if self.sessions == 1 else 's'}")
         parts.append(f"{rate:,.0f} ev/s")
@@ -106,8 +121,12 @@ class Progress:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
 

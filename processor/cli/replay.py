@@ -15,14 +15,18 @@ from processor.service.replay import ReplayError, replay
 
 @click.command("replay")
 @service_options
-@click.option("--into-prefix", default=None,
-              help="Fold into fresh topics <prefix>.views/.checkpoints/.dlq (blue/green) "
-                   "instead of in place.")
-@click.option("--progress/--no-progress", default=None,
-              help="Show events, sessions, rate and ETA (default: when stderr is a "
-                   "terminal).")
-def replay_command(config: ServiceConfig, into_prefix: str | None,
-                   progress: bool | None) -> None:
+@click.option(
+    "--into-prefix",
+    default=None,
+    help="Fold into fresh topics <prefix>.views/.checkpoints/.dlq (blue/green) "
+    "instead of in place.",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Show events, sessions, rate and ETA (default: when stderr is a terminal).",
+)
+def replay_command(config: ServiceConfig, into_prefix: str | None, progress: bool | None) -> None:
     """Replay the events topic from offset zero (stop the processors first)."""
     logging.basicConfig(level="WARNING")
     show = sys.stderr.isatty() if progress is None else progress
@@ -39,5 +43,7 @@ def replay_command(config: ServiceConfig, into_prefix: str | None,
         sys.exit(1)
     bar.close()
     rate = result.events / result.seconds if result.seconds else 0.0
-    click.echo(f"replayed {result.events} events in {result.seconds:.1f}s ({rate:,.0f}/s) into "
-               f"{result.config.topics.views} and {result.config.topics.checkpoints}")
+    click.echo(
+        f"replayed {result.events} events in {result.seconds:.1f}s ({rate:,.0f}/s) into "
+        f"{result.config.topics.views} and {result.config.topics.checkpoints}"
+    )

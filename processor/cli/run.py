@@ -25,56 +25,110 @@ from processor.service.runner import Processor
 
 @click.command()
 @service_options
-@click.option("--instance-id", default=None,
-              help="Stable id of this member (transactional id suffix; static membership "
-                   "id). Keep it across restarts so a crashed instance is fenced at once.")
-@click.option("--static-membership/--dynamic-membership", default=None,
-              help="Join with group.instance.id = instance id (no rebalance on restart).")
-@click.option("--commit-interval-ms", type=int, default=None,
-              help="Longest time a batch stays open before its transaction commits.")
+@click.option(
+    "--instance-id",
+    default=None,
+    help="Stable id of this member (transactional id suffix; static membership "
+    "id). Keep it across restarts so a crashed instance is fenced at once.",
+)
+@click.option(
+    "--static-membership/--dynamic-membership",
+    default=None,
+    help="Join with group.instance.id = instance id (no rebalance on restart).",
+)
+@click.option(
+    "--commit-interval-ms",
+    type=int,
+    default=None,
+    help="Longest time a batch stays open before its transaction commits.",
+)
 @click.option("--max-batch-events", type=int, default=None)
-@click.option("--anchor-policy", type=click.Choice(["fail", "rebuild"]), default=None,
-              help="What to do when the events log no longer matches the checkpoints.")
-@click.option("--at-least-once", "at_least_once", is_flag=True, default=False,
-              help="No transactions (brokers without them); seq watermarks make replays "
-                   "harmless.")
-@click.option("--metrics-port", type=int, default=None,
-              help="Serve /metrics, /healthz, /readyz on this port (0 picks one).")
+@click.option(
+    "--anchor-policy",
+    type=click.Choice(["fail", "rebuild"]),
+    default=None,
+    help="What to do when the events log no longer matches the checkpoints.",
+)
+@click.option(
+    "--at-least-once",
+    "at_least_once",
+    is_flag=True,
+    default=False,
+    help="No transactions (brokers without them); seq watermarks make replays harmless.",
+)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve /metrics, /healthz, /readyz on this port (0 picks one).",
+)
 @click.option("--metrics-host", default=None)
-@click.option("--inspect/--no-inspect", "inspect", default=None,
-              help="Also serve the inspector page under /inspect/ on the metrics port "
-                   "(off by default).")
-@click.option("--inspect-token", default=None,
-              help="Token the inspector's redrive action requires (none: redrive off).")
+@click.option(
+    "--inspect/--no-inspect",
+    "inspect",
+    default=None,
+    help="Also serve the inspector page under /inspect/ on the metrics port (off by default).",
+)
+@click.option(
+    "--inspect-token",
+    default=None,
+    help="Token the inspector's redrive action requires (none: redrive off).",
+)
 @click.option("--transaction-timeout-ms", type=int, default=None)
-@click.option("--max-idle-s", type=float, default=None,
-              help="Exit after this many idle seconds (batch jobs, tests).")
+@click.option(
+    "--max-idle-s",
+    type=float,
+    default=None,
+    help="Exit after this many idle seconds (batch jobs, tests).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
-@click.option("--kafka-log-level", default="OFF", show_default=True,
-              help="Level from which librdkafka's own log lines are shown (DEBUG .. "
-                   "CRITICAL, or OFF); they go through Python logging as processor.librdkafka.")
-def run(config: ServiceConfig, instance_id: str | None, static_membership: bool | None,
-        commit_interval_ms: int | None, max_batch_events: int | None,
-        anchor_policy: str | None, at_least_once: bool, metrics_port: int | None,
-        metrics_host: str | None, inspect: bool | None, inspect_token: str | None,
-        transaction_timeout_ms: int | None,
-        max_idle_s: float | None, log_level: str, kafka_log_level: str) -> None:
+@click.option(
+    "--kafka-log-level",
+    default="OFF",
+    show_default=True,
+    help="Level from which librdkafka's own log lines are shown (DEBUG .. "
+    "CRITICAL, or OFF); they go through Python logging as processor.librdkafka.",
+)
+def run(
+    config: ServiceConfig,
+    instance_id: str | None,
+    static_membership: bool | None,
+    commit_interval_ms: int | None,
+    max_batch_events: int | None,
+    anchor_policy: str | None,
+    at_least_once: bool,
+    metrics_port: int | None,
+    metrics_host: str | None,
+    inspect: bool | None,
+    inspect_token: str | None,
+    transaction_timeout_ms: int | None,
+    max_idle_s: float | None,
+    log_level: str,
+    kafka_log_level: str,
+) -> None:
     """Fold session events into views and checkpoints (exactly-once by default).
 
     Exit status: 0 after a stop, 1 when Kafka refuses (a missing ACL, a failed
     handshake, a fatal producer error: one line on stderr names it), 3 when
     the events log no longer matches the checkpoints.
     """
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     configure_librdkafka_logging(kafka_log_level.upper())
     config = config.with_overrides(
-        instance_id=instance_id, static_membership=static_membership,
-        commit_interval_ms=commit_interval_ms, max_batch_events=max_batch_events,
-        anchor_policy=anchor_policy, metrics_port=metrics_port, metrics_host=metrics_host,
-        transaction_timeout_ms=transaction_timeout_ms, inspect=inspect,
+        instance_id=instance_id,
+        static_membership=static_membership,
+        commit_interval_ms=commit_interval_ms,
+        max_batch_events=max_batch_events,
+        anchor_policy=anchor_policy,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        transaction_timeout_ms=transaction_timeout_ms,
+        inspect=inspect,
         inspect_token=inspect_token,
-        exactly_once=False if at_least_once else None)
+        exactly_once=False if at_least_once else None,
+    )
     metrics = Metrics()
     processor = Processor(config, metrics=metrics)
     server: Any = None
@@ -88,8 +142,9 @@ def run(config: ServiceConfig, instance_id: str | None, static_membership: bool 
     elif config.metrics_port or metrics_port == 0:
         server = serve(metrics, config.metrics_host, config.metrics_port)
     if server is not None:
-        click.echo(f"metrics on http://{config.metrics_host}:{server.server_port}/metrics",
-                   err=True)
+        click.echo(
+            f"metrics on http://{config.metrics_host}:{server.server_port}/metrics", err=True
+        )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         processor.stop()

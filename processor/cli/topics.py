@@ -26,16 +26,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _layout_options(fn: F) -> F:
-    fn = click.option("--replication-factor", type=int, default=None,
-                      help="Replication factor of new topics (default: config, 1).")(fn)
-    fn = click.option("--partitions", type=int, default=None,
-                      help="Partitions of every topic (default: config, 12). All four "
-                           "topics must have the same count (co-partitioned).")(fn)
+    fn = click.option(
+        "--replication-factor",
+        type=int,
+        default=None,
+        help="Replication factor of new topics (default: config, 1).",
+    )(fn)
+    fn = click.option(
+        "--partitions",
+        type=int,
+        default=None,
+        help="Partitions of every topic (default: config, 12). All four "
+        "topics must have the same count (co-partitioned).",
+    )(fn)
     return fn
 
 
-def _with_layout(config: ServiceConfig, partitions: int | None,
-                 replication_factor: int | None) -> ServiceConfig:
+def _with_layout(
+    config: ServiceConfig, partitions: int | None, replication_factor: int | None
+) -> ServiceConfig:
     if partitions is not None and partitions < 1:
         raise click.BadParameter("must be >= 1", param_hint="--partitions")
     if replication_factor is not None and replication_factor < 1:
@@ -43,8 +52,9 @@ def _with_layout(config: ServiceConfig, partitions: int | None,
     return config.with_overrides(partitions=partitions, replication_factor=replication_factor)
 
 
-def layout_problems(config: ServiceConfig, *, expect_partitions: bool,
-                    timeout: float = 30) -> list[str]:
+def layout_problems(
+    config: ServiceConfig, *, expect_partitions: bool, timeout: float = 30
+) -> list[str]:
     """``verify_topics`` plus, when asked, the partition count of ``config``."""
     admin = clients.admin(config)
     problems = verify_topics(admin, config, timeout=timeout)
@@ -52,8 +62,10 @@ def layout_problems(config: ServiceConfig, *, expect_partitions: bool,
         meta = admin.list_topics(timeout=timeout).topics
         for spec in topic_specs(config):
             if spec.name in meta and len(meta[spec.name].partitions) != spec.partitions:
-                problems.append(f"{spec.name}: {len(meta[spec.name].partitions)} partitions, "
-                                f"expected {spec.partitions}")
+                problems.append(
+                    f"{spec.name}: {len(meta[spec.name].partitions)} partitions, "
+                    f"expected {spec.partitions}"
+                )
     return problems
 
 
@@ -70,8 +82,7 @@ def topics() -> None:
 @topics.command("create")
 @service_options
 @_layout_options
-def create(config: ServiceConfig, partitions: int | None,
-           replication_factor: int | None) -> None:
+def create(config: ServiceConfig, partitions: int | None, replication_factor: int | None) -> None:
     """Create the missing topics with the right configs, then verify the layout."""
     config = _with_layout(config, partitions, replication_factor)
     created = create_topics(clients.admin(config), config)
@@ -89,8 +100,7 @@ def create(config: ServiceConfig, partitions: int | None,
 @topics.command("verify")
 @service_options
 @_layout_options
-def verify(config: ServiceConfig, partitions: int | None,
-           replication_factor: int | None) -> None:
+def verify(config: ServiceConfig, partitions: int | None, replication_factor: int | None) -> None:
     """Check partitions and configs of the five topics (exit 1 listing problems).
 
     ``--partitions`` also checks the count; without it only co-partitioning
@@ -99,8 +109,10 @@ def verify(config: ServiceConfig, partitions: int | None,
     config = _with_layout(config, partitions, replication_factor)
     problems = layout_problems(config, expect_partitions=partitions is not None)
     if problems:
-        click.echo(f"{len(problems)} problem(s) with the topics of prefix "
-                   f"{config.topic_prefix!r}:", err=True)
+        click.echo(
+            f"{len(problems)} problem(s) with the topics of prefix {config.topic_prefix!r}:",
+            err=True,
+        )
         _report(problems)
         sys.exit(1)
     click.echo(f"topics of prefix {config.topic_prefix!r} are OK")
@@ -108,8 +120,12 @@ def verify(config: ServiceConfig, partitions: int | None,
 
 @topics.command("delete")
 @service_options
-@click.option("--yes", is_flag=True, default=False,
-              help="Do not ask; the events topic holds the session logs themselves.")
+@click.option(
+    "--yes",
+    is_flag=True,
+    default=False,
+    help="Do not ask; the events topic holds the session logs themselves.",
+)
 def delete(config: ServiceConfig, yes: bool) -> None:
     """Delete the existing topics of the prefix (asks unless --yes)."""
     admin = clients.admin(config)
@@ -119,8 +135,9 @@ def delete(config: ServiceConfig, yes: bool) -> None:
         click.echo("no topics to delete")
         return
     if not yes:
-        click.confirm(f"delete {', '.join(names)}? The events topic is not recoverable",
-                      abort=True, err=True)
+        click.confirm(
+            f"delete {', '.join(names)}? The events topic is not recoverable", abort=True, err=True
+        )
     delete_topics(admin, names)
     for name in names:
         click.echo(f"deleted {name}")

@@ -50,7 +50,9 @@ def summary_line(sid: str, views: SessionViews) -> str:
     messages = views.get("messages")
     index = views.get("transcript")
     parts = [
-        f"{sid}", f"status={state}", f"lastSeq={last}",
+        f"{sid}",
+        f"status={state}",
+        f"lastSeq={last}",
         f"surface={len(surface.value['nodes']) if surface is not None else '-'}",
         f"messages={len(messages.value) if messages is not None else '-'}",
         f"transcript={index.value['total'] if index is not None else '-'}",
@@ -64,34 +66,74 @@ def summary_line(sid: str, views: SessionViews) -> str:
 
 def views_json(views: dict[str, SessionViews]) -> dict[str, Any]:
     """``{session: {view: {asOfSeq, stateVersion, value}}}``."""
-    return {sid: {name: {"asOfSeq": r.as_of_seq, "stateVersion": r.state_version,
-                         "value": r.value} for name, r in sorted(per.items())}
-            for sid, per in sorted(views.items())}
+    return {
+        sid: {
+            name: {"asOfSeq": r.as_of_seq, "stateVersion": r.state_version, "value": r.value}
+            for name, r in sorted(per.items())
+        }
+        for sid, per in sorted(views.items())
+    }
 
 
 @click.command("views")
 @service_options
 @click.option("--session", "session_id", default=None, help="Only this session.")
-@click.option("--view", "view_name", default=None,
-              help="Only this view (e.g. messages, surface, status, sessionStats).")
-@click.option("--follow", is_flag=True, default=False,
-              help="Print the current views, then every committed update (JSON lines).")
-@click.option("--format", "fmt", type=click.Choice(["json", "summary", "fold"]),
-              default="json", show_default=True,
-              help="json: raw views; summary: one line per session; fold: shaped like "
-                   "`processor fold` output.")
-@click.option("--no-snapshot", is_flag=True, default=False,
-              help="With --follow: only updates committed from now on.")
-@click.option("--stop-after", type=float, default=None, metavar="SECONDS",
-              help="With --follow: stop after this many seconds.")
-@click.option("--timeout", type=float, default=60.0, show_default=True,
-              help="Longest time to read the topic to its end.")
-def views(config: ServiceConfig, session_id: str | None, view_name: str | None, follow: bool,
-          fmt: str, no_snapshot: bool, stop_after: float | None, timeout: float) -> None:
+@click.option(
+    "--view",
+    "view_name",
+    default=None,
+    help="Only this view (e.g. messages, surface, status, sessionStats).",
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    default=False,
+    help="Print the current views, then every committed update (JSON lines).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "summary", "fold"]),
+    default="json",
+    show_default=True,
+    help="json: raw views; summary: one line per session; fold: shaped like "
+    "`processor fold` output.",
+)
+@click.option(
+    "--no-snapshot",
+    is_flag=True,
+    default=False,
+    help="With --follow: only updates committed from now on.",
+)
+@click.option(
+    "--stop-after",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="With --follow: stop after this many seconds.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Longest time to read the topic to its end.",
+)
+def views(
+    config: ServiceConfig,
+    session_id: str | None,
+    view_name: str | None,
+    follow: bool,
+    fmt: str,
+    no_snapshot: bool,
+    stop_after: float | None,
+    timeout: float,
+) -> None:
     """Print the materialized views, or follow them as they commit."""
     if fmt == "fold" and (follow or view_name is not None):
-        raise click.UsageError("--format fold needs every view of a session (no --view, "
-                               "no --follow)")
+        raise click.UsageError(
+            "--format fold needs every view of a session (no --view, no --follow)"
+        )
     try:
         if follow:
             _follow(config, session_id, view_name, fmt, not no_snapshot, stop_after, timeout)
@@ -109,8 +151,12 @@ def views(config: ServiceConfig, session_id: str | None, view_name: str | None, 
         for sid in sorted(found):
             click.echo(summary_line(sid, found[sid]))
     elif fmt == "fold":
-        click.echo(_dump({sid: session_fold_equivalent(per) for sid, per in sorted(found.items())},
-                         pretty=True))
+        click.echo(
+            _dump(
+                {sid: session_fold_equivalent(per) for sid, per in sorted(found.items())},
+                pretty=True,
+            )
+        )
     else:
         click.echo(_dump(views_json(found), pretty=True))
 
@@ -118,41 +164,66 @@ def views(config: ServiceConfig, session_id: str | None, view_name: str | None, 
 def _warn_regressions(regressions: list[ViewRegression], shown: int = 5) -> None:
     if not regressions:
         return
-    sample = ", ".join(f"{r.session_id}/{r.view} {r.previous}->{r.as_of_seq}"
-                       for r in regressions[:shown])
+    sample = ", ".join(
+        f"{r.session_id}/{r.view} {r.previous}->{r.as_of_seq}" for r in regressions[:shown]
+    )
     more = f" (+{len(regressions) - shown} more)" if len(regressions) > shown else ""
-    click.echo(f"processor views: warning: {len(regressions)} view record(s) went back in "
-               f"asOfSeq (a processor published from a stale state; the latest record is "
-               f"shown): {sample}{more}", err=True)
+    click.echo(
+        f"processor views: warning: {len(regressions)} view record(s) went back in "
+        f"asOfSeq (a processor published from a stale state; the latest record is "
+        f"shown): {sample}{more}",
+        err=True,
+    )
 
 
 def _regression_line(update: ViewUpdate) -> str:
     r = update.record
     assert r is not None and update.regressed_from is not None
-    return (f"processor views: warning: {update.session_id}/{update.view} went back from "
-            f"asOfSeq {update.regressed_from} to {r.as_of_seq} (a processor published from "
-            "a stale state)")
+    return (
+        f"processor views: warning: {update.session_id}/{update.view} went back from "
+        f"asOfSeq {update.regressed_from} to {r.as_of_seq} (a processor published from "
+        "a stale state)"
+    )
 
 
-def _follow(config: ServiceConfig, session_id: str | None, view_name: str | None, fmt: str,
-            snapshot: bool, stop_after: float | None, timeout: float) -> None:
+def _follow(
+    config: ServiceConfig,
+    session_id: str | None,
+    view_name: str | None,
+    fmt: str,
+    snapshot: bool,
+    stop_after: float | None,
+    timeout: float,
+) -> None:
     regressions = 0
     try:
-        for update in follow_views(config, session=session_id, view=view_name,
-                                   snapshot=snapshot, stop_after_s=stop_after, timeout=timeout):
+        for update in follow_views(
+            config,
+            session=session_id,
+            view=view_name,
+            snapshot=snapshot,
+            stop_after_s=stop_after,
+            timeout=timeout,
+        ):
             if update.regressed_from is not None:
                 regressions += 1
                 click.echo(_regression_line(update), err=True)
             if fmt == "summary":
                 r = update.record
-                click.echo(f"{update.session_id}  {update.view}  "
-                           + ("removed" if r is None else f"asOfSeq={r.as_of_seq}")
-                           + ("" if update.regressed_from is None
-                              else f"  regressedFrom={update.regressed_from}"))
+                click.echo(
+                    f"{update.session_id}  {update.view}  "
+                    + ("removed" if r is None else f"asOfSeq={r.as_of_seq}")
+                    + (
+                        ""
+                        if update.regressed_from is None
+                        else f"  regressedFrom={update.regressed_from}"
+                    )
+                )
             else:
                 click.echo(_dump(view_update_json(update)))
     except KeyboardInterrupt:
         pass
     if regressions:
-        click.echo(f"processor views: warning: {regressions} update(s) went back in asOfSeq",
-                   err=True)
+        click.echo(
+            f"processor views: warning: {regressions} update(s) went back in asOfSeq", err=True
+        )

@@ -21,8 +21,7 @@ def text(value: str) -> dict[str, Any]:
 class LogBuilder:
     """Append-only list of envelopes with seq and id bookkeeping."""
 
-    def __init__(self, start_seq: int = 0, time0: int = 1_700_000_000_000,
-                 form: int = 4) -> None:
+    def __init__(self, start_seq: int = 0, time0: int = 1_700_000_000_000, form: int = 4) -> None:
         #: Session format whose message shapes are written: 4 (the runtime's
         #: newest) or 3 (the released v3 form: plugin-sourced system messages,
         #: user-role tool results wrapping one tool-result block).
@@ -42,8 +41,7 @@ class LogBuilder:
 
     def envelope(self, etype: str, data: Any, **extra: Any) -> dict[str, Any]:
         self.time += 1
-        raw: dict[str, Any] = {"type": etype, "seq": self.next_seq, "time": self.time,
-                               "data": data}
+        raw: dict[str, Any] = {"type": etype, "seq": self.next_seq, "time": self.time, "data": data}
         raw.update(extra)
         return raw
 
@@ -64,61 +62,95 @@ class LogBuilder:
             source: dict[str, Any] = {"kind": "plugin", "plugin": "@deepseek-ai/dsh-system-prompt"}
         else:
             source = dict(_SOURCES.get(role, {"kind": "test"}))
-        return {"id": self._id(role[:3]), "role": role, "content": content,
-                "source": source, **fields}
+        return {
+            "id": self._id(role[:3]),
+            "role": role,
+            "content": content,
+            "source": source,
+            **fields,
+        }
 
     def _op(self, replace: tuple[int, int] | None) -> Any:
         if replace is None:
             return "append"
         return {"op": "replace", "startSeq": replace[0], "endSeq": replace[1]}
 
-    def _surface_extra(self, replace: tuple[int, int] | None,
-                       sources: list[int] | None) -> dict[str, Any]:
+    def _surface_extra(
+        self, replace: tuple[int, int] | None, sources: list[int] | None
+    ) -> dict[str, Any]:
         extra: dict[str, Any] = {"surfaceOp": self._op(replace)}
         if sources is not None:
             extra["sourceEventSeqs"] = sources
         return extra
 
-    def system(self, body: str, *, replace: tuple[int, int] | None = None,
-               sources: list[int] | None = None) -> Event:
+    def system(
+        self, body: str, *, replace: tuple[int, int] | None = None, sources: list[int] | None = None
+    ) -> Event:
         content = [text(body)] if body else []
-        data = {"turn": self.turn, "step": self.step,
-                "message": self.message("system", content)}
+        data = {"turn": self.turn, "step": self.step, "message": self.message("system", content)}
         return self.add_raw("system/message", data, **self._surface_extra(replace, sources))
 
-    def user(self, body: str, *, replace: tuple[int, int] | None = None,
-             sources: list[int] | None = None, source: Any = None) -> Event:
+    def user(
+        self,
+        body: str,
+        *,
+        replace: tuple[int, int] | None = None,
+        sources: list[int] | None = None,
+        source: Any = None,
+    ) -> Event:
         message = self.message("user", [text(body)])
         if source is not None:
             message["source"] = source
         return self.add_raw("user/message", message, **self._surface_extra(replace, sources))
 
-    def assistant(self, body: str, *, tool_calls: list[dict[str, Any]] | None = None,
-                  usage: dict[str, int] | None = None,
-                  replace: tuple[int, int] | None = None) -> Event:
+    def assistant(
+        self,
+        body: str,
+        *,
+        tool_calls: list[dict[str, Any]] | None = None,
+        usage: dict[str, int] | None = None,
+        replace: tuple[int, int] | None = None,
+    ) -> Event:
         content: list[Any] = [text(body)] if body else []
         for call in tool_calls or []:
             content.append({"type": "tool-call", **call})
-        data: dict[str, Any] = {"turn": self.turn, "step": self.step, "stream": [],
-                                "message": self.message("assistant", content)}
+        data: dict[str, Any] = {
+            "turn": self.turn,
+            "step": self.step,
+            "stream": [],
+            "message": self.message("assistant", content),
+        }
         if usage:
             data["usage"] = usage
         return self.add_raw("assistant/message", data, surfaceOp=self._op(replace))
 
     def summary(self, body: str, start: int, end: int, sources: list[int]) -> Event:
         """A compaction: a user-role summary replacing ``start..end``."""
-        return self.user(body, replace=(start, end), sources=sources,
-                         source={"kind": "compaction"})
+        return self.user(body, replace=(start, end), sources=sources, source={"kind": "compaction"})
 
     def tool_call(self, call_id: str, name: str, arguments: Any) -> Event:
-        return self.add_raw("tool/call", {"turn": self.turn, "step": self.step,
-                                          "callId": call_id, "name": name,
-                                          "arguments": arguments})
+        return self.add_raw(
+            "tool/call",
+            {
+                "turn": self.turn,
+                "step": self.step,
+                "callId": call_id,
+                "name": name,
+                "arguments": arguments,
+            },
+        )
 
-    def tool_result(self, call_id: str, body: str, *, call_seq: int | None = None,
-                    error: dict[str, Any] | None = None,
-                    replace: tuple[int, int] | None = None,
-                    like: Event | None = None, form: int | None = None) -> Event:
+    def tool_result(
+        self,
+        call_id: str,
+        body: str,
+        *,
+        call_seq: int | None = None,
+        error: dict[str, Any] | None = None,
+        replace: tuple[int, int] | None = None,
+        like: Event | None = None,
+        form: int | None = None,
+    ) -> Event:
         """A tool result; ``like`` rewrites an earlier result's content (S-5).
 
         ``form`` (default: the builder's) 4 writes the runtime's newest shape (a
@@ -132,12 +164,14 @@ class LogBuilder:
                 rewrite = {**like.data, "message": {**old, "content": [wrapper]}}
             else:
                 rewrite = {**like.data, "message": {**old, "content": [text(body)]}}
-            return self.add_raw("tool/result", rewrite,
-                                **self._surface_extra(replace, [like.seq]))
+            return self.add_raw("tool/result", rewrite, **self._surface_extra(replace, [like.seq]))
         source = {"kind": "tool", "callId": call_id}
         if (form or self.form) == 3:
-            block: dict[str, Any] = {"type": "tool-result", "toolCallId": call_id,
-                                     "content": [text(body)]}
+            block: dict[str, Any] = {
+                "type": "tool-result",
+                "toolCallId": call_id,
+                "content": [text(body)],
+            }
             if error is not None:
                 block["isError"] = True
             message = self.message("user", [block], source=source)
@@ -168,8 +202,14 @@ class LogBuilder:
     def step_end(self) -> Event:
         return self.add_raw("step/end", {"turn": self.turn, "step": self.step})
 
-    def header(self, tools: list[dict[str, Any]] | None = None, *, reason: str = "initial",
-               model: str = "mock-1", starts_series: bool = False) -> Event:
+    def header(
+        self,
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        reason: str = "initial",
+        model: str = "mock-1",
+        starts_series: bool = False,
+    ) -> Event:
         header: dict[str, Any] = {"config": {"provider": "mock", "model": model}}
         if tools:
             header["tools"] = tools
@@ -178,19 +218,25 @@ class LogBuilder:
             data["startsSeries"] = True
         return self.add_raw("request/header", data)
 
-    def tool_update(self, header_seq: int | None, added: Sequence[str] = (),
-                    removed: Sequence[str] = ()) -> Event:
+    def tool_update(
+        self, header_seq: int | None, added: Sequence[str] = (), removed: Sequence[str] = ()
+    ) -> Event:
         blocks = [{"type": "tool-addition", "toolName": n} for n in added]
         blocks += [{"type": "tool-removal", "toolName": n} for n in removed]
-        data: dict[str, Any] = {"turn": self.turn, "step": self.step,
-                                "message": self.message("developer", blocks)}
+        data: dict[str, Any] = {
+            "turn": self.turn,
+            "step": self.step,
+            "message": self.message("developer", blocks),
+        }
         if added:
             data["headerSeq"] = header_seq
         return self.add_raw("developer/message", data, surfaceOp="append")
 
     def attempt(self, error: str = "overloaded") -> Event:
-        return self.add_raw("assistant/attempt", {"turn": self.turn, "step": self.step,
-                                                  "stream": [], "error": error})
+        return self.add_raw(
+            "assistant/attempt",
+            {"turn": self.turn, "step": self.step, "stream": [], "error": error},
+        )
 
 
 _SOURCES: dict[str, dict[str, Any]] = {
@@ -202,5 +248,8 @@ _SOURCES: dict[str, dict[str, Any]] = {
 
 
 def tool_def(name: str, description: str = "", **params: Any) -> dict[str, Any]:
-    return {"name": name, "description": description or f"the {name} tool",
-            "parameters": {"type": "object", "properties": params}}
+    return {
+        "name": name,
+        "description": description or f"the {name} tool",
+        "parameters": {"type": "object", "properties": params},
+    }

@@ -24,8 +24,13 @@ from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import Session
 
-__all__ = ["default_message_projections", "default_registry", "fold_session", "new_session",
-           "session_from_checkpoint"]
+__all__ = [
+    "default_message_projections",
+    "default_registry",
+    "fold_session",
+    "new_session",
+    "session_from_checkpoint",
+]
 
 
 def default_message_projections() -> MessageProjectionRegistry:
@@ -33,38 +38,51 @@ def default_message_projections() -> MessageProjectionRegistry:
     return MessageProjectionRegistry([ImageOffload()])
 
 
-def _or_defaults(message_projections: MessageProjectionRegistry | None,
-                 projections: ProjectionRegistry | None,
-                 ) -> tuple[MessageProjectionRegistry, ProjectionRegistry]:
-    return (message_projections if message_projections is not None
-            else default_message_projections(),
-            projections if projections is not None else default_registry())
+def _or_defaults(
+    message_projections: MessageProjectionRegistry | None,
+    projections: ProjectionRegistry | None,
+) -> tuple[MessageProjectionRegistry, ProjectionRegistry]:
+    return (
+        message_projections if message_projections is not None else default_message_projections(),
+        projections if projections is not None else default_registry(),
+    )
 
 
-def new_session(header: SessionHeader | None = None, *,
-                message_projections: MessageProjectionRegistry | None = None,
-                projections: ProjectionRegistry | None = None,
-                dialect: int | None = None) -> Session:
+def new_session(
+    header: SessionHeader | None = None,
+    *,
+    message_projections: MessageProjectionRegistry | None = None,
+    projections: ProjectionRegistry | None = None,
+    dialect: int | None = None,
+) -> Session:
     """An empty session (``header`` None: a synthetic one)."""
     mp, pr = _or_defaults(message_projections, projections)
     return Session(header, message_projections=mp, projections=pr, dialect=dialect)
 
 
-def fold_session(events: Sequence[Event], header: SessionHeader | None = None, *,
-                 message_projections: MessageProjectionRegistry | None = None,
-                 projections: ProjectionRegistry | None = None,
-                 dialect: int | None = None) -> Session:
+def fold_session(
+    events: Sequence[Event],
+    header: SessionHeader | None = None,
+    *,
+    message_projections: MessageProjectionRegistry | None = None,
+    projections: ProjectionRegistry | None = None,
+    dialect: int | None = None,
+) -> Session:
     """A whole log folded through the same path as live appends."""
     mp, pr = _or_defaults(message_projections, projections)
-    return Session.fold(events, header, message_projections=mp, projections=pr,
-                        dialect=dialect)
+    return Session.fold(events, header, message_projections=mp, projections=pr, dialect=dialect)
 
 
-def session_from_checkpoint(checkpoint: Mapping[str, Any], header: SessionHeader | None = None,
-                            *, message_projections: MessageProjectionRegistry | None = None,
-                            projections: ProjectionRegistry | None = None,
-                            dialect: int | None = None) -> Session:
+def session_from_checkpoint(
+    checkpoint: Mapping[str, Any],
+    header: SessionHeader | None = None,
+    *,
+    message_projections: MessageProjectionRegistry | None = None,
+    projections: ProjectionRegistry | None = None,
+    dialect: int | None = None,
+) -> Session:
     """A session continued from ``Session.checkpoint`` output (raises ``SessionError``)."""
     mp, pr = _or_defaults(message_projections, projections)
-    return Session.from_checkpoint(checkpoint, header, message_projections=mp, projections=pr,
-                                   dialect=dialect)
+    return Session.from_checkpoint(
+        checkpoint, header, message_projections=mp, projections=pr, dialect=dialect
+    )

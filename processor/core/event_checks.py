@@ -49,9 +49,7 @@ def _check_tool_result_v4(seq: int, message: Mapping[str, Any], call_id: str) ->
         raise SessionError(seq, "D-6", "tool/result message isError must be a boolean")
     for block in message["content"]:
         if isinstance(block, dict) and block.get("type") == "tool-result":
-            raise SessionError(
-                seq, "D-6", "a tool-role message must not wrap a tool-result block"
-            )
+            raise SessionError(seq, "D-6", "a tool-role message must not wrap a tool-result block")
 
 
 def _check_tool_result_v3(seq: int, message: Mapping[str, Any], call_id: str) -> None:
@@ -64,8 +62,10 @@ def _check_tool_result_v3(seq: int, message: Mapping[str, Any], call_id: str) ->
         or not isinstance(block.get("content"), list)
     ):
         raise SessionError(
-            seq, "D-6", "a user-role tool/result message must contain exactly one tool-result "
-            "block with a content list"
+            seq,
+            "D-6",
+            "a user-role tool/result message must contain exactly one tool-result "
+            "block with a content list",
         )
     if block.get("toolCallId") != call_id:
         raise SessionError(seq, "D-6", "tool-result block toolCallId must equal source.callId")
@@ -95,15 +95,19 @@ def _check_message_shape(event: Event, message: Any, dialect: int | None) -> Non
     role = message.get("role")
     if (role == "developer") != (etype == "developer/message"):
         raise SessionError(
-            seq, "D-1", f"developer/message type and role developer must occur together "
-            f"(type {etype}, role {role!r})"
+            seq,
+            "D-1",
+            f"developer/message type and role developer must occur together "
+            f"(type {etype}, role {role!r})",
         )
     if etype == "tool/result":
         allowed = {3: ("user",), 4: ("tool",)}.get(dialect or 0, ("tool", "user"))
         if role not in allowed:
             raise SessionError(
-                seq, "D-6", f"{where}.role must be {' or '.join(map(repr, allowed))} for "
-                f"tool/result, got {role!r}"
+                seq,
+                "D-6",
+                f"{where}.role must be {' or '.join(map(repr, allowed))} for "
+                f"tool/result, got {role!r}",
             )
     elif role != ROLE_OF_TYPE[etype]:
         raise SessionError(
@@ -116,15 +120,20 @@ def _check_message_shape(event: Event, message: Any, dialect: int | None) -> Non
         raise SessionError(seq, "D-6", f"{where}.content must be a list of blocks")
     kind = source["kind"]
     if dialect == 4 and kind == "plugin":
-        raise SessionError(seq, "D-6", f"{where}.source.kind 'plugin' is the v3 form; format v4 "
-                           "needs a producer-owned kind")
+        raise SessionError(
+            seq,
+            "D-6",
+            f"{where}.source.kind 'plugin' is the v3 form; format v4 needs a producer-owned kind",
+        )
     if etype == "system/message":
         v4_ok = kind == "system-prompt"
         v3_ok = kind == "plugin" and _nonempty_str(source.get("plugin"))
         if not (v4_ok if dialect == 4 else v3_ok if dialect == 3 else v4_ok or v3_ok):
             raise SessionError(
-                seq, "D-6", f"system/message source must be {{kind: 'system-prompt'}} (v4) or "
-                f"{{kind: 'plugin', plugin}} (v3), got kind {kind!r}"
+                seq,
+                "D-6",
+                f"system/message source must be {{kind: 'system-prompt'}} (v4) or "
+                f"{{kind: 'plugin', plugin}} (v3), got kind {kind!r}",
             )
     elif etype == "assistant/message":
         if kind != "model" or not _has_provider_model(source):
@@ -135,8 +144,9 @@ def _check_message_shape(event: Event, message: Any, dialect: int | None) -> Non
         call_id = source.get("callId")
         if kind != "tool" or not _nonempty_str(call_id):
             raise SessionError(
-                seq, "D-6", "tool/result source must be {kind: 'tool', callId} with a "
-                "non-empty callId"
+                seq,
+                "D-6",
+                "tool/result source must be {kind: 'tool', callId} with a non-empty callId",
             )
         if role == "tool":
             _check_tool_result_v4(seq, message, str(call_id))
@@ -154,8 +164,9 @@ def _check_settlement(event: Event) -> None:
         or not isinstance(data.get("stream"), list)
     ):
         raise SessionError(
-            event.seq, "D-7", f"{event.type} needs turn and step (non-negative safe integers) "
-            "and a stream list"
+            event.seq,
+            "D-7",
+            f"{event.type} needs turn and step (non-negative safe integers) and a stream list",
         )
 
 
@@ -177,7 +188,8 @@ def _check_tool_blocks(event: Event, message: Any) -> list[str]:
         if btype == "tool-addition":
             if "tool" in block:
                 raise SessionError(
-                    event.seq, "D-2",
+                    event.seq,
+                    "D-2",
                     f"tool-addition {name!r} must not inline a tool definition",
                 )
             added.append(name)
@@ -212,16 +224,19 @@ def _check_header_seq(event: Event, added: list[str], lookup: EventLookup) -> No
         matches = [t for t in tools if isinstance(t, dict) and t.get("name") == name]
         if len(matches) != 1:
             raise SessionError(
-                seq, "D-3",
+                seq,
+                "D-3",
                 f"header {header_seq} must declare exactly one tool {name!r}, found {len(matches)}",
             )
         tool = matches[0]
         if not isinstance(tool.get("description"), str):
-            raise SessionError(seq, "D-3", f"tool {name!r} in header {header_seq} needs a "
-                               "string description")
+            raise SessionError(
+                seq, "D-3", f"tool {name!r} in header {header_seq} needs a string description"
+            )
         if not isinstance(tool.get("parameters"), dict):
-            raise SessionError(seq, "D-3", f"tool {name!r} in header {header_seq} needs object "
-                               "parameters")
+            raise SessionError(
+                seq, "D-3", f"tool {name!r} in header {header_seq} needs object parameters"
+            )
         if "deferLoading" in tool and tool["deferLoading"] is not True:
             raise SessionError(seq, "D-3", f"tool {name!r} deferLoading must be true when present")
 
@@ -239,8 +254,9 @@ def _check_header(event: Event) -> None:
         raise SessionError(seq, "D-4", "request/header data.header must be an object")
     if "system" in header:
         raise SessionError(
-            seq, "D-4", "header.system is refused: the prompt lives on the surface as "
-            "system/message"
+            seq,
+            "D-4",
+            "header.system is refused: the prompt lives on the surface as system/message",
         )
     if "tools" in header:
         tools = header["tools"]
@@ -268,8 +284,10 @@ def _check_header(event: Event) -> None:
         for key, flag in defaults.items():
             if key not in _ADAPTER_DEFAULT_KEYS or flag is not True:
                 raise SessionError(
-                    seq, "D-4", f"header.adapterDefaults.{key} is invalid (only reasoningEffort "
-                    "and maxTokens, each exactly true)"
+                    seq,
+                    "D-4",
+                    f"header.adapterDefaults.{key} is invalid (only reasoningEffort "
+                    "and maxTokens, each exactly true)",
                 )
             if key not in config:
                 raise SessionError(
@@ -277,8 +295,10 @@ def _check_header(event: Event) -> None:
                 )
     if data.get("reason") not in HEADER_REASONS:
         raise SessionError(
-            seq, "D-4", f"request/header reason must be one of initial|resume|change|series, "
-            f"got {data.get('reason')!r}"
+            seq,
+            "D-4",
+            f"request/header reason must be one of initial|resume|change|series, "
+            f"got {data.get('reason')!r}",
         )
     if "startsSeries" in data and data["startsSeries"] is not True:
         raise SessionError(seq, "D-4", "request/header startsSeries must be absent or true")
@@ -302,8 +322,10 @@ def check_event_data(event: Event, lookup: EventLookup, dialect: int | None = No
             role = message.get("role")
             if (role == "developer") != (etype == "developer/message"):
                 raise SessionError(
-                    event.seq, "D-1", f"developer/message type and role developer must occur "
-                    f"together (type {etype}, role {role!r})"
+                    event.seq,
+                    "D-1",
+                    f"developer/message type and role developer must occur "
+                    f"together (type {etype}, role {role!r})",
                 )
         added = _check_tool_blocks(event, message)
         if etype == "developer/message":

@@ -28,8 +28,12 @@ class JsonDepthError(SessionError):
     """A JSON value nests deeper than :data:`MAX_DEPTH` (rule E-3: bounded plain JSON)."""
 
     def __init__(self, limit: int = MAX_DEPTH) -> None:
-        super().__init__(None, "E-3", f"data nests deeper than {limit} levels; data must be "
-                         f"plain JSON nested at most {limit} levels")
+        super().__init__(
+            None,
+            "E-3",
+            f"data nests deeper than {limit} levels; data must be "
+            f"plain JSON nested at most {limit} levels",
+        )
 
 
 def _refuse(*_args: Any, **_kwargs: Any) -> NoReturn:

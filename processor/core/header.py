@@ -59,7 +59,8 @@ def canonical_header(header: Mapping[str, Any]) -> dict[str, Any]:
         out["config"] = header["config"]
     defaults = header.get("adapterDefaults")
     if isinstance(defaults, Mapping) and any(
-            defaults.get(f) is True for f in ADAPTER_DEFAULT_FLAGS):
+        defaults.get(f) is True for f in ADAPTER_DEFAULT_FLAGS
+    ):
         out["adapterDefaults"] = defaults
     tools = header.get("tools")
     if tools is None and "tools" in header:
@@ -171,9 +172,13 @@ def js_json(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, Mapping):
-        return "{" + ",".join(
-            json.dumps(str(k), ensure_ascii=False) + ":" + js_json(v) for k, v in value.items()
-        ) + "}"
+        return (
+            "{"
+            + ",".join(
+                json.dumps(str(k), ensure_ascii=False) + ":" + js_json(v) for k, v in value.items()
+            )
+            + "}"
+        )
     if isinstance(value, list | tuple):
         return "[" + ",".join(js_json(v) for v in value) + "]"
     raise TypeError(f"not a JSON value: {type(value).__name__}")

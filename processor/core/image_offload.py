@@ -49,14 +49,12 @@ class _Offloader:
         for i, block in enumerate(blocks):
             new = block
             if isinstance(block, dict) and block.get("type") == "image":
-                if (
-                    self.selected < len(self.indexes)
-                    and self.image == self.indexes[self.selected]
-                ):
+                if self.selected < len(self.indexes) and self.image == self.indexes[self.selected]:
                     if block.get("offloaded") is True:
                         raise SessionError(
-                            self.seq, "M-5", f"image/offload: image index {self.image} is "
-                            "already offloaded"
+                            self.seq,
+                            "M-5",
+                            f"image/offload: image index {self.image} is already offloaded",
                         )
                     new = FrozenDict({**block, "offloaded": True})
                     self.selected += 1
@@ -85,8 +83,11 @@ class ImageOffload:
         seq = event.seq
         data = event.data
         targets = data.get("targets") if isinstance(data, dict) else None
-        if not isinstance(data, dict) or len(data) != 1 or not isinstance(targets, list) or (
-            not targets
+        if (
+            not isinstance(data, dict)
+            or len(data) != 1
+            or not isinstance(targets, list)
+            or (not targets)
         ):
             raise SessionError(
                 seq, "M-5", "image/offload: data must contain a nonempty targets array"
@@ -102,8 +103,9 @@ class ImageOffload:
                 or not target["imageIndexes"]
             ):
                 raise SessionError(
-                    seq, "M-5", "image/offload: each target must contain a seq and nonempty "
-                    "imageIndexes"
+                    seq,
+                    "M-5",
+                    "image/offload: each target must contain a seq and nonempty imageIndexes",
                 )
             tseq = target["seq"]
             if tseq in out:
@@ -115,16 +117,19 @@ class ImageOffload:
             source = ctx.event_of(tseq)
             if source is None or source.type not in _TARGET_TYPES:
                 raise SessionError(
-                    seq, "M-5", f"image/offload: target seq {tseq} must be user/message or "
-                    "tool/result"
+                    seq,
+                    "M-5",
+                    f"image/offload: target seq {tseq} must be user/message or tool/result",
                 )
             indexes = target["imageIndexes"]
             previous = -1
             for index in indexes:
                 if not _is_index(index) or index <= previous:
                     raise SessionError(
-                        seq, "M-5", "image/offload: imageIndexes must be strictly increasing "
-                        "non-negative safe integers"
+                        seq,
+                        "M-5",
+                        "image/offload: imageIndexes must be strictly increasing "
+                        "non-negative safe integers",
                     )
                 previous = index
             message = ctx.message_of(tseq)
@@ -132,8 +137,10 @@ class ImageOffload:
             content = walker.visit(message["content"])
             if walker.selected != len(indexes):
                 raise SessionError(
-                    seq, "M-5", f"image/offload: image index {indexes[walker.selected]} does "
-                    f"not exist in seq {tseq}"
+                    seq,
+                    "M-5",
+                    f"image/offload: image index {indexes[walker.selected]} does "
+                    f"not exist in seq {tseq}",
                 )
             out[tseq] = FrozenDict({**message, "content": content})
         return out

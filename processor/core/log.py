@@ -71,7 +71,7 @@ class SessionLog:
 
     def events_from(self, seq: int) -> Sequence[Event]:
         """Events with seq >= ``seq`` (seq below base_seq: from base_seq)."""
-        return self._events[max(seq - self._base, 0):]
+        return self._events[max(seq - self._base, 0) :]
 
     def trim_before(self, seq: int) -> None:
         """Forget events below ``seq`` (the service does this after a checkpoint)."""

@@ -155,8 +155,11 @@ class ProjectionRegistry:
             have = unit.definition.state_version
             if have != definition.state_version:
                 raise ProjectionError(
-                    None, "P-2", f"projection {definition.key!r} is registered with "
-                    f"stateVersion {have}; refusing stateVersion {definition.state_version}")
+                    None,
+                    "P-2",
+                    f"projection {definition.key!r} is registered with "
+                    f"stateVersion {have}; refusing stateVersion {definition.state_version}",
+                )
             unit.refs += 1
         else:
             unit = _Unit(definition)
@@ -200,8 +203,6 @@ class ProjectionRegistry:
         return len(self._units)
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Views of wire units at one consistent cut ``as_of_seq`` (-1: empty log)."""
@@ -218,10 +219,9 @@ class RestoreResult:
     rows: Checkpoint
 
 
-
-
-def _fold(definition: ProjectionDefinition, state: State, events: Iterable[Event],
-          after_seq: int) -> tuple[State, int]:
+def _fold(
+    definition: ProjectionDefinition, state: State, events: Iterable[Event], after_seq: int
+) -> tuple[State, int]:
     """Apply the events with seq > ``after_seq``, refusing a gap (P-3).
 
     Ignorable unknown events advance the watermark but are never applied.
@@ -231,8 +231,9 @@ def _fold(definition: ProjectionDefinition, state: State, events: Iterable[Event
         if event.seq <= seq:
             continue
         if event.seq != seq + 1:
-            raise ProjectionError(event.seq, "P-3", f"{definition.key}: cannot advance "
-                                  f"across missing seq {seq + 1}")
+            raise ProjectionError(
+                event.seq, "P-3", f"{definition.key}: cannot advance across missing seq {seq + 1}"
+            )
         if event.is_known:
             state = definition.apply(state, event)
         seq = event.seq
@@ -277,10 +278,14 @@ def _row_state(definition: ProjectionDefinition, row: Any, lo: int, hi: int) -> 
     return state
 
 
-def _row(definition: ProjectionDefinition, seq: int, state: State,
-         detached: bool = True) -> CheckpointRow:
+def _row(
+    definition: ProjectionDefinition, seq: int, state: State, detached: bool = True
+) -> CheckpointRow:
     # Not detached: a deep-frozen state is lent as it is (nobody can mutate
     # it, so P-5 holds without the copy); a plain mutable state is still
     # copied (freeze copies plain containers).
-    return {"ver": definition.state_version, "seq": seq,
-            "val": thaw(state) if detached else freeze(state)}
+    return {
+        "ver": definition.state_version,
+        "seq": seq,
+        "val": thaw(state) if detached else freeze(state),
+    }

@@ -49,8 +49,13 @@ def restore_floor(registry: ProjectionRegistry, cp: Mapping[str, Any]) -> int | 
     return max(min(needs) - 1, 0)
 
 
-def restore(registry: ProjectionRegistry, header: SessionHeader, cp: Mapping[str, Any],
-            events: Sequence[Event], base_seq: int) -> RestoreResult:
+def restore(
+    registry: ProjectionRegistry,
+    header: SessionHeader,
+    cp: Mapping[str, Any],
+    events: Sequence[Event],
+    base_seq: int,
+) -> RestoreResult:
     """P-7: rebuild every unit at endSeq from its row (or ``init``) plus events.
 
     ``events`` are the stored log from ``base_seq`` (contiguous); endSeq is
@@ -66,8 +71,9 @@ def restore(registry: ProjectionRegistry, header: SessionHeader, cp: Mapping[str
         raise ValueError("base_seq must be >= 0")
     for i, event in enumerate(events):
         if event.seq != base_seq + i:
-            raise ProjectionError(event.seq, "P-3", f"restore: cannot advance across missing "
-                                  f"seq {base_seq + i}")
+            raise ProjectionError(
+                event.seq, "P-3", f"restore: cannot advance across missing seq {base_seq + i}"
+            )
     end = events[-1].seq if events else base_seq - 1
     inherited: int | None = None
     values: dict[str, Any] = {}
@@ -78,9 +84,12 @@ def restore(registry: ProjectionRegistry, header: SessionHeader, cp: Mapping[str
         if state is _UNSET:
             if base_seq > 0:
                 raise ProjectionError(
-                    base_seq, "P-7", f"{definition.key}: checkpoint row is missing, of another "
+                    base_seq,
+                    "P-7",
+                    f"{definition.key}: checkpoint row is missing, of another "
                     f"stateVersion, invalid or outside seq {base_seq - 1}..{end}, and the "
-                    f"events start at seq {base_seq}; re-read from seq 0")
+                    f"events start at seq {base_seq}; re-read from seq 0",
+                )
             if inherited is None:
                 inherited = inherited_event_count(events)
             state, after = definition.init(header, inherited), -1

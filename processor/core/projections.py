@@ -82,7 +82,6 @@ Decisions where the spec is silent
   them make a row unusable (a stored row is untrusted input).
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -137,8 +136,16 @@ __all__ = [
 class _Cell:
     """P-3: state, watermark and the last two views of one (session, key)."""
 
-    __slots__ = ("definition", "observed_seq", "prev_view", "state", "unit", "valid_view",
-                 "view", "view_state")
+    __slots__ = (
+        "definition",
+        "observed_seq",
+        "prev_view",
+        "state",
+        "unit",
+        "valid_view",
+        "view",
+        "view_state",
+    )
 
     def __init__(self, unit: _Unit, state: State, observed_seq: int) -> None:
         self.unit = unit
@@ -183,11 +190,22 @@ class SessionProjections:
     the whole log and raises (P-7).
     """
 
-    __slots__ = ("_cells", "_dispatch", "_drained", "_fast_seq", "_generation", "_listeners",
-                 "_order", "header", "log", "registry")
+    __slots__ = (
+        "_cells",
+        "_dispatch",
+        "_drained",
+        "_fast_seq",
+        "_generation",
+        "_listeners",
+        "_order",
+        "header",
+        "log",
+        "registry",
+    )
 
-    def __init__(self, registry: ProjectionRegistry, header: SessionHeader,
-                 log: SessionLog) -> None:
+    def __init__(
+        self, registry: ProjectionRegistry, header: SessionHeader, log: SessionLog
+    ) -> None:
         self.registry = registry
         self.header = header
         self.log = log
@@ -243,8 +261,11 @@ class SessionProjections:
         definition = unit.definition
         if self.log.base_seq > 0:
             raise ProjectionError(
-                self.log.base_seq, "P-7", f"{definition.key}: no cell and the retained log "
-                f"starts at seq {self.log.base_seq}; re-read from seq 0")
+                self.log.base_seq,
+                "P-7",
+                f"{definition.key}: no cell and the retained log "
+                f"starts at seq {self.log.base_seq}; re-read from seq 0",
+            )
         events = self.log.events_from(0)
         initial = definition.init(self.header, inherited_event_count(events))
         state, seq = _fold(definition, initial, events, -1)
@@ -256,11 +277,18 @@ class SessionProjections:
         if cell.observed_seq >= end:
             return False
         if cell.observed_seq + 1 < self.log.base_seq:
-            raise ProjectionError(self.log.base_seq, "P-3", f"{cell.definition.key}: cannot "
-                                  f"advance across missing seq {cell.observed_seq + 1}")
+            raise ProjectionError(
+                self.log.base_seq,
+                "P-3",
+                f"{cell.definition.key}: cannot advance across missing seq {cell.observed_seq + 1}",
+            )
         before = cell.state
-        state, seq = _fold(cell.definition, cell.state,
-                           self.log.events_from(cell.observed_seq + 1), cell.observed_seq)
+        state, seq = _fold(
+            cell.definition,
+            cell.state,
+            self.log.events_from(cell.observed_seq + 1),
+            cell.observed_seq,
+        )
         cell.state, cell.observed_seq = state, seq
         return state is not before
 
@@ -294,9 +322,13 @@ class SessionProjections:
         cells catch up through the contiguous tail (P-3).
         """
         if event.seq > self.log.end_seq or event.seq < self.log.base_seq:
-            raise ProjectionError(event.seq, "P-3", f"on_commit: seq {event.seq} is not in the "
-                                  f"retained log ({self.log.base_seq}..{self.log.end_seq}); "
-                                  "append it to the log first")
+            raise ProjectionError(
+                event.seq,
+                "P-3",
+                f"on_commit: seq {event.seq} is not in the "
+                f"retained log ({self.log.base_seq}..{self.log.end_seq}); "
+                "append it to the log first",
+            )
         if event.seq != self.log.end_seq or not self._apply_next(event):
             self.materialize()
 
@@ -381,9 +413,12 @@ class SessionProjections:
 
     def _targets(self, etype: str) -> list[tuple[Callable[[State, Event], State], _Cell]]:
         """(apply, cell) of the units that may react to ``etype``, in registration order."""
-        targets = [(cell.definition.apply, cell) for cell in self._order
-                   if etype in KNOWN_TYPES and (cell.definition.event_types is None
-                                                or etype in cell.definition.event_types)]
+        targets = [
+            (cell.definition.apply, cell)
+            for cell in self._order
+            if etype in KNOWN_TYPES
+            and (cell.definition.event_types is None or etype in cell.definition.event_types)
+        ]
         self._dispatch[etype] = targets
         return targets
 
@@ -465,8 +500,10 @@ class SessionProjections:
         cells = [c for c in self._cells.values() if c.definition.wire is not None]
         if not cells:
             return None
-        return Snapshot(min(c.observed_seq for c in cells),
-                        {c.definition.key: c.validated_view() for c in cells})
+        return Snapshot(
+            min(c.observed_seq for c in cells),
+            {c.definition.key: c.validated_view() for c in cells},
+        )
 
     def drain_view_changes(self) -> dict[str, tuple[Any, int]]:
         """Wire views whose identity changed since the last drain.
@@ -500,9 +537,10 @@ class SessionProjections:
         caller that only encodes the rows, e.g. the service's checkpoint).
         """
         self.materialize()
-        return {d.key: _row(d, self._cells[d.key].observed_seq, self._cells[d.key].state,
-                            detached)
-                for d in self.registry.definitions()}
+        return {
+            d.key: _row(d, self._cells[d.key].observed_seq, self._cells[d.key].state, detached)
+            for d in self.registry.definitions()
+        }
 
     def install(self, rows: Mapping[str, Any], last_seq: int | None = None) -> None:
         """Adopt checkpoint rows as cells (restoring a session without its prefix).
@@ -520,8 +558,12 @@ class SessionProjections:
         lo, hi = self.log.base_seq - 1, self.log.end_seq
         if last_seq is not None:
             if not lo <= last_seq <= hi:
-                raise ProjectionError(last_seq, "P-7", f"install at seq {last_seq}: the "
-                                      f"retained log covers {lo + 1}..{hi}; re-read from seq 0")
+                raise ProjectionError(
+                    last_seq,
+                    "P-7",
+                    f"install at seq {last_seq}: the "
+                    f"retained log covers {lo + 1}..{hi}; re-read from seq 0",
+                )
             lo = hi = last_seq
         staged: list[tuple[_Unit, State, int]] = []
         for unit in self.registry._incarnations():
@@ -530,8 +572,11 @@ class SessionProjections:
             state = _row_state(definition, row, lo, hi)
             if state is _UNSET:
                 raise ProjectionError(
-                    last_seq, "P-7", f"{definition.key}: checkpoint row is missing, of another "
-                    f"stateVersion, invalid or outside seq {lo}..{hi}; re-read from seq 0")
+                    last_seq,
+                    "P-7",
+                    f"{definition.key}: checkpoint row is missing, of another "
+                    f"stateVersion, invalid or outside seq {lo}..{hi}; re-read from seq 0",
+                )
             staged.append((unit, state, row["seq"]))
         for unit, state, seq in staged:
             cell = self._cells.get(unit.definition.key)
@@ -539,8 +584,7 @@ class SessionProjections:
                 self._invalidate()
                 self._cells[unit.definition.key] = _Cell(unit, state, seq)
 
-    def hydrate(self, cp: Mapping[str, Any], events: Sequence[Event],
-                base_seq: int) -> Snapshot:
+    def hydrate(self, cp: Mapping[str, Any], events: Sequence[Event], base_seq: int) -> Snapshot:
         """P-9: view the cells when all are at endSeq; else restore and install.
 
         ``events`` start at ``base_seq`` (the restore floor, P-6).  When every
@@ -555,8 +599,14 @@ class SessionProjections:
         units = self.registry._incarnations()
         cells = [self._cells.get(u.definition.key) for u in units]
         if units and all(c is not None and c.observed_seq == end for c in cells):
-            return Snapshot(end, {c.definition.key: c.validated_view() for c in cells
-                                  if c is not None and c.definition.wire is not None})
+            return Snapshot(
+                end,
+                {
+                    c.definition.key: c.validated_view()
+                    for c in cells
+                    if c is not None and c.definition.wire is not None
+                },
+            )
         result = restore(self.registry, self.header, cp, events, base_seq)
         for unit, cell in zip(units, cells, strict=True):
             row = result.rows[unit.definition.key]

@@ -48,8 +48,17 @@ def synthetic_header(session_id: str = "unknown") -> SessionHeader:
 class Session:
     """One session's folded state; see the module docstring."""
 
-    __slots__ = ("_derived", "_digest_due", "_last_digest", "_transcript", "_transcript_base",
-                 "header", "log", "projections", "surface")
+    __slots__ = (
+        "_derived",
+        "_digest_due",
+        "_last_digest",
+        "_transcript",
+        "_transcript_base",
+        "header",
+        "log",
+        "projections",
+        "surface",
+    )
 
     def __init__(
         self,
@@ -197,13 +206,17 @@ class Session:
         from seq 0 (P-7) — a stale or version-bumped row is never served.
         """
         if checkpoint.get("version") != CHECKPOINT_VERSION:
-            raise SessionError(None, "P-7", f"unsupported checkpoint version "
-                               f"{checkpoint.get('version')!r}; re-read from seq 0")
+            raise SessionError(
+                None,
+                "P-7",
+                f"unsupported checkpoint version {checkpoint.get('version')!r}; re-read from seq 0",
+            )
         last_seq = int(checkpoint["lastSeq"])
         state = SurfaceState.from_json(checkpoint["surface"])
         if state.next_seq != last_seq + 1:
-            raise SessionError(None, "P-7", "checkpoint surface and lastSeq disagree; re-read "
-                               "from seq 0")
+            raise SessionError(
+                None, "P-7", "checkpoint surface and lastSeq disagree; re-read from seq 0"
+            )
         session = cls(
             header,
             message_projections=message_projections,
@@ -236,7 +249,11 @@ class Session:
         dialect: int | None = None,
     ) -> Session:
         """Fold a whole log offline through the same path as live appends."""
-        session = cls(header, message_projections=message_projections, projections=projections,
-                      dialect=dialect)
+        session = cls(
+            header,
+            message_projections=message_projections,
+            projections=projections,
+            dialect=dialect,
+        )
         session.extend(events)
         return session

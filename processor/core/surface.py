@@ -196,11 +196,14 @@ def _surface_op(event: Event) -> tuple[int, int] | None:
         raise SessionError(seq, "S-2", f"{event.type} requires surfaceOp")
     if op == "append":
         return None
-    if not isinstance(op, dict) or op.get("op") != "replace" or set(op) != {
-        "op", "startSeq", "endSeq"
-    }:
+    if (
+        not isinstance(op, dict)
+        or op.get("op") != "replace"
+        or set(op) != {"op", "startSeq", "endSeq"}
+    ):
         raise SessionError(
-            seq, "S-2",
+            seq,
+            "S-2",
             'surfaceOp must be "append" or exactly {op:"replace", startSeq, endSeq}',
         )
     start, end = op["startSeq"], op["endSeq"]
@@ -243,63 +246,75 @@ def _check_tool_result_replace(event: Event, old: Event) -> None:
     for key in set(new_data) | set(old_data):
         if key != "message" and new_data.get(key, ABSENT) != old_data.get(key, ABSENT):
             raise SessionError(
-                seq, "S-5", f"tool/result replacement may change only message.content; "
-                f"data.{key} differs"
+                seq,
+                "S-5",
+                f"tool/result replacement may change only message.content; data.{key} differs",
             )
     new_msg, old_msg = new_data["message"], old_data["message"]
     for key in set(new_msg) | set(old_msg):
         if key != "content" and new_msg.get(key, ABSENT) != old_msg.get(key, ABSENT):
             raise SessionError(
-                seq, "S-5", f"tool/result replacement may change only message.content; "
-                f"message.{key} differs"
+                seq,
+                "S-5",
+                f"tool/result replacement may change only message.content; message.{key} differs",
             )
 
 
-def _plan_replace(state: SurfaceState, event: Event, start: int, end: int,
-                  sources: tuple[int, ...] | None) -> ReplacePlan:
+def _plan_replace(
+    state: SurfaceState, event: Event, start: int, end: int, sources: tuple[int, ...] | None
+) -> ReplacePlan:
     seq = event.seq
     for endpoint in (start, end):
         if endpoint not in state.node_events:
-            raise SessionError(seq, "S-4", f"replace endpoint {endpoint} is not a current "
-                               "surface node")
+            raise SessionError(
+                seq, "S-4", f"replace endpoint {endpoint} is not a current surface node"
+            )
     si, ei = state.nodes.index(start), state.nodes.index(end)
     if si > ei:
-        raise SessionError(seq, "S-4", f"replace start {start} comes after end {end} on the "
-                           "surface")
+        raise SessionError(
+            seq, "S-4", f"replace start {start} comes after end {end} on the surface"
+        )
     shadowed = tuple(state.nodes[si : ei + 1])
     cited = set(sources or ())
     missing = [s for s in shadowed if s not in cited]
     if missing:
         raise SessionError(
-            seq, "S-4", "replace must cite every shadowed node in sourceEventSeqs; missing "
-            + ", ".join(map(str, missing))
+            seq,
+            "S-4",
+            "replace must cite every shadowed node in sourceEventSeqs; missing "
+            + ", ".join(map(str, missing)),
         )
     if event.type == "tool/result":
         if len(shadowed) != 1:
             raise SessionError(
-                seq, "S-5", f"tool/result replacement must shadow exactly one node, "
-                f"not {len(shadowed)}"
+                seq,
+                "S-5",
+                f"tool/result replacement must shadow exactly one node, not {len(shadowed)}",
             )
         _check_tool_result_replace(event, state.node_events[shadowed[0]])
-    if si == 0 and state.node_events[state.nodes[0]].type == "system/message" and (
-        event.type != "system/message" or ei != 0
+    if (
+        si == 0
+        and state.node_events[state.nodes[0]].type == "system/message"
+        and (event.type != "system/message" or ei != 0)
     ):
         raise SessionError(
-            seq, "S-6", "a replace starting at the system head must be a system/message "
-            "covering exactly that node"
+            seq,
+            "S-6",
+            "a replace starting at the system head must be a system/message "
+            "covering exactly that node",
         )
     return ReplacePlan(seq, start, end, si, ei, shadowed)
 
 
-def _plan_projection(state: SurfaceState, event: Event,
-                     registry: MessageProjectionRegistry | None) -> ProjectPlan | None:
+def _plan_projection(
+    state: SurfaceState, event: Event, registry: MessageProjectionRegistry | None
+) -> ProjectPlan | None:
     """M-2/M-3: dispatch to a message projection, or None when not one."""
     projection = registry.get(event.type) if registry is not None else None
     if projection is None:
         if event.type in MESSAGE_PROJECTION_TYPES:
             raise SessionError(
-                event.seq, "M-3", f"{event.type} requires a message projection, none is "
-                "registered"
+                event.seq, "M-3", f"{event.type} requires a message projection, none is registered"
             )
         return None
     ctx = ProjectionContext(
@@ -312,20 +327,29 @@ def _plan_projection(state: SurfaceState, event: Event,
     overrides: dict[int, Any] = {}
     for target, message in result.items():
         if target not in state.node_events:
-            raise SessionError(event.seq, "M-1", f"{event.type} projected seq {target}, which "
-                               "is not a surface node")
+            raise SessionError(
+                event.seq,
+                "M-1",
+                f"{event.type} projected seq {target}, which is not a surface node",
+            )
         old = state.message_of(target)
-        if not isinstance(message, dict) or message.get("id") != old.get("id") or message.get(
-            "role"
-        ) != old.get("role"):
-            raise SessionError(event.seq, "M-1", f"{event.type} must keep the identity (id, "
-                               f"role) of the message at seq {target}")
+        if (
+            not isinstance(message, dict)
+            or message.get("id") != old.get("id")
+            or message.get("role") != old.get("role")
+        ):
+            raise SessionError(
+                event.seq,
+                "M-1",
+                f"{event.type} must keep the identity (id, role) of the message at seq {target}",
+            )
         overrides[target] = freeze(message)
     return ProjectPlan(event.seq, event.type, MappingProxyType(overrides))
 
 
-def plan_event(state: SurfaceState, event: Event,
-               message_projections: MessageProjectionRegistry | None = None) -> Plan:
+def plan_event(
+    state: SurfaceState, event: Event, message_projections: MessageProjectionRegistry | None = None
+) -> Plan:
     """Plan ``event`` against ``state``; raise :class:`SessionError` if invalid.
 
     Order: contiguity (S-1), message projections (M-2, before surfaceOp
@@ -378,8 +402,7 @@ def commit_plan(state: SurfaceState, event: Event, plan: Plan) -> None:
     state.next_seq = event.seq + 1
 
 
-def assert_projections(state: SurfaceState,
-                       registry: MessageProjectionRegistry | None) -> None:
+def assert_projections(state: SurfaceState, registry: MessageProjectionRegistry | None) -> None:
     """M-4: a projection this session used must still be registered."""
     used = state.projection_types_used
     # Runs before every commit: compare against the registry's keys instead
@@ -389,8 +412,10 @@ def assert_projections(state: SurfaceState,
     gone = sorted(t for t in used if registry is None or registry.get(t) is None)
     if gone:
         raise SessionError(
-            None, "M-4", f"message projection {gone[0]!r} was removed after this session "
-            "committed events through it; its messages cannot be rebuilt"
+            None,
+            "M-4",
+            f"message projection {gone[0]!r} was removed after this session "
+            "committed events through it; its messages cannot be rebuilt",
         )
 
 
@@ -407,8 +432,11 @@ class SurfaceManager:
 
     __slots__ = ("_registry", "_staged", "state")
 
-    def __init__(self, message_projections: MessageProjectionRegistry | None = None,
-                 state: SurfaceState | None = None) -> None:
+    def __init__(
+        self,
+        message_projections: MessageProjectionRegistry | None = None,
+        state: SurfaceState | None = None,
+    ) -> None:
         self.state = state if state is not None else SurfaceState()
         self._registry = message_projections
         self._staged: tuple[Event, int, Plan] | None = None
@@ -458,8 +486,9 @@ class SurfaceFold:
     content_generation: int
 
 
-def fold_surface(events: Sequence[Event],
-                 message_projections: MessageProjectionRegistry | None = None) -> SurfaceFold:
+def fold_surface(
+    events: Sequence[Event], message_projections: MessageProjectionRegistry | None = None
+) -> SurfaceFold:
     """Offline driver: fold a whole log (from seq 0) with the same planner."""
     state = SurfaceState()
     for event in events:

@@ -12,5 +12,16 @@ transaction (``output.py``), which the loop produces and commits.
 from processor.engine.engine import Engine, Feeds, NoFeeds, PartitionState, record_session
 from processor.engine.records import Batch, Fate, Out, Outcome, Record, Tally
 
-__all__ = ["Batch", "Engine", "Fate", "Feeds", "NoFeeds", "Out", "Outcome", "PartitionState",
-           "Record", "Tally", "record_session"]
+__all__ = [
+    "Batch",
+    "Engine",
+    "Fate",
+    "Feeds",
+    "NoFeeds",
+    "Out",
+    "Outcome",
+    "PartitionState",
+    "Record",
+    "Tally",
+    "record_session",
+]

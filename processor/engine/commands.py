@@ -44,7 +44,7 @@ def _murmur2(data: bytes) -> int:
     h = (0x9747B28C ^ length) & mask
     end = length - length % 4
     for i in range(0, end, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
+        k = int.from_bytes(data[i : i + 4], "little")
         k = (k * m) & mask
         k ^= k >> r
         k = (k * m) & mask
@@ -80,8 +80,14 @@ class Command:
     seq: int
 
     def encode(self) -> bytes:
-        return orjson.dumps({"v": CONTROL_VERSION, "command": self.name,
-                             "sessionId": self.session_id, "seq": self.seq})
+        return orjson.dumps(
+            {
+                "v": CONTROL_VERSION,
+                "command": self.name,
+                "sessionId": self.session_id,
+                "seq": self.seq,
+            }
+        )
 
 
 def redrive(session_id: str, seq: int) -> Command:
@@ -113,8 +119,10 @@ def parse_command(key: bytes | None, value: bytes | None) -> Command:
     if type(seq) is not int or not 0 <= seq <= _SAFE_INT:
         raise CommandError(f"seq must be an integer in [0, 2^53-1], got {seq!r}")
     if key is None or key != sid.encode():
-        raise CommandError(f"record key {key!r} does not match sessionId {sid!r} (the key "
-                           "routes the command to the session's partition)")
+        raise CommandError(
+            f"record key {key!r} does not match sessionId {sid!r} (the key "
+            "routes the command to the session's partition)"
+        )
     return Command(name, sid, seq)
 
 
@@ -143,8 +151,13 @@ def apply_command(rt: _Target, command: Command) -> str:
         # not there yet (a restore or replay is behind): lift it when it happens
         rt.redrive_at = command.seq
         return "pending"
-    log.info("redrive of %s at seq %d: nothing to do (last seq %d, %s)", rt.session_id,
-             command.seq, rt.last_seq, f"quarantined at {q.seq}" if q else "not quarantined")
+    log.info(
+        "redrive of %s at seq %d: nothing to do (last seq %d, %s)",
+        rt.session_id,
+        command.seq,
+        rt.last_seq,
+        f"quarantined at {q.seq}" if q else "not quarantined",
+    )
     return "noop"
 
 
@@ -155,5 +168,7 @@ def misrouted(command: Command, partition: int, partition_count: int) -> str | N
     want = partition_of(command.session_id.encode(), partition_count)
     if want == partition:
         return None
-    return (f"command for {command.session_id!r} in control partition {partition}, but its "
-            f"key hashes to {want} (produce commands with the murmur2 partitioner)")
+    return (
+        f"command for {command.session_id!r} in control partition {partition}, but its "
+        f"key hashes to {want} (produce commands with the murmur2 partitioner)"
+    )

@@ -38,8 +38,10 @@ def bounded(letter: DeadLetter) -> tuple[DeadLetter, bool]:
     value, key = letter.value, letter.key
     referenced = value is not None and len(value) > MAX_COPIED_VALUE
     if value is not None and referenced:
-        notes.append(f"value not copied ({reference(value)}); read it at {letter.topic}"
-                     f"[{letter.partition}]@{letter.offset}")
+        notes.append(
+            f"value not copied ({reference(value)}); read it at {letter.topic}"
+            f"[{letter.partition}]@{letter.offset}"
+        )
         value = None
     if key is not None and len(key) > MAX_KEY_BYTES:
         notes.append(f"key not copied ({reference(key)})")
@@ -51,7 +53,16 @@ def bounded(letter: DeadLetter) -> tuple[DeadLetter, bool]:
     if notes:
         reason = f"{reason} [{'; '.join(notes)}]"
     rule = _clip(letter.rule, 64)
-    return DeadLetter(session_id=sid, topic=letter.topic, partition=letter.partition,
-                      offset=letter.offset, seq=letter.seq, rule=rule, reason=reason,
-                      key=key, value=value, timestamp=letter.timestamp,
-                      processor=letter.processor), referenced
+    return DeadLetter(
+        session_id=sid,
+        topic=letter.topic,
+        partition=letter.partition,
+        offset=letter.offset,
+        seq=letter.seq,
+        rule=rule,
+        reason=reason,
+        key=key,
+        value=value,
+        timestamp=letter.timestamp,
+        processor=letter.processor,
+    ), referenced

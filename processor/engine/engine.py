@@ -49,8 +49,9 @@ class Feeds(Protocol):
         """Every command of ``partition`` committed so far (bounded wait)."""
         ...
 
-    def session_history(self, partition: int, start: int, end: int,
-                        key: bytes) -> list[Record] | None:
+    def session_history(
+        self, partition: int, start: int, end: int, key: bytes
+    ) -> list[Record] | None:
         """The events of ``key`` in offsets [start, end); None when unreadable."""
         ...
 
@@ -65,8 +66,9 @@ class NoFeeds:
     def control_backlog(self, partition: int) -> list[Record]:
         return []
 
-    def session_history(self, partition: int, start: int, end: int,
-                        key: bytes) -> list[Record] | None:
+    def session_history(
+        self, partition: int, start: int, end: int, key: bytes
+    ) -> list[Record] | None:
         return None
 
     def check_route(self, command: Command, partition: int) -> None:
@@ -80,8 +82,11 @@ class PartitionState:
         self.number = number
         self.checkpoints = checkpoints  # not yet materialised sessions
         # quarantined session ids, kept as they change so the gauge is O(partitions)
-        self.quarantined = {sid for sid, cp in checkpoints.items()
-                            if (cp.surface.get("service") or {}).get("quarantine")}
+        self.quarantined = {
+            sid
+            for sid, cp in checkpoints.items()
+            if (cp.surface.get("service") or {}).get("quarantine")
+        }
         self.sessions: dict[str, SessionRuntime] = {}
         self.view_parts: dict[tuple[str, str], int] = {}
         # Restored while a transaction was still open on the checkpoints
@@ -106,10 +111,17 @@ def record_session(key: bytes | None) -> str | None:
 class Engine:
     """The sessions of the owned partitions, the seq gate, quarantine and the open batch."""
 
-    def __init__(self, config: ServiceConfig, codec: Codec, registry: ProjectionRegistry,
-                 message_projections: MessageProjectionRegistry, *, instance_id: str = "",
-                 publish_floor: Mapping[str, int] | None = None,
-                 feeds: Feeds | None = None) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        codec: Codec,
+        registry: ProjectionRegistry,
+        message_projections: MessageProjectionRegistry,
+        *,
+        instance_id: str = "",
+        publish_floor: Mapping[str, int] | None = None,
+        feeds: Feeds | None = None,
+    ) -> None:
         """``publish_floor``: session -> seq below which views are not published.
 
         An in-place replay refolds from seq 0 while the views topic still holds
@@ -138,9 +150,11 @@ class Engine:
         cp = part.checkpoints.pop(sid, None)
         session: Session
         if cp is None:
-            session = Session(synthetic_header(sid),
-                              message_projections=self.message_projections,
-                              projections=self.registry)
+            session = Session(
+                synthetic_header(sid),
+                message_projections=self.message_projections,
+                projections=self.registry,
+            )
         else:
             session = self._session_from_checkpoint(cp)
         rt = SessionRuntime(sid, part.number, session, window=self.config.duplicate_window)
@@ -155,9 +169,12 @@ class Engine:
         core = dict(cp.surface["core"])
         core["rows"] = cp.rows
         try:
-            return Session.from_checkpoint(core, cp.surface.get("header"),
-                                           message_projections=self.message_projections,
-                                           projections=self.registry)
+            return Session.from_checkpoint(
+                core,
+                cp.surface.get("header"),
+                message_projections=self.message_projections,
+                projections=self.registry,
+            )
         except SessionError as exc:
             # A bumped stateVersion (or an unreadable row) needs the prefix:
             # the replay command rebuilds such sessions from offset zero.
@@ -171,9 +188,11 @@ class Engine:
                 row = cp.rows.get(key)
                 if row is None or row.get("ver") != ver:
                     have = "no row" if row is None else f"stateVersion {row.get('ver')}"
-                    return (f"session {cp.session_id}: projection {key!r} has {have} in its "
-                            f"checkpoint, the code has stateVersion {ver}; the views must be "
-                            "refolded from offset zero (`processor replay`)")
+                    return (
+                        f"session {cp.session_id}: projection {key!r} has {have} in its "
+                        f"checkpoint, the code has stateVersion {ver}; the views must be "
+                        "refolded from offset zero (`processor replay`)"
+                    )
         return None
 
     def tombstone_session(self, partition: int, sid: str, cp: Checkpoint) -> None:
@@ -186,8 +205,11 @@ class Engine:
         pending.append((self.topics.checkpoints, partition, session_key(sid)))
         published = cp.surface.get("service", {}).get("published", {})
         pages = -(-int(published.get("transcript", 0)) // self.config.transcript_page_size)
-        names = [*CORE_VIEW_NAMES, *(d.key for d in self.registry.definitions() if d.wire),
-                 *(transcript_page(n) for n in range(pages))]
+        names = [
+            *CORE_VIEW_NAMES,
+            *(d.key for d in self.registry.definitions() if d.wire),
+            *(transcript_page(n) for n in range(pages)),
+        ]
         pending.extend((self.topics.views, partition, view_key(sid, name)) for name in names)
 
     def sessions_held(self) -> int:
@@ -206,9 +228,13 @@ class Engine:
         key = rec.key
         sid = record_session(key)
         if key is None or sid is None:
-            why = ("has no key (events are keyed by session id)" if key is None else
-                   f"key of {len(key)} bytes exceeds {MAX_KEY_BYTES}" if len(key) > MAX_KEY_BYTES
-                   else "key is not UTF-8")
+            why = (
+                "has no key (events are keyed by session id)"
+                if key is None
+                else f"key of {len(key)} bytes exceeds {MAX_KEY_BYTES}"
+                if len(key) > MAX_KEY_BYTES
+                else "key is not UTF-8"
+            )
             self.dead_letter(part, None, rec, None, "KEY", f"record {why}")
             self.tally.events["rejected"] += 1
             return Outcome(Fate.REJECTED, None, None, "KEY", f"record {why}")
@@ -220,9 +246,14 @@ class Engine:
         except CodecError as exc:
             return self.reject(part, sid, rec, None, "CODEC", f"undecodable record: {exc}")
         if decoded.session_id != sid:
-            return self.reject(part, sid, rec, decoded.seq, "KEY",
-                               f"record key {sid!r} does not match sessionId "
-                               f"{decoded.session_id!r}")
+            return self.reject(
+                part,
+                sid,
+                rec,
+                decoded.seq,
+                "KEY",
+                f"record key {sid!r} does not match sessionId {decoded.session_id!r}",
+            )
         rt = self.runtime(part, sid)
         if rt.quarantine is not None and decoded.seq == rt.quarantine.seq + 1:
             # the fix of a quarantine: apply a redrive acknowledged before it first
@@ -262,8 +293,14 @@ class Engine:
 
     def fail(self, part: PartitionState, rec: Record, exc: Exception) -> Outcome:
         """Interpreting ``rec`` raised: that record's dead letter, never a stuck partition."""
-        return self.reject(part, record_session(rec.key), rec, None, "INTERNAL",
-                           f"interpreting the record raised {type(exc).__name__}: {exc}")
+        return self.reject(
+            part,
+            record_session(rec.key),
+            rec,
+            None,
+            "INTERNAL",
+            f"interpreting the record raised {type(exc).__name__}: {exc}",
+        )
 
     def _repair_stale(self, part: PartitionState, rt: SessionRuntime) -> bool:
         """A gap in a session fresh from a maybe-stale checkpoint (restored behind an
@@ -275,8 +312,9 @@ class Engine:
         if part.resumed_at is None:
             return False
         start = rt.last_offset + 1 if rt.last_offset >= 0 else 0
-        records = self.feeds.session_history(part.number, start, part.resumed_at,
-                                             session_key(rt.session_id))
+        records = self.feeds.session_history(
+            part.number, start, part.resumed_at, session_key(rt.session_id)
+        )
         if records is None:
             return False
         before = rt.last_seq
@@ -286,9 +324,16 @@ class Engine:
                 self.fold(part, rec)
         finally:
             self.replaying = False
-        log.warning("session %s was restored stale at seq %d (a newer checkpoint was hidden "
-                    "behind an open transaction); refolded %d records from offset %d, now at "
-                    "seq %d", rt.session_id, before, len(records), start, rt.last_seq)
+        log.warning(
+            "session %s was restored stale at seq %d (a newer checkpoint was hidden "
+            "behind an open transaction); refolded %d records from offset %d, now at "
+            "seq %d",
+            rt.session_id,
+            before,
+            len(records),
+            start,
+            rt.last_seq,
+        )
         return rt.last_seq > before
 
     def apply_commands(self, records: Iterable[Record]) -> list[str]:
@@ -309,8 +354,14 @@ class Engine:
                 self.feeds.check_route(command, part.number)
             except CommandError as exc:
                 self.tally.control["rejected"] += 1
-                self.dead_letter(part, record_session(rec.key), rec, None, "CONTROL",
-                                 f"control command refused: {exc}")
+                self.dead_letter(
+                    part,
+                    record_session(rec.key),
+                    rec,
+                    None,
+                    "CONTROL",
+                    f"control command refused: {exc}",
+                )
                 outcomes.append("refused")
                 continue
             rt = self.runtime(part, command.session_id)
@@ -326,8 +377,16 @@ class Engine:
             outcomes.append(outcome)
         return outcomes
 
-    def reject(self, part: PartitionState, sid: str | None, rec: Record, seq: int | None,
-               rule: str, reason: str, rt: SessionRuntime | None = None) -> Outcome:
+    def reject(
+        self,
+        part: PartitionState,
+        sid: str | None,
+        rec: Record,
+        seq: int | None,
+        rule: str,
+        reason: str,
+        rt: SessionRuntime | None = None,
+    ) -> Outcome:
         """Dead-letter ``rec`` and quarantine its session at its last valid seq."""
         self.dead_letter(part, sid, rec, seq, rule, reason)
         if not self.replaying:
@@ -336,8 +395,11 @@ class Engine:
             return Outcome(Fate.REJECTED, None, seq, rule, reason)
         rt = rt if rt is not None else self.runtime(part, sid)
         if rt.quarantine is None and rt.redrive_at == rt.last_seq:
-            log.info("session %s: quarantine at seq %d lifted by a redrive read earlier",
-                     sid, rt.last_seq)
+            log.info(
+                "session %s: quarantine at seq %d lifted by a redrive read earlier",
+                sid,
+                rt.last_seq,
+            )
             rt.redrive_at = None
             rt.lifted_at = rt.last_seq
             self.batch.dirty[(part.number, sid)] = rt
@@ -347,15 +409,33 @@ class Engine:
             self.batch.dirty[(part.number, sid)] = rt
         return Outcome(Fate.REJECTED, sid, seq, rule, reason)
 
-    def dead_letter(self, part: PartitionState, sid: str | None, rec: Record, seq: int | None,
-                    rule: str, reason: str) -> None:
+    def dead_letter(
+        self,
+        part: PartitionState,
+        sid: str | None,
+        rec: Record,
+        seq: int | None,
+        rule: str,
+        reason: str,
+    ) -> None:
         if self.replaying:
             return  # the owner that first folded this record dead-lettered it
         self.tally.dlq[rule] += 1
-        letter, referenced = bounded(DeadLetter(
-            session_id=sid, topic=rec.topic or self.topics.events, partition=part.number,
-            offset=rec.offset, seq=seq, rule=rule, reason=reason, key=rec.key,
-            value=rec.value, timestamp=rec.timestamp, processor=self.instance_id))
+        letter, referenced = bounded(
+            DeadLetter(
+                session_id=sid,
+                topic=rec.topic or self.topics.events,
+                partition=part.number,
+                offset=rec.offset,
+                seq=seq,
+                rule=rule,
+                reason=reason,
+                key=rec.key,
+                value=rec.value,
+                timestamp=rec.timestamp,
+                processor=self.instance_id,
+            )
+        )
         if referenced:
             self.tally.dlq_oversized += 1
         self.batch.dead_letters.append((part.number, letter))
@@ -373,15 +453,19 @@ class Engine:
         for topic, partition, key in batch.tombstones:
             yield Out(topic, partition, key, None)
         for partition, letter in batch.dead_letters:
-            dlq_key = (session_key(letter.session_id) if letter.session_id is not None
-                       else None)
+            dlq_key = session_key(letter.session_id) if letter.session_id is not None else None
             yield Out(self.topics.dlq, partition, dlq_key, self.codec.encode_dead_letter(letter))
         for rt in batch.dirty.values():
             part = self.partitions.get(rt.partition)
             if part is not None:
-                yield from session_output(rt, self._changes(rt), part.view_parts,
-                                          config=self.config, codec=self.codec,
-                                          tally=self.tally)
+                yield from session_output(
+                    rt,
+                    self._changes(rt),
+                    part.view_parts,
+                    config=self.config,
+                    codec=self.codec,
+                    tally=self.tally,
+                )
 
     def _changes(self, rt: SessionRuntime) -> Iterable[ViewChange]:
         floor = self._publish_floor.get(rt.session_id)

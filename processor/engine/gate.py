@@ -25,8 +25,13 @@ def judge(rt: SessionRuntime, event: Event) -> Gate:
     last = rt.last_seq
     if event.seq <= last:
         verdict = rt.duplicate_verdict(event)
-        return (Gate.DUPLICATE if verdict == "same" else
-                Gate.CONFLICT if verdict == "different" else Gate.UNPROVABLE)
+        return (
+            Gate.DUPLICATE
+            if verdict == "same"
+            else Gate.CONFLICT
+            if verdict == "different"
+            else Gate.UNPROVABLE
+        )
     if event.seq > last + 1:
         return Gate.GAP
     return Gate.APPLY
@@ -36,6 +41,9 @@ def refusal(gate: Gate, seq: int, last: int) -> tuple[str, str]:
     """(rule, reason) of a refused event; the texts are the dead letters' contract."""
     if gate is Gate.GAP:
         return "S-1", f"seq {seq}: gap, expected {last + 1} (S-1)"
-    reason = ("conflicting duplicate: differs from the folded event" if gate is Gate.CONFLICT
-              else "duplicate older than the verification window; cannot prove it equal")
+    reason = (
+        "conflicting duplicate: differs from the folded event"
+        if gate is Gate.CONFLICT
+        else "duplicate older than the verification window; cannot prove it equal"
+    )
     return "SEQ-GATE", f"seq {seq}: {reason} (watermark {last})"

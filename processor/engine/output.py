@@ -36,17 +36,24 @@ def checkpoint_of(rt: SessionRuntime) -> Checkpoint:
     return Checkpoint(
         session_id=rt.session_id,
         last_seq=session.last_seq,
-        anchor=Anchor(rt.partition, rt.last_offset, session.last_seq,
-                      bytes.fromhex(digest) if digest else b""),
+        anchor=Anchor(
+            rt.partition, rt.last_offset, session.last_seq, bytes.fromhex(digest) if digest else b""
+        ),
         rows=rows,
         surface={"core": core, "service": rt.service_state(), "header": session.header},
         core_version=CHECKPOINT_VERSION,
     )
 
 
-def session_output(rt: SessionRuntime, changes: Iterable[ViewChange],
-                   view_parts: dict[tuple[str, str], int], *, config: ServiceConfig,
-                   codec: Codec, tally: Tally) -> Iterator[Out]:
+def session_output(
+    rt: SessionRuntime,
+    changes: Iterable[ViewChange],
+    view_parts: dict[tuple[str, str], int],
+    *,
+    config: ServiceConfig,
+    codec: Codec,
+    tally: Tally,
+) -> Iterator[Out]:
     """The records of ``changes`` and the session's checkpoint, in produce order.
 
     ``view_parts``: (session, view) -> parts last published, updated here.
@@ -61,15 +68,22 @@ def session_output(rt: SessionRuntime, changes: Iterable[ViewChange],
                 yield Out(views, partition, k, None)
             view_parts.pop(ident, None)
             continue
-        records = split_view(View.of(sid, change.name, as_of, change.state_version,
-                                     change.value), config.max_view_bytes)
+        records = split_view(
+            View.of(sid, change.name, as_of, change.state_version, change.value),
+            config.max_view_bytes,
+        )
         for k in stale_part_keys(sid, change.name, old_parts, len(records)):
             yield Out(views, partition, k, None)
         for record in sorted(records, key=lambda r: -r.part):  # parts first, head last
-            yield Out(views, partition, view_key(sid, change.name, record.part),
-                      codec.encode_view(record))
+            yield Out(
+                views, partition, view_key(sid, change.name, record.part), codec.encode_view(record)
+            )
         view_parts[ident] = len(records)
         tally.views_published += len(records)
-    yield Out(config.topics.checkpoints, partition, session_key(sid),
-              codec.encode_checkpoint(checkpoint_of(rt)))
+    yield Out(
+        config.topics.checkpoints,
+        partition,
+        session_key(sid),
+        codec.encode_checkpoint(checkpoint_of(rt)),
+    )
     tally.checkpoints_published += 1

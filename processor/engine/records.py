@@ -84,9 +84,19 @@ class Batch:
     started: float = 0.0  # monotonic time of the batch's first record (set by the loop)
 
     def empty(self) -> bool:
-        return not (self.offsets or self.dirty or self.dead_letters or self.tombstones
-                    or self.control_offsets)
+        return not (
+            self.offsets
+            or self.dirty
+            or self.dead_letters
+            or self.tombstones
+            or self.control_offsets
+        )
 
     def partitions(self) -> set[int]:
-        return (set(self.offsets) | set(self.control_offsets) | {p for p, _ in self.dirty}
-                | {p for p, _ in self.dead_letters} | {p for _, p, _ in self.tombstones})
+        return (
+            set(self.offsets)
+            | set(self.control_offsets)
+            | {p for p, _ in self.dirty}
+            | {p for p, _ in self.dead_letters}
+            | {p for _, p, _ in self.tombstones}
+        )

@@ -59,11 +59,22 @@ class ViewChange:
 class SessionRuntime:
     """A session as the service holds it; see the module docstring."""
 
-    __slots__ = ("_digests", "_published", "_window", "last_offset", "lifted_at", "partition",
-                 "quarantine", "redrive_at", "session", "session_id")
+    __slots__ = (
+        "_digests",
+        "_published",
+        "_window",
+        "last_offset",
+        "lifted_at",
+        "partition",
+        "quarantine",
+        "redrive_at",
+        "session",
+        "session_id",
+    )
 
-    def __init__(self, session_id: str, partition: int, session: Session, *,
-                 window: int = 256) -> None:
+    def __init__(
+        self, session_id: str, partition: int, session: Session, *, window: int = 256
+    ) -> None:
         self.session_id = session_id
         self.partition = partition
         self.session = session
@@ -120,13 +131,15 @@ class SessionRuntime:
         for key in session.projections.wire_keys():
             pub.setdefault(f"unit:{key}", True)
         state = session.surface.state
-        marker = (state.content_generation, len(state.nodes), state.nodes[-1] if state.nodes
-                  else None)
+        marker = (
+            state.content_generation,
+            len(state.nodes),
+            state.nodes[-1] if state.nodes else None,
+        )
         if pub.get("messages") != marker:
             pub["messages"] = marker
             yield ViewChange("messages", CORE_STATE_VERSION, session.derive_messages())
-        surface = (state.replace_generation, state.content_generation, len(state.nodes),
-                   marker[2])
+        surface = (state.replace_generation, state.content_generation, len(state.nodes), marker[2])
         if pub.get("surface") != surface:
             pub["surface"] = surface
             yield ViewChange("surface", CORE_STATE_VERSION, session.surface_view())
@@ -137,12 +150,21 @@ class SessionRuntime:
             last_page = max(total - 1, 0) // page_size
             for page in range(first_page, last_page + 1):
                 start = page * page_size
-                yield ViewChange(transcript_page(page), CORE_STATE_VERSION,
-                                 session.transcript_slice(start, min(start + page_size, total)))
+                yield ViewChange(
+                    transcript_page(page),
+                    CORE_STATE_VERSION,
+                    session.transcript_slice(start, min(start + page_size, total)),
+                )
             pub["transcript"] = total
-            yield ViewChange("transcript", CORE_STATE_VERSION, {
-                "total": total, "pageSize": page_size,
-                "pages": (total + page_size - 1) // page_size})
+            yield ViewChange(
+                "transcript",
+                CORE_STATE_VERSION,
+                {
+                    "total": total,
+                    "pageSize": page_size,
+                    "pages": (total + page_size - 1) // page_size,
+                },
+            )
             session.drop_transcript_before(last_page * page_size)
         status = self.status()
         if pub.get("status") != status:
@@ -152,8 +174,11 @@ class SessionRuntime:
     def status(self) -> dict[str, Any]:
         if self.quarantine is None:
             return {"state": "ok", "lastSeq": self.last_seq}
-        return {"state": "quarantined", "lastSeq": self.last_seq,
-                "quarantine": self.quarantine.to_json()}
+        return {
+            "state": "quarantined",
+            "lastSeq": self.last_seq,
+            "quarantine": self.quarantine.to_json(),
+        }
 
     # ------------------------------------------------------------ checkpoint
 

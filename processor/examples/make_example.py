@@ -74,14 +74,33 @@ ROUTES: Mapping[str, MockRoute] = {
 }
 
 TOOLS: Mapping[str, ToolSpec] = {
-    "read": ToolSpec("read", "Read a file.", {"type": "object", "properties": {
-        "path": {"type": "string"}}, "required": ["path"]}),
-    "grep": ToolSpec("grep", "Search files for a pattern.", {"type": "object", "properties": {
-        "pattern": {"type": "string"}}}),
-    "edit": ToolSpec("edit", "Replace text in a file.", {"type": "object", "properties": {
-        "path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}}}),
-    "shell": ToolSpec("shell", "Run a shell command.", {"type": "object", "properties": {
-        "cmd": {"type": "string"}}}),
+    "read": ToolSpec(
+        "read",
+        "Read a file.",
+        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    ),
+    "grep": ToolSpec(
+        "grep",
+        "Search files for a pattern.",
+        {"type": "object", "properties": {"pattern": {"type": "string"}}},
+    ),
+    "edit": ToolSpec(
+        "edit",
+        "Replace text in a file.",
+        {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "old": {"type": "string"},
+                "new": {"type": "string"},
+            },
+        },
+    ),
+    "shell": ToolSpec(
+        "shell",
+        "Run a shell command.",
+        {"type": "object", "properties": {"cmd": {"type": "string"}}},
+    ),
 }
 
 
@@ -157,14 +176,20 @@ class ScriptedRun:
 
     def resume(self) -> StepLoop:
         """Start a new loop over the same session (its first header is ``resume``)."""
-        self.loop = StepLoop(self.agent, self.session, self.adapter,
-                             sink=self.loop.sink, clock=self.loop.clock,
-                             plugins=self.loop.plugins)
+        self.loop = StepLoop(
+            self.agent,
+            self.session,
+            self.adapter,
+            sink=self.loop.sink,
+            clock=self.loop.clock,
+            plugins=self.loop.plugins,
+        )
         return self.loop
 
 
-def session_header(session_id: str, *, seeded: bool = False,
-                   parent: str | None = None) -> SessionHeader:
+def session_header(
+    session_id: str, *, seeded: bool = False, parent: str | None = None
+) -> SessionHeader:
     """A §11 session header line for a scripted session (the newest format version).
 
     The step loop writes the runtime's newest shapes (format v4: tool-role tool
@@ -172,18 +197,29 @@ def session_header(session_id: str, *, seeded: bool = False,
     """
     from processor.files import CURRENT_VERSION
 
-    header: SessionHeader = {"type": "session", "version": CURRENT_VERSION, "id": session_id,
-                             "createdAt": 1_700_000_000_000, "isSeeded": seeded,
-                             "delegationDepth": 0, "cwd": "/work/example"}
+    header: SessionHeader = {
+        "type": "session",
+        "version": CURRENT_VERSION,
+        "id": session_id,
+        "createdAt": 1_700_000_000_000,
+        "isSeeded": seeded,
+        "delegationDepth": 0,
+        "cwd": "/work/example",
+    }
     if parent is not None:
         header["parentSession"] = parent
     return header
 
 
-def start_run(session_id: str = "scripted", *, header: SessionHeader | None = None,
-              prompt: str = "You are a careful coding agent.", context: str = "",
-              sink: Callable[[Event], None] | None = None,
-              keep_last: int = 2) -> ScriptedRun:
+def start_run(
+    session_id: str = "scripted",
+    *,
+    header: SessionHeader | None = None,
+    prompt: str = "You are a careful coding agent.",
+    context: str = "",
+    sink: Callable[[Event], None] | None = None,
+    keep_last: int = 2,
+) -> ScriptedRun:
     """A fresh agent (dynamic prompt and context), session, mock adapter and loop."""
     texts = {"prompt": prompt, "context": context}
     agent = Agent()
@@ -191,13 +227,24 @@ def start_run(session_id: str = "scripted", *, header: SessionHeader | None = No
     agent.prompt.add_context(ContextSection("env", 0, lambda _c: texts["context"]))
     session = agent.new_session(header if header is not None else session_header(session_id))
     adapter = MockModelAdapter(routes=ROUTES, default_reply=Say("done"))
-    loop = StepLoop(agent, session, adapter, sink=sink, clock=LogicalClock(),
-                    plugins=[CompactionPlugin(keep_last=keep_last)])
+    loop = StepLoop(
+        agent,
+        session,
+        adapter,
+        sink=sink,
+        clock=LogicalClock(),
+        plugins=[CompactionPlugin(keep_last=keep_last)],
+    )
     return ScriptedRun(agent, session, adapter, loop, texts)
 
 
-def run_script(turns: Sequence[TurnScript], session_id: str = "scripted", *,
-               sink: Callable[[Event], None] | None = None, **options: Any) -> ScriptedRun:
+def run_script(
+    turns: Sequence[TurnScript],
+    session_id: str = "scripted",
+    *,
+    sink: Callable[[Event], None] | None = None,
+    **options: Any,
+) -> ScriptedRun:
     """Run ``turns`` through a fresh scripted agent; see :class:`TurnScript`."""
     run = start_run(session_id, sink=sink, **options)
     for turn in turns:
@@ -207,8 +254,12 @@ def run_script(turns: Sequence[TurnScript], session_id: str = "scripted", *,
 
 # ------------------------------------------------------------------ random scripts
 
-_PROMPTS = ("You are a careful coding agent.", "You are a terse reviewer.",
-            "You explain every step.", "")
+_PROMPTS = (
+    "You are a careful coding agent.",
+    "You are a terse reviewer.",
+    "You explain every step.",
+    "",
+)
 _CONTEXTS = ("cwd: /work", "cwd: /work/src", "branch: main, dirty", "")
 _ROUTE_WEIGHTS = (("default", 6), (None, 6), ("incapable", 2), ("other", 2))
 
@@ -228,12 +279,13 @@ def random_script(rng: random.Random, turns: int = 4) -> list[TurnScript]:
         for step in range(steps):
             for _ in range(rng.choice((0, 0, 0, 1, 2))):
                 kind = rng.random()
-                items.append(Overflow(route=_route(rng)) if kind < 0.3
-                             else Fail(route=_route(rng)))
+                items.append(Overflow(route=_route(rng)) if kind < 0.3 else Fail(route=_route(rng)))
             if step < steps - 1:
                 names = sorted(active | {"nope"}) if active else ["nope"]
-                calls = [ToolCall(rng.choice(names), {"n": rng.randint(0, 9)})
-                         for _ in range(rng.randint(1, 2))]
+                calls = [
+                    ToolCall(rng.choice(names), {"n": rng.randint(0, 9)})
+                    for _ in range(rng.randint(1, 2))
+                ]
                 items.append(Say(rng.choice(("", "let me look")), calls, route=_route(rng)))
             elif rng.random() < 0.1:
                 items.append(MaxTokens("a very long answer", route=_route(rng)))
@@ -242,16 +294,18 @@ def random_script(rng: random.Random, turns: int = 4) -> list[TurnScript]:
         add = tuple(t for t in TOOLS if t not in active and rng.random() < 0.25)
         remove = tuple(t for t in sorted(active) if rng.random() < 0.15)
         active = (active | set(add)) - set(remove)
-        script.append(TurnScript(
-            inputs=(f"question {n}",),
-            items=tuple(items),
-            prompt=rng.choice(_PROMPTS) if rng.random() < 0.3 else None,
-            context=rng.choice(_CONTEXTS) if rng.random() < 0.4 else None,
-            add_tools=add,
-            remove_tools=remove,
-            config={"temperature": rng.choice((0.0, 0.5))} if rng.random() < 0.1 else None,
-            splice=("a note for later",) if rng.random() < 0.1 else (),
-        ))
+        script.append(
+            TurnScript(
+                inputs=(f"question {n}",),
+                items=tuple(items),
+                prompt=rng.choice(_PROMPTS) if rng.random() < 0.3 else None,
+                context=rng.choice(_CONTEXTS) if rng.random() < 0.4 else None,
+                add_tools=add,
+                remove_tools=remove,
+                config={"temperature": rng.choice((0.0, 0.5))} if rng.random() < 0.1 else None,
+                splice=("a note for later",) if rng.random() < 0.1 else (),
+            )
+        )
     return script
 
 
@@ -262,9 +316,13 @@ class ScriptedSession:
     events: list[Event]
 
 
-def scripted_sessions(n: int, *, seed: int = 42, turns: int = 8,
-                      sink_for: Callable[[str], Callable[[Event], None]] | None = None,
-                      ) -> Iterator[tuple[str, list[Event]]]:
+def scripted_sessions(
+    n: int,
+    *,
+    seed: int = 42,
+    turns: int = 8,
+    sink_for: Callable[[str], Callable[[Event], None]] | None = None,
+) -> Iterator[tuple[str, list[Event]]]:
     """``n`` scripted agent sessions ``(session id, events)``, deterministic per seed.
 
     ``sink_for(session_id)`` may return a sink that receives each event as the
@@ -274,8 +332,9 @@ def scripted_sessions(n: int, *, seed: int = 42, turns: int = 8,
     for i in range(n):
         sid = f"demo-session-{i:02d}"
         script = random_script(random.Random(rng.random()), turns)
-        run = run_script(script, sid, sink=sink_for(sid) if sink_for is not None else None,
-                         context="cwd: /work")
+        run = run_script(
+            script, sid, sink=sink_for(sid) if sink_for is not None else None, context="cwd: /work"
+        )
         yield sid, run.events
 
 
@@ -297,43 +356,76 @@ def example_session() -> tuple[SessionHeader, list[Event]]:
     header = session_header("example", seeded=True, parent="example-parent")
     run = start_run(header=header, context="cwd: /work/example")
     # -- the inherited prefix (the parent's first turn)
-    run.play(TurnScript(inputs=("Where is the config loaded?",), add_tools=("read", "grep"),
-                        items=(Say("Let me search.", [ToolCall("grep", {"pattern": "config"})]),
-                               Say("In processor/service/config.py."))))
+    run.play(
+        TurnScript(
+            inputs=("Where is the config loaded?",),
+            add_tools=("read", "grep"),
+            items=(
+                Say("Let me search.", [ToolCall("grep", {"pattern": "config"})]),
+                Say("In processor/service/config.py."),
+            ),
+        )
+    )
     run.loop.commit(EventDraft("session/end-seed", {"inherited": True}))
     # -- this session: a resumed loop with an image, compaction, retries, tools
     run.resume()
-    run.play(TurnScript(
-        inputs=({"role": "user", "content": [
-            {"type": "text", "text": "Here is a screenshot of the error."},
-            {"type": "image", "mediaType": "image/png", "data": _PNG}]},),
-        items=(Fail("overloaded", "the model is overloaded"),
-               Say("I see a stack trace; reading the file.",
-                   [ToolCall("read", {"path": "processor/service/config.py"})]),
-               Say("The error comes from a missing key.")),
-        context="cwd: /work/example, branch: fix-config",
-        add_tools=("edit",),
-        splice=("Also update the changelog.",),
-    ))
-    image = next(e for e in reversed(run.events) if e.type == "user/message"
-                 and any(b.get("type") == "image" for b in e.data["content"]))
+    run.play(
+        TurnScript(
+            inputs=(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Here is a screenshot of the error."},
+                        {"type": "image", "mediaType": "image/png", "data": _PNG},
+                    ],
+                },
+            ),
+            items=(
+                Fail("overloaded", "the model is overloaded"),
+                Say(
+                    "I see a stack trace; reading the file.",
+                    [ToolCall("read", {"path": "processor/service/config.py"})],
+                ),
+                Say("The error comes from a missing key."),
+            ),
+            context="cwd: /work/example, branch: fix-config",
+            add_tools=("edit",),
+            splice=("Also update the changelog.",),
+        )
+    )
+    image = next(
+        e
+        for e in reversed(run.events)
+        if e.type == "user/message" and any(b.get("type") == "image" for b in e.data["content"])
+    )
     # the runtime's image-offload payload: the first image block of that message
-    run.loop.commit(EventDraft("image/offload", {"targets": [
-        {"seq": image.seq, "imageIndexes": [0]}]}))
+    run.loop.commit(
+        EventDraft("image/offload", {"targets": [{"seq": image.seq, "imageIndexes": [0]}]})
+    )
     run.loop.commit(EventDraft("vendor/telemetry", {"latencyMs": 42}, ignorable=True))
     # no new input: the prompt queued for the next turn drives it (the runtime's inbox)
-    run.play(TurnScript(
-        inputs=(),
-        prompt="You are a careful coding agent. Prefer small diffs.",
-        items=(Overflow(), Say("Updating it.", [ToolCall("edit", {"path": "CHANGELOG.md",
-                                                                  "old": "", "new": "fix"})],
-                                route="incapable"),
-               Say("Done: the changelog has an entry now.")),
-        remove_tools=("grep",),
-        context="",
-    ))
-    run.play(TurnScript(inputs=("Thanks! Summarise in one line.",),
-                        items=(MaxTokens("The config loader now"),)))
+    run.play(
+        TurnScript(
+            inputs=(),
+            prompt="You are a careful coding agent. Prefer small diffs.",
+            items=(
+                Overflow(),
+                Say(
+                    "Updating it.",
+                    [ToolCall("edit", {"path": "CHANGELOG.md", "old": "", "new": "fix"})],
+                    route="incapable",
+                ),
+                Say("Done: the changelog has an entry now."),
+            ),
+            remove_tools=("grep",),
+            context="",
+        )
+    )
+    run.play(
+        TurnScript(
+            inputs=("Thanks! Summarise in one line.",), items=(MaxTokens("The config loader now"),)
+        )
+    )
     return header, run.events
 
 

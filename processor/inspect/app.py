@@ -76,9 +76,12 @@ RedriveFn = Callable[[str, int], None]
 
 
 def _json(doc: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(redact(doc), option=orjson.OPT_NON_STR_KEYS), status,
-                    media_type="application/json",
-                    headers={"Cache-Control": "no-store"})
+    return Response(
+        orjson.dumps(redact(doc), option=orjson.OPT_NON_STR_KEYS),
+        status,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )
 
 
 def _error(message: str, status: int) -> Response:
@@ -98,8 +101,14 @@ def _int(request: Request, name: str, default: int) -> int:
 class Inspector:
     """The application over one :class:`InspectorState`."""
 
-    def __init__(self, state: InspectorState, history: EventHistory, *,
-                 token: str | None, redrive: RedriveFn | None) -> None:
+    def __init__(
+        self,
+        state: InspectorState,
+        history: EventHistory,
+        *,
+        token: str | None,
+        redrive: RedriveFn | None,
+    ) -> None:
         self.state = state
         self.history = history
         self._token = token.encode() if token else None
@@ -121,15 +130,24 @@ class Inspector:
 
     async def index(self, request: Request) -> Response:
         html = (STATIC / "index.html").read_text()
-        return Response(html, media_type="text/html; charset=utf-8",
-                        headers={"Cache-Control": "no-store"})
+        return Response(
+            html, media_type="text/html; charset=utf-8", headers={"Cache-Control": "no-store"}
+        )
 
     async def health(self, request: Request) -> Response:
-        return _json({"loaded": self.state.loaded.is_set(), "error": self.state.error,
-                      **self.state.counts(), "redrive": self._token is not None,
-                      "topics": {"views": self.state.config.topics.views,
-                                 "events": self.state.config.topics.events,
-                                 "dlq": self.state.config.topics.dlq}})
+        return _json(
+            {
+                "loaded": self.state.loaded.is_set(),
+                "error": self.state.error,
+                **self.state.counts(),
+                "redrive": self._token is not None,
+                "topics": {
+                    "views": self.state.config.topics.views,
+                    "events": self.state.config.topics.events,
+                    "dlq": self.state.config.topics.dlq,
+                },
+            }
+        )
 
     async def sessions(self, request: Request) -> Response:
         q = request.query_params
@@ -137,13 +155,17 @@ class Inspector:
             offset, limit = _int(request, "offset", 0), _int(request, "limit", 50)
             # sorting 100,000 summaries takes ~0.1 s: off the event loop
             page = await run_in_threadpool(
-                self.state.page, query=q.get("q", ""), status=q.get("status", ""),
-                sort=q.get("sort", "lastActivity"), descending=q.get("dir", "desc") != "asc",
-                offset=offset, limit=limit)
+                self.state.page,
+                query=q.get("q", ""),
+                status=q.get("status", ""),
+                sort=q.get("sort", "lastActivity"),
+                descending=q.get("dir", "desc") != "asc",
+                offset=offset,
+                limit=limit,
+            )
         except ValueError as exc:
             return _error(str(exc), 400)
-        return _json({"total": page.total, "rows": page.rows,
-                      "loaded": self.state.loaded.is_set()})
+        return _json({"total": page.total, "rows": page.rows, "loaded": self.state.loaded.is_set()})
 
     # ------------------------------------------------------------ one session
 
@@ -168,26 +190,35 @@ class Inspector:
             transcript_error = None
         except (ValueError, KeyError, TypeError) as exc:
             transcript, transcript_error = [], str(exc)
-        units = [{"name": name, "asOfSeq": rec.as_of_seq, "stateVersion": rec.state_version,
-                  "observedSeq": observed, "value": rec.value}
-                 for name, rec in sorted(views.items())
-                 if name not in CORE_VIEWS and not is_transcript_page(name)]
+        units = [
+            {
+                "name": name,
+                "asOfSeq": rec.as_of_seq,
+                "stateVersion": rec.state_version,
+                "observedSeq": observed,
+                "value": rec.value,
+            }
+            for name, rec in sorted(views.items())
+            if name not in CORE_VIEWS and not is_transcript_page(name)
+        ]
         surface = views.get("surface")
         messages = views.get("messages")
-        return _json({
-            "summary": summary.to_json(),
-            "status": status,
-            "surface": surface.value if surface else None,
-            "messages": messages.value if messages else [],
-            "transcript": transcript,
-            "transcriptError": transcript_error,
-            "units": units,
-            "requestHeader": views["requestHeader"].value if "requestHeader" in views else None,
-            "toolHistory": views["toolHistory"].value if "toolHistory" in views else None,
-            "deadLetters": [dead_letter_json(d) for d in letters],
-            "deadLettersTotal": total,
-            "redrive": self._token is not None,
-        })
+        return _json(
+            {
+                "summary": summary.to_json(),
+                "status": status,
+                "surface": surface.value if surface else None,
+                "messages": messages.value if messages else [],
+                "transcript": transcript,
+                "transcriptError": transcript_error,
+                "units": units,
+                "requestHeader": views["requestHeader"].value if "requestHeader" in views else None,
+                "toolHistory": views["toolHistory"].value if "toolHistory" in views else None,
+                "deadLetters": [dead_letter_json(d) for d in letters],
+                "deadLettersTotal": total,
+                "redrive": self._token is not None,
+            }
+        )
 
     def _fold(self, sid: str, partition: int, upto: int | None) -> tuple[Any, bool]:
         """The fold up to ``upto`` and whether every refused record was known."""
@@ -203,8 +234,9 @@ class Inspector:
             return got
         sid, (summary, *_rest) = got
         try:
-            fold, complete = await run_in_threadpool(self._fold, sid, summary.partition,
-                                                     summary.as_of_seq)
+            fold, complete = await run_in_threadpool(
+                self._fold, sid, summary.partition, summary.as_of_seq
+            )
         except HistoryError as exc:
             return _error(str(exc), 503)
         detail = surface_detail(fold)
@@ -222,8 +254,9 @@ class Inspector:
         except ValueError as exc:
             return _error(str(exc), 400)
         if seq < 0 or seq > summary.as_of_seq:
-            return _error(f"seq {seq} is outside 0..{summary.as_of_seq} (the session's "
-                          "asOfSeq)", 400)
+            return _error(
+                f"seq {seq} is outside 0..{summary.as_of_seq} (the session's asOfSeq)", 400
+            )
         try:
             fold, complete = await run_in_threadpool(self._fold, sid, summary.partition, seq)
         except HistoryError as exc:
@@ -234,14 +267,24 @@ class Inspector:
             changes = diff(then, now)
         except (KeyError, ValueError, TypeError) as exc:
             now, changes = None, [{"path": "(views)", "kind": "unreadable", "now": str(exc)}]
-        return _json({"seq": seq, "then": then, "surface": surface_detail(fold),
-                      "diff": changes, "nowAsOfSeq": summary.as_of_seq,
-                      "refusedComplete": complete})
+        return _json(
+            {
+                "seq": seq,
+                "then": then,
+                "surface": surface_detail(fold),
+                "diff": changes,
+                "nowAsOfSeq": summary.as_of_seq,
+                "refusedComplete": complete,
+            }
+        )
 
     async def redrive(self, request: Request) -> Response:
         if self._token is None or self._redrive is None:
-            return _error("redrive is disabled: start the inspector with --token "
-                          "(or inspect_token in the config)", 403)
+            return _error(
+                "redrive is disabled: start the inspector with --token "
+                "(or inspect_token in the config)",
+                403,
+            )
         given = request.headers.get(TOKEN_HEADER, "").encode()
         if not hmac.compare_digest(given, self._token):
             return _error("wrong or missing token", 403)
@@ -294,9 +337,11 @@ class Inspector:
                 self._wakers.discard(wake)
                 self.state.unsubscribe(sub)
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store",
-                                          "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
 
     # ------------------------------------------------------------ assembly
 
@@ -329,9 +374,11 @@ class _SecurityHeaders:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 headers += [
-                    (b"content-security-policy",
-                     b"default-src 'self'; img-src 'self' data:; object-src 'none'; "
-                     b"frame-ancestors 'none'; base-uri 'self'"),
+                    (
+                        b"content-security-policy",
+                        b"default-src 'self'; img-src 'self' data:; object-src 'none'; "
+                        b"frame-ancestors 'none'; base-uri 'self'",
+                    ),
                     (b"x-content-type-options", b"nosniff"),
                     (b"referrer-policy", b"no-referrer"),
                 ]
@@ -341,8 +388,9 @@ class _SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def build_app(inspector: Inspector, *, host: str, extra_routes: list[Any] | None = None,
-              mount_at: str = "") -> Starlette:
+def build_app(
+    inspector: Inspector, *, host: str, extra_routes: list[Any] | None = None, mount_at: str = ""
+) -> Starlette:
     """The ASGI app; ``mount_at="/inspect"`` puts the inspector under a prefix."""
     routes = list(extra_routes or [])
     if mount_at:

@@ -105,8 +105,9 @@ class EventHistory:
         key = sid.encode()
         consumer = clients.plain_consumer(self.config, "inspector-history")
         try:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, cached.partition),
-                                                        timeout=READ_TIMEOUT_S)
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, cached.partition), timeout=READ_TIMEOUT_S
+            )
             if high <= cached.next_offset:
                 return
             consumer.assign([TopicPartition(topic, cached.partition, cached.next_offset)])
@@ -125,8 +126,10 @@ class EventHistory:
                     if m.key() != key:
                         continue
                     if len(cached.records) >= MAX_EVENTS:
-                        raise HistoryError(f"session {sid} has more than {MAX_EVENTS} records; "
-                                           "too long to fold in the inspector")
+                        raise HistoryError(
+                            f"session {sid} has more than {MAX_EVENTS} records; "
+                            "too long to fold in the inspector"
+                        )
                     cached.records.append(self._record(m))
         finally:
             consumer.close()
@@ -142,8 +145,9 @@ class EventHistory:
             return LoggedRecord(m.offset(), None, f"undecodable: {exc}")
 
 
-def fold_records(sid: str, records: Sequence[LoggedRecord], dead_offsets: set[int],
-                 upto: int | None) -> Fold:
+def fold_records(
+    sid: str, records: Sequence[LoggedRecord], dead_offsets: set[int], upto: int | None
+) -> Fold:
     """Fold ``sid``'s records (offset order) up to seq ``upto`` (None: all)."""
     session = new_session(synthetic_header(sid))
     skipped: list[dict[str, Any]] = []
@@ -195,9 +199,12 @@ def surface_detail(fold: Fold) -> dict[str, Any]:
     nodes = []
     for seq in state.nodes:
         event = state.node_events[seq]
-        node: dict[str, Any] = {"seq": seq, "type": event.type,
-                                "message": state.message_of(seq),
-                                "projected": seq in state.overrides}
+        node: dict[str, Any] = {
+            "seq": seq,
+            "type": event.type,
+            "message": state.message_of(seq),
+            "projected": seq in state.overrides,
+        }
         r = replaced_by.get(seq)
         if r is not None:
             node["replace"] = r.to_json()
@@ -209,11 +216,19 @@ def surface_detail(fold: Fold) -> dict[str, Any]:
             env = fold.envelopes.get(s)
             msg = None
             if env is not None:
-                msg = env["data"] if env["type"] == "user/message" else (
-                    env["data"].get("message") if isinstance(env["data"], dict) else None)
-            shadowed.append({"seq": s, "type": env["type"] if env else None,
-                             "role": msg.get("role") if isinstance(msg, Mapping) else None,
-                             "preview": _preview(msg)})
+                msg = (
+                    env["data"]
+                    if env["type"] == "user/message"
+                    else (env["data"].get("message") if isinstance(env["data"], dict) else None)
+                )
+            shadowed.append(
+                {
+                    "seq": s,
+                    "type": env["type"] if env else None,
+                    "role": msg.get("role") if isinstance(msg, Mapping) else None,
+                    "preview": _preview(msg),
+                }
+            )
         replacements.append({**r.to_json(), "shadowedMessages": shadowed})
     return {
         "asOfSeq": fold.session.last_seq,
@@ -227,8 +242,13 @@ def surface_detail(fold: Fold) -> dict[str, Any]:
     }
 
 
-def diff(then: Any, now: Any, path: str = "", out: list[dict[str, Any]] | None = None,
-         limit: int = MAX_DIFF_ENTRIES) -> list[dict[str, Any]]:
+def diff(
+    then: Any,
+    now: Any,
+    path: str = "",
+    out: list[dict[str, Any]] | None = None,
+    limit: int = MAX_DIFF_ENTRIES,
+) -> list[dict[str, Any]]:
     """Paths where ``then`` and ``now`` differ (added / removed / changed), bounded."""
     out = [] if out is None else out
     if len(out) >= limit or then == now:

@@ -48,9 +48,17 @@ def serve_with_inspector(metrics: Metrics, config: ServiceConfig) -> MountedInsp
         code, body = readiness(metrics)
         return Response(body, code, media_type="text/plain; charset=utf-8")
 
-    routes = [Route("/metrics", metrics_route), Route("/healthz", healthz),
-              Route("/readyz", readyz)]
-    server = InspectorServer(config, host=config.metrics_host, port=config.metrics_port,
-                             token=config.inspect_token or None, mount_at="/inspect",
-                             extra_routes=routes)
+    routes = [
+        Route("/metrics", metrics_route),
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+    ]
+    server = InspectorServer(
+        config,
+        host=config.metrics_host,
+        port=config.metrics_port,
+        token=config.inspect_token or None,
+        mount_at="/inspect",
+        extra_routes=routes,
+    )
     return MountedInspector(server.start())

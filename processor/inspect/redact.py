@@ -37,8 +37,14 @@ def redact(value: Any, depth: int = 0) -> Any:
     if depth > MAX_DEPTH:
         return "[too deep]"
     if isinstance(value, dict):
-        return {k: (REDACTED if isinstance(k, str) and is_secret_key(k) and v is not None
-                    else redact(v, depth + 1)) for k, v in value.items()}
+        return {
+            k: (
+                REDACTED
+                if isinstance(k, str) and is_secret_key(k) and v is not None
+                else redact(v, depth + 1)
+            )
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [redact(v, depth + 1) for v in value]
     return value

@@ -64,23 +64,41 @@ def bind(host: str, port: int) -> socket.socket:
 class InspectorServer:
     """State + history + app + uvicorn, started in a thread or in the foreground."""
 
-    def __init__(self, config: ServiceConfig, *, host: str = DEFAULT_HOST,
-                 port: int = DEFAULT_PORT, token: str | None = None,
-                 redrive: RedriveFn | None = None, mount_at: str = "",
-                 extra_routes: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        token: str | None = None,
+        redrive: RedriveFn | None = None,
+        mount_at: str = "",
+        extra_routes: list[Any] | None = None,
+    ) -> None:
         self.config = config
         self.state = InspectorState(config)
-        self.inspector = Inspector(self.state, EventHistory(config), token=token or None,
-                                   redrive=redrive or writer_redrive(config))
-        self.app = build_app(self.inspector, host=host, extra_routes=extra_routes,
-                             mount_at=mount_at)
+        self.inspector = Inspector(
+            self.state,
+            EventHistory(config),
+            token=token or None,
+            redrive=redrive or writer_redrive(config),
+        )
+        self.app = build_app(
+            self.inspector, host=host, extra_routes=extra_routes, mount_at=mount_at
+        )
         self.sock = bind(host, port)
         self.host = host
         self.port = int(self.sock.getsockname()[1])
         self.mount_at = mount_at
-        self._server = uvicorn.Server(uvicorn.Config(
-            self.app, log_level="warning", access_log=False, lifespan="off",
-            timeout_graceful_shutdown=2))
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                self.app,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=2,
+            )
+        )
         self._thread: threading.Thread | None = None
 
     @property
@@ -91,9 +109,12 @@ class InspectorServer:
     def start(self) -> InspectorServer:
         """Serve in a daemon thread (demo, tests, the processor's port)."""
         self.state.start()
-        self._thread = threading.Thread(target=self._server.run,
-                                        kwargs={"sockets": [self.sock]},
-                                        name="inspector-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [self.sock]},
+            name="inspector-http",
+            daemon=True,
+        )
         self._thread.start()
         return self
 

@@ -64,8 +64,17 @@ MAX_LETTERS_PER_SESSION = 200
 MAX_OFFSETS_PER_SESSION = 100_000
 MAX_PENDING = 1_000
 MAX_PAGE = 500
-SORT_KEYS = ("id", "status", "asOfSeq", "lastActivity", "bytes", "messages", "turns",
-             "toolCalls", "deadLetters")
+SORT_KEYS = (
+    "id",
+    "status",
+    "asOfSeq",
+    "lastActivity",
+    "bytes",
+    "messages",
+    "turns",
+    "toolCalls",
+    "deadLetters",
+)
 
 
 @dataclass(slots=True)
@@ -86,11 +95,19 @@ class Summary:
     sizes: dict[str, int] = field(default_factory=dict)  # view -> payload bytes
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status, "reason": self.reason,
-                "asOfSeq": self.as_of_seq, "lastActivity": self.last_activity,
-                "bytes": self.bytes, "messages": self.messages, "turns": self.turns,
-                "toolCalls": self.tool_calls, "deadLetters": self.dead_letters,
-                "partition": self.partition}
+        return {
+            "id": self.id,
+            "status": self.status,
+            "reason": self.reason,
+            "asOfSeq": self.as_of_seq,
+            "lastActivity": self.last_activity,
+            "bytes": self.bytes,
+            "messages": self.messages,
+            "turns": self.turns,
+            "toolCalls": self.tool_calls,
+            "deadLetters": self.dead_letters,
+            "partition": self.partition,
+        }
 
     def sort_key(self, key: str) -> Any:
         if key == "id":
@@ -100,9 +117,15 @@ class Summary:
         return (getattr(self, _ATTR[key]), self.id)
 
 
-_ATTR = {"asOfSeq": "as_of_seq", "lastActivity": "last_activity", "bytes": "bytes",
-         "messages": "messages", "turns": "turns", "toolCalls": "tool_calls",
-         "deadLetters": "dead_letters"}
+_ATTR = {
+    "asOfSeq": "as_of_seq",
+    "lastActivity": "last_activity",
+    "bytes": "bytes",
+    "messages": "messages",
+    "turns": "turns",
+    "toolCalls": "tool_calls",
+    "deadLetters": "dead_letters",
+}
 
 
 @dataclass(slots=True)
@@ -247,9 +270,11 @@ class InspectorState:
         topics = self.config.topics
         consumer = clients.plain_consumer(self.config, "inspector")
         try:
-            starts = [TopicPartition(t, p, OFFSET_BEGINNING)
-                      for t in (topics.views, topics.dlq)
-                      for p in _partitions(consumer, t, 60.0)]
+            starts = [
+                TopicPartition(t, p, OFFSET_BEGINNING)
+                for t in (topics.views, topics.dlq)
+                for p in _partitions(consumer, t, 60.0)
+            ]
             loading = {(tp.topic, tp.partition) for tp in starts}
             consumer.assign(starts)
             self.error = None
@@ -292,8 +317,13 @@ class InspectorState:
                 try:
                     update = self._mat.apply(m.key(), m.value())
                 except CodecError as exc:
-                    log.warning("inspector: view record %s[%s]@%s unreadable: %s", m.topic(),
-                                m.partition(), m.offset(), exc)
+                    log.warning(
+                        "inspector: view record %s[%s]@%s unreadable: %s",
+                        m.topic(),
+                        m.partition(),
+                        m.offset(),
+                        exc,
+                    )
                     continue
                 if update is None:
                     continue  # a part of a view still waiting for its other parts
@@ -304,8 +334,9 @@ class InspectorState:
                 if ts > summary.last_activity:
                     summary.last_activity = ts
                 self._pack(summary, update)
-                self._refresh(summary, update.view,
-                              update.record.value if update.record is not None else None)
+                self._refresh(
+                    summary, update.view, update.record.value if update.record is not None else None
+                )
                 changed.add(sid)
 
     def _pack(self, summary: Summary, update: ViewUpdate) -> None:
@@ -313,12 +344,17 @@ class InspectorState:
         count its payload bytes in the session's size."""
         summary.bytes -= summary.sizes.pop(update.view, 0)
         whole = self._assembler.last
-        if (update.record is None or whole is None or whole.view != update.view
-                or whole.session_id != update.session_id):
+        if (
+            update.record is None
+            or whole is None
+            or whole.view != update.view
+            or whole.session_id != update.session_id
+        ):
             return
         r = update.record
         self._mat.views[update.session_id][update.view] = ViewRecord(
-            r.name, r.as_of_seq, r.state_version, _Packed(whole.encoding, whole.value))
+            r.name, r.as_of_seq, r.state_version, _Packed(whole.encoding, whole.value)
+        )
         summary.sizes[update.view] = len(whole.value)
         summary.bytes += len(whole.value)
 
@@ -353,8 +389,13 @@ class InspectorState:
                 try:
                     letter = self.codec.decode_dead_letter(m.value())
                 except CodecError as exc:
-                    log.warning("inspector: dlq record %s[%s]@%s unreadable: %s", m.topic(),
-                                m.partition(), m.offset(), exc)
+                    log.warning(
+                        "inspector: dlq record %s[%s]@%s unreadable: %s",
+                        m.topic(),
+                        m.partition(),
+                        m.offset(),
+                        exc,
+                    )
                     continue
                 sid = letter.session_id or ""
                 box = self._letters.setdefault(sid, Letters())
@@ -403,8 +444,16 @@ class InspectorState:
 
     # ------------------------------------------------------------ queries
 
-    def page(self, *, query: str = "", status: str = "", sort: str = "lastActivity",
-             descending: bool = True, offset: int = 0, limit: int = 50) -> Page:
+    def page(
+        self,
+        *,
+        query: str = "",
+        status: str = "",
+        sort: str = "lastActivity",
+        descending: bool = True,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> Page:
         """Sessions matching ``query`` (substring of the id) and ``status``, sorted, paged."""
         if sort not in SORT_KEYS:
             raise ValueError(f"unknown sort key {sort!r}; one of {', '.join(SORT_KEYS)}")
@@ -412,17 +461,22 @@ class InspectorState:
         offset = max(0, offset)
         needle = query.casefold()
         with self._lock:
-            rows = [s for s in self._summaries.values()
-                    if (not needle or needle in s.id.casefold())
-                    and (not status or s.status == status)]
+            rows = [
+                s
+                for s in self._summaries.values()
+                if (not needle or needle in s.id.casefold()) and (not status or s.status == status)
+            ]
             rows.sort(key=lambda s: s.sort_key(sort), reverse=descending)
-            return Page(len(rows), [s.to_json() for s in rows[offset:offset + limit]])
+            return Page(len(rows), [s.to_json() for s in rows[offset : offset + limit]])
 
     def counts(self) -> dict[str, int]:
         with self._lock:
             quarantined = sum(1 for s in self._summaries.values() if s.status == "quarantined")
-            return {"sessions": len(self._summaries), "quarantined": quarantined,
-                    "records": self.records}
+            return {
+                "sessions": len(self._summaries),
+                "quarantined": quarantined,
+                "records": self.records,
+            }
 
     def session(self, sid: str) -> tuple[Summary, SessionViews, list[DeadLetter], int] | None:
         """A session's summary, views, kept dead letters and their total (or None)."""

@@ -58,19 +58,28 @@ def required_acls(role: Role, config: ServiceConfig) -> list[Acl]:
     if role == "writer":
         return _topic(t.events, "WRITE")
     if role == "reader":
-        return [*_topic(t.views, "READ"), *_topic(t.dlq, "READ"),
-                Acl("Group", f"{config.group_id}-", "READ", prefixed=True)]
-    return [*_topic(t.control, "WRITE"), *_topic(t.views, "READ"),
-            Acl("Group", f"{config.group_id}-", "READ", prefixed=True)]
+        return [
+            *_topic(t.views, "READ"),
+            *_topic(t.dlq, "READ"),
+            Acl("Group", f"{config.group_id}-", "READ", prefixed=True),
+        ]
+    return [
+        *_topic(t.control, "WRITE"),
+        *_topic(t.views, "READ"),
+        Acl("Group", f"{config.group_id}-", "READ", prefixed=True),
+    ]
 
 
 def kafka_acls_commands(role: Role, principal: str, config: ServiceConfig) -> list[str]:
     """``kafka-acls.sh`` lines granting ``role`` to ``principal`` (e.g. ``User:proc``)."""
     out = []
     for acl in required_acls(role, config):
-        flag = {"Topic": "--topic", "Group": "--group",
-                "TransactionalId": "--transactional-id"}[acl.resource]
+        flag = {"Topic": "--topic", "Group": "--group", "TransactionalId": "--transactional-id"}[
+            acl.resource
+        ]
         pattern = " --resource-pattern-type prefixed" if acl.prefixed else ""
-        out.append(f"kafka-acls.sh --bootstrap-server <admin> --add --allow-principal "
-                   f"{principal} --operation {acl.operation.title()} {flag} {acl.name}{pattern}")
+        out.append(
+            f"kafka-acls.sh --bootstrap-server <admin> --add --allow-principal "
+            f"{principal} --operation {acl.operation.title()} {flag} {acl.name}{pattern}"
+        )
     return out

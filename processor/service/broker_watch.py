@@ -26,9 +26,16 @@ log = logging.getLogger("processor.brokers")
 
 
 class BrokerWatch:
-    def __init__(self, problems: ClientProblems, metrics: Metrics,
-                 probe: Callable[[], object], *, bound_s: float = 30.0, every_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        problems: ClientProblems,
+        metrics: Metrics,
+        probe: Callable[[], object],
+        *,
+        bound_s: float = 30.0,
+        every_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.problems = problems
         self.metrics = metrics
         self.probe = probe
@@ -50,8 +57,10 @@ class BrokerWatch:
             self.probe()
         except KafkaException:
             if now - down_at >= self.bound_s and self.metrics.health.unreachable is None:
-                line = (f"no broker answers for {now - down_at:.0f} s "
-                        f"(last: {self.problems.last_error or 'all brokers down'})")
+                line = (
+                    f"no broker answers for {now - down_at:.0f} s "
+                    f"(last: {self.problems.last_error or 'all brokers down'})"
+                )
                 log.error("%s; /readyz reports it until one answers", line)
                 self.metrics.health.set_unreachable(line)
             return

@@ -17,9 +17,16 @@ from processor.service.config import ServiceConfig
 from processor.service.kafka_errors import LIBRDKAFKA_LOGGER, ClientProblems
 
 
-def produce(producer: Producer, topic: str, key: bytes | None, value: bytes | None, *,
-            partition: int | None = None, headers: Any = None,
-            on_delivery: Callable[[KafkaError | None, Message], None] | None = None) -> None:
+def produce(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    partition: int | None = None,
+    headers: Any = None,
+    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+) -> None:
     """Produce one record, waiting while librdkafka's local queue is full.
 
     ``BufferError`` means the queue (``queue.buffering.max.*``) is full:
@@ -41,8 +48,9 @@ def produce(producer: Producer, topic: str, key: bytes | None, value: bytes | No
             producer.poll(0.05)
 
 
-def _observed(conf: dict[str, Any], problems: ClientProblems | None,
-              operation: str = "READ") -> dict[str, Any]:
+def _observed(
+    conf: dict[str, Any], problems: ClientProblems | None, operation: str = "READ"
+) -> dict[str, Any]:
     """librdkafka logs through Python logging; global errors to ``problems``."""
     conf["logger"] = LIBRDKAFKA_LOGGER
     if problems is not None:
@@ -50,8 +58,9 @@ def _observed(conf: dict[str, Any], problems: ClientProblems | None,
     return conf
 
 
-def group_consumer(config: ServiceConfig, instance_id: str,
-                   problems: ClientProblems | None = None) -> Consumer:
+def group_consumer(
+    config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
+) -> Consumer:
     conf: dict[str, Any] = {
         "auto.offset.reset": "earliest",
         "session.timeout.ms": 10_000,
@@ -72,9 +81,13 @@ def group_consumer(config: ServiceConfig, instance_id: str,
     return Consumer(_observed(conf, problems))
 
 
-def plain_consumer(config: ServiceConfig, purpose: str,
-                   problems: ClientProblems | None = None, *,
-                   group: str | None = None) -> Consumer:
+def plain_consumer(
+    config: ServiceConfig,
+    purpose: str,
+    problems: ClientProblems | None = None,
+    *,
+    group: str | None = None,
+) -> Consumer:
     """A group-less consumer for restores, views and verification reads.
 
     It never joins or commits, but librdkafka still looks up the coordinator
@@ -95,8 +108,9 @@ def plain_consumer(config: ServiceConfig, purpose: str,
     return Consumer(_observed(conf, problems))
 
 
-def output_producer(config: ServiceConfig, instance_id: str,
-                    problems: ClientProblems | None = None) -> Producer:
+def output_producer(
+    config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
+) -> Producer:
     conf: dict[str, Any] = {
         "linger.ms": 5,
         "compression.type": "lz4",
@@ -120,8 +134,11 @@ def output_producer(config: ServiceConfig, instance_id: str,
     return Producer(conf)
 
 
-def event_producer(config: ServiceConfig, client_id: str = "processor-writer",
-                   problems: ClientProblems | None = None) -> Producer:
+def event_producer(
+    config: ServiceConfig,
+    client_id: str = "processor-writer",
+    problems: ClientProblems | None = None,
+) -> Producer:
     """Idempotent producer with the Java-compatible partitioner (murmur2)."""
     conf: dict[str, Any] = {
         "linger.ms": 5,

@@ -136,9 +136,16 @@ def parse_kafka_overrides(items: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 #: librdkafka keys that hold secrets: read them from a file or the environment,
 #: never from the command line (``/proc/<pid>/cmdline`` is world-readable).
-SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password",
-                         "sasl.oauthbearer.client.secret", "ssl.key.pem",
-                         "sasl.oauthbearer.config"})
+SECRET_KEYS = frozenset(
+    {
+        "sasl.password",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "sasl.oauthbearer.client.secret",
+        "ssl.key.pem",
+        "sasl.oauthbearer.config",
+    }
+)
 
 
 def read_secret_file(path: str | Path) -> dict[str, str]:
@@ -164,8 +171,13 @@ def secrets_on_command_line(settings: Mapping[str, str]) -> list[str]:
     return sorted(k for k in settings if k in SECRET_KEYS)
 
 
-def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None,
-                *, secret_file: str | Path | None = None, **flags: Any) -> ServiceConfig:
+def load_config(
+    path: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    secret_file: str | Path | None = None,
+    **flags: Any,
+) -> ServiceConfig:
     """Build the config from an optional TOML file, the environment and flags.
 
     File layout: top-level keys named like the :class:`ServiceConfig` fields
@@ -194,10 +206,12 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     if env.get("KAFKA_BOOTSTRAP_SERVERS"):
         values["bootstrap_servers"] = env["KAFKA_BOOTSTRAP_SERVERS"]
     for key, value in env.items():
-        if not key.startswith(_ENV_PREFIX) or key in (f"{_ENV_PREFIX}CONFIG",
-                                                       f"{_ENV_PREFIX}KAFKA_SECRET_FILE"):
+        if not key.startswith(_ENV_PREFIX) or key in (
+            f"{_ENV_PREFIX}CONFIG",
+            f"{_ENV_PREFIX}KAFKA_SECRET_FILE",
+        ):
             continue
-        rest = key[len(_ENV_PREFIX):]
+        rest = key[len(_ENV_PREFIX) :]
         if rest.startswith("X_"):
             kafka[rest[2:].lower().replace("_", ".")] = value
         elif rest.lower() in names:

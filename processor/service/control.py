@@ -53,8 +53,18 @@ from processor.engine.commands import (  # re-exported: the writer and tools bui
 from processor.protocol import CONTROL_VERSION
 from processor.service.kafka_errors import message_error
 
-__all__ = ["COMMANDS", "CONTROL_VERSION", "MAX_COMMAND_BYTES", "Command", "CommandError",
-           "ControlChannel", "apply_command", "parse_command", "partition_of", "redrive"]
+__all__ = [
+    "COMMANDS",
+    "CONTROL_VERSION",
+    "MAX_COMMAND_BYTES",
+    "Command",
+    "CommandError",
+    "ControlChannel",
+    "apply_command",
+    "parse_command",
+    "partition_of",
+    "redrive",
+]
 
 log = logging.getLogger("processor.control")
 
@@ -77,12 +87,17 @@ class ControlChannel:
         if not self.partition_count:
             meta = self.consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
             self.partition_count = len(meta.partitions) if meta is not None else 0
-        committed = group_consumer.committed([TopicPartition(self.topic, p) for p in numbers],
-                                             timeout=30)
-        self.consumer.incremental_assign([
-            TopicPartition(self.topic, tp.partition,
-                           tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
-            for tp in committed])
+        committed = group_consumer.committed(
+            [TopicPartition(self.topic, p) for p in numbers], timeout=30
+        )
+        self.consumer.incremental_assign(
+            [
+                TopicPartition(
+                    self.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                )
+                for tp in committed
+            ]
+        )
         self.partitions.update(numbers)
 
     def check_route(self, command: Command, partition: int) -> None:

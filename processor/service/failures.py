@@ -18,8 +18,9 @@ log = logging.getLogger("processor.failures")
 
 
 class FailureTracker:
-    def __init__(self, metrics: Metrics, *, bound: int = 5, base_s: float = 0.1,
-                 max_s: float = 5.0) -> None:
+    def __init__(
+        self, metrics: Metrics, *, bound: int = 5, base_s: float = 0.1, max_s: float = 5.0
+    ) -> None:
         self.metrics = metrics
         self.bound = bound
         self.base_s = base_s

@@ -49,8 +49,7 @@ class Health:
         return (200, b"ok\n") if alive else (503, b"stalled\n")
 
     def readiness(self) -> tuple[int, bytes]:
-        if (self.ready and self.fatal is None and self.degraded is None
-                and self.unreachable is None):
+        if self.ready and self.fatal is None and self.degraded is None and self.unreachable is None:
             return 200, b"ready\n"
         cause = self.fatal or self.degraded or self.unreachable or "restoring"
         return 503, f"not ready: {cause}\n".encode()

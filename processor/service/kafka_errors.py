@@ -37,10 +37,15 @@ OFF = logging.CRITICAL + 10
 LIBRDKAFKA_LOGGER.setLevel(OFF)
 
 #: librdkafka error codes of a failed handshake (credentials, TLS, mechanism).
-AUTHENTICATION_CODES = frozenset({
-    KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
-    KafkaError.ILLEGAL_SASL_STATE, KafkaError.UNSUPPORTED_SASL_MECHANISM, KafkaError._SSL,
-})
+AUTHENTICATION_CODES = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.ILLEGAL_SASL_STATE,
+        KafkaError.UNSUPPORTED_SASL_MECHANISM,
+        KafkaError._SSL,
+    }
+)
 #: broker error code -> the resource kind whose ACL is missing.
 AUTHORIZATION_CODES = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED: "Topic",
@@ -81,16 +86,22 @@ def denied_line(err: KafkaError, *, operation: str = "", resource: str = "") -> 
     """One line naming the missing permission or the failed handshake."""
     code = err.code()
     if code == KafkaError._SSL:
-        return (f"TLS handshake with the broker failed ({err.name()}): {err.str()}; check "
-                "ssl.ca.location (the CA that signed the broker's certificate)")
+        return (
+            f"TLS handshake with the broker failed ({err.name()}): {err.str()}; check "
+            "ssl.ca.location (the CA that signed the broker's certificate)"
+        )
     if code in AUTHENTICATION_CODES:
-        return (f"authentication with the broker failed ({err.name()}): {err.str()}; check "
-                "the SASL credentials (--kafka-secret-file, PROCESSOR_X_SASL_PASSWORD)")
+        return (
+            f"authentication with the broker failed ({err.name()}): {err.str()}; check "
+            "the SASL credentials (--kafka-secret-file, PROCESSOR_X_SASL_PASSWORD)"
+        )
     kind = AUTHORIZATION_CODES.get(code, "resource")
     what = f"{operation or 'access'} on {kind}" + (f" {resource!r}" if resource else "")
     detail = "" if resource else f": {err.str()}"
-    return (f"not authorized: {what} is denied to this principal ({err.name()}{detail}); "
-            "grant the ACLs listed in the README (Security)")
+    return (
+        f"not authorized: {what} is denied to this principal ({err.name()}{detail}); "
+        "grant the ACLs listed in the README (Security)"
+    )
 
 
 def classify(exc: BaseException, *, operation: str = "", resource: str = "") -> Verdict:
@@ -99,8 +110,9 @@ def classify(exc: BaseException, *, operation: str = "", resource: str = "") -> 
     if err is None:
         return Verdict(Kind.FATAL, f"{type(exc).__name__}: {exc}", None)
     if is_denied(err):
-        return Verdict(Kind.DENIED, denied_line(err, operation=operation, resource=resource),
-                       err.code())
+        return Verdict(
+            Kind.DENIED, denied_line(err, operation=operation, resource=resource), err.code()
+        )
     text = f"{err.name()}: {err.str()}"
     if err.fatal():
         return Verdict(Kind.FATAL, f"fatal Kafka error {text}", err.code())
@@ -115,8 +127,9 @@ def classify(exc: BaseException, *, operation: str = "", resource: str = "") -> 
 
 
 #: Errors that say a broker is unreachable or went away.
-BROKER_TROUBLE = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-                            KafkaError._RESOLVE})
+BROKER_TROUBLE = frozenset(
+    {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
+)
 
 
 class ClientProblems:
@@ -165,6 +178,7 @@ class ClientProblems:
 
     def client_settings(self, operation: str = "") -> dict[str, Any]:
         """``operation``: what this client does (READ, WRITE), to name a denial."""
+
         def error_cb(err: KafkaError) -> None:
             self.error_cb(err, operation)
 
@@ -173,8 +187,11 @@ class ClientProblems:
     def producer_settings(self) -> dict[str, Any]:
         """Delivery reports for failures only: which topic refused a record, at no
         cost per successful record."""
-        return {**self.client_settings("WRITE"), "on_delivery": self.on_delivery,
-                "delivery.report.only.error": True}
+        return {
+            **self.client_settings("WRITE"),
+            "on_delivery": self.on_delivery,
+            "delivery.report.only.error": True,
+        }
 
     def take_delivery_failure(self) -> tuple[str, KafkaError] | None:
         failure, self.delivery_failure = self.delivery_failure, None
@@ -210,6 +227,17 @@ def configure_librdkafka_logging(level: str | int = OFF) -> None:
     LIBRDKAFKA_LOGGER.setLevel(OFF if level == "OFF" else level)
 
 
-__all__ = ["AUTHENTICATION_CODES", "AUTHORIZATION_CODES", "ClientProblems", "KafkaFatal",
-           "Kind", "Verdict", "classify", "configure_librdkafka_logging", "denied_line",
-           "error_of", "message_error", "one_line"]
+__all__ = [
+    "AUTHENTICATION_CODES",
+    "AUTHORIZATION_CODES",
+    "ClientProblems",
+    "KafkaFatal",
+    "Kind",
+    "Verdict",
+    "classify",
+    "configure_librdkafka_logging",
+    "denied_line",
+    "error_of",
+    "message_error",
+    "one_line",
+]

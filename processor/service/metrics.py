@@ -29,64 +29,95 @@ OUTCOMES = ("applied", "duplicate", "rejected", "quarantined")
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.events = Counter("processor_events_total", "Events by outcome", ["outcome"],
-                              registry=r)
+        self.events = Counter(
+            "processor_events_total", "Events by outcome", ["outcome"], registry=r
+        )
         for outcome in OUTCOMES:
             self.events.labels(outcome)
-        self.records_consumed = Counter("processor_records_consumed_total",
-                                        "Records read from the events topic", registry=r)
-        self.dlq = Counter("processor_dlq_records_total", "Records sent to the DLQ", ["rule"],
-                           registry=r)
-        self.views_published = Counter("processor_views_published_total",
-                                       "View records produced", registry=r)
-        self.checkpoints_published = Counter("processor_checkpoints_published_total",
-                                             "Checkpoint records produced", registry=r)
-        self.fold_seconds = Histogram("processor_fold_seconds", "Fold time per batch",
-                                      registry=r, buckets=_buckets())
-        self.commit_seconds = Histogram("processor_commit_seconds",
-                                        "Produce + transaction commit time per batch",
-                                        registry=r, buckets=_buckets())
-        self.batch_events = Histogram("processor_batch_events", "Events per committed batch",
-                                      registry=r,
-                                      buckets=(1, 10, 100, 1_000, 5_000, 20_000, 100_000))
-        self.aborts = Counter("processor_transaction_aborts_total", "Aborted transactions",
-                              registry=r)
-        self.commits = Counter("processor_transactions_total", "Committed transactions",
-                               registry=r)
-        self.lag = Gauge("processor_partition_lag", "Events not yet consumed", ["partition"],
-                         registry=r)
-        self.sessions = Gauge("processor_sessions_in_memory", "Sessions held in memory",
-                              registry=r)
-        self.quarantined = Gauge("processor_sessions_quarantined", "Quarantined sessions",
-                                 registry=r)
-        self.restore_seconds = Histogram("processor_restore_seconds",
-                                         "Restore time per assigned partition", registry=r,
-                                         buckets=_buckets())
-        self.restored_checkpoints = Counter("processor_restored_checkpoints_total",
-                                            "Checkpoints read during restores", registry=r)
-        self.rebalances = Counter("processor_rebalances_total", "Rebalance callbacks",
-                                  ["kind"], registry=r)
+        self.records_consumed = Counter(
+            "processor_records_consumed_total", "Records read from the events topic", registry=r
+        )
+        self.dlq = Counter(
+            "processor_dlq_records_total", "Records sent to the DLQ", ["rule"], registry=r
+        )
+        self.views_published = Counter(
+            "processor_views_published_total", "View records produced", registry=r
+        )
+        self.checkpoints_published = Counter(
+            "processor_checkpoints_published_total", "Checkpoint records produced", registry=r
+        )
+        self.fold_seconds = Histogram(
+            "processor_fold_seconds", "Fold time per batch", registry=r, buckets=_buckets()
+        )
+        self.commit_seconds = Histogram(
+            "processor_commit_seconds",
+            "Produce + transaction commit time per batch",
+            registry=r,
+            buckets=_buckets(),
+        )
+        self.batch_events = Histogram(
+            "processor_batch_events",
+            "Events per committed batch",
+            registry=r,
+            buckets=(1, 10, 100, 1_000, 5_000, 20_000, 100_000),
+        )
+        self.aborts = Counter(
+            "processor_transaction_aborts_total", "Aborted transactions", registry=r
+        )
+        self.commits = Counter("processor_transactions_total", "Committed transactions", registry=r)
+        self.lag = Gauge(
+            "processor_partition_lag", "Events not yet consumed", ["partition"], registry=r
+        )
+        self.sessions = Gauge("processor_sessions_in_memory", "Sessions held in memory", registry=r)
+        self.quarantined = Gauge(
+            "processor_sessions_quarantined", "Quarantined sessions", registry=r
+        )
+        self.restore_seconds = Histogram(
+            "processor_restore_seconds",
+            "Restore time per assigned partition",
+            registry=r,
+            buckets=_buckets(),
+        )
+        self.restored_checkpoints = Counter(
+            "processor_restored_checkpoints_total", "Checkpoints read during restores", registry=r
+        )
+        self.rebalances = Counter(
+            "processor_rebalances_total", "Rebalance callbacks", ["kind"], registry=r
+        )
         for kind in ("assign", "revoke", "lost"):
             self.rebalances.labels(kind)
-        self.txn_failures = Counter("processor_transaction_failures_total",
-                                    "Failed transaction steps by kind (retriable, abortable, "
-                                    "fatal, denied)", ["kind"], registry=r)
+        self.txn_failures = Counter(
+            "processor_transaction_failures_total",
+            "Failed transaction steps by kind (retriable, abortable, fatal, denied)",
+            ["kind"],
+            registry=r,
+        )
         for kind in ("retriable", "abortable", "fatal", "denied"):
             self.txn_failures.labels(kind)
         self.consecutive_failures = Gauge(
             "processor_consecutive_transaction_failures",
-            "Transactions failed in a row (0 after a commit)", registry=r)
-        self.degraded_gauge = Gauge("processor_degraded",
-                                    "1 while a repeating failure is past its bound or no "
-                                    "broker answers", registry=r)
-        self.control = Counter("processor_control_commands_total",
-                               "Control commands by outcome (applied, noop, rejected)",
-                               ["outcome"], registry=r)
+            "Transactions failed in a row (0 after a commit)",
+            registry=r,
+        )
+        self.degraded_gauge = Gauge(
+            "processor_degraded",
+            "1 while a repeating failure is past its bound or no broker answers",
+            registry=r,
+        )
+        self.control = Counter(
+            "processor_control_commands_total",
+            "Control commands by outcome (applied, noop, rejected)",
+            ["outcome"],
+            registry=r,
+        )
         for outcome in ("applied", "noop", "rejected"):
             self.control.labels(outcome)
-        self.dlq_oversized = Counter("processor_dlq_values_referenced_total",
-                                     "Dead letters whose record was too big to copy (kept as "
-                                     "partition, offset, size and digest)", registry=r)
+        self.dlq_oversized = Counter(
+            "processor_dlq_values_referenced_total",
+            "Dead letters whose record was too big to copy (kept as "
+            "partition, offset, size and digest)",
+            registry=r,
+        )
         #: what /healthz and /readyz report (``health.py``); the degraded gauge follows it
         self.health = Health(on_degraded=self.degraded_gauge.set)
 

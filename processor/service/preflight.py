@@ -23,15 +23,17 @@ from processor.service.kafka_errors import ClientProblems, KafkaFatal, error_of,
 from processor.service.metrics import Metrics
 
 
-def missing_permissions(admin: AdminClient, config: ServiceConfig,
-                        timeout: float = 15.0) -> list[str]:
+def missing_permissions(
+    admin: AdminClient, config: ServiceConfig, timeout: float = 15.0
+) -> list[str]:
     """Missing ACLs of the ``processor`` role (TransactionalId is checked by init)."""
     wanted = [a for a in required_acls("processor", config) if a.resource != "TransactionalId"]
     topics = sorted({a.name for a in wanted if a.resource == "Topic"})
     granted: dict[tuple[str, str], set[str] | None] = {}
     problems: list[str] = []
-    futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout,
-                                    include_authorized_operations=True)
+    futures = admin.describe_topics(
+        TopicCollection(topics), request_timeout=timeout, include_authorized_operations=True
+    )
     for name, future in futures.items():
         try:
             ops = future.result().authorized_operations
@@ -41,14 +43,14 @@ def missing_permissions(admin: AdminClient, config: ServiceConfig,
             if err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                 granted[("Topic", name)] = set()
             elif err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                problems.append(f"topic {name!r} does not exist (run `processor topics "
-                                "create`)")
+                problems.append(f"topic {name!r} does not exist (run `processor topics create`)")
                 granted[("Topic", name)] = None
             else:
                 raise
     groups = [a.name for a in wanted if a.resource == "Group"]
     for name, future in admin.describe_consumer_groups(
-            groups, include_authorized_operations=True, request_timeout=timeout).items():
+        groups, include_authorized_operations=True, request_timeout=timeout
+    ).items():
         try:
             ops = future.result().authorized_operations
             granted[("Group", name)] = None if not ops else {op.name for op in ops}
@@ -63,8 +65,12 @@ def missing_permissions(admin: AdminClient, config: ServiceConfig,
         if have is not None and acl.operation not in have and "ALL" not in have:
             missing.append(acl)
     if missing:
-        problems.insert(0, "not authorized: missing ACL(s) " + ", ".join(map(str, missing))
-                        + " (see README, Security)")
+        problems.insert(
+            0,
+            "not authorized: missing ACL(s) "
+            + ", ".join(map(str, missing))
+            + " (see README, Security)",
+        )
     return problems
 
 
@@ -80,8 +86,7 @@ def missing_or_fatal(config: ServiceConfig, problems: ClientProblems) -> list[st
         raise KafkaFatal(f"cannot check permissions: {one_line(exc)}") from None
 
 
-def require_permissions(config: ServiceConfig, problems: ClientProblems,
-                        metrics: Metrics) -> None:
+def require_permissions(config: ServiceConfig, problems: ClientProblems, metrics: Metrics) -> None:
     """Raise :class:`KafkaFatal` naming every missing ACL (before joining the group)."""
     missing = missing_or_fatal(config, problems)
     if missing:

@@ -57,10 +57,13 @@ def _group_is_idle(config: ServiceConfig) -> bool:
     return not desc.members
 
 
-def replay(config: ServiceConfig, *, into_prefix: str | None = None,
-           progress: Callable[[int, int, int | None], None] | None = None,
-           registry_factory: Callable[[], ProjectionRegistry] = default_registry,
-           ) -> ReplayResult:
+def replay(
+    config: ServiceConfig,
+    *,
+    into_prefix: str | None = None,
+    progress: Callable[[int, int, int | None], None] | None = None,
+    registry_factory: Callable[[], ProjectionRegistry] = default_registry,
+) -> ReplayResult:
     """Rebuild views and checkpoints from offset zero (see the module docstring).
 
     ``progress(events consumed, events to replay, sessions)`` is called about
@@ -75,15 +78,20 @@ def replay(config: ServiceConfig, *, into_prefix: str | None = None,
     partitions = sorted(meta.partitions)
     floors: dict[str, int] = {}
     if into_prefix:
-        target = config.with_overrides(topic_prefix=into_prefix, events_topic=events_topic,
-                                       group_id=f"{config.group_id}-{into_prefix}",
-                                       partitions=len(partitions))
+        target = config.with_overrides(
+            topic_prefix=into_prefix,
+            events_topic=events_topic,
+            group_id=f"{config.group_id}-{into_prefix}",
+            partitions=len(partitions),
+        )
         create_topics(admin, target)
     else:
         target = config
         if not _group_is_idle(config):
-            raise ReplayError(f"consumer group {config.group_id} has live members; stop the "
-                              "processors before an in-place replay")
+            raise ReplayError(
+                f"consumer group {config.group_id} has live members; stop the "
+                "processors before an in-place replay"
+            )
         floors = _tombstone_checkpoints(config, partitions)
         try:
             admin.delete_consumer_groups([config.group_id])[config.group_id].result()
@@ -137,12 +145,14 @@ def _tombstone_checkpoints(config: ServiceConfig, partitions: list[int]) -> dict
     codec = default_codec()
     floors: dict[str, int] = {}
     try:
-        for p, restore in load_checkpoints(consumer, codec, config.topics.checkpoints,
-                                           partitions).items():
+        for p, restore in load_checkpoints(
+            consumer, codec, config.topics.checkpoints, partitions
+        ).items():
             for sid, cp in restore.checkpoints.items():
                 floors[sid] = cp.last_seq
-                producer.produce(config.topics.checkpoints, key=session_key(sid), value=None,
-                                 partition=p)
+                producer.produce(
+                    config.topics.checkpoints, key=session_key(sid), value=None, partition=p
+                )
                 producer.poll(0)
         if producer.flush(60):
             raise ReplayError("could not deliver checkpoint tombstones")

@@ -63,8 +63,9 @@ class PartitionRestore:
     bad_records: int = 0
 
 
-def watermarks(consumer: Consumer, topic: str, partition: int,
-               timeout: float = DEFAULT_DEADLINE_S) -> tuple[int, int]:
+def watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout: float = DEFAULT_DEADLINE_S
+) -> tuple[int, int]:
     """(low, high) of a partition, retrying leader moves and broker restarts.
 
     Right after a topic is created, or while a broker restarts, the answer is
@@ -73,13 +74,20 @@ def watermarks(consumer: Consumer, topic: str, partition: int,
     consumer ``high`` is the last stable offset.)
     """
     tp = TopicPartition(topic, partition)
-    low, high = retry(lambda: consumer.get_watermark_offsets(tp, timeout=10),
-                      f"watermarks of {topic}[{partition}]", deadline_s=timeout)
+    low, high = retry(
+        lambda: consumer.get_watermark_offsets(tp, timeout=10),
+        f"watermarks of {topic}[{partition}]",
+        deadline_s=timeout,
+    )
     return low, high
 
 
-def committed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int],
-                      deadline_s: float = DEFAULT_DEADLINE_S) -> dict[int, int | None]:
+def committed_offsets(
+    consumer: Consumer,
+    topic: str,
+    partitions: Iterable[int],
+    deadline_s: float = DEFAULT_DEADLINE_S,
+) -> dict[int, int | None]:
     """The group's committed offset of each partition (None: nothing committed).
 
     A ``read_committed`` consumer asks for stable offsets: while a member's
@@ -88,8 +96,11 @@ def committed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int],
     retried here until the transaction ends or ``deadline_s`` passes.
     """
     tps = [TopicPartition(topic, p) for p in partitions]
-    got = retry(lambda: consumer.committed(tps, timeout=30), f"committed offsets of {topic}",
-                deadline_s=deadline_s)
+    got = retry(
+        lambda: consumer.committed(tps, timeout=30),
+        f"committed offsets of {topic}",
+        deadline_s=deadline_s,
+    )
     out: dict[int, int | None] = {}
     for tp in got:
         if tp.error is not None:
@@ -98,8 +109,13 @@ def committed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int],
     return out
 
 
-def wait_stable(admin_factory: Callable[[], AdminClient], topic: str,
-                partitions: Iterable[int], bound_s: float, poll_s: float = 0.25) -> list[int]:
+def wait_stable(
+    admin_factory: Callable[[], AdminClient],
+    topic: str,
+    partitions: Iterable[int],
+    bound_s: float,
+    poll_s: float = 0.25,
+) -> list[int]:
     """Wait until no transaction is open on these partitions; return those still open.
 
     Open means the last stable offset (``read_committed`` end) is below the
@@ -122,15 +138,23 @@ def wait_stable(admin_factory: Callable[[], AdminClient], topic: str,
         if not todo:
             break
         if time.monotonic() >= deadline:
-            log.error("%s partitions %s still hold an open transaction after %.0fs; restoring "
-                      "from what is visible (a gap will be repaired from the events)",
-                      topic, todo, bound_s)
+            log.error(
+                "%s partitions %s still hold an open transaction after %.0fs; restoring "
+                "from what is visible (a gap will be repaired from the events)",
+                topic,
+                todo,
+                bound_s,
+            )
             return todo
         # the previous owner's commit markers take a moment; longer is a zombie
         if not warned and time.monotonic() - t0 > 2.0:
-            log.warning("%s partitions %s hold an open transaction (a zombie member's); "
-                        "waiting for it to end before restoring (at most %.0fs)",
-                        topic, todo, bound_s)
+            log.warning(
+                "%s partitions %s hold an open transaction (a zombie member's); "
+                "waiting for it to end before restoring (at most %.0fs)",
+                topic,
+                todo,
+                bound_s,
+            )
             warned = True
         time.sleep(poll_s)
     if warned:
@@ -150,8 +174,11 @@ class _FreshAdmin:
         self.factory = factory
         self.client: AdminClient | None = None
 
-    def list_offsets(self, spec: dict[TopicPartition, Any], level: IsolationLevel,
-                     ) -> dict[int, int]:
+    def list_offsets(
+        self,
+        spec: dict[TopicPartition, Any],
+        level: IsolationLevel,
+    ) -> dict[int, int]:
         if self.client is None:
             self.client = self.factory()
         try:
@@ -162,28 +189,37 @@ class _FreshAdmin:
             raise
 
 
-def _stable_offsets(admin: _FreshAdmin, topic: str, partitions: list[int],
-                    deadline: float) -> dict[int, bool]:
+def _stable_offsets(
+    admin: _FreshAdmin, topic: str, partitions: list[int], deadline: float
+) -> dict[int, bool]:
     """``{partition: last stable offset == high watermark}``, retrying broker faults."""
 
     def ends(level: IsolationLevel) -> dict[int, int]:
-        spec = {TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
-                for p in partitions}
+        spec = {
+            TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            for p in partitions
+        }
         return admin.list_offsets(spec, level)
 
     left = max(deadline - time.monotonic(), 5.0)
     # the committed end first: a transaction ending between the two calls
     # then reads as "open" once more, never as stable too early
-    lso = retry(lambda: ends(IsolationLevel.READ_COMMITTED), f"stable offsets of {topic}",
-                deadline_s=left)
-    hwm = retry(lambda: ends(IsolationLevel.READ_UNCOMMITTED), f"end offsets of {topic}",
-                deadline_s=left)
+    lso = retry(
+        lambda: ends(IsolationLevel.READ_COMMITTED), f"stable offsets of {topic}", deadline_s=left
+    )
+    hwm = retry(
+        lambda: ends(IsolationLevel.READ_UNCOMMITTED), f"end offsets of {topic}", deadline_s=left
+    )
     return {p: lso[p] >= hwm[p] for p in partitions}
 
 
-def read_partitions(consumer: Consumer, topic: str, starts: Mapping[int, int],
-                    limit_per_partition: int | None = None, timeout: float = 30.0,
-                    ) -> dict[int, list[Message]]:
+def read_partitions(
+    consumer: Consumer,
+    topic: str,
+    starts: Mapping[int, int],
+    limit_per_partition: int | None = None,
+    timeout: float = 30.0,
+) -> dict[int, list[Message]]:
     """Committed records of several partitions from ``starts`` to their end, read at once.
 
     One assignment for all partitions: restoring twelve partitions costs one
@@ -201,9 +237,12 @@ def read_partitions(consumer: Consumer, topic: str, starts: Mapping[int, int],
     try:
         while todo:
             if time.monotonic() > deadline:  # transient: the caller may retry the read
-                raise KafkaException(KafkaError(
-                    KafkaError._TIMED_OUT, f"reading {topic} partitions {sorted(todo)} "
-                    f"timed out after {timeout:g}s"))
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._TIMED_OUT,
+                        f"reading {topic} partitions {sorted(todo)} timed out after {timeout:g}s",
+                    )
+                )
             for m in consumer.consume(num_messages=10_000, timeout=0.05):
                 p = m.partition() or 0
                 err = m.error()
@@ -227,19 +266,26 @@ def read_partitions(consumer: Consumer, topic: str, starts: Mapping[int, int],
     return out
 
 
-def read_to_end(consumer: Consumer, topic: str, partition: int, timeout: float = 30.0,
-                ) -> list[tuple[bytes | None, bytes | None]]:
+def read_to_end(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    timeout: float = 30.0,
+) -> list[tuple[bytes | None, bytes | None]]:
     """All committed (key, value) records of one partition, from the start."""
     msgs = read_partitions(consumer, topic, {partition: OFFSET_BEGINNING}, timeout=timeout)
     return [(m.key(), m.value()) for m in msgs[partition]]
 
 
-def load_checkpoints(consumer: Consumer, codec: Codec, topic: str,
-                     partitions: Iterable[int]) -> dict[int, PartitionRestore]:
+def load_checkpoints(
+    consumer: Consumer, codec: Codec, topic: str, partitions: Iterable[int]
+) -> dict[int, PartitionRestore]:
     """The newest checkpoint of every session of each partition (tombstones remove)."""
     parts = list(partitions)
-    msgs = retry(lambda: read_partitions(consumer, topic, {p: OFFSET_BEGINNING for p in parts}),
-                 f"reading {topic}")
+    msgs = retry(
+        lambda: read_partitions(consumer, topic, {p: OFFSET_BEGINNING for p in parts}),
+        f"reading {topic}",
+    )
     results = {}
     for p in parts:
         result = PartitionRestore(p)
@@ -256,18 +302,26 @@ def load_checkpoints(consumer: Consumer, codec: Codec, topic: str,
                 result.checkpoints[sid] = codec.decode_checkpoint(value)
             except CodecError as exc:
                 result.bad_records += 1
-                log.error("checkpoint of %s in %s[%d] is unreadable (%s); it will be refolded",
-                          sid, topic, p, exc)
+                log.error(
+                    "checkpoint of %s in %s[%d] is unreadable (%s); it will be refolded",
+                    sid,
+                    topic,
+                    p,
+                    exc,
+                )
                 result.checkpoints.pop(sid, None)
         results[p] = result
     return results
 
 
-def fetch_events(consumer: Consumer, codec: Codec, topic: str,
-                 offsets: Mapping[int, int]) -> dict[int, tuple[str, int, str] | None]:
+def fetch_events(
+    consumer: Consumer, codec: Codec, topic: str, offsets: Mapping[int, int]
+) -> dict[int, tuple[str, int, str] | None]:
     """(session, seq, digest) of the event at each partition's offset, None if absent."""
-    msgs = retry(lambda: read_partitions(consumer, topic, dict(offsets), limit_per_partition=1),
-                 f"reading anchors of {topic}")
+    msgs = retry(
+        lambda: read_partitions(consumer, topic, dict(offsets), limit_per_partition=1),
+        f"reading anchors of {topic}",
+    )
     found: dict[int, tuple[str, int, str] | None] = {}
     for p, offset in offsets.items():
         first = msgs[p][0] if msgs[p] else None
@@ -289,8 +343,13 @@ def newest_anchor(restore: PartitionRestore) -> Checkpoint | None:
     return max(restore.checkpoints.values(), key=lambda cp: cp.anchor.offset)
 
 
-def check_anchor(consumer: Consumer, topic: str, restore: PartitionRestore,
-                 committed: int | None, found: tuple[str, int, str] | None) -> str | None:
+def check_anchor(
+    consumer: Consumer,
+    topic: str,
+    restore: PartitionRestore,
+    committed: int | None,
+    found: tuple[str, int, str] | None,
+) -> str | None:
     """None when the log still matches, else the reason it does not.
 
     ``found`` is what :func:`fetch_events` read at the newest anchor's offset.
@@ -298,23 +357,31 @@ def check_anchor(consumer: Consumer, topic: str, restore: PartitionRestore,
     partition = restore.partition
     low, high = watermarks(consumer, topic, partition)
     if committed is not None and committed > high:
-        return (f"committed offset {committed} is beyond the end of {topic}[{partition}] "
-                f"({high}): the topic was truncated or recreated")
+        return (
+            f"committed offset {committed} is beyond the end of {topic}[{partition}] "
+            f"({high}): the topic was truncated or recreated"
+        )
     newest = newest_anchor(restore)
     if newest is None:
         return None
     a = newest.anchor
     if committed is None or committed <= a.offset:
-        return (f"checkpoints reach offset {a.offset} of {topic}[{partition}] but the group's "
-                f"committed offset is {committed}: offsets were reset or the topic recreated")
+        return (
+            f"checkpoints reach offset {a.offset} of {topic}[{partition}] but the group's "
+            f"committed offset is {committed}: offsets were reset or the topic recreated"
+        )
     if a.offset < low:
-        return (f"anchor offset {a.offset} of {topic}[{partition}] was deleted (log starts at "
-                f"{low}): retention removed history the checkpoints rely on")
+        return (
+            f"anchor offset {a.offset} of {topic}[{partition}] was deleted (log starts at "
+            f"{low}): retention removed history the checkpoints rely on"
+        )
     expected = (newest.session_id, a.seq, a.digest.hex())
     if found != expected:
-        return (f"anchor event at {topic}[{partition}]@{a.offset} is {found}, expected "
-                f"session {expected[0]} seq {expected[1]}: the log is not the one the "
-                "checkpoints were folded from")
+        return (
+            f"anchor event at {topic}[{partition}]@{a.offset} is {found}, expected "
+            f"session {expected[0]} seq {expected[1]}: the log is not the one the "
+            "checkpoints were folded from"
+        )
     return None
 
 
@@ -335,8 +402,15 @@ def stable_bound_s(config: ServiceConfig) -> float:
     return config.effective_transaction_timeout_ms / 1000 + 10 + 30
 
 
-def read_key_range(consumer: Consumer, topic: str, partition: int, start: int, end: int,
-                   key: bytes, deadline_s: float = DEFAULT_DEADLINE_S) -> list[Message]:
+def read_key_range(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    key: bytes,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+) -> list[Message]:
     """The committed records of ``key`` at offsets ``[start, end)`` of one partition."""
 
     def read() -> list[Message]:
@@ -346,8 +420,9 @@ def read_key_range(consumer: Consumer, topic: str, partition: int, start: int, e
         try:
             while True:
                 if time.monotonic() > deadline:
-                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
-                                                    f"reading {topic}[{partition}] timed out"))
+                    raise KafkaException(
+                        KafkaError(KafkaError._TIMED_OUT, f"reading {topic}[{partition}] timed out")
+                    )
                 for m in consumer.consume(num_messages=10_000, timeout=0.05):
                     err = m.error()
                     if err is not None:

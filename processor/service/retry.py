@@ -23,21 +23,40 @@ log = logging.getLogger("processor.retry")
 T = TypeVar("T")
 
 #: Error codes that a later attempt can succeed past (besides ``retriable()``).
-TRANSIENT_CODES = frozenset({
-    KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER, KafkaError._TIMED_OUT,
-    KafkaError._TIMED_OUT_QUEUE, KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD,
-    KafkaError._MSG_TIMED_OUT, KafkaError._RESOLVE, KafkaError._NODE_UPDATE,
-    KafkaError._WAIT_CACHE, KafkaError._RETRY, KafkaError._OUTDATED,
-    KafkaError._UNKNOWN_PARTITION, KafkaError._PARTIAL,
-    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.NETWORK_EXCEPTION, KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.NOT_ENOUGH_REPLICAS,
-    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.KAFKA_STORAGE_ERROR,
-    KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
-    KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.CONCURRENT_TRANSACTIONS,
-})
+TRANSIENT_CODES = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._DESTROY_BROKER,
+        KafkaError._TIMED_OUT,
+        KafkaError._TIMED_OUT_QUEUE,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._WAIT_COORD,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._RESOLVE,
+        KafkaError._NODE_UPDATE,
+        KafkaError._WAIT_CACHE,
+        KafkaError._RETRY,
+        KafkaError._OUTDATED,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._PARTIAL,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.UNSTABLE_OFFSET_COMMIT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.KAFKA_STORAGE_ERROR,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.CONCURRENT_TRANSACTIONS,
+    }
+)
 
 #: How long the restore and close paths ride out a broker fault by default.
 DEFAULT_DEADLINE_S = 120.0
@@ -58,8 +77,14 @@ def is_transient(exc: BaseException) -> bool:
     return bool(err.retriable()) or err.code() in TRANSIENT_CODES
 
 
-def retry(call: Callable[[], T], what: str, *, deadline_s: float = DEFAULT_DEADLINE_S,
-          first_delay: float = 0.1, max_delay: float = 2.0) -> T:
+def retry(
+    call: Callable[[], T],
+    what: str,
+    *,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    first_delay: float = 0.1,
+    max_delay: float = 2.0,
+) -> T:
     """``call()`` until it succeeds, retrying transient Kafka errors until ``deadline_s``.
 
     Raises the last error when it is permanent or the deadline has passed.
@@ -94,12 +119,18 @@ def run_all(steps: Sequence[tuple[str, Callable[[], Any] | None]]) -> None:
 
 
 #: Fatal errors that a new client cannot fix: the process must end with them.
-PERMANENT_FATAL = frozenset({
-    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
-    KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
-    KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE,
-})
+PERMANENT_FATAL = frozenset(
+    {
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError._AUTHENTICATION,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.UNSUPPORTED_VERSION,
+        KafkaError._UNSUPPORTED_FEATURE,
+    }
+)
 
 
 #: A fenced producer: a newer producer took its transactional id.  That is

@@ -100,17 +100,28 @@ def _offset(msg: Message) -> int:
 def _record(msg: Message) -> Record:
     """A consumed message as the engine sees it (a broker-less timestamp is now)."""
     ts = msg.timestamp()[1]
-    return Record(msg.topic() or "", msg.partition() or 0, _offset(msg), msg.key(), msg.value(),
-                  ts if ts > 0 else int(time.time() * 1000))
+    return Record(
+        msg.topic() or "",
+        msg.partition() or 0,
+        _offset(msg),
+        msg.key(),
+        msg.value(),
+        ts if ts > 0 else int(time.time() * 1000),
+    )
 
 
 class Processor:
     """One member of the processor consumer group."""
 
-    def __init__(self, config: ServiceConfig, *, metrics: Metrics | None = None,
-                 registry_factory: Callable[[], ProjectionRegistry] = default_registry,
-                 codec: Codec | None = None,
-                 publish_floor: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        *,
+        metrics: Metrics | None = None,
+        registry_factory: Callable[[], ProjectionRegistry] = default_registry,
+        codec: Codec | None = None,
+        publish_floor: dict[str, int] | None = None,
+    ) -> None:
         """``publish_floor``: session -> seq below which views are not published.
 
         An in-place replay refolds from seq 0 while the views topic still holds
@@ -126,9 +137,15 @@ class Processor:
         self.message_projections = default_message_projections()
         # every decision that is not I/O; it asks this object for the control
         # backlog and a session's history (the Feeds methods below)
-        self.engine = Engine(config, self.codec, self.registry, self.message_projections,
-                             instance_id=self.instance_id, publish_floor=publish_floor,
-                             feeds=self)
+        self.engine = Engine(
+            config,
+            self.codec,
+            self.registry,
+            self.message_projections,
+            instance_id=self.instance_id,
+            publish_floor=publish_floor,
+            feeds=self,
+        )
         self._stop = threading.Event()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
@@ -162,8 +179,9 @@ class Processor:
     def stop(self) -> None:
         self._stop.set()
 
-    def run(self, *, max_idle_s: float | None = None,
-            until_offsets: dict[int, int] | None = None) -> None:
+    def run(
+        self, *, max_idle_s: float | None = None, until_offsets: dict[int, int] | None = None
+    ) -> None:
         """Consume until :meth:`stop`, ``max_idle_s`` without records, or until every
         partition in ``until_offsets`` is committed up to its target offset."""
         cfg = self.config
@@ -172,16 +190,28 @@ class Processor:
         self._producer = producer = clients.output_producer(cfg, self.instance_id, problems)
         own = {"group": cfg.group_id}  # covered by the group's READ ACL
         self._restore_consumer = clients.plain_consumer(cfg, "restore", problems, **own)
-        self._control = ControlChannel(clients.plain_consumer(cfg, "control", problems, **own),
-                                       self.topics.control, cfg.group_id)
+        self._control = ControlChannel(
+            clients.plain_consumer(cfg, "control", problems, **own),
+            self.topics.control,
+            cfg.group_id,
+        )
         if cfg.exactly_once:
-            transactions.init(producer, problems, f"{cfg.group_id}-{self.instance_id}",
-                              deadline_s=RETRY_DEADLINE_S)
+            transactions.init(
+                producer,
+                problems,
+                f"{cfg.group_id}-{self.instance_id}",
+                deadline_s=RETRY_DEADLINE_S,
+            )
         preflight.require_permissions(self.config, self.problems, self.metrics)
-        brokers = BrokerWatch(problems, self.metrics,
-                              lambda: consumer.list_topics(self.topics.events, timeout=2))
-        consumer.subscribe([self.topics.events], on_assign=self._on_assign,
-                           on_revoke=self._on_revoke, on_lost=self._on_lost)
+        brokers = BrokerWatch(
+            problems, self.metrics, lambda: consumer.list_topics(self.topics.events, timeout=2)
+        )
+        consumer.subscribe(
+            [self.topics.events],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
         idle_since = time.monotonic()
         interval = cfg.commit_interval_ms / 1000
         try:
@@ -195,8 +225,9 @@ class Processor:
                 # that brought its first record: the batch then stays open one
                 # commit interval, not two (measured: p99 latency ~2x -> ~1x).
                 polled_at = time.monotonic()
-                msgs = consumer.consume(num_messages=min(cfg.max_batch_events, 5_000),
-                                        timeout=min(0.02, interval))
+                msgs = consumer.consume(
+                    num_messages=min(cfg.max_batch_events, 5_000), timeout=min(0.02, interval)
+                )
                 if self._fatal is not None:  # raised in a rebalance callback
                     raise self._fatal
                 problems.raise_if_fatal()
@@ -211,8 +242,9 @@ class Processor:
                 elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
                     break
                 p = self._pending
-                if not p.empty() and (p.events >= cfg.max_batch_events
-                                      or time.monotonic() - p.started >= interval):
+                if not p.empty() and (
+                    p.events >= cfg.max_batch_events or time.monotonic() - p.started >= interval
+                ):
                     self._commit()
                 if until_offsets is not None and self._reached(until_offsets):
                     break
@@ -258,10 +290,14 @@ class Processor:
     def _close(self) -> None:
         c, k, p, r = self._consumer, self._control, self._producer, self._restore_consumer
         self._control = None
-        run_all([("control consumer close", k.close if k else None),
-                 ("consumer close", c.close if c else None),  # revoke runs _commit
-                 ("producer flush", (lambda: p.flush(0 if self._dead else 10)) if p else None),
-                 ("restore consumer close", r.close if r else None)])
+        run_all(
+            [
+                ("control consumer close", k.close if k else None),
+                ("consumer close", c.close if c else None),  # revoke runs _commit
+                ("producer flush", (lambda: p.flush(0 if self._dead else 10)) if p else None),
+                ("restore consumer close", r.close if r else None),
+            ]
+        )
         self._consumer = self._producer = self._restore_consumer = None
 
     # ------------------------------------------------------------ rebalance
@@ -273,8 +309,11 @@ class Processor:
         assignment = []
         for tp in partitions:
             start = starts.get(tp.partition)
-            assignment.append(TopicPartition(tp.topic, tp.partition) if start is None
-                              else TopicPartition(tp.topic, tp.partition, start))
+            assignment.append(
+                TopicPartition(tp.topic, tp.partition)
+                if start is None
+                else TopicPartition(tp.topic, tp.partition, start)
+            )
         consumer.incremental_assign(assignment)
         if self._control is not None:
             self._control.assign(consumer, [tp.partition for tp in partitions])
@@ -333,29 +372,39 @@ class Processor:
         rc, events = self._restore_consumer, self.topics.events
         if self.config.exactly_once:
             # never restore behind a zombie's open transaction (see restore.py)
-            unstable = set(wait_stable(lambda: clients.admin(self.config),
-                                       self.topics.checkpoints, numbers,
-                                       stable_bound_s(self.config)))
+            unstable = set(
+                wait_stable(
+                    lambda: clients.admin(self.config),
+                    self.topics.checkpoints,
+                    numbers,
+                    stable_bound_s(self.config),
+                )
+            )
         else:
             unstable = set()
         restores = load_checkpoints(rc, self.codec, self.topics.checkpoints, numbers)
         committed = committed_offsets(self._consumer, events, numbers)
-        anchors = {p: cp.anchor.offset for p, r in restores.items()
-                   if (cp := newest_anchor(r)) is not None}
+        anchors = {
+            p: cp.anchor.offset for p, r in restores.items() if (cp := newest_anchor(r)) is not None
+        }
         found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
         starts: dict[int, int | None] = {}
         for number in numbers:
             restore = restores[number]
-            problem = (check_anchor(rc, events, restore, committed[number], found.get(number))
-                       or self.engine.unusable_rows(restore.checkpoints.values()))
+            problem = check_anchor(
+                rc, events, restore, committed[number], found.get(number)
+            ) or self.engine.unusable_rows(restore.checkpoints.values())
             starts[number] = None
             if problem is not None:
                 if self.config.anchor_policy == "fail":
                     error = self._fail(AnchorError(f"anchor check failed: {problem}"))
                     log.error("%s", error)
                     raise error
-                log.warning("anchor check failed (%s); rebuilding partition %d from offset "
-                            "zero", problem, number)
+                log.warning(
+                    "anchor check failed (%s); rebuilding partition %d from offset zero",
+                    problem,
+                    number,
+                )
                 for sid, cp in restore.checkpoints.items():
                     self.engine.tombstone_session(number, sid, cp)
                 restore.checkpoints.clear()
@@ -364,10 +413,15 @@ class Processor:
             part.maybe_stale = number in unstable and starts[number] is None
             part.resumed_at = committed[number]
             self.metrics.restored_checkpoints.inc(len(restore.checkpoints))
-            log.info("restored partition %d: %d checkpoints from %d records, resuming at %s",
-                     number, len(restore.checkpoints), restore.records_read,
-                     "offset 0" if starts[number] is not None
-                     else f"committed offset {committed[number]}")
+            log.info(
+                "restored partition %d: %d checkpoints from %d records, resuming at %s",
+                number,
+                len(restore.checkpoints),
+                restore.records_read,
+                "offset 0"
+                if starts[number] is not None
+                else f"committed offset {committed[number]}",
+            )
         self.metrics.restore_seconds.observe(time.monotonic() - t0)
         return starts
 
@@ -399,8 +453,12 @@ class Processor:
             except (AnchorError, KafkaException):
                 raise
             except Exception as exc:  # one record's failure is that record's dead letter
-                log.exception("record %s[%d]@%d could not be interpreted", msg.topic(),
-                              part.number, rec.offset)
+                log.exception(
+                    "record %s[%d]@%d could not be interpreted",
+                    msg.topic(),
+                    part.number,
+                    rec.offset,
+                )
                 self.engine.fail(part, rec, exc)
             pending.offsets[part.number] = rec.offset + 1
         pending.events += consumed
@@ -441,13 +499,18 @@ class Processor:
             return []
         return [_record(m) for m in self._control.drain(partition)]
 
-    def session_history(self, partition: int, start: int, end: int,
-                        key: bytes) -> list[Record] | None:
+    def session_history(
+        self, partition: int, start: int, end: int, key: bytes
+    ) -> list[Record] | None:
         """Feeds: a session's events in [start, end), to repair a stale restore."""
         if self._restore_consumer is None:
             return None
-        return [_record(m) for m in read_key_range(self._restore_consumer, self.topics.events,
-                                                   partition, start, end, key)]
+        return [
+            _record(m)
+            for m in read_key_range(
+                self._restore_consumer, self.topics.events, partition, start, end, key
+            )
+        ]
 
     def check_route(self, command: Command, partition: int) -> None:
         """Feeds: a command must sit in the control partition its key hashes to."""
@@ -456,8 +519,7 @@ class Processor:
 
     # ------------------------------------------------------------ output
 
-    def _produce(self, topic: str, partition: int, key: bytes | None,
-                 value: bytes | None) -> None:
+    def _produce(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
         assert self._producer is not None
         clients.produce(self._producer, topic, key, value, partition=partition)
 
@@ -474,23 +536,29 @@ class Processor:
                 producer.begin_transaction()
             for out in self.engine.output():
                 self._produce(out.topic, out.partition, out.key, out.value)
-            offsets = [TopicPartition(self.topics.events, p, o)
-                       for p, o in pending.offsets.items()]
-            offsets += [TopicPartition(self.topics.control, p, o)
-                        for p, o in pending.control_offsets.items()]
+            offsets = [TopicPartition(self.topics.events, p, o) for p, o in pending.offsets.items()]
+            offsets += [
+                TopicPartition(self.topics.control, p, o)
+                for p, o in pending.control_offsets.items()
+            ]
             if eos:
                 faultpoints.hit(faultpoints.BEFORE_SEND_OFFSETS, lambda: producer.flush(30))
                 if offsets:
-                    transactions.retrying(lambda: producer.send_offsets_to_transaction(
-                        offsets, consumer.consumer_group_metadata(), self._timeout(30)),
-                        self.metrics)
-                transactions.retrying(lambda: producer.commit_transaction(self._timeout(60)),
-                                      self.metrics)
+                    transactions.retrying(
+                        lambda: producer.send_offsets_to_transaction(
+                            offsets, consumer.consumer_group_metadata(), self._timeout(30)
+                        ),
+                        self.metrics,
+                    )
+                transactions.retrying(
+                    lambda: producer.commit_transaction(self._timeout(60)), self.metrics
+                )
             else:
                 remaining = producer.flush(self._timeout(60))
                 if remaining:
-                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
-                                                    f"{remaining} records not delivered"))
+                    raise KafkaException(
+                        KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered")
+                    )
                 if offsets:
                     consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
@@ -502,14 +570,17 @@ class Processor:
             verdict = transactions.verdict(exc, self.problems, self.config.group_id)
             self.metrics.txn_failures.labels(verdict.kind.value).inc()
             err = error_of(exc)
-            if (verdict.kind is Kind.FATAL and eos and err is not None
-                    and self._replace_producer(err, time.monotonic() - opened)):
+            if (
+                verdict.kind is Kind.FATAL
+                and eos
+                and err is not None
+                and self._replace_producer(err, time.monotonic() - opened)
+            ):
                 pass  # the new producer fenced the broken one; refold below
             elif verdict.kind in (Kind.FATAL, Kind.DENIED):
                 line = verdict.line
                 if verdict.kind is Kind.DENIED:  # the broker rarely says which ACL
-                    line = "; ".join(preflight.missing_or_fatal(self.config,
-                                                                 self.problems)) or line
+                    line = "; ".join(preflight.missing_or_fatal(self.config, self.problems)) or line
                 raise self._fail(KafkaFatal(line)) from None
             else:
                 log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
@@ -546,17 +617,27 @@ class Processor:
         trouble = self.problems.broker_trouble_at
         cluster_fault = trouble is not None and time.monotonic() - trouble < 2 * timeout_s
         if err.code() in FENCED and open_s < timeout_s and not cluster_fault:
-            log.error("producer fenced after %.1f s, within the transaction timeout (%.1f s) "
-                      "and with every broker answering: another member runs with instance "
-                      "id %r", open_s, timeout_s, self.instance_id)
+            log.error(
+                "producer fenced after %.1f s, within the transaction timeout (%.1f s) "
+                "and with every broker answering: another member runs with instance "
+                "id %r",
+                open_s,
+                timeout_s,
+                self.instance_id,
+            )
             return False
         if not self._fatal_budget.allow(err):
             return False
         log.error("producer fatal error (%s); replacing the producer", err)
-        self._producer = producer = clients.output_producer(self.config, self.instance_id,
-                                                            self.problems)
-        transactions.init(producer, self.problems, f"{self.config.group_id}-{self.instance_id}",
-                          deadline_s=RETRY_DEADLINE_S)
+        self._producer = producer = clients.output_producer(
+            self.config, self.instance_id, self.problems
+        )
+        transactions.init(
+            producer,
+            self.problems,
+            f"{self.config.group_id}-{self.instance_id}",
+            deadline_s=RETRY_DEADLINE_S,
+        )
         return True
 
     def _abort(self, partitions: set[int], *, rewind: bool = True) -> None:
@@ -609,4 +690,3 @@ class Processor:
             if high >= 0 and pos >= 0:
                 self.metrics.lag.labels(str(number)).set(max(high - pos, 0))
                 self._lag_labels.add(number)
-

@@ -37,8 +37,11 @@ class TopicSpec:
     configs: dict[str, str]
 
 
-def topic_specs(config: ServiceConfig, *, compaction_overrides: dict[str, str] | None = None,
-                ) -> list[TopicSpec]:
+def topic_specs(
+    config: ServiceConfig,
+    *,
+    compaction_overrides: dict[str, str] | None = None,
+) -> list[TopicSpec]:
     """The topic layout.
 
     Checkpoints roll a segment every minute: the active segment is never
@@ -66,15 +69,26 @@ def topic_specs(config: ServiceConfig, *, compaction_overrides: dict[str, str] |
     ]
 
 
-def create_topics(admin: AdminClient, config: ServiceConfig, *,
-                  compaction_overrides: dict[str, str] | None = None,
-                  timeout: float = 30) -> list[str]:
+def create_topics(
+    admin: AdminClient,
+    config: ServiceConfig,
+    *,
+    compaction_overrides: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> list[str]:
     """Create missing topics; returns the names created (existing ones are left)."""
     specs = topic_specs(config, compaction_overrides=compaction_overrides)
     existing = set(admin.list_topics(timeout=timeout).topics)
-    new = [NewTopic(s.name, num_partitions=s.partitions,
-                    replication_factor=config.replication_factor, config=s.configs)
-           for s in specs if s.name not in existing]
+    new = [
+        NewTopic(
+            s.name,
+            num_partitions=s.partitions,
+            replication_factor=config.replication_factor,
+            config=s.configs,
+        )
+        for s in specs
+        if s.name not in existing
+    ]
     if not new:
         return []
     created = []
@@ -100,8 +114,11 @@ def _await_metadata(admin: AdminClient, names: list[str], timeout: float) -> Non
     pending = set(names)
     while pending and time.monotonic() < deadline:
         meta = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
-        pending = {n for n in pending
-                   if n not in meta or meta[n].error is not None or not meta[n].partitions}
+        pending = {
+            n
+            for n in pending
+            if n not in meta or meta[n].error is not None or not meta[n].partitions
+        }
         if pending:
             time.sleep(0.2)
 
@@ -120,8 +137,10 @@ def verify_topics(admin: AdminClient, config: ServiceConfig, timeout: float = 30
         present.append(spec)
         parts = len(meta[spec.name].partitions)
         if events_parts is not None and parts != events_parts:
-            problems.append(f"{spec.name}: {parts} partitions, events has {events_parts} "
-                            "(must be co-partitioned)")
+            problems.append(
+                f"{spec.name}: {parts} partitions, events has {events_parts} "
+                "(must be co-partitioned)"
+            )
     resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in present]
     if resources:
         for resource, future in admin.describe_configs(resources).items():
@@ -129,13 +148,19 @@ def verify_topics(admin: AdminClient, config: ServiceConfig, timeout: float = 30
             spec = next(s for s in present if s.name == resource.name)
             want_policy = spec.configs["cleanup.policy"]
             if actual.get("cleanup.policy") != want_policy:
-                problems.append(f"{spec.name}: cleanup.policy={actual.get('cleanup.policy')}, "
-                                f"expected {want_policy}")
-            if want_policy == "delete" and spec.name == config.topics.events and actual.get(
-                "retention.ms"
-            ) != "-1":
-                problems.append(f"{spec.name}: retention.ms={actual.get('retention.ms')}; the "
-                                "events log must be kept forever (-1)")
+                problems.append(
+                    f"{spec.name}: cleanup.policy={actual.get('cleanup.policy')}, "
+                    f"expected {want_policy}"
+                )
+            if (
+                want_policy == "delete"
+                and spec.name == config.topics.events
+                and actual.get("retention.ms") != "-1"
+            ):
+                problems.append(
+                    f"{spec.name}: retention.ms={actual.get('retention.ms')}; the "
+                    "events log must be kept forever (-1)"
+                )
     return problems
 
 

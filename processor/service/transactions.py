@@ -31,8 +31,9 @@ from processor.service.metrics import Metrics
 log = logging.getLogger("processor.transactions")
 
 
-def init(producer: Producer, problems: ClientProblems, txn_id: str,
-         deadline_s: float = 60.0) -> None:
+def init(
+    producer: Producer, problems: ClientProblems, txn_id: str, deadline_s: float = 60.0
+) -> None:
     deadline = time.monotonic() + deadline_s
     while True:
         with contextlib.suppress(KafkaException):  # poll re-raises fatal errors
@@ -51,8 +52,9 @@ def init(producer: Producer, problems: ClientProblems, txn_id: str,
                 with contextlib.suppress(KafkaException):
                     producer.poll(0)
                 problems.raise_if_fatal()
-                raise KafkaFatal(f"cannot initialise transactions ({txn_id}): "
-                                 f"{verdict.line}") from None
+                raise KafkaFatal(
+                    f"cannot initialise transactions ({txn_id}): {verdict.line}"
+                ) from None
 
 
 def retrying(step: Callable[[], object], metrics: Metrics, attempts: int = 5) -> None:
@@ -63,12 +65,17 @@ def retrying(step: Callable[[], object], metrics: Metrics, attempts: int = 5) ->
             return
         except KafkaException as exc:
             err = error_of(exc)
-            if (err is None or not err.retriable() or err.txn_requires_abort()
-                    or err.fatal() or attempt == attempts - 1):
+            if (
+                err is None
+                or not err.retriable()
+                or err.txn_requires_abort()
+                or err.fatal()
+                or attempt == attempts - 1
+            ):
                 raise
             metrics.txn_failures.labels("retriable").inc()
             log.info("transaction step failed (%s); retrying", err)
-            time.sleep(min(0.1 * 2 ** attempt, 2.0))
+            time.sleep(min(0.1 * 2**attempt, 2.0))
 
 
 def verdict(exc: KafkaException, problems: ClientProblems, group: str) -> Verdict:
@@ -76,15 +83,16 @@ def verdict(exc: KafkaException, problems: ClientProblems, group: str) -> Verdic
     failure = problems.take_delivery_failure()
     if failure is not None and is_denied(failure[1]):
         topic, denied = failure
-        return Verdict(Kind.DENIED, denied_line(denied, operation="WRITE", resource=topic),
-                       denied.code())
+        return Verdict(
+            Kind.DENIED, denied_line(denied, operation="WRITE", resource=topic), denied.code()
+        )
     err = error_of(exc)
     if err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-        return Verdict(Kind.DENIED, denied_line(err, operation="READ", resource=group),
-                       err.code())
+        return Verdict(Kind.DENIED, denied_line(err, operation="READ", resource=group), err.code())
     result = classify(exc)
     if failure is not None and result.kind is Kind.ABORT:
         topic, ferr = failure
-        return Verdict(Kind.ABORT, f"{result.line} (a record to {topic} failed: "
-                       f"{ferr.name()})", result.code)
+        return Verdict(
+            Kind.ABORT, f"{result.line} (a record to {topic} failed: {ferr.name()})", result.code
+        )
     return result

@@ -151,8 +151,13 @@ class _Materializer:
         self._regressed: dict[tuple[str, str], int] = {}
         self.regressions: list[ViewRegression] = []
 
-    def apply(self, key: bytes | None, value: bytes | None, partition: int | None = None,
-              offset: int | None = None) -> ViewUpdate | None:
+    def apply(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> ViewUpdate | None:
         if value is None:
             ident = self._heads.pop(key, None) if key is not None else None
             if ident is None:
@@ -175,12 +180,20 @@ class _Materializer:
             # the latest record wins: let the assembler take the lower version
             self.assembler.forget(*ident)
             self._regressed[ident] = seen
-            regression = ViewRegression(part.session_id, part.view, part.as_of_seq, seen,
-                                        partition, offset)
+            regression = ViewRegression(
+                part.session_id, part.view, part.as_of_seq, seen, partition, offset
+            )
             self.regressions.append(regression)
-            log.warning("view %s/%s went back from asOfSeq %d to %d (%s@%s): a processor "
-                        "published from a stale state", part.session_id, part.view, seen,
-                        part.as_of_seq, partition, offset)
+            log.warning(
+                "view %s/%s went back from asOfSeq %d to %d (%s@%s): a processor "
+                "published from a stale state",
+                part.session_id,
+                part.view,
+                seen,
+                part.as_of_seq,
+                partition,
+                offset,
+            )
         self._seen[ident] = part.as_of_seq
         whole: View | None = self.assembler.add(part)
         if whole is None:
@@ -199,35 +212,49 @@ def _partitions(consumer: Consumer, topic: str, timeout: float) -> list[int]:
 
 #: Errors of a topic that exists but whose leaders are not known yet (just
 #: created, or a broker restarting): worth a retry, not a failure.
-_TRANSIENT = frozenset({
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-})
+_TRANSIENT = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    }
+)
 
 
-def _snapshot(consumer: Consumer, topic: str, timeout: float,
-              ) -> tuple[list[int], dict[int, list[Any]]]:
+def _snapshot(
+    consumer: Consumer,
+    topic: str,
+    timeout: float,
+) -> tuple[list[int], dict[int, list[Any]]]:
     """All committed records of every partition, from the beginning to the end."""
     deadline = time.monotonic() + timeout
     delay = 0.05
     while True:
         parts = _partitions(consumer, topic, timeout)
         try:
-            msgs = read_partitions(consumer, topic, {p: OFFSET_BEGINNING for p in parts},
-                                   timeout=max(deadline - time.monotonic(), 1.0))
+            msgs = read_partitions(
+                consumer,
+                topic,
+                {p: OFFSET_BEGINNING for p in parts},
+                timeout=max(deadline - time.monotonic(), 1.0),
+            )
             return parts, msgs
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
-            transient = isinstance(err, KafkaError) and (err.retriable()
-                                                         or err.code() in _TRANSIENT)
+            transient = isinstance(err, KafkaError) and (
+                err.retriable() or err.code() in _TRANSIENT
+            )
             if not transient or time.monotonic() + delay > deadline:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
 
-def read_committed_records(config: ServiceConfig, topic: str, *, timeout: float = 60.0,
-                           purpose: str = "reader") -> list[Message]:
+def read_committed_records(
+    config: ServiceConfig, topic: str, *, timeout: float = 60.0, purpose: str = "reader"
+) -> list[Message]:
     """Every committed record of ``topic`` (all partitions, partition by partition).
 
     Retries the transient "no leader yet" errors of a just-created topic, so
@@ -250,8 +277,9 @@ def _resume_offsets(parts: list[int], msgs: dict[int, list[Any]]) -> list[tuple[
     return out
 
 
-def _tail(consumer: Consumer, topic: str, starts: list[tuple[int, int]],
-          stop_after_s: float | None) -> Iterator[Any]:
+def _tail(
+    consumer: Consumer, topic: str, starts: list[tuple[int, int]], stop_after_s: float | None
+) -> Iterator[Any]:
     """Committed records from ``starts`` on, until ``stop_after_s`` (or forever)."""
     consumer.assign([TopicPartition(topic, p, o) for p, o in starts])
     deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
@@ -273,9 +301,14 @@ def _tail(consumer: Consumer, topic: str, starts: list[tuple[int, int]],
 # --------------------------------------------------------------------------
 
 
-def materialize_views(config: ServiceConfig, *, session: str | None = None,
-                      view: str | None = None, timeout: float = 60.0,
-                      codec: Codec | None = None) -> dict[str, SessionViews]:
+def materialize_views(
+    config: ServiceConfig,
+    *,
+    session: str | None = None,
+    view: str | None = None,
+    timeout: float = 60.0,
+    codec: Codec | None = None,
+) -> dict[str, SessionViews]:
     """Every committed view, by session and view name, as of now.
 
     ``session`` / ``view`` keep only those (the whole topic is still read:
@@ -285,20 +318,33 @@ def materialize_views(config: ServiceConfig, *, session: str | None = None,
     return read_views(config, session=session, view=view, timeout=timeout, codec=codec).views
 
 
-def read_views(config: ServiceConfig, *, session: str | None = None, view: str | None = None,
-               timeout: float = 60.0, codec: Codec | None = None) -> ViewsSnapshot:
+def read_views(
+    config: ServiceConfig,
+    *,
+    session: str | None = None,
+    view: str | None = None,
+    timeout: float = 60.0,
+    codec: Codec | None = None,
+) -> ViewsSnapshot:
     """:func:`materialize_views` plus every ``asOfSeq`` regression met on the way."""
     state = _Materializer(codec or default_codec(), session, view)
-    for m in read_committed_records(config, config.topics.views, timeout=timeout,
-                                    purpose="views-reader"):
+    for m in read_committed_records(
+        config, config.topics.views, timeout=timeout, purpose="views-reader"
+    ):
         state.apply(m.key(), m.value(), m.partition(), m.offset())
     return ViewsSnapshot(state.views, state.regressions)
 
 
-def follow_views(config: ServiceConfig, *, session: str | None = None,
-                 view: str | None = None, snapshot: bool = True,
-                 stop_after_s: float | None = None, timeout: float = 60.0,
-                 codec: Codec | None = None) -> Iterator[ViewUpdate]:
+def follow_views(
+    config: ServiceConfig,
+    *,
+    session: str | None = None,
+    view: str | None = None,
+    snapshot: bool = True,
+    stop_after_s: float | None = None,
+    timeout: float = 60.0,
+    codec: Codec | None = None,
+) -> Iterator[ViewUpdate]:
     """Yield view updates as they commit (until ``stop_after_s`` or forever).
 
     ``snapshot``: first yield the current value of every view (one update
@@ -316,13 +362,15 @@ def follow_views(config: ServiceConfig, *, session: str | None = None,
                     state.apply(m.key(), m.value(), p, m.offset())
             # flag a snapshot value only when it is itself the regressed record
             last = {(r.session_id, r.view): r for r in state.regressions}
-            regressed = {ident: r.previous for ident, r in last.items()
-                         if (rec := state.views.get(ident[0], {}).get(ident[1])) is not None
-                         and rec.as_of_seq == r.as_of_seq}
+            regressed = {
+                ident: r.previous
+                for ident, r in last.items()
+                if (rec := state.views.get(ident[0], {}).get(ident[1])) is not None
+                and rec.as_of_seq == r.as_of_seq
+            }
             for sid in sorted(state.views):
                 for name in sorted(state.views[sid]):
-                    yield ViewUpdate(sid, name, state.views[sid][name],
-                                     regressed.get((sid, name)))
+                    yield ViewUpdate(sid, name, state.views[sid][name], regressed.get((sid, name)))
             starts = _resume_offsets(parts, msgs)
         else:
             starts = [(p, OFFSET_END) for p in _partitions(consumer, topic, timeout)]
@@ -339,8 +387,13 @@ def view_update_json(update: ViewUpdate) -> dict[str, Any]:
     if update.record is None:
         return {"session": update.session_id, "view": update.view, "removed": True}
     r = update.record
-    doc = {"session": update.session_id, "view": update.view, "asOfSeq": r.as_of_seq,
-           "stateVersion": r.state_version, "value": r.value}
+    doc = {
+        "session": update.session_id,
+        "view": update.view,
+        "asOfSeq": r.as_of_seq,
+        "stateVersion": r.state_version,
+        "value": r.value,
+    }
     if update.regressed_from is not None:
         doc["regressedFrom"] = update.regressed_from
     return doc
@@ -363,8 +416,9 @@ def assemble_transcript(views: SessionViews) -> list[Any]:
             raise ValueError(f"transcript page {n} is missing")
         out.extend(page.value)
     if len(out) != index.value["total"]:
-        raise ValueError(f"transcript index says {index.value['total']} entries, the pages "
-                         f"hold {len(out)}")
+        raise ValueError(
+            f"transcript index says {index.value['total']} entries, the pages hold {len(out)}"
+        )
     return out
 
 
@@ -381,8 +435,11 @@ def session_fold_equivalent(views: SessionViews) -> dict[str, Any]:
         "surface": views["surface"].value,
         "messages": views["messages"].value,
         "transcript": assemble_transcript(views),
-        "projections": {name: rec.value for name, rec in views.items()
-                        if name not in CORE_VIEWS and not is_transcript_page(name)},
+        "projections": {
+            name: rec.value
+            for name, rec in views.items()
+            if name not in CORE_VIEWS and not is_transcript_page(name)
+        },
         "status": status["state"],
     }
 
@@ -407,34 +464,51 @@ def _letters(codec: Codec, msgs: Iterator[Any], session: str | None) -> Iterator
         try:
             letter = codec.decode_dead_letter(value)
         except CodecError as exc:
-            log.warning("dlq record at %s[%s]@%s is unreadable: %s", m.topic(), m.partition(),
-                        m.offset(), exc)
+            log.warning(
+                "dlq record at %s[%s]@%s is unreadable: %s",
+                m.topic(),
+                m.partition(),
+                m.offset(),
+                exc,
+            )
             continue
         if session is None or letter.session_id == session:
             yield letter
 
 
-def read_dead_letters(config: ServiceConfig, *, session: str | None = None,
-                      timeout: float = 60.0, codec: Codec | None = None) -> list[DeadLetter]:
+def read_dead_letters(
+    config: ServiceConfig,
+    *,
+    session: str | None = None,
+    timeout: float = 60.0,
+    codec: Codec | None = None,
+) -> list[DeadLetter]:
     """Every committed dead letter (optionally of one session), oldest first."""
-    records = read_committed_records(config, config.topics.dlq, timeout=timeout,
-                                     purpose="dlq-reader")
+    records = read_committed_records(
+        config, config.topics.dlq, timeout=timeout, purpose="dlq-reader"
+    )
     letters = list(_letters(codec or default_codec(), iter(records), session))
     return sorted(letters, key=lambda d: (d.timestamp, d.partition, d.offset))
 
 
-def follow_dead_letters(config: ServiceConfig, *, session: str | None = None,
-                        from_beginning: bool = True, stop_after_s: float | None = None,
-                        timeout: float = 60.0, codec: Codec | None = None,
-                        ) -> Iterator[DeadLetter]:
+def follow_dead_letters(
+    config: ServiceConfig,
+    *,
+    session: str | None = None,
+    from_beginning: bool = True,
+    stop_after_s: float | None = None,
+    timeout: float = 60.0,
+    codec: Codec | None = None,
+) -> Iterator[DeadLetter]:
     """Yield dead letters as they commit (the existing ones first by default)."""
     topic = config.topics.dlq
     consumer = clients.plain_consumer(config, "dlq-follow")
     try:
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         starts = [(p, start) for p in _partitions(consumer, topic, timeout)]
-        yield from _letters(codec or default_codec(),
-                            _tail(consumer, topic, starts, stop_after_s), session)
+        yield from _letters(
+            codec or default_codec(), _tail(consumer, topic, starts, stop_after_s), session
+        )
     finally:
         consumer.close()
 
@@ -453,10 +527,16 @@ def dead_letter_json(letter: DeadLetter, codec: Codec | None = None) -> dict[str
     """A dead letter as JSON; the refused value as an event envelope when decodable."""
     codec = codec or default_codec()
     doc: dict[str, Any] = {
-        "sessionId": letter.session_id, "rule": letter.rule, "reason": letter.reason,
-        "seq": letter.seq, "topic": letter.topic, "partition": letter.partition,
-        "offset": letter.offset, "timestamp": letter.timestamp,
-        "processor": letter.processor, "key": _bytes_json(letter.key),
+        "sessionId": letter.session_id,
+        "rule": letter.rule,
+        "reason": letter.reason,
+        "seq": letter.seq,
+        "topic": letter.topic,
+        "partition": letter.partition,
+        "offset": letter.offset,
+        "timestamp": letter.timestamp,
+        "processor": letter.processor,
+        "key": _bytes_json(letter.key),
     }
     if letter.value is None:
         doc["value"] = None

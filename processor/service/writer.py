@@ -126,8 +126,9 @@ class SessionWriter:
         if isinstance(target, ServiceConfig):
             kafka = dict(target.kafka)
             kafka.setdefault("message.timeout.ms", str(DEFAULT_DELIVERY_TIMEOUT_MS))
-            self._producer = clients.event_producer(target.with_overrides(kafka=kafka),
-                                                    client_id, self.problems)
+            self._producer = clients.event_producer(
+                target.with_overrides(kafka=kafka), client_id, self.problems
+            )
             self._owns_producer = True
             self.topic = topic or target.topics.events
             self.control_topic = target.topics.control
@@ -196,10 +197,15 @@ class SessionWriter:
         append it; see :meth:`append_event`."""
         with self._lock:
             session = self.session(session_id)
-            event = make_event(etype, session.next_seq, data,
-                               time=self._clock() if time is None else time,
-                               surface_op=surface_op, source_event_seqs=source_event_seqs,
-                               ignorable=ignorable)
+            event = make_event(
+                etype,
+                session.next_seq,
+                data,
+                time=self._clock() if time is None else time,
+                surface_op=surface_op,
+                source_event_seqs=source_event_seqs,
+                ignorable=ignorable,
+            )
             return self.append_event(session_id, event)
 
     def append_event(self, session_id: str, event: Event) -> Event:
@@ -213,8 +219,7 @@ class SessionWriter:
             self._check_open()
             session = self.session(session_id)
             session.validate(event)
-            value = self.codec.encode_parsed_event(session_id, event,
-                                                   producer=self._producer_name)
+            value = self.codec.encode_parsed_event(session_id, event, producer=self._producer_name)
             self._deliver(session_id, event, value, None)
             session.append(event)
             return event
@@ -232,12 +237,19 @@ class SessionWriter:
             raise ValueError(f"no control topic known for events topic {self.topic!r}")
         with self._lock:
             self._check_open()
-            self._deliver(session_id, None, redrive(session_id, seq).encode(), None,
-                          topic=self.control_topic)
+            self._deliver(
+                session_id, None, redrive(session_id, seq).encode(), None, topic=self.control_topic
+            )
 
-    def _deliver(self, session_id: str, event: Event | None, value: bytes | None,
-                 headers: list[tuple[str, str | bytes | None]] | None, *,
-                 topic: str | None = None) -> None:
+    def _deliver(
+        self,
+        session_id: str,
+        event: Event | None,
+        value: bytes | None,
+        headers: list[tuple[str, str | bytes | None]] | None,
+        *,
+        topic: str | None = None,
+    ) -> None:
         """Produce one record and wait for its delivery report."""
         outcome: list[KafkaError | None] = []
 
@@ -246,11 +258,16 @@ class SessionWriter:
 
         producer = self._producer
         try:
-            clients.produce(producer, topic or self.topic, session_key(session_id), value,
-                            headers=headers, on_delivery=on_delivery)
+            clients.produce(
+                producer,
+                topic or self.topic,
+                session_key(session_id),
+                value,
+                headers=headers,
+                on_delivery=on_delivery,
+            )
         except KafkaException as exc:
-            raise DeliveryError(session_id, event, exc.args[0] if exc.args
-                                else str(exc)) from exc
+            raise DeliveryError(session_id, event, exc.args[0] if exc.args else str(exc)) from exc
         # flush() sends at once (ignores linger.ms) and serves the callback;
         # librdkafka always reports by message.timeout.ms, so this ends.
         while not outcome:
@@ -286,6 +303,10 @@ class SessionWriter:
     def __enter__(self) -> SessionWriter:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()

@@ -49,8 +49,9 @@ def rebuild(events: list[Event], as_of_seq: int) -> dict[str, Any]:
     """Fold the prefix through ``as_of_seq`` from scratch (independent of the loop)."""
     prefix = events[: as_of_seq + 1]
     assert [e.seq for e in prefix] == list(range(as_of_seq + 1))
-    folded = Session.fold(prefix, message_projections=default_message_projections(),
-                          projections=default_registry())
+    folded = Session.fold(
+        prefix, message_projections=default_message_projections(), projections=default_registry()
+    )
     header = next(e for e in reversed(prefix) if e.type == "request/header")
     return {
         "messages": thaw(folded.derive_messages()),
@@ -97,26 +98,44 @@ def fold_exit_code(tmp: Path, run: ScriptedRun, name: str = "session.jsonl") -> 
 
 SCRIPT = [
     # tools offered from the start; a tool call round trip
-    TurnScript(inputs=("Find where the config is loaded.",), add_tools=("read", "grep"),
-               context="cwd: /work",
-               items=(Say("Searching.", [ToolCall("grep", {"pattern": "load_config"})]),
-                      Say("It is in config.py."))),
+    TurnScript(
+        inputs=("Find where the config is loaded.",),
+        add_tools=("read", "grep"),
+        context="cwd: /work",
+        items=(
+            Say("Searching.", [ToolCall("grep", {"pattern": "load_config"})]),
+            Say("It is in config.py."),
+        ),
+    ),
     # a tool is added; the prompt changes on a capable route (appended in history)
-    TurnScript(inputs=("Open it.",), add_tools=("edit",),
-               prompt="You are a careful coding agent. Be brief.",
-               items=(Say("", [ToolCall("read", {"path": "config.py"})]), Say("Opened."))),
+    TurnScript(
+        inputs=("Open it.",),
+        add_tools=("edit",),
+        prompt="You are a careful coding agent. Be brief.",
+        items=(Say("", [ToolCall("read", {"path": "config.py"})]), Say("Opened.")),
+    ),
     # a retry after a failed attempt, with a route switch between the attempts
-    TurnScript(inputs=("Now explain it.",), context="cwd: /work/src",
-               items=(Fail(), Say("It parses TOML.", route="other"))),
+    TurnScript(
+        inputs=("Now explain it.",),
+        context="cwd: /work/src",
+        items=(Fail(), Say("It parses TOML.", route="other")),
+    ),
     # the prompt changes on an incapable route (consolidated into the head)
-    TurnScript(inputs=("Shorter.",), prompt="You are terse.",
-               items=(Say("TOML.", route="incapable"),)),
+    TurnScript(
+        inputs=("Shorter.",), prompt="You are terse.", items=(Say("TOML.", route="incapable"),)
+    ),
     # a tool is removed; the runtime context is cleared
-    TurnScript(inputs=("Edit it.",), remove_tools=("grep",), context="",
-               items=(Say("", [ToolCall("edit", {"path": "config.py"})]), Say("Edited."))),
+    TurnScript(
+        inputs=("Edit it.",),
+        remove_tools=("grep",),
+        context="",
+        items=(Say("", [ToolCall("edit", {"path": "config.py"})]), Say("Edited.")),
+    ),
     # the context window overflows: the compaction plugin replaces a range, then retries
-    TurnScript(inputs=("Summarise everything.",),
-               items=(Overflow(), Say("Summary: config loading was fixed."))),
+    TurnScript(
+        inputs=("Summarise everything.",),
+        items=(Overflow(), Say("Summary: config loading was fixed.")),
+    ),
     TurnScript(inputs=("One more thing?",), items=(MaxTokens("Well, "),)),
 ]
 
@@ -127,25 +146,37 @@ def test_acceptance_scripted_session_rebuilds_every_request(tmp_path: Path) -> N
     kinds = Counter(e.type for e in events)
     # the script really exercised what it claims to
     assert kinds["tool/call"] == 3 and kinds["tool/result"] == 3
-    devs = [b["type"] for e in events if e.type == "developer/message"
-            for b in e.data["message"]["content"]]
+    devs = [
+        b["type"]
+        for e in events
+        if e.type == "developer/message"
+        for b in e.data["message"]["content"]
+    ]
     assert "tool-addition" in devs and "tool-removal" in devs
     # one policy retry (llm/retry); the overflow is answered by the compaction
     assert kinds["assistant/attempt"] == 2 and kinds["llm/retry"] == 1
     assert kinds["compaction/start"] == kinds["compaction/end"] == 1
-    compactions = [e for e in events if e.type == "user/message"
-                   and e.data["source"]["kind"] == "compact-checkpoint"]
+    compactions = [
+        e
+        for e in events
+        if e.type == "user/message" and e.data["source"]["kind"] == "compact-checkpoint"
+    ]
     assert len(compactions) == 1 and isinstance(compactions[0].surface_op, dict)
     system_ops = [e.surface_op for e in events if e.type == "system/message"]
     assert "append" in system_ops[1:] and any(isinstance(op, dict) for op in system_ops)
-    contexts = [message_text(e.data) for e in events if e.type == "user/message"
-                and e.data["source"]["kind"] == "runtime-context"]
+    contexts = [
+        message_text(e.data)
+        for e in events
+        if e.type == "user/message" and e.data["source"]["kind"] == "runtime-context"
+    ]
     # sent, changed, CLEARED; the compaction shadows CLEARED, so it is sent again (R-1)
     assert len(contexts) == 4 and contexts[-1].startswith("Current runtime context: none.")
     providers = {r.header["config"]["model"] for r in run.adapter.requests}
     assert providers == {"mock-1", "mock-2"}
     assert {r.context.get("systemPromptUpdate") for r in run.adapter.requests} == {
-        "in-history", None}
+        "in-history",
+        None,
+    }
 
     assert_requests_rebuild_from_log(run)
     assert fold_exit_code(tmp_path, run) == 0
@@ -162,11 +193,15 @@ def test_acceptance_resumed_loop_rebuilds_every_request(tmp_path: Path) -> None:
     assert fold_exit_code(tmp_path, run, "resumed.jsonl.zst") == 0
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(rng=st.randoms(use_true_random=False), turns=st.integers(1, 6))
-def test_acceptance_property_generated_scripts(rng: random.Random, turns: int,
-                                               tmp_path: Path) -> None:
+def test_acceptance_property_generated_scripts(
+    rng: random.Random, turns: int, tmp_path: Path
+) -> None:
     run = run_script(random_script(rng, turns), "generated")
     assert_requests_rebuild_from_log(run)
     assert fold_exit_code(tmp_path, run) == 0
@@ -179,8 +214,11 @@ def test_fold_via_subprocess(tmp_path: Path) -> None:
     run = run_script(SCRIPT, "subprocess")
     path = tmp_path / "session.jsonl"
     write_session_file(path, session_header("subprocess"), run.events)
-    proc = subprocess.run([sys.executable, "-m", "processor", "fold", str(path), "--compact"],
-                          capture_output=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "processor", "fold", str(path), "--compact"],
+        capture_output=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     assert orjson.loads(proc.stdout)["asOfSeq"] == run.events[-1].seq
 
@@ -191,13 +229,31 @@ def test_fold_via_subprocess(tmp_path: Path) -> None:
 #: What the example holds: every type the step loop writes, the fork cut and the
 #: image offload (the runtime's vocabulary has ~60 types; the rest belong to plugins
 #: the reference loop does not model and are covered by the core's corpus).
-EXAMPLE_TYPES = frozenset({
-    "turn/start", "turn/end", "step/start", "step/end", "system/message",
-    "developer/message", "user/message", "assistant/message", "assistant/attempt",
-    "tool/call", "tool/result", "request/header", "request/context", "llm/retry",
-    "llm/retry-started", "agent/inbox/spliced", "session/end-seed", "image/offload",
-    "compaction/start", "compaction/summary", "compaction/end",
-})
+EXAMPLE_TYPES = frozenset(
+    {
+        "turn/start",
+        "turn/end",
+        "step/start",
+        "step/end",
+        "system/message",
+        "developer/message",
+        "user/message",
+        "assistant/message",
+        "assistant/attempt",
+        "tool/call",
+        "tool/result",
+        "request/header",
+        "request/context",
+        "llm/retry",
+        "llm/retry-started",
+        "agent/inbox/spliced",
+        "session/end-seed",
+        "image/offload",
+        "compaction/start",
+        "compaction/summary",
+        "compaction/end",
+    }
+)
 
 
 def test_example_file_is_regenerated_from_the_script() -> None:

@@ -34,8 +34,13 @@ def new_id(kind: str) -> str:
 
 
 def commit(session: Session, draft: EventDraft) -> Event:
-    event = make_event(draft.type, session.next_seq, draft.data,
-                       surface_op=draft.surface_op, source_event_seqs=draft.source_event_seqs)
+    event = make_event(
+        draft.type,
+        session.next_seq,
+        draft.data,
+        surface_op=draft.surface_op,
+        source_event_seqs=draft.source_event_seqs,
+    )
     session.validate(event)
     session.append(event)
     return event
@@ -48,8 +53,11 @@ def rendered(**sections: str) -> RenderedContext:
 def system_texts(session: Session) -> list[str]:
     """Texts of the system nodes on the surface, in surface order."""
     state = session.surface.state
-    return [message_text(state.message_of(s)) for s in state.nodes
-            if state.node_events[s].type == "system/message"]
+    return [
+        message_text(state.message_of(s))
+        for s in state.nodes
+        if state.node_events[s].type == "system/message"
+    ]
 
 
 def wire_system(session: Session) -> list[str]:
@@ -57,8 +65,11 @@ def wire_system(session: Session) -> list[str]:
 
 
 def ctx_messages(events: list[Event]) -> list[Event]:
-    return [e for e in events if e.type == "user/message"
-            and e.data["source"].get("kind") == "runtime-context"]
+    return [
+        e
+        for e in events
+        if e.type == "user/message" and e.data["source"].get("kind") == "runtime-context"
+    ]
 
 
 class Dynamic:
@@ -88,8 +99,14 @@ ROUTES = {
 }
 
 
-def run(dyn: Dynamic, turns: list[list[Any]], *, plugins: Any = (), session: Session | None =
-        None, adapter: MockModelAdapter | None = None) -> tuple[Session, MockModelAdapter]:
+def run(
+    dyn: Dynamic,
+    turns: list[list[Any]],
+    *,
+    plugins: Any = (),
+    session: Session | None = None,
+    adapter: MockModelAdapter | None = None,
+) -> tuple[Session, MockModelAdapter]:
     agent = dyn.agent()
     session = session if session is not None else agent.new_session()
     adapter = adapter if adapter is not None else MockModelAdapter(routes=ROUTES)
@@ -150,11 +167,20 @@ def test_R1_restore_scans_newest_first_for_a_surviving_snapshot() -> None:
 def compact_all(session: Session) -> Event:
     """Replace every surface node after the first with one summary (a compaction)."""
     nodes = list(session.surface.state.nodes)[1:]
-    return commit(session, EventDraft(
-        "user/message", {"id": new_id("user"), "role": "user", "source": {"kind": "compaction"},
-                         "content": [{"type": "text", "text": "summary"}]},
-        surface_op={"op": "replace", "startSeq": nodes[0], "endSeq": nodes[-1]},
-        source_event_seqs=nodes))
+    return commit(
+        session,
+        EventDraft(
+            "user/message",
+            {
+                "id": new_id("user"),
+                "role": "user",
+                "source": {"kind": "compaction"},
+                "content": [{"type": "text", "text": "summary"}],
+            },
+            surface_op={"op": "replace", "startSeq": nodes[0], "endSeq": nodes[-1]},
+            source_event_seqs=nodes,
+        ),
+    )
 
 
 def test_R1_cleared_after_a_compaction_shadowed_the_snapshot() -> None:
@@ -193,11 +219,20 @@ def test_R1_restore_finds_an_older_surviving_snapshot_with_the_same_text() -> No
         proj.observe(commit(session, draft), state)
     # shadow only the newest snapshot (cwd: /b), keep the older one (cwd: /a)
     newest = list(state.nodes)[-1]
-    commit(session, EventDraft(
-        "user/message", {"id": new_id("user"), "role": "user", "source": {"kind": "compaction"},
-                         "content": [{"type": "text", "text": "summary"}]},
-        surface_op={"op": "replace", "startSeq": newest, "endSeq": newest},
-        source_event_seqs=[newest]))
+    commit(
+        session,
+        EventDraft(
+            "user/message",
+            {
+                "id": new_id("user"),
+                "role": "user",
+                "source": {"kind": "compaction"},
+                "content": [{"type": "text", "text": "summary"}],
+            },
+            surface_op={"op": "replace", "startSeq": newest, "endSeq": newest},
+            source_event_seqs=[newest],
+        ),
+    )
     restored = RuntimeContextProjection()
     restored.restore(list(session.log), state)
     assert restored.retained is not None and restored.retained.seq < newest
@@ -222,11 +257,13 @@ def test_R1_at_most_one_runtime_context_message_per_step() -> None:
 
 def test_R2_snapshot_source_is_typed_with_sections() -> None:
     session = Agent().new_session()
-    draft = RuntimeContextProjection().project(rendered(env="cwd: /a", git="main"),
-                                               session.surface.state, new_id)
+    draft = RuntimeContextProjection().project(
+        rendered(env="cwd: /a", git="main"), session.surface.state, new_id
+    )
     assert draft is not None
     assert draft.message["source"] == {
-        "kind": "runtime-context", "form": "snapshot",
+        "kind": "runtime-context",
+        "form": "snapshot",
         "sections": [{"name": "env", "text": "cwd: /a"}, {"name": "git", "text": "main"}],
     }
 
@@ -284,8 +321,11 @@ def test_R3_committed_only_after_the_route_is_prepared() -> None:
 
 def test_R3_shadowed_snapshot_is_resent_next_step() -> None:
     dyn = Dynamic(context="cwd: /a")
-    session, _ = run(dyn, [[Say("one")], [Say("two")], [Overflow(), Say("three")],
-                           [Say("four")]], plugins=[CompactionPlugin(keep_last=1)])
+    session, _ = run(
+        dyn,
+        [[Say("one")], [Say("two")], [Overflow(), Say("three")], [Say("four")]],
+        plugins=[CompactionPlugin(keep_last=1)],
+    )
     snaps = ctx_messages(list(session.log))
     # sent once, shadowed by the compaction in turn 3, resent in turn 4
     assert len(snaps) == 2
@@ -296,20 +336,31 @@ def test_R3_shadowed_snapshot_is_resent_next_step() -> None:
 # ---------------------------------------------------------------- R-4
 
 
-def system_project(session: Session, text: str, *, in_history: bool = True,
-                   starts_series: bool = False) -> list[EventDraft]:
+def system_project(
+    session: Session, text: str, *, in_history: bool = True, starts_series: bool = False
+) -> list[EventDraft]:
     drafts = SystemPromptProjection(new_id).project(
-        session.surface.state, text, in_history=in_history, starts_series=starts_series)
+        session.surface.state, text, in_history=in_history, starts_series=starts_series
+    )
     for d in drafts:
         commit(session, d)
     return drafts
 
 
 def user(session: Session, text: str) -> None:
-    commit(session, EventDraft("user/message", {"id": new_id("user"), "role": "user",
-                                                "content": [{"type": "text", "text": text}],
-                                                "source": {"kind": "user"}},
-                               surface_op="append"))
+    commit(
+        session,
+        EventDraft(
+            "user/message",
+            {
+                "id": new_id("user"),
+                "role": "user",
+                "content": [{"type": "text", "text": text}],
+                "source": {"kind": "user"},
+            },
+            surface_op="append",
+        ),
+    )
 
 
 def test_R4_first_system_node_is_reserved_even_when_empty() -> None:
@@ -402,8 +453,12 @@ def test_R5_in_history_comes_from_this_attempts_route() -> None:
     adapter = MockModelAdapter(routes=ROUTES)
     session, _ = run(dyn, [[Say("one", route="capable")]], adapter=adapter)
     dyn.prompt = "B"
-    run(dyn, [[Fail(route="capable"), Say("two", route="incapable")]],
-        session=session, adapter=adapter)
+    run(
+        dyn,
+        [[Fail(route="capable"), Say("two", route="incapable")]],
+        session=session,
+        adapter=adapter,
+    )
     first, second = adapter.requests[-2:]
     assert [message_text(m) for m in first.messages if m["role"] == "system"] == ["A", "B"]
     assert [message_text(m) for m in second.messages if m["role"] == "system"] == ["B"]

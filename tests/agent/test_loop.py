@@ -50,8 +50,10 @@ def make_agent(counter: Counter | None = None) -> Agent:
     agent = Agent()
     agent.prompt.add_section(Section("main", 0, counter or "You are careful."))
     agent.prompt.add_context(ContextSection("env", 0, "cwd: /work"))
-    agent.add_tool(ToolSpec("read", "read a file", {"type": "object"}),
-                   lambda args, ctx: f"contents of {args.get('path')}")
+    agent.add_tool(
+        ToolSpec("read", "read a file", {"type": "object"}),
+        lambda args, ctx: f"contents of {args.get('path')}",
+    )
     return agent
 
 
@@ -100,8 +102,7 @@ def test_F1_every_attempt_prepares_reconciles_and_builds_a_new_request() -> None
 def test_F2_the_adapter_that_prepared_the_route_is_called() -> None:
     agent = make_agent()
     a = MockModelAdapter([Fail()], routes=ROUTES, name="A")
-    b = MockModelAdapter([Say("from B")], routes={"default": MockRoute(provider="b")},
-                         name="B")
+    b = MockModelAdapter([Say("from B")], routes={"default": MockRoute(provider="b")}, name="B")
     loop = StepLoop(agent, agent.new_session(), a)
 
     def swap(event: Event) -> None:  # the agent switches provider mid-attempt
@@ -128,20 +129,23 @@ def test_F3_failed_attempt_logs_attempt_success_logs_message() -> None:
     messages = [e for e in log if e.type == "assistant/message"]
     # each settlement embeds its model stream (the runtime's compact records)
     finish = attempts[0].data["stream"][-1]["chunk"]
-    assert finish["reason"] == {"kind": "error", "failure": {"message": "the model is overloaded",
-                                                             "code": "overloaded"}}
+    assert finish["reason"] == {
+        "kind": "error",
+        "failure": {"message": "the model is overloaded", "code": "overloaded"},
+    }
     assert set(attempts[0].data) == {"turn", "step", "stream"}
     assert messages[0].data["stream"][-1]["chunk"]["reason"] == {"kind": "stop"}
     assert message_text(messages[0].data["message"]) == "fine"
     # the failed attempt put nothing on the surface
     assert attempts[0].seq not in loop.session.surface.state.node_events
     # the retry re-logged no header or context: nothing changed
-    assert types(log)[-4:] == ["llm/retry-started", "assistant/message", "step/end",
-                               "turn/end"]
+    assert types(log)[-4:] == ["llm/retry-started", "assistant/message", "step/end", "turn/end"]
+
 
 def test_F3_adapter_messages_equal_the_log_rebuild() -> None:
-    loop, adapter = loop_for([Say("reading", [ToolCall("read", {"path": "a"})]), Fail(),
-                              Say("done")])
+    loop, adapter = loop_for(
+        [Say("reading", [ToolCall("read", {"path": "a"})]), Fail(), Say("done")]
+    )
     loop.run_turn("question")
     assert len(adapter.requests) == 3
     assert request_mismatches(adapter.requests, list(loop.session.log)) == []
@@ -166,20 +170,38 @@ def test_F3_a_plugin_cannot_smuggle_unlogged_messages() -> None:
 
 
 def test_event_sequence_of_a_tool_turn() -> None:
-    loop, _ = loop_for([Say("reading", [ToolCall("read", {"path": "a"}, id="c1")]),
-                        Say("done")])
+    loop, _ = loop_for([Say("reading", [ToolCall("read", {"path": "a"}, id="c1")]), Say("done")])
     result = loop.run_turn("question")
     assert result.steps == 2 and result.reason == "completed"
     # the runtime's order: the prompt is queued, the turn claims it, then the step runs
     assert types(loop.session.log) == [
-        "agent/inbox/spliced", "turn/start", "agent/inbox/spliced", "step/start",
-        "system/message", "user/message", "user/message", "request/header", "request/context",
-        "assistant/message", "tool/call", "tool/result", "step/end", "step/start",
-        "assistant/message", "step/end", "turn/end"]
+        "agent/inbox/spliced",
+        "turn/start",
+        "agent/inbox/spliced",
+        "step/start",
+        "system/message",
+        "user/message",
+        "user/message",
+        "request/header",
+        "request/context",
+        "assistant/message",
+        "tool/call",
+        "tool/result",
+        "step/end",
+        "step/start",
+        "assistant/message",
+        "step/end",
+        "turn/end",
+    ]
     call = next(e for e in loop.session.log if e.type == "tool/call")
     res = next(e for e in loop.session.log if e.type == "tool/result")
-    assert call.data == {"turn": 1, "step": 1, "callId": "c1", "name": "read",
-                         "arguments": '{"path":"a"}'}  # the raw JSON text, as the model wrote it
+    assert call.data == {
+        "turn": 1,
+        "step": 1,
+        "callId": "c1",
+        "name": "read",
+        "arguments": '{"path":"a"}',
+    }  # the raw JSON text, as the model wrote it
     assert res.source_event_seqs == [call.seq]
     # format v4: a tool-role message answering its call
     assert res.data["message"]["role"] == "tool"
@@ -215,7 +237,8 @@ def test_retry_records_delay_and_calls_sleep() -> None:
     assert {r["mode"] for r in retries} == {"normal"} and retries[0]["provider"] == "mock"
     started = [e.data for e in loop.session.log if e.type == "llm/retry-started"]
     assert [(s["retryId"], s["retry"]) for s in started] == [
-        (r["retryId"], r["retry"]) for r in retries]
+        (r["retryId"], r["retry"]) for r in retries
+    ]
 
 
 def test_max_attempts_bounds_a_step() -> None:
@@ -230,12 +253,17 @@ def test_compaction_replaces_a_range_with_a_summary_and_retries() -> None:
     for q in ("q1", "q2", "q3"):
         loop.run_turn(q)
     assert plugin.compactions == 1
-    summary = next(e for e in loop.session.log if e.type == "user/message"
-                   and e.data["source"]["kind"] == "compact-checkpoint")
+    summary = next(
+        e
+        for e in loop.session.log
+        if e.type == "user/message" and e.data["source"]["kind"] == "compact-checkpoint"
+    )
     # the runtime's compaction bracket around the checkpoint
     log = list(loop.session.log)
-    start, record, end = (next(e for e in log if e.type == t) for t in (
-        "compaction/start", "compaction/summary", "compaction/end"))
+    start, record, end = (
+        next(e for e in log if e.type == t)
+        for t in ("compaction/start", "compaction/summary", "compaction/end")
+    )
     assert start.seq < record.seq < summary.seq < end.seq
     op = summary.surface_op
     assert op["op"] == "replace"
@@ -274,8 +302,7 @@ def test_unknown_tool_and_failing_tool_become_error_results() -> None:
         raise RuntimeError("disk on fire")
 
     agent.add_tool(ToolSpec("burn", "fails", {"type": "object"}), broken)
-    loop, _ = loop_for([Say("", [ToolCall("nope"), ToolCall("burn")]), Say("sorry")],
-                       agent=agent)
+    loop, _ = loop_for([Say("", [ToolCall("nope"), ToolCall("burn")]), Say("sorry")], agent=agent)
     loop.run_turn("q")
     results = [e.data for e in loop.session.log if e.type == "tool/result"]
     assert [r["error"]["code"] for r in results] == ["unknown-tool", "tool-failed"]
@@ -285,8 +312,9 @@ def test_unknown_tool_and_failing_tool_become_error_results() -> None:
 
 
 def test_inbox_messages_are_admitted_at_the_next_step() -> None:
-    loop, adapter = loop_for([Say("", [ToolCall("read", {"path": "a"})]), Say("done"),
-                              Say("second turn")])
+    loop, adapter = loop_for(
+        [Say("", [ToolCall("read", {"path": "a"})]), Say("done"), Say("second turn")]
+    )
     calls = 0
 
     def sink(event: Event) -> None:
@@ -309,8 +337,13 @@ def test_inbox_messages_are_admitted_at_the_next_step() -> None:
     splices = [e.data for e in loop.session.log if e.type == "agent/inbox/spliced"]
     # send q, claim q, queue two, claim next-step, claim next-turn
     assert [(d["target"], d.get("removedCount", 0), len(d["inserted"])) for d in splices] == [
-        ("next-turn", 0, 1), ("next-turn", 1, 0), ("next-step", 0, 1), ("next-turn", 0, 1),
-        ("next-step", 1, 0), ("next-turn", 1, 0)]
+        ("next-turn", 0, 1),
+        ("next-turn", 1, 0),
+        ("next-step", 0, 1),
+        ("next-turn", 0, 1),
+        ("next-step", 1, 0),
+        ("next-turn", 1, 0),
+    ]
 
 
 def test_sink_receives_every_committed_event_in_order() -> None:
@@ -354,8 +387,9 @@ def test_a_resumed_loop_closes_dangling_tool_calls_like_the_runtime() -> None:
         raise KeyboardInterrupt  # the process dies inside the first tool
 
     agent.add_tool(ToolSpec("crash", "r", {"type": "object"}), crash)
-    loop, adapter = loop_for([Say("", [ToolCall("crash", {}, id="c1"),
-                                       ToolCall("crash", {}, id="c2")])], agent=agent)
+    loop, adapter = loop_for(
+        [Say("", [ToolCall("crash", {}, id="c1"), ToolCall("crash", {}, id="c2")])], agent=agent
+    )
     with pytest.raises(KeyboardInterrupt):
         loop.run_turn("q")
     last = list(loop.session.log)[-1]
@@ -364,7 +398,7 @@ def test_a_resumed_loop_closes_dangling_tool_calls_like_the_runtime() -> None:
     adapter.push(Say("back"))
     again.run_turn("again")
     log = list(loop.session.log)
-    closers = log[last.seq + 1: last.seq + 5]
+    closers = log[last.seq + 1 : last.seq + 5]
     assert [e.type for e in closers] == ["tool/result", "tool/result", "step/end", "turn/end"]
     assert all(e.time == last.time for e in closers)
     first, second = closers[0], closers[1]

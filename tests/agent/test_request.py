@@ -170,8 +170,7 @@ def test_H4_request_context_only_when_it_changed() -> None:
     h.turn(Say("five", route="incapable"))  # systemPromptUpdate changed
     contexts = [e.data for e in h.events("request/context")]
     assert [c.get("contextWindow") for c in contexts] == [200_000, 1_000_000, 200_000]
-    assert [c.get("systemPromptUpdate") for c in contexts] == ["in-history", "in-history",
-                                                               None]
+    assert [c.get("systemPromptUpdate") for c in contexts] == ["in-history", "in-history", None]
     h.new_loop()  # a resumed loop compares with the log, not with nothing
     h.turn(Say("six", route="incapable"))
     assert len(h.events("request/context")) == 3
@@ -189,19 +188,43 @@ def built_request() -> tuple[Session, Request]:
     route = adapter.prepare_call(RequestContext(1, 1, 1))
 
     def commit(draft: EventDraft) -> Event:
-        event = make_event(draft.type, session.next_seq, draft.data,
-                           surface_op=draft.surface_op,
-                           source_event_seqs=draft.source_event_seqs)
+        event = make_event(
+            draft.type,
+            session.next_seq,
+            draft.data,
+            surface_op=draft.surface_op,
+            source_event_seqs=draft.source_event_seqs,
+        )
         session.validate(event)
         session.append(event)
         return event
 
-    commit(EventDraft("user/message", {"id": "u1", "role": "user", "content": [
-        {"type": "text", "text": "hi"}], "source": {"kind": "user"}}, surface_op="append"))
+    commit(
+        EventDraft(
+            "user/message",
+            {
+                "id": "u1",
+                "role": "user",
+                "content": [{"type": "text", "text": "hi"}],
+                "source": {"kind": "user"},
+            },
+            surface_op="append",
+        )
+    )
     tools = [dict(t) for t in agent.assemble().tools]
-    request = build_request(session, RequestState.from_session(session), route, tools,
-                            commit=commit, new_id=lambda k: f"{k}-x", starts_series=False,
-                            turn=1, step=1, attempt=1, stream="s")
+    request = build_request(
+        session,
+        RequestState.from_session(session),
+        route,
+        tools,
+        commit=commit,
+        new_id=lambda k: f"{k}-x",
+        starts_series=False,
+        turn=1,
+        step=1,
+        attempt=1,
+        stream="s",
+    )
     return session, request
 
 
@@ -227,9 +250,14 @@ def test_F2_request_messages_keep_identity_and_do_not_follow_the_log() -> None:
     session, request = built_request()
     live = session.derive_messages()
     assert all(a is b for a, b in zip(request.messages, live, strict=True))
-    session.append(make_event("user/message", session.next_seq, {
-        "id": "u2", "role": "user", "content": [], "source": {"kind": "user"}},
-        surface_op="append"))
+    session.append(
+        make_event(
+            "user/message",
+            session.next_seq,
+            {"id": "u2", "role": "user", "content": [], "source": {"kind": "user"}},
+            surface_op="append",
+        )
+    )
     assert len(request.messages) == 1 and len(session.derive_messages()) == 2
 
 

@@ -47,8 +47,9 @@ class Harness:
         self.agent.prompt.add_context(ContextSection("env", 0, lambda _c: self.context))
         self.session = self.agent.new_session()
         self.adapter = MockModelAdapter(routes=ROUTES)
-        self.loop = StepLoop(self.agent, self.session, self.adapter,
-                             plugins=[CompactionPlugin(keep_last=1)])
+        self.loop = StepLoop(
+            self.agent, self.session, self.adapter, plugins=[CompactionPlugin(keep_last=1)]
+        )
 
     def turn(self, *items: Any, text: str = "go") -> list[Event]:
         self.adapter.push(*items)
@@ -60,12 +61,17 @@ class Harness:
 
 def commit_into(session: Session) -> Any:
     def commit(draft: EventDraft) -> Event:
-        event = make_event(draft.type, session.next_seq, draft.data,
-                           surface_op=draft.surface_op,
-                           source_event_seqs=draft.source_event_seqs)
+        event = make_event(
+            draft.type,
+            session.next_seq,
+            draft.data,
+            surface_op=draft.surface_op,
+            source_event_seqs=draft.source_event_seqs,
+        )
         session.validate(event)
         session.append(event)
         return event
+
     return commit
 
 
@@ -76,11 +82,13 @@ def test_Y2_defer_loading_kept_only_when_true() -> None:
     """Item 2: ``deferLoading: false`` is dropped from the assembled tool (and so from the
     header); we used to keep it."""
     prompt = SystemPrompt()
-    prompt.add_tools(lambda: [
-        {"name": "a", "description": "", "parameters": {}, "deferLoading": False},
-        {"name": "b", "description": "", "parameters": {}, "deferLoading": True},
-        ToolSpec("c", "", {}, defer_loading=False),
-    ])
+    prompt.add_tools(
+        lambda: [
+            {"name": "a", "description": "", "parameters": {}, "deferLoading": False},
+            {"name": "b", "description": "", "parameters": {}, "deferLoading": True},
+            ToolSpec("c", "", {}, defer_loading=False),
+        ]
+    )
     a, b, c = prompt.assemble().tools
     assert "deferLoading" not in a and "deferLoading" not in c
     assert b["deferLoading"] is True
@@ -133,8 +141,9 @@ def test_H1_adapter_defaults_only_known_true_flags() -> None:
     assert known["adapterDefaults"] == {"maxTokens": True}
     assert not header_equals(known, canonical_header({"config": BASE}))
     # the writer takes only known markers from a route
-    adapter = MockModelAdapter(routes={"default": MockRoute(defaults={"maxTokens": 4096,
-                                                                      "temperature": 0.5})})
+    adapter = MockModelAdapter(
+        routes={"default": MockRoute(defaults={"maxTokens": 4096, "temperature": 0.5})}
+    )
     route = adapter.prepare_call(RequestContext(1, 1, 1))
     assert header_of(route, [])["adapterDefaults"] == {"maxTokens": True}
 
@@ -149,8 +158,10 @@ def test_H1_tool_schemas_compare_by_their_json_text() -> None:
     assert not header_equals(ha, hr)
     assert header_equals(ha, hf)
     assert js_json(as_float["parameters"]) == '{"type":"object","max":1}'
-    assert js_json({"x": 1e21, "y": 1e-7, "z": 0.5, "s": "é\n"}) == \
-        '{"x":1e+21,"y":1e-7,"z":0.5,"s":"é\\n"}'
+    assert (
+        js_json({"x": 1e21, "y": 1e-7, "z": 0.5, "s": "é\n"})
+        == '{"x":1e+21,"y":1e-7,"z":0.5,"s":"é\\n"}'
+    )
 
 
 # ---------------------------------------------------------------- H-2, H-3 (items 7, 8)
@@ -175,15 +186,37 @@ def test_H2_initial_header_carries_starts_series() -> None:
     session = agent.new_session()
     route = MockModelAdapter().prepare_call(RequestContext(1, 1, 1))
     commit = commit_into(session)
-    commit(EventDraft("user/message", {"id": "u", "role": "user", "source": {"kind": "user"},
-                                       "content": [{"type": "text", "text": "hi"}]},
-                      surface_op="append"))
-    build_request(session, RequestState.from_session(session), route, [], commit=commit,
-                  new_id=lambda k: f"{k}-1", starts_series=True, turn=1, step=1, attempt=1,
-                  stream="s")
+    commit(
+        EventDraft(
+            "user/message",
+            {
+                "id": "u",
+                "role": "user",
+                "source": {"kind": "user"},
+                "content": [{"type": "text", "text": "hi"}],
+            },
+            surface_op="append",
+        )
+    )
+    build_request(
+        session,
+        RequestState.from_session(session),
+        route,
+        [],
+        commit=commit,
+        new_id=lambda k: f"{k}-1",
+        starts_series=True,
+        turn=1,
+        step=1,
+        attempt=1,
+        stream="s",
+    )
     (header,) = [e for e in session.log if e.type == "request/header"]
-    assert header.data == {"header": header.data["header"], "reason": "initial",
-                           "startsSeries": True}
+    assert header.data == {
+        "header": header.data["header"],
+        "reason": "initial",
+        "startsSeries": True,
+    }
 
 
 def test_H2_resume_after_a_rewrite_since_the_loop_started_starts_a_series() -> None:
@@ -194,11 +227,19 @@ def test_H2_resume_after_a_rewrite_since_the_loop_started_starts_a_series() -> N
     h.turn(Say("two"))
     loop = StepLoop(h.agent, h.session, h.adapter)
     nodes = list(h.session.surface.state.nodes)[1:]
-    loop.commit(EventDraft(
-        "user/message", {"id": "sum", "role": "user", "source": {"kind": "compaction"},
-                         "content": [{"type": "text", "text": "summary"}]},
-        surface_op={"op": "replace", "startSeq": nodes[0], "endSeq": nodes[-1]},
-        source_event_seqs=nodes))
+    loop.commit(
+        EventDraft(
+            "user/message",
+            {
+                "id": "sum",
+                "role": "user",
+                "source": {"kind": "compaction"},
+                "content": [{"type": "text", "text": "summary"}],
+            },
+            surface_op={"op": "replace", "startSeq": nodes[0], "endSeq": nodes[-1]},
+            source_event_seqs=nodes,
+        )
+    )
     h.adapter.push(Say("three"))
     loop.run_turn("again")
     last = h.events("request/header")[-1]
@@ -243,14 +284,22 @@ def test_H2_compaction_still_starts_a_series() -> None:
 
 
 def header_event(seq: int, tools: list[dict[str, Any]], reason: str = "initial") -> Event:
-    return make_event("request/header", seq, {"header": {"config": BASE, "tools": tools},
-                                              "reason": reason})
+    return make_event(
+        "request/header", seq, {"header": {"config": BASE, "tools": tools}, "reason": reason}
+    )
 
 
 def developer(seq: int, blocks: list[dict[str, Any]], header_seq: int | None = None) -> Event:
-    data: dict[str, Any] = {"turn": 1, "step": 1, "message": {
-        "id": f"dev-{seq}", "role": "developer", "content": blocks,
-        "source": {"kind": "tool-registry"}}}
+    data: dict[str, Any] = {
+        "turn": 1,
+        "step": 1,
+        "message": {
+            "id": f"dev-{seq}",
+            "role": "developer",
+            "content": blocks,
+            "source": {"kind": "tool-registry"},
+        },
+    }
     if header_seq is not None:
         data["headerSeq"] = header_seq
     return make_event("developer/message", seq, data, surface_op="append")
@@ -261,28 +310,39 @@ def test_H5_developer_message_without_tool_blocks_is_an_empty_update() -> None:
     tool blocks an empty one; we skipped it."""
     read = {"name": "read", "description": "r", "parameters": {}}
     grep = {"name": "grep", "description": "g", "parameters": {}}
-    events = [header_event(0, [read]), developer(1, [{"type": "text", "text": "note"}]),
-              header_event(2, [grep, read], "change"),
-              developer(3, [{"type": "tool-addition", "toolName": "grep"}], 2)]
+    events = [
+        header_event(0, [read]),
+        developer(1, [{"type": "text", "text": "note"}]),
+        header_event(2, [grep, read], "change"),
+        developer(3, [{"type": "tool-addition", "toolName": "grep"}], 2),
+    ]
     history = tool_history(events)
     assert history["tools"] == [read]
-    assert history["updates"] == [{"messageId": "dev-1", "additions": []},
-                                  {"messageId": "dev-3", "additions": [grep]}]
+    assert history["updates"] == [
+        {"messageId": "dev-1", "additions": []},
+        {"messageId": "dev-3", "additions": [grep]},
+    ]
 
 
 def test_H5_tool_history_snapshot_rules() -> None:
     read = {"name": "read", "description": "r", "parameters": {}}
     grep = {"name": "grep", "description": "g", "parameters": {}}
     # a header changing tools without an update (old logs): the active tools, no updates
-    assert tool_history([header_event(0, [read]), header_event(1, [read, grep], "change")]
-                        ) == {"tools": [read, grep], "updates": []}
+    assert tool_history([header_event(0, [read]), header_event(1, [read, grep], "change")]) == {
+        "tools": [read, grep],
+        "updates": [],
+    }
     # a redeclared name (different JSON text) starts a new series
     changed = {"name": "read", "description": "r2", "parameters": {}}
     history = tool_history([header_event(0, [read]), header_event(1, [changed], "change")])
     assert history == {"tools": [changed], "updates": []}
     with pytest.raises(ToolHistoryError):
-        tool_history([header_event(0, [read]),
-                      developer(1, [{"type": "tool-addition", "toolName": "grep"}], 0)])
+        tool_history(
+            [
+                header_event(0, [read]),
+                developer(1, [{"type": "tool-addition", "toolName": "grep"}], 0),
+            ]
+        )
 
 
 # ---------------------------------------------------------------- F-1 (item 13)
@@ -310,8 +370,12 @@ def test_F3_logs_are_runtime_shaped() -> None:
     assert result["message"]["source"] == {"kind": "tool", "callId": "c1"}
     message = h.events("assistant/message")[0].data
     block = message["message"]["content"][0]
-    assert block == {"type": "tool-call", "id": "c1", "name": "read",
-                     "arguments": '{"path":"a.py"}'}
+    assert block == {
+        "type": "tool-call",
+        "id": "c1",
+        "name": "read",
+        "arguments": '{"path":"a.py"}',
+    }
     kinds = [r["type"] for r in message["stream"]]
     assert kinds == ["chunk", "tool-call-chunks", "chunk", "chunk", "chunk"]
     assert h.events("turn/end")[0].data["reason"] == {"kind": "completed"}

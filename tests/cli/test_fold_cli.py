@@ -54,12 +54,12 @@ def test_fold_prints_every_part(tmp_path: Path) -> None:
     code, out, err = run(str(log), "--compact")
     assert code == 0, err
     doc = orjson.loads(out)
-    assert set(doc) == {"asOfSeq", "surface", "messages", "transcript", "projections",
-                        "checkpoint"}
+    assert set(doc) == {"asOfSeq", "surface", "messages", "transcript", "projections", "checkpoint"}
     assert doc["asOfSeq"] == 299
     assert set(doc["surface"]) == {"nodes", "replaceGeneration", "contentGeneration"}
     assert {"turnBoundary", "toolHistory", "requestHeader", "sessionStats", "inbox"} <= set(
-        doc["projections"])
+        doc["projections"]
+    )
 
 
 def test_fold_at_folds_only_the_prefix(tmp_path: Path) -> None:
@@ -81,8 +81,14 @@ def test_from_checkpoint_prints_the_same_result(tmp_path: Path, kind: str) -> No
     write_session_file(log, None, events)
     full = orjson.loads(run(str(log), "--compact")[1])
     cp_file = tmp_path / "cp.json"
-    code, out, _ = run(str(log), "--at", "250", "--compact", "--write-checkpoint",
-                       str(tmp_path / "session-cp.json"))
+    code, out, _ = run(
+        str(log),
+        "--at",
+        "250",
+        "--compact",
+        "--write-checkpoint",
+        str(tmp_path / "session-cp.json"),
+    )
     assert code == 0
     if kind == "rows":
         cp_file.write_bytes(orjson.dumps(orjson.loads(out)["checkpoint"]))
@@ -121,8 +127,19 @@ def test_torn_tail_is_reported_with_offset(tmp_path: Path) -> None:
 
 def test_unsupported_header_version_says_so(tmp_path: Path) -> None:
     log = tmp_path / "session.v9.jsonl"
-    log.write_bytes(orjson.dumps({"type": "session", "version": 9, "id": "x", "createdAt": 0,
-                                  "isSeeded": False, "delegationDepth": 0}) + b"\n")
+    log.write_bytes(
+        orjson.dumps(
+            {
+                "type": "session",
+                "version": 9,
+                "id": "x",
+                "createdAt": 0,
+                "isSeeded": False,
+                "delegationDepth": 0,
+            }
+        )
+        + b"\n"
+    )
     code, _, err = run(str(log))
     assert code == 1 and "unsupported session format version 9" in err
 
@@ -168,13 +185,24 @@ def test_every_type_log_folds_to_the_runtime_units() -> None:
 
 
 def _header(version: int, **extra: object) -> bytes:
-    return orjson.dumps({"type": "session", "version": version, "id": "x", "createdAt": 0,
-                         "isSeeded": False, "delegationDepth": 0, **extra}) + b"\n"
+    return (
+        orjson.dumps(
+            {
+                "type": "session",
+                "version": version,
+                "id": "x",
+                "createdAt": 0,
+                "isSeeded": False,
+                "delegationDepth": 0,
+                **extra,
+            }
+        )
+        + b"\n"
+    )
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])
-def test_older_format_versions_are_refused_naming_the_version(tmp_path: Path,
-                                                              version: int) -> None:
+def test_older_format_versions_are_refused_naming_the_version(tmp_path: Path, version: int) -> None:
     from processor.files import log_filename
 
     log = tmp_path / log_filename(version)
@@ -192,19 +220,26 @@ def test_corpus_format_versions_outside_3_and_4_are_refused_naming_them(path: Pa
     version = int(path.parent.name[1:])
     code, out, err = run(str(path))
     assert code == 1 and out == "" and err.count("\n") == 1
-    assert (f"session format v{version} is not read here" in err if version < 3
-            else f"unsupported session format version {version}" in err), err
+    assert (
+        f"session format v{version} is not read here" in err
+        if version < 3
+        else f"unsupported session format version {version}" in err
+    ), err
 
 
-@pytest.mark.parametrize("extra,fragment", [
-    ({"cwd": "relative/dir"}, "cwd must be an absolute path"),
-    ({"sandboxMode": "x"}, "retired policy field(s): sandboxMode"),
-    ({"origin": "human"}, "origin must be 'subagent'"),
-    ({"createdAt": -1}, "createdAt must be a non-negative safe integer"),
-    ({"delegationDepth": 2**53}, "delegationDepth must be a non-negative safe integer"),
-])
-def test_header_line_is_checked_as_the_runtime_does(tmp_path: Path, extra: dict[str, object],
-                                                    fragment: str) -> None:
+@pytest.mark.parametrize(
+    "extra,fragment",
+    [
+        ({"cwd": "relative/dir"}, "cwd must be an absolute path"),
+        ({"sandboxMode": "x"}, "retired policy field(s): sandboxMode"),
+        ({"origin": "human"}, "origin must be 'subagent'"),
+        ({"createdAt": -1}, "createdAt must be a non-negative safe integer"),
+        ({"delegationDepth": 2**53}, "delegationDepth must be a non-negative safe integer"),
+    ],
+)
+def test_header_line_is_checked_as_the_runtime_does(
+    tmp_path: Path, extra: dict[str, object], fragment: str
+) -> None:
     log = tmp_path / "session.v4.jsonl"
     log.write_bytes(_header(4, **extra))
     code, _, err = run(str(log))
@@ -216,9 +251,18 @@ def test_log_file_names_follow_the_runtime() -> None:
 
     assert log_filename(0) == "session.jsonl"
     assert log_filename(4, compressed=True) == "session.v4.jsonl.zstd"
-    assert [version_of_filename(n) for n in (
-        "session.jsonl", "session.v3.jsonl", "session.v4.jsonl.zstd", "session.v4.jsonl.zst",
-        "session.v04.jsonl", "session.v0.jsonl", "other.jsonl")] == [0, 3, 4, 4, None, None, None]
+    assert [
+        version_of_filename(n)
+        for n in (
+            "session.jsonl",
+            "session.v3.jsonl",
+            "session.v4.jsonl.zstd",
+            "session.v4.jsonl.zst",
+            "session.v04.jsonl",
+            "session.v0.jsonl",
+            "other.jsonl",
+        )
+    ] == [0, 3, 4, 4, None, None, None]
 
 
 # ------------------------------------------------------------------ files that lose data
@@ -258,8 +302,9 @@ def test_byte_order_mark_is_named(tmp_path: Path) -> None:
     assert code == 1 and "byte-order mark" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("name,content", [("session.v4.jsonl", b""),
-                                          ("session.v4.jsonl.zstd", None)])
+@pytest.mark.parametrize(
+    "name,content", [("session.v4.jsonl", b""), ("session.v4.jsonl.zstd", None)]
+)
 def test_empty_file_is_reported(tmp_path: Path, name: str, content: bytes | None) -> None:
     import zstandard
 
@@ -269,8 +314,9 @@ def test_empty_file_is_reported(tmp_path: Path, name: str, content: bytes | None
     assert code == 1 and "empty file" in err
 
 
-def test_oversized_line_is_refused_with_offset_and_size(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_oversized_line_is_refused_with_offset_and_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import processor.files as files
 
     monkeypatch.setattr(files, "MAX_LINE_BYTES", 4096)

@@ -43,8 +43,17 @@ def invoke(config: ServiceConfig, *args: str, input: str | None = None) -> Resul
     sub: list[str] = []
     if command == "topics":  # options go after the subcommand of a group
         sub, rest = [rest[0]], rest[1:]
-    argv = [command, *sub, "-b", config.bootstrap_servers, "--topic-prefix",
-            config.topic_prefix, "--group-id", config.group_id, *rest]
+    argv = [
+        command,
+        *sub,
+        "-b",
+        config.bootstrap_servers,
+        "--topic-prefix",
+        config.topic_prefix,
+        "--group-id",
+        config.group_id,
+        *rest,
+    ]
     return CliRunner().invoke(cli, argv, input=input, catch_exceptions=False)
 
 
@@ -59,18 +68,25 @@ def as_json(value: Any) -> Any:
 @pytest.fixture
 def config(kafka_bootstrap: str) -> ServiceConfig:
     prefix = unique_prefix("c")
-    return ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
-                         group_id=f"{prefix}-group", partitions=3, commit_interval_ms=100,
-                         transaction_timeout_ms=10_000)
+    return ServiceConfig(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=prefix,
+        group_id=f"{prefix}-group",
+        partitions=3,
+        commit_interval_ms=100,
+        transaction_timeout_ms=10_000,
+    )
 
 
 def make_files(tmp_path: Path) -> dict[str, tuple[Path, list[Event]]]:
     """Two zstd files with a header line, one plain file without (id = file stem)."""
     rng = random.Random(21)
     out = {}
-    for sid, name, header in (("alpha", "alpha.jsonl.zst", True),
-                              ("beta", "session.v1.jsonl.zst", True),
-                              ("gamma", "gamma.jsonl", False)):
+    for sid, name, header in (
+        ("alpha", "alpha.jsonl.zst", True),
+        ("beta", "session.v1.jsonl.zst", True),
+        ("gamma", "gamma.jsonl", False),
+    ):
         events = generate_session(random.Random(rng.random()), 120)
         path = tmp_path / (sid if name.startswith("session") else "") / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -90,8 +106,8 @@ def test_topics_create_is_idempotent_and_verify_passes(config: ServiceConfig) ->
     first = invoke(config, "topics", "create", "--partitions", "2")
     assert first.exit_code == 0, first.output
     assert sorted(first.stdout.split()[1::2]) == sorted(
-        f"{config.topic_prefix}.{t}" for t in ("events", "views", "checkpoints", "dlq",
-                                               "control"))
+        f"{config.topic_prefix}.{t}" for t in ("events", "views", "checkpoints", "dlq", "control")
+    )
     again = invoke(config, "topics", "create", "--partitions", "2")
     assert again.exit_code == 0 and "all topics exist" in again.stdout
     assert invoke(config, "topics", "verify").exit_code == 0
@@ -100,12 +116,16 @@ def test_topics_create_is_idempotent_and_verify_passes(config: ServiceConfig) ->
     assert wrong.exit_code == 1 and "2 partitions, expected 5" in wrong.stderr
 
 
-def test_verify_detects_a_wrong_cleanup_policy_on_a_hand_made_topic(
-        config: ServiceConfig) -> None:
+def test_verify_detects_a_wrong_cleanup_policy_on_a_hand_made_topic(config: ServiceConfig) -> None:
     admin = clients.admin(config)
     views = config.topics.views
-    futures = admin.create_topics([NewTopic(views, num_partitions=3, replication_factor=1,
-                                            config={"cleanup.policy": "delete"})])
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                views, num_partitions=3, replication_factor=1, config={"cleanup.policy": "delete"}
+            )
+        ]
+    )
     futures[views].result()
     created = invoke(config, "topics", "create", "--partitions", "3")
     assert created.exit_code == 1  # the other four are created, the layout is still wrong
@@ -132,7 +152,8 @@ def test_topics_delete_asks_unless_yes(config: ServiceConfig) -> None:
 
 
 def test_ingest_zst_files_then_views_equal_the_offline_fold(
-        config: ServiceConfig, tmp_path: Path) -> None:
+    config: ServiceConfig, tmp_path: Path
+) -> None:
     assert invoke(config, "topics", "create").exit_code == 0
     files = make_files(tmp_path)
     result = invoke(config, "ingest", *(str(p) for p, _ in files.values()))
@@ -170,7 +191,12 @@ def test_ingest_zst_files_then_views_equal_the_offline_fold(
     gamma = orjson.loads(invoke(config, "views", "--session", "gamma").stdout)["gamma"]
     assert [line["view"] for line in lines] == sorted(gamma)  # the snapshot, once each
     assert set(gamma) >= set(got["gamma"]["projections"]) | {
-        "messages", "surface", "status", "transcript", "transcript.0"}
+        "messages",
+        "surface",
+        "status",
+        "transcript",
+        "transcript.0",
+    }
     assert all(line["session"] == "gamma" and line["asOfSeq"] == 119 for line in lines)
     assert invoke(config, "dlq").stdout == ""
     assert invoke(config, "views", "--session", "nobody").exit_code == 1
@@ -187,7 +213,8 @@ def _bad_file(tmp_path: Path) -> tuple[Path, list[Event]]:
 
 
 def test_ingest_refuses_an_invalid_file_and_raw_mode_feeds_the_dlq(
-        config: ServiceConfig, tmp_path: Path) -> None:
+    config: ServiceConfig, tmp_path: Path
+) -> None:
     assert invoke(config, "topics", "create").exit_code == 0
     bad, events = _bad_file(tmp_path)
     good = tmp_path / "good.jsonl.zst"
@@ -204,7 +231,8 @@ def test_ingest_refuses_an_invalid_file_and_raw_mode_feeds_the_dlq(
 
     letters = json_lines(invoke(config, "dlq", "--session", "bad").stdout)
     assert [(d["rule"], d["seq"]) for d in letters] == [("S-1", 25)] + [
-        ("QUARANTINED", s) for s in range(21, 30)]
+        ("QUARANTINED", s) for s in range(21, 30)
+    ]
     first = letters[0]
     assert first["event"] == {**as_json(events[20].to_json()), "seq": 25}
     assert first["key"] == "bad" and first["topic"] == config.topics.events
@@ -232,8 +260,11 @@ def test_follow_views_sees_live_commits(config: ServiceConfig) -> None:
     def follow() -> None:
         for update in follow_views(config, session="live", stop_after_s=12):
             updates.append(update)
-            if update.view == "status" and update.record is not None and (
-                    update.record.value["lastSeq"] == 49):
+            if (
+                update.view == "status"
+                and update.record is not None
+                and (update.record.value["lastSeq"] == 49)
+            ):
                 seen_any.set()
                 return
 

@@ -23,8 +23,9 @@ from processor.core.projections import (
 from processor.core.session import Session
 
 
-def counter(key: str = "users", version: int = 1, *, wire: bool = True,
-            calls: list[str] | None = None) -> ProjectionDefinition:
+def counter(
+    key: str = "users", version: int = 1, *, wire: bool = True, calls: list[str] | None = None
+) -> ProjectionDefinition:
     """Counts user messages; irrelevant events return the same state object."""
 
     def apply(state: Any, event: Event) -> Any:
@@ -36,9 +37,14 @@ def counter(key: str = "users", version: int = 1, *, wire: bool = True,
         if not isinstance(value, dict) or not isinstance(value.get("n"), int):
             raise ValueError("n must be an int")
 
-    return ProjectionDefinition(key, version, lambda h, i: {"n": 0}, apply, check,
-                                WireView(lambda s: {"count": s["n"]},
-                                         lambda v: None) if wire else None)
+    return ProjectionDefinition(
+        key,
+        version,
+        lambda h, i: {"n": 0},
+        apply,
+        check,
+        WireView(lambda s: {"count": s["n"]}, lambda v: None) if wire else None,
+    )
 
 
 def log_of(n_users: int = 2) -> LogBuilder:
@@ -69,9 +75,14 @@ def test_P1_irrelevant_event_keeps_state_identity_and_view() -> None:
     assert s.projections.state_of("users") is before
     assert s.projections.view_of("users") is view  # same object: not republished
     assert changes == []
-    s.append(make_event("user/message", s.next_seq, {"id": "m", "role": "user", "content": [],
-         "source": {"kind": "user"}},
-                        surface_op="append"))
+    s.append(
+        make_event(
+            "user/message",
+            s.next_seq,
+            {"id": "m", "role": "user", "content": [], "source": {"kind": "user"}},
+            surface_op="append",
+        )
+    )
     assert changes == [("users", s.last_seq)]
 
 
@@ -163,8 +174,14 @@ def test_P4_state_of_unknown_key_is_none_and_snapshot_validates_views() -> None:
     snap = s.projections.snapshot()
     assert snap.as_of_seq == s.last_seq and snap.values == {"users": {"count": 2}}
 
-    bad = ProjectionDefinition("bad", 1, lambda h, i: {}, lambda st, ev: st, lambda st: None,
-                               WireView(lambda st: st, _refuse))
+    bad = ProjectionDefinition(
+        "bad",
+        1,
+        lambda h, i: {},
+        lambda st, ev: st,
+        lambda st: None,
+        WireView(lambda st: st, _refuse),
+    )
     s2 = session_with(bad, events=log_of(1).events)
     with pytest.raises(ProjectionError, match="invalid view"):
         s2.projections.snapshot()
@@ -189,8 +206,10 @@ def test_P4_cached_snapshot_never_folds_and_reports_lowest_watermark() -> None:
 def test_P5_checkpoint_covers_every_unit_with_detached_values() -> None:
     s = session_with(counter("w"), counter("plain", wire=False), events=log_of(2).events)
     cp = s.projections.checkpoint()
-    assert cp == {"w": {"ver": 1, "seq": s.last_seq, "val": {"n": 2}},
-                  "plain": {"ver": 1, "seq": s.last_seq, "val": {"n": 2}}}
+    assert cp == {
+        "w": {"ver": 1, "seq": s.last_seq, "val": {"n": 2}},
+        "plain": {"ver": 1, "seq": s.last_seq, "val": {"n": 2}},
+    }
     cp["w"]["val"]["n"] = 99  # detached: the live state is untouched
     assert s.projections.state_of("w") == {"n": 2}
 
@@ -199,11 +218,19 @@ def test_P6_restore_floor_backs_off_one_anchor_event() -> None:
     registry = ProjectionRegistry()
     registry.register(counter("a"))
     registry.register(counter("b"))
-    assert restore_floor(registry, {"a": {"ver": 1, "seq": 9, "val": {}},
-                                    "b": {"ver": 1, "seq": 5, "val": {}}}) == 5
+    assert (
+        restore_floor(
+            registry, {"a": {"ver": 1, "seq": 9, "val": {}}, "b": {"ver": 1, "seq": 5, "val": {}}}
+        )
+        == 5
+    )
     assert restore_floor(registry, {"a": {"ver": 1, "seq": 9, "val": {}}}) == 0  # b missing
-    assert restore_floor(registry, {"a": {"ver": 2, "seq": 9, "val": {}},
-                                    "b": {"ver": 1, "seq": 9, "val": {}}}) == 0  # bad ver
+    assert (
+        restore_floor(
+            registry, {"a": {"ver": 2, "seq": 9, "val": {}}, "b": {"ver": 1, "seq": 9, "val": {}}}
+        )
+        == 0
+    )  # bad ver
     assert restore_floor(ProjectionRegistry(), {}) is None
 
 
@@ -244,9 +271,11 @@ def test_P8_view_checkpoint_is_zero_io_and_drops_bad_rows() -> None:
     registry.register(counter("a"))
     registry.register(counter("b"))
     registry.register(counter("c"))
-    cp = {"a": {"ver": 1, "seq": 3, "val": {"n": 4}},
-          "b": {"ver": 7, "seq": 3, "val": {"n": 4}},
-          "c": {"ver": 1, "seq": 3, "val": {"n": "x"}}}
+    cp = {
+        "a": {"ver": 1, "seq": 3, "val": {"n": 4}},
+        "b": {"ver": 7, "seq": 3, "val": {"n": 4}},
+        "c": {"ver": 1, "seq": 3, "val": {"n": "x"}},
+    }
     assert view_checkpoint(registry, cp) == {"a": {"count": 4}}
 
 
@@ -278,8 +307,7 @@ def test_P10_bumped_state_version_makes_rows_unusable_and_refolds() -> None:
 
 
 def _tool_history(b: LogBuilder) -> Any:
-    return Session.fold(b.events, projections=default_registry()).projections.view_of(
-        "toolHistory")
+    return Session.fold(b.events, projections=default_registry()).projections.view_of("toolHistory")
 
 
 def test_H5_additions_resolve_from_their_header_and_removal_keeps_declaration() -> None:
@@ -295,14 +323,17 @@ def test_H5_additions_resolve_from_their_header_and_removal_keeps_declaration() 
     assert [u["added"] for u in view["updates"]] == [[tool_def("grep")], []]
     assert view["updates"][1]["removed"] == ["read"]
     state = Session.fold(b.events, projections=default_registry()).projections.state_of(
-        "toolHistory")
+        "toolHistory"
+    )
     assert "read" in state["declared"]  # removal never erases the declaration
 
 
 def test_H5_new_series_on_series_reason_starts_series_or_redefinition() -> None:
-    for kwargs, tools in (({"reason": "series"}, [tool_def("read")]),
-                          ({"reason": "change", "starts_series": True}, [tool_def("read")]),
-                          ({"reason": "change"}, [tool_def("read", "a new schema")])):
+    for kwargs, tools in (
+        ({"reason": "series"}, [tool_def("read")]),
+        ({"reason": "change", "starts_series": True}, [tool_def("read")]),
+        ({"reason": "change"}, [tool_def("read", "a new schema")]),
+    ):
         b = LogBuilder()
         b.system("s")
         b.header([tool_def("read")])
@@ -325,8 +356,14 @@ def test_builtin_units_fold_a_session() -> None:
     b.assistant("hi", usage={"inputTokens": 10, "outputTokens": 3})
     b.step_end()
     b.turn_end()
-    b.add_raw("agent/inbox/spliced", {"target": "next-turn", "start": 0, "inserted": [
-        {"id": "in-1", "role": "user", "content": [], "source": {"kind": "user"}}]})
+    b.add_raw(
+        "agent/inbox/spliced",
+        {
+            "target": "next-turn",
+            "start": 0,
+            "inserted": [{"id": "in-1", "role": "user", "content": [], "source": {"kind": "user"}}],
+        },
+    )
     s = Session.fold(b.events, projections=default_registry())
     values = s.projections.snapshot().values
     assert set(values) == {u.key for u in BUILTIN_UNITS if u.wire is not None}
@@ -335,6 +372,11 @@ def test_builtin_units_fold_a_session() -> None:
     stats = values["sessionStats"]
     assert stats["turns"] == 2 and stats["usage"] == {"inputTokens": 10, "outputTokens": 3}
     assert [m["id"] for m in values["inbox"]["next-turn"]] == ["in-1"]
-    s.append(make_event("agent/inbox/spliced", s.next_seq, {
-        "target": "next-turn", "start": 0, "removedCount": 1, "inserted": []}))
+    s.append(
+        make_event(
+            "agent/inbox/spliced",
+            s.next_seq,
+            {"target": "next-turn", "start": 0, "removedCount": 1, "inserted": []},
+        )
+    )
     assert s.projections.view_of("inbox") == {"next-turn": [], "next-step": []}

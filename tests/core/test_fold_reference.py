@@ -33,8 +33,7 @@ from processor.core.surface import SurfaceState, commit_plan, plan_event
 from processor.offline import default_registry, fold_events, session_output
 from processor.workload import generate_session
 
-SETTINGS = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def as_json(value: Any) -> Any:
@@ -49,8 +48,9 @@ def deep_frozen(value: Any) -> bool:
     return True
 
 
-def reference_fold(events: list[Event]) -> tuple[dict[str, Any], dict[str, Any],
-                                                  list[tuple[str, int]]]:
+def reference_fold(
+    events: list[Event],
+) -> tuple[dict[str, Any], dict[str, Any], list[tuple[str, int]]]:
     """(output, checkpoint, identity changes) computed the plain way."""
     header = synthetic_header()
     surface = SurfaceState()
@@ -69,37 +69,54 @@ def reference_fold(events: list[Event]) -> tuple[dict[str, Any], dict[str, Any],
                 changes.append((d.key, event.seq))
             states[d.key] = new
     last = events[-1].seq if events else -1
-    messages = [m for m in (derive_event_message(surface.node_events[s], surface.overrides)
-                            for s in surface.nodes) if m is not None]
+    messages = [
+        m
+        for m in (
+            derive_event_message(surface.node_events[s], surface.overrides) for s in surface.nodes
+        )
+        if m is not None
+    ]
     transcript = [e for e in map(transcript_entry, events) if e is not None]
-    rows = {d.key: {"ver": d.state_version, "seq": last, "val": states[d.key]}
-            for d in BUILTIN_UNITS}
+    rows = {
+        d.key: {"ver": d.state_version, "seq": last, "val": states[d.key]} for d in BUILTIN_UNITS
+    }
     output = {
         "asOfSeq": last,
-        "surface": {"nodes": list(surface.nodes),
-                    "replaceGeneration": surface.replace_generation,
-                    "contentGeneration": surface.content_generation},
+        "surface": {
+            "nodes": list(surface.nodes),
+            "replaceGeneration": surface.replace_generation,
+            "contentGeneration": surface.content_generation,
+        },
         "messages": messages,
         "transcript": transcript,
-        "projections": {d.key: d.wire.view(states[d.key]) for d in BUILTIN_UNITS
-                        if d.wire is not None},
+        "projections": {
+            d.key: d.wire.view(states[d.key]) for d in BUILTIN_UNITS if d.wire is not None
+        },
         "checkpoint": rows,
     }
     digest = None
     for event in events:  # every event hashed, the last one kept
-        envelope = {"type": event.type, "seq": event.seq, "time": event.time,
-                    "data": event.data}
-        for key, value in (("surfaceOp", event.surface_op),
-                           ("sourceEventSeqs", event.source_event_seqs)):
+        envelope = {"type": event.type, "seq": event.seq, "time": event.time, "data": event.data}
+        for key, value in (
+            ("surfaceOp", event.surface_op),
+            ("sourceEventSeqs", event.source_event_seqs),
+        ):
             if key in event.to_json():
                 envelope[key] = value
         if event.ignorable is not None:
             envelope["ignorable"] = event.ignorable
-        digest = hashlib.blake2b(orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS),
-                                 digest_size=16).hexdigest()
-    checkpoint = {"version": CHECKPOINT_VERSION, "lastSeq": last, "lastDigest": digest,
-                  "surface": surface.to_json(), "transcriptBase": 0,
-                  "transcript": transcript, "rows": rows}
+        digest = hashlib.blake2b(
+            orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS), digest_size=16
+        ).hexdigest()
+    checkpoint = {
+        "version": CHECKPOINT_VERSION,
+        "lastSeq": last,
+        "lastDigest": digest,
+        "surface": surface.to_json(),
+        "transcriptBase": 0,
+        "transcript": transcript,
+        "rows": rows,
+    }
     return output, checkpoint, changes
 
 
@@ -108,8 +125,9 @@ def reference_fold(events: list[Event]) -> tuple[dict[str, Any], dict[str, Any],
 def test_optimised_fold_equals_reference_fold(rng: random.Random, n: int, form: int) -> None:
     events = generate_session(rng, n, form=form)
     expected_output, expected_checkpoint, expected_changes = reference_fold(events)
-    session = Session(message_projections=default_message_projections(),
-                      projections=default_registry())
+    session = Session(
+        message_projections=default_message_projections(), projections=default_registry()
+    )
     changes: list[tuple[str, int]] = []
     session.projections.add_listener(lambda key, _s, _v, seq: changes.append((key, seq)))
     session.extend(events)
@@ -134,8 +152,9 @@ def _states_along(events: list[Event]) -> dict[str, list[Any]]:
 
 @SETTINGS
 @given(st.randoms(use_true_random=False), st.integers(1, 80), st.data())
-def test_units_ignore_every_type_outside_their_event_types(rng: random.Random, n: int,
-                                                           data: st.DataObject) -> None:
+def test_units_ignore_every_type_outside_their_event_types(
+    rng: random.Random, n: int, data: st.DataObject
+) -> None:
     """P-1 for skipped types: any payload of an undeclared type returns the same state."""
     events = generate_session(rng, n)
     payloads = [e.data for e in events]
@@ -143,8 +162,10 @@ def test_units_ignore_every_type_outside_their_event_types(rng: random.Random, n
     for unit in BUILTIN_UNITS:
         if unit.event_types is None:
             continue
-        states = data.draw(st.lists(st.sampled_from(seen[unit.key]), min_size=1, max_size=4),
-                           label=f"{unit.key} states")
+        states = data.draw(
+            st.lists(st.sampled_from(seen[unit.key]), min_size=1, max_size=4),
+            label=f"{unit.key} states",
+        )
         for etype in sorted(KNOWN_TYPES - unit.event_types):
             payload = data.draw(st.sampled_from(payloads), label="payload")
             for state in states:
@@ -159,9 +180,15 @@ def test_P5_undetached_checkpoint_shares_frozen_states_and_copies_mutable_ones()
         return {"n": state["n"] + 1}  # a plain, mutable state (allowed for custom units)
 
     registry = default_registry()
-    registry.register(ProjectionDefinition(key="plainCount", state_version=1,
-                                           init=lambda header, inherited: {"n": 0},
-                                           apply=count_apply, validate_state=lambda s: None))
+    registry.register(
+        ProjectionDefinition(
+            key="plainCount",
+            state_version=1,
+            init=lambda header, inherited: {"n": 0},
+            apply=count_apply,
+            validate_state=lambda s: None,
+        )
+    )
     events = generate_session(random.Random(5), 40)
     session = Session(message_projections=default_message_projections(), projections=registry)
     session.extend(events)
@@ -197,12 +224,21 @@ def test_P3_apply_that_raises_leaves_earlier_units_advanced_and_later_ones_behin
         return state
 
     def unit(key: str, apply: Any, types: frozenset[str] | None = None) -> ProjectionDefinition:
-        return ProjectionDefinition(key=key, state_version=1, init=lambda h, i: 0, apply=apply,
-                                    validate_state=lambda s: None, event_types=types)
+        return ProjectionDefinition(
+            key=key,
+            state_version=1,
+            init=lambda h, i: 0,
+            apply=apply,
+            validate_state=lambda s: None,
+            event_types=types,
+        )
 
     registry = ProjectionRegistry()
-    for definition in (unit("before", count), unit("bomb", bomb),
-                       unit("after", count_todos, frozenset({"todo/write"}))):
+    for definition in (
+        unit("before", count),
+        unit("bomb", bomb),
+        unit("after", count_todos, frozenset({"todo/write"})),
+    ):
         registry.register(definition)
     events = generate_session(random.Random(3), 20)
     session = Session(message_projections=default_message_projections(), projections=registry)
@@ -215,8 +251,11 @@ def test_P3_apply_that_raises_leaves_earlier_units_advanced_and_later_ones_behin
     else:
         raise AssertionError("the unit's error must propagate")
     proj = session.projections
-    assert (proj.observed_seq("before"), proj.observed_seq("bomb"),
-            proj.observed_seq("after")) == (20, 19, 19)
+    assert (proj.observed_seq("before"), proj.observed_seq("bomb"), proj.observed_seq("after")) == (
+        20,
+        19,
+        19,
+    )
     todos = sum(e.type == "todo/write" for e in events if e.is_known)
     known = sum(e.is_known for e in events)
     armed["on"] = False  # catching up later applies the event exactly once to each unit

@@ -23,8 +23,9 @@ def _tracked(obj: object) -> bool:
     return any(o is obj for o in gc.get_objects())
 
 
-def test_settled_sessions_are_not_traversed_and_later_cycles_are_collected(unfrozen: None,
-                                                                           ) -> None:
+def test_settled_sessions_are_not_traversed_and_later_cycles_are_collected(
+    unfrozen: None,
+) -> None:
     sessions = [fold_events(generate_session(random.Random(i), 30)) for i in range(20)]
     state = sessions[-1].projections.state_of("sessionStats")
     assert gc.is_tracked(state) and _tracked(state)

@@ -29,14 +29,15 @@ def test_G1_derive_event_message_per_type() -> None:
     assert derive_event_message(asst) is asst.data["message"]
     assert derive_event_message(call) is None
     assert derive_event_message(res) is res.data["message"]
-    override = {"id": user.data["id"], "role": "user", "content": [],
-         "source": {"kind": "user"}}
+    override = {"id": user.data["id"], "role": "user", "content": [], "source": {"kind": "user"}}
     assert derive_event_message(user, {user.seq: override}) is override  # projection wins
     s = session(b)
     assert s.surface.nodes == [0, 1, 2, 3, 5]
-    assert [m["id"] for m in s.derive_messages()] == [user.data["id"],
-                                                      asst.data["message"]["id"],
-                                                      res.data["message"]["id"]]
+    assert [m["id"] for m in s.derive_messages()] == [
+        user.data["id"],
+        asst.data["message"]["id"],
+        res.data["message"]["id"],
+    ]
 
 
 def test_G2_cache_extends_on_append_and_rebuilds_on_rewrite() -> None:
@@ -70,9 +71,16 @@ def test_G2_messages_are_immutable() -> None:
 def test_G2_cache_is_dropped_when_generation_changes() -> None:
     b = LogBuilder()
     b.user("a")
-    b.add_raw("user/message", {"id": "img", "role": "user", "source": {"kind": "user"},
-                               "content": [
-        {"type": "image", "data": "AA"}]}, surfaceOp="append")
+    b.add_raw(
+        "user/message",
+        {
+            "id": "img",
+            "role": "user",
+            "source": {"kind": "user"},
+            "content": [{"type": "image", "data": "AA"}],
+        },
+        surfaceOp="append",
+    )
     s = session(b)
     cache = DerivedMessages()
     assert cache.derive(s.surface.state)[1]["content"][0]["type"] == "image"
@@ -82,8 +90,7 @@ def test_G2_cache_is_dropped_when_generation_changes() -> None:
 
 def test_G3_derivation_never_wraps_content() -> None:
     b = LogBuilder()
-    ctx = b.user("<context>as the producer framed it</context>",
-                 source={"kind": "runtime-context"})
+    ctx = b.user("<context>as the producer framed it</context>", source={"kind": "runtime-context"})
     assert session(b).derive_messages() == [ctx.data]
 
 
@@ -102,16 +109,23 @@ def test_G4_transcript_survives_compaction() -> None:
 def test_G5_fold_surface_reports_nodes_replacements_and_projections() -> None:
     b = LogBuilder()
     b.system("s")
-    b.add_raw("user/message", {"id": "img", "role": "user", "source": {"kind": "user"},
-                               "content": [
-        {"type": "image", "data": "AA"}]}, surfaceOp="append")
+    b.add_raw(
+        "user/message",
+        {
+            "id": "img",
+            "role": "user",
+            "source": {"kind": "user"},
+            "content": [{"type": "image", "data": "AA"}],
+        },
+        surfaceOp="append",
+    )
     b.user("q")
     b.add_raw("image/offload", {"targets": [{"seq": 1, "imageIndexes": [0]}]})
     b.summary("sum", 2, 2, [2])
     folded = fold_surface(b.events, default_message_projections())
     assert folded.nodes == (0, 1, 4)
     assert [r.to_json() for r in folded.replacements] == [
-        {"seq": 4, "startSeq": 2, "endSeq": 2, "shadowed": [2]}]
-    assert folded.projected[1]["content"][0] == {"type": "image", "data": "AA",
-                                                 "offloaded": True}
+        {"seq": 4, "startSeq": 2, "endSeq": 2, "shadowed": [2]}
+    ]
+    assert folded.projected[1]["content"][0] == {"type": "image", "data": "AA", "offloaded": True}
     assert (folded.replace_generation, folded.content_generation) == (1, 2)

@@ -29,16 +29,26 @@ from processor.core.projections import (
     view_checkpoint,
 )
 
-HEADER: dict[str, Any] = {"type": "session", "version": 1, "id": "s", "createdAt": 0,
-                          "isSeeded": False, "delegationDepth": 0}
+HEADER: dict[str, Any] = {
+    "type": "session",
+    "version": 1,
+    "id": "s",
+    "createdAt": 0,
+    "isSeeded": False,
+    "delegationDepth": 0,
+}
 
 
 # ------------------------------------------------------------------ helpers
 
 
 def user(seq: int, mid: str | None = None) -> Event:
-    return make_event("user/message", seq, {"id": mid or f"u{seq}", "role": "user",
-                                            "content": []}, surface_op="append")
+    return make_event(
+        "user/message",
+        seq,
+        {"id": mid or f"u{seq}", "role": "user", "content": []},
+        surface_op="append",
+    )
 
 
 def turn(seq: int) -> Event:
@@ -52,15 +62,26 @@ def ignorable(seq: int) -> Event:
 class Counter:
     """A unit counting user messages, recording every call it gets."""
 
-    def __init__(self, key: str = "users", version: int = 1, *, wire: bool = True,
-                 new_equal_state: bool = False) -> None:
+    def __init__(
+        self,
+        key: str = "users",
+        version: int = 1,
+        *,
+        wire: bool = True,
+        new_equal_state: bool = False,
+    ) -> None:
         self.applied: list[int] = []
         self.views = 0
         self.inits: list[int] = []
         self.new_equal_state = new_equal_state
         self.definition = ProjectionDefinition(
-            key, version, self.init, self.apply, self.validate,
-            WireView(self.view, self.validate_view) if wire else None)
+            key,
+            version,
+            self.init,
+            self.apply,
+            self.validate,
+            WireView(self.view, self.validate_view) if wire else None,
+        )
 
     def init(self, header: Any, inherited: int) -> Any:
         self.inits.append(inherited)
@@ -89,8 +110,10 @@ class Counter:
             raise ValueError("count missing")
 
 
-def setup(*units: Counter | ProjectionDefinition, base_seq: int = 0,
-          ) -> tuple[ProjectionRegistry, SessionLog, SessionProjections]:
+def setup(
+    *units: Counter | ProjectionDefinition,
+    base_seq: int = 0,
+) -> tuple[ProjectionRegistry, SessionLog, SessionProjections]:
     registry = ProjectionRegistry()
     for unit in units:
         registry.register(unit.definition if isinstance(unit, Counter) else unit)
@@ -161,9 +184,14 @@ def test_P1_a_view_returned_as_the_same_object_is_not_a_change() -> None:
     def view(state: Any) -> Any:  # visible part: parity only, object reused
         return cache.setdefault(state["n"] % 2, {"count": state["n"] % 2})
 
-    unit = ProjectionDefinition("parity", 1, lambda h, i: {"n": 0},
-                                lambda s, e: {"n": s["n"] + 1} if e.type == "user/message"
-                                else s, Counter.validate, WireView(view, Counter.validate_view))
+    unit = ProjectionDefinition(
+        "parity",
+        1,
+        lambda h, i: {"n": 0},
+        lambda s, e: {"n": s["n"] + 1} if e.type == "user/message" else s,
+        Counter.validate,
+        WireView(view, Counter.validate_view),
+    )
     _, log, proj = setup(unit)
     commit(log, proj, user(0))
     first = proj.drain_view_changes()
@@ -379,9 +407,14 @@ def test_P4_snapshot_holds_validated_wire_views_only_at_the_log_end() -> None:
 
 
 def test_P4_snapshot_refuses_an_invalid_view() -> None:
-    unit = ProjectionDefinition("bad", 1, lambda h, i: {"n": 0}, lambda s, e: s,
-                                Counter.validate, WireView(lambda s: {"oops": 1},
-                                                           Counter.validate_view))
+    unit = ProjectionDefinition(
+        "bad",
+        1,
+        lambda h, i: {"n": 0},
+        lambda s, e: s,
+        Counter.validate,
+        WireView(lambda s: {"oops": 1}, Counter.validate_view),
+    )
     _, log, proj = setup(unit)
     commit(log, proj, user(0))
     with pytest.raises(ProjectionError, match="invalid view"):
@@ -395,8 +428,9 @@ def test_P4_cached_snapshot_never_folds_and_reports_the_lowest_watermark() -> No
     registry, log, proj = setup(a, b)
     for event in mixed(6):
         log.append(event)
-    proj.install({"a": {"ver": 1, "seq": 3, "val": {"n": 2}},
-                  "b": {"ver": 1, "seq": 5, "val": {"n": 3}}})
+    proj.install(
+        {"a": {"ver": 1, "seq": 3, "val": {"n": 2}}, "b": {"ver": 1, "seq": 5, "val": {"n": 3}}}
+    )
     registry.register(late.definition)
     cached = proj.cached_snapshot()
     assert cached is not None and cached.as_of_seq == 3
@@ -420,8 +454,10 @@ def test_P5_checkpoint_covers_every_unit_with_detached_values() -> None:
     _, log, proj = setup(Counter("w"), Counter("plain", wire=False))
     commit(log, proj, user(0), user(1))
     cp = proj.checkpoint()
-    assert cp == {"w": {"ver": 1, "seq": 1, "val": {"n": 2}},
-                  "plain": {"ver": 1, "seq": 1, "val": {"n": 2}}}
+    assert cp == {
+        "w": {"ver": 1, "seq": 1, "val": {"n": 2}},
+        "plain": {"ver": 1, "seq": 1, "val": {"n": 2}},
+    }
     cp["w"]["val"]["n"] = 99
     assert proj.state_of("w") == {"n": 2}
     assert proj.state_of("w") is not cp["w"]["val"]
@@ -447,21 +483,45 @@ def test_P5_empty_log_rows_are_at_seq_minus_one() -> None:
 
 def test_P6_restore_floor_backs_off_one_anchor_event() -> None:
     registry, _, _ = setup(Counter("a"), Counter("b"))
-    assert restore_floor(registry, {"a": {"ver": 1, "seq": 9, "val": {}},
-                                    "b": {"ver": 1, "seq": 5, "val": {}}}) == 5
-    assert restore_floor(registry, {"a": {"ver": 1, "seq": 9, "val": {}},
-                                    "b": {"ver": 1, "seq": 9, "val": {}}}) == 9
+    assert (
+        restore_floor(
+            registry, {"a": {"ver": 1, "seq": 9, "val": {}}, "b": {"ver": 1, "seq": 5, "val": {}}}
+        )
+        == 5
+    )
+    assert (
+        restore_floor(
+            registry, {"a": {"ver": 1, "seq": 9, "val": {}}, "b": {"ver": 1, "seq": 9, "val": {}}}
+        )
+        == 9
+    )
 
 
 def test_P6_missing_or_mismatched_row_needs_the_whole_log() -> None:
     registry, _, _ = setup(Counter("a"), Counter("b"))
     assert restore_floor(registry, {"a": {"ver": 1, "seq": 9, "val": {}}}) == 0
-    assert restore_floor(registry, {"a": {"ver": 2, "seq": 9, "val": {}},
-                                    "b": {"ver": 1, "seq": 9, "val": {}}}) == 0
-    assert restore_floor(registry, {"a": {"ver": True, "seq": 9, "val": {}},  # bool is not 1
-                                    "b": {"ver": 1, "seq": 9, "val": {}}}) == 0
-    assert restore_floor(registry, {"a": {"ver": 1, "seq": -1, "val": {}},
-                                    "b": {"ver": 1, "seq": 9, "val": {}}}) == 0
+    assert (
+        restore_floor(
+            registry, {"a": {"ver": 2, "seq": 9, "val": {}}, "b": {"ver": 1, "seq": 9, "val": {}}}
+        )
+        == 0
+    )
+    assert (
+        restore_floor(
+            registry,
+            {
+                "a": {"ver": True, "seq": 9, "val": {}},  # bool is not 1
+                "b": {"ver": 1, "seq": 9, "val": {}},
+            },
+        )
+        == 0
+    )
+    assert (
+        restore_floor(
+            registry, {"a": {"ver": 1, "seq": -1, "val": {}}, "b": {"ver": 1, "seq": 9, "val": {}}}
+        )
+        == 0
+    )
 
 
 def test_P6_no_registered_unit_means_no_floor() -> None:
@@ -505,12 +565,14 @@ def test_P7_restore_from_row_plus_tail_equals_full_fold() -> None:
 def test_P7_unusable_row_with_a_suffix_requires_rereading_from_zero() -> None:
     events = mixed(8)
     registry, _, _ = setup(Counter())
-    for bad in ({"ver": 1, "seq": 1, "val": {"n": 0}},      # below base_seq - 1
-                {"ver": 1, "seq": 99, "val": {"n": 0}},     # beyond the log end
-                {"ver": 2, "seq": 4, "val": {"n": 0}},      # other stateVersion
-                {"ver": 1, "seq": 4, "val": {"n": "x"}},    # invalid state
-                {"ver": 1, "seq": 4},                       # no val
-                None):                                      # no row
+    for bad in (
+        {"ver": 1, "seq": 1, "val": {"n": 0}},  # below base_seq - 1
+        {"ver": 1, "seq": 99, "val": {"n": 0}},  # beyond the log end
+        {"ver": 2, "seq": 4, "val": {"n": 0}},  # other stateVersion
+        {"ver": 1, "seq": 4, "val": {"n": "x"}},  # invalid state
+        {"ver": 1, "seq": 4},  # no val
+        None,
+    ):  # no row
         cp = {"users": bad} if bad is not None else {}
         with pytest.raises(ProjectionError, match="re-read from seq 0") as err:
             restore(registry, HEADER, cp, events[4:], 4)
@@ -552,8 +614,14 @@ def test_P7_restored_state_never_aliases_the_checkpoint() -> None:
     result.rows["users"]["val"]["n"] = 5
     assert cp["users"]["val"]["n"] == 1000
     # an identity view of an untouched row must not hand out the caller's dict either
-    same = ProjectionDefinition("same", 1, lambda h, i: {"n": 0}, lambda s, e: s,
-                                Counter.validate, WireView(lambda s: s, Counter.validate))
+    same = ProjectionDefinition(
+        "same",
+        1,
+        lambda h, i: {"n": 0},
+        lambda s, e: s,
+        Counter.validate,
+        WireView(lambda s: s, Counter.validate),
+    )
     reg2, _, _ = setup(same)
     row: dict[str, Any] = {"same": {"ver": 1, "seq": 3, "val": {"n": 1}}}
     snap = restore(reg2, HEADER, row, [user(3)], 3).snapshot
@@ -580,24 +648,31 @@ def test_P7_rows_per_unit_can_sit_at_different_watermarks() -> None:
 def test_P8_view_checkpoint_is_zero_io_and_drops_bad_rows() -> None:
     a, b, c, d = Counter("a"), Counter("b"), Counter("c"), Counter("d", wire=False)
     registry, _, _ = setup(a, b, c, d)
-    cp = {"a": {"ver": 1, "seq": 3, "val": {"n": 4}},
-          "b": {"ver": 7, "seq": 3, "val": {"n": 4}},
-          "c": {"ver": 1, "seq": 3, "val": {"n": "x"}},
-          "d": {"ver": 1, "seq": 3, "val": {"n": 1}},
-          "gone": {"ver": 1, "seq": 3, "val": {"n": 1}}}
+    cp = {
+        "a": {"ver": 1, "seq": 3, "val": {"n": 4}},
+        "b": {"ver": 7, "seq": 3, "val": {"n": 4}},
+        "c": {"ver": 1, "seq": 3, "val": {"n": "x"}},
+        "d": {"ver": 1, "seq": 3, "val": {"n": 1}},
+        "gone": {"ver": 1, "seq": 3, "val": {"n": 1}},
+    }
     assert view_checkpoint(registry, cp) == {"a": {"count": 4}}
     assert a.applied == [] and a.inits == []
 
 
 def test_P8_a_row_whose_view_fails_validation_is_absent() -> None:
-    unit = ProjectionDefinition("v", 1, lambda h, i: {"n": 0}, lambda s, e: s,
-                                Counter.validate,
-                                WireView(lambda s: {"count": s["n"]} if s["n"] else {},
-                                         Counter.validate_view))
+    unit = ProjectionDefinition(
+        "v",
+        1,
+        lambda h, i: {"n": 0},
+        lambda s, e: s,
+        Counter.validate,
+        WireView(lambda s: {"count": s["n"]} if s["n"] else {}, Counter.validate_view),
+    )
     registry, _, _ = setup(unit)
     assert view_checkpoint(registry, {"v": {"ver": 1, "seq": 0, "val": {"n": 0}}}) == {}
     assert view_checkpoint(registry, {"v": {"ver": 1, "seq": 0, "val": {"n": 2}}}) == {
-        "v": {"count": 2}}
+        "v": {"count": 2}
+    }
 
 
 # ------------------------------------------------------------------ P-9
@@ -691,8 +766,9 @@ def test_install_uses_each_row_seq_as_the_watermark() -> None:
     _, log, proj = setup(Counter("a"), Counter("b"), base_seq=4)
     for event in mixed(4, start=4):
         log.append(event)
-    proj.install({"a": {"ver": 1, "seq": 3, "val": {"n": 2}},
-                  "b": {"ver": 1, "seq": 5, "val": {"n": 3}}})
+    proj.install(
+        {"a": {"ver": 1, "seq": 3, "val": {"n": 2}}, "b": {"ver": 1, "seq": 5, "val": {"n": 3}}}
+    )
     assert proj.observed_seq("a") == 3 and proj.observed_seq("b") == 5
     assert proj.snapshot().values == {"a": {"count": 4}, "b": {"count": 4}}
 
@@ -700,10 +776,12 @@ def test_install_uses_each_row_seq_as_the_watermark() -> None:
 def test_install_refuses_unusable_rows_and_installs_nothing() -> None:
     _, _, proj = setup(Counter("a"), Counter("b"), base_seq=6)
     good = {"ver": 1, "seq": 5, "val": {"n": 1}}
-    for rows in ({"a": good},                                          # b missing
-                 {"a": good, "b": {"ver": 2, "seq": 5, "val": {"n": 1}}},
-                 {"a": good, "b": {"ver": 1, "seq": 2, "val": {"n": 1}}},  # below the log
-                 {"a": good, "b": {"ver": 1, "seq": 5, "val": []}}):
+    for rows in (
+        {"a": good},  # b missing
+        {"a": good, "b": {"ver": 2, "seq": 5, "val": {"n": 1}}},
+        {"a": good, "b": {"ver": 1, "seq": 2, "val": {"n": 1}}},  # below the log
+        {"a": good, "b": {"ver": 1, "seq": 5, "val": []}},
+    ):
         with pytest.raises(ProjectionError, match="re-read from seq 0"):
             proj.install(rows, 5)
         assert proj.observed_seq("a") is None
@@ -721,9 +799,24 @@ def _random_events(rng: random.Random, n: int) -> list[Event]:
     header_seq: int | None = None
     pending: list[str] = []
     for seq in range(n):
-        kind = rng.choice(["turn", "turn_end", "step", "step_end", "call", "attempt", "retry",
-                           "splice", "header", "ignorable", "user", "assistant", "result",
-                           "dev"])
+        kind = rng.choice(
+            [
+                "turn",
+                "turn_end",
+                "step",
+                "step_end",
+                "call",
+                "attempt",
+                "retry",
+                "splice",
+                "header",
+                "ignorable",
+                "user",
+                "assistant",
+                "result",
+                "dev",
+            ]
+        )
         if kind == "dev" and not tools:
             kind = "header"
         if kind == "turn":
@@ -735,8 +828,11 @@ def _random_events(rng: random.Random, n: int) -> list[Event]:
         elif kind == "step_end":
             ev = make_event("step/end", seq, {"turn": 1, "step": seq})
         elif kind == "call":
-            ev = make_event("tool/call", seq, {"turn": 1, "step": 1, "callId": f"c{seq}",
-                                               "name": "read", "arguments": {}})
+            ev = make_event(
+                "tool/call",
+                seq,
+                {"turn": 1, "step": 1, "callId": f"c{seq}", "name": "read", "arguments": {}},
+            )
         elif kind == "attempt":
             ev = make_event("assistant/attempt", seq, {"turn": 1, "step": 1, "stream": "s"})
         elif kind == "retry":
@@ -744,43 +840,73 @@ def _random_events(rng: random.Random, n: int) -> list[Event]:
         elif kind == "splice":
             mid = f"in{seq}"
             pending.append(mid)
-            ev = make_event("agent/inbox/spliced", seq, {
-                "target": rng.choice(["next-turn", "next-step"]), "start": 0,
-                "inserted": [{"id": mid, "role": "user", "content": []}]})
+            ev = make_event(
+                "agent/inbox/spliced",
+                seq,
+                {
+                    "target": rng.choice(["next-turn", "next-step"]),
+                    "start": 0,
+                    "inserted": [{"id": mid, "role": "user", "content": []}],
+                },
+            )
         elif kind == "header":
             names = rng.sample(["read", "grep", "edit"], rng.randint(0, 3))
             version = rng.choice(["v1", "v2"])
             header: dict[str, Any] = {"config": {"provider": "p", "model": "m"}}
             if names:
-                header["tools"] = [{"name": t, "description": version,
-                                    "parameters": {"type": "object"}} for t in names]
+                header["tools"] = [
+                    {"name": t, "description": version, "parameters": {"type": "object"}}
+                    for t in names
+                ]
             tools, header_seq = names, seq
-            ev = make_event("request/header", seq, {
-                "header": header, "reason": rng.choice(["initial", "change", "series"])})
+            ev = make_event(
+                "request/header",
+                seq,
+                {"header": header, "reason": rng.choice(["initial", "change", "series"])},
+            )
         elif kind == "ignorable":
             ev = ignorable(seq)
         elif kind == "user":
             mid = pending.pop(0) if pending and rng.random() < 0.5 else f"u{seq}"
             ev = user(seq, mid)
         elif kind == "assistant":
-            ev = make_event("assistant/message", seq, {
-                "turn": 1, "step": 1, "stream": "s",
-                "usage": {"inputTokens": rng.randint(0, 9), "outputTokens": 1.5},
-                "message": {"id": f"a{seq}", "role": "assistant", "content": []}},
-                surface_op="append")
+            ev = make_event(
+                "assistant/message",
+                seq,
+                {
+                    "turn": 1,
+                    "step": 1,
+                    "stream": "s",
+                    "usage": {"inputTokens": rng.randint(0, 9), "outputTokens": 1.5},
+                    "message": {"id": f"a{seq}", "role": "assistant", "content": []},
+                },
+                surface_op="append",
+            )
         elif kind == "result":
-            data: dict[str, Any] = {"turn": 1, "step": 1, "message": {
-                "id": f"t{seq}", "role": "tool", "content": [], "isError": True}}
+            data: dict[str, Any] = {
+                "turn": 1,
+                "step": 1,
+                "message": {"id": f"t{seq}", "role": "tool", "content": [], "isError": True},
+            }
             if rng.random() < 0.5:
                 data["error"] = {"name": "read", "code": "x"}
             ev = make_event("tool/result", seq, data, surface_op="append")
         else:
-            blocks = [{"type": "tool-addition", "toolName": rng.choice(tools)},
-                      {"type": "tool-removal", "toolName": rng.choice(["read", "grep"])}]
-            ev = make_event("developer/message", seq, {
-                "turn": 1, "step": 1, "headerSeq": header_seq,
-                "message": {"id": f"d{seq}", "role": "developer", "content": blocks}},
-                surface_op="append")
+            blocks = [
+                {"type": "tool-addition", "toolName": rng.choice(tools)},
+                {"type": "tool-removal", "toolName": rng.choice(["read", "grep"])},
+            ]
+            ev = make_event(
+                "developer/message",
+                seq,
+                {
+                    "turn": 1,
+                    "step": 1,
+                    "headerSeq": header_seq,
+                    "message": {"id": f"d{seq}", "role": "developer", "content": blocks},
+                },
+                surface_op="append",
+            )
         events.append(ev)
     return events
 
@@ -802,8 +928,9 @@ def _fold(registry: ProjectionRegistry, events: list[Event]) -> SessionProjectio
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 40), data=st.data())
-def test_P6_P7_checkpoint_at_any_k_restores_to_the_full_fold(seed: int, n: int,
-                                                            data: st.DataObject) -> None:
+def test_P6_P7_checkpoint_at_any_k_restores_to_the_full_fold(
+    seed: int, n: int, data: st.DataObject
+) -> None:
     rng = random.Random(seed)
     events = _random_events(rng, n)
     registry, _ = _registry()
@@ -819,8 +946,10 @@ def test_P6_P7_checkpoint_at_any_k_restores_to_the_full_fold(seed: int, n: int,
     assert result.snapshot == full.snapshot()
     assert result.rows == full.checkpoint()
     if len(set(ks.values())) == 1:
-        assert view_checkpoint(registry, cp) == _fold(registry, events[:ks[keys[0]]]).snapshot(
-        ).values
+        assert (
+            view_checkpoint(registry, cp)
+            == _fold(registry, events[: ks[keys[0]]]).snapshot().values
+        )
     # a log shortened below the highest watermark: refuse, or (from 0) fold the short log
     top = max(ks.values())
     if top >= 1:

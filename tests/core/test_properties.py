@@ -22,8 +22,7 @@ from processor.core.surface import SurfaceManager, fold_surface
 from processor.offline import default_registry, fold_events, restore_session, session_output
 from processor.workload import generate_session
 
-SETTINGS = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def as_json(value: Any) -> Any:
@@ -32,8 +31,7 @@ def as_json(value: Any) -> Any:
 
 @SETTINGS
 @given(st.randoms(use_true_random=False), st.integers(2, 90))
-def test_G5_live_manager_equals_offline_fold_for_every_prefix(rng: random.Random,
-                                                              n: int) -> None:
+def test_G5_live_manager_equals_offline_fold_for_every_prefix(rng: random.Random, n: int) -> None:
     events = generate_session(rng, n)
     registry = default_message_projections()
     manager = SurfaceManager(registry)
@@ -52,20 +50,23 @@ def test_G5_live_manager_equals_offline_fold_for_every_prefix(rng: random.Random
 @given(st.randoms(use_true_random=False), st.integers(2, 80))
 def test_live_session_equals_offline_fold_for_every_prefix(rng: random.Random, n: int) -> None:
     events = generate_session(rng, n)
-    live = Session(message_projections=default_message_projections(),
-                   projections=default_registry())
+    live = Session(
+        message_projections=default_message_projections(), projections=default_registry()
+    )
     for i, event in enumerate(events):
         live.validate(event)
         live.append(event)
         if i % 7 == 0 or i == n - 1:
-            assert as_json(session_output(live)) == as_json(session_output(
-                fold_events(events[: i + 1])))
+            assert as_json(session_output(live)) == as_json(
+                session_output(fold_events(events[: i + 1]))
+            )
 
 
 @SETTINGS
 @given(st.randoms(use_true_random=False), st.integers(2, 80), st.data())
-def test_checkpoint_at_any_seq_plus_tail_equals_full_fold(rng: random.Random, n: int,
-                                                          data: st.DataObject) -> None:
+def test_checkpoint_at_any_seq_plus_tail_equals_full_fold(
+    rng: random.Random, n: int, data: st.DataObject
+) -> None:
     events = generate_session(rng, n)
     k = data.draw(st.integers(0, n - 1), label="checkpoint after seq")
     end = data.draw(st.integers(k, n - 1), label="prefix end")
@@ -82,8 +83,9 @@ def test_checkpoint_at_any_seq_plus_tail_equals_full_fold(rng: random.Random, n:
 
 @SETTINGS
 @given(st.randoms(use_true_random=False), st.integers(3, 60), st.data())
-def test_log_shortened_below_checkpoint_is_refused(rng: random.Random, n: int,
-                                                   data: st.DataObject) -> None:
+def test_log_shortened_below_checkpoint_is_refused(
+    rng: random.Random, n: int, data: st.DataObject
+) -> None:
     events = generate_session(rng, n)
     k = data.draw(st.integers(1, n - 1))
     cp = as_json(fold_events(events[: k + 1]).checkpoint())
@@ -94,8 +96,7 @@ def test_log_shortened_below_checkpoint_is_refused(rng: random.Random, n: int,
 
 @SETTINGS
 @given(st.randoms(use_true_random=False), st.integers(3, 60), st.data())
-def test_rewritten_anchor_event_is_refused(rng: random.Random, n: int,
-                                           data: st.DataObject) -> None:
+def test_rewritten_anchor_event_is_refused(rng: random.Random, n: int, data: st.DataObject) -> None:
     events = generate_session(rng, n)
     k = data.draw(st.integers(1, n - 1))
     cp = as_json(fold_events(events[: k + 1]).checkpoint())

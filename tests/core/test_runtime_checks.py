@@ -56,8 +56,10 @@ def test_E2_ignorable_is_absent_or_true() -> None:
     for flag in (False, None, 1, "true"):
         with pytest.raises(SessionError, match="ignorable must be absent or true.*E-2"):
             parse_event({"type": "x/y", "seq": 0, "time": 0, "data": {}, "ignorable": flag})
-    assert parse_event({"type": "x/y", "seq": 0, "time": 0, "data": {},
-                        "ignorable": True}).ignorable is True
+    assert (
+        parse_event({"type": "x/y", "seq": 0, "time": 0, "data": {}, "ignorable": True}).ignorable
+        is True
+    )
 
 
 def test_E2_seq_and_time_are_javascript_safe_integers() -> None:
@@ -94,9 +96,19 @@ def test_D6_a_file_header_selects_one_form() -> None:
 
 def test_D6_v3_wrapper_must_hold_one_tool_result_block_answering_the_call() -> None:
     b = base()
-    b.add_raw("tool/result", {"turn": 1, "step": 0, "message": b.message("user", [
-        {"type": "tool-result", "toolCallId": "c2", "content": [text("x")]}],
-        source={"kind": "tool", "callId": "c1"})}, surfaceOp="append")
+    b.add_raw(
+        "tool/result",
+        {
+            "turn": 1,
+            "step": 0,
+            "message": b.message(
+                "user",
+                [{"type": "tool-result", "toolCallId": "c2", "content": [text("x")]}],
+                source={"kind": "tool", "callId": "c1"},
+            ),
+        },
+        surfaceOp="append",
+    )
     with pytest.raises(SessionError, match="toolCallId must equal source.callId.*D-6"):
         fold(b.events)
 
@@ -116,17 +128,26 @@ def test_D4_request_header_load_checks() -> None:
     accepted = [
         {"header": {"config": cfg}, "reason": "initial"},
         {"header": {"config": cfg}, "reason": "series", "startsSeries": True},
-        {"header": {"config": {**cfg, "maxTokens": 9, "reasoningEffort": "high"},
-                    "adapterDefaults": {"maxTokens": True, "reasoningEffort": True}},
-         "reason": "change"},
+        {
+            "header": {
+                "config": {**cfg, "maxTokens": 9, "reasoningEffort": "high"},
+                "adapterDefaults": {"maxTokens": True, "reasoningEffort": True},
+            },
+            "reason": "change",
+        },
     ]
     refused = [
         {"header": {"config": {"provider": "p"}}, "reason": "initial"},
         {"header": {"config": {**cfg, "provider": ""}}, "reason": "initial"},
         {"header": {"config": cfg}, "reason": "initial", "startsSeries": False},
         {"header": {"config": cfg, "adapterDefaults": {"maxTokens": True}}, "reason": "initial"},
-        {"header": {"config": {**cfg, "temperature": 1},
-                    "adapterDefaults": {"temperature": True}}, "reason": "initial"},
+        {
+            "header": {
+                "config": {**cfg, "temperature": 1},
+                "adapterDefaults": {"temperature": True},
+            },
+            "reason": "initial",
+        },
         {"header": {"config": {**cfg, "reasoningEffort": 3}}, "reason": "initial"},
     ]
     for data in accepted:
@@ -144,8 +165,12 @@ def test_D7_assistant_settlement_fields() -> None:
     b = base()
     b.add_raw("assistant/attempt", {"turn": 1, "step": 0, "stream": []})
     fold(b.events)
-    for data in ({"turn": 1, "step": 0}, {"turn": -1, "step": 0, "stream": []},
-                 {"turn": 1, "step": 2**53, "stream": []}, [1]):
+    for data in (
+        {"turn": 1, "step": 0},
+        {"turn": -1, "step": 0, "stream": []},
+        {"turn": 1, "step": 2**53, "stream": []},
+        [1],
+    ):
         b = base()
         b.add_raw("assistant/attempt", data)
         with pytest.raises(SessionError, match="D-7"):

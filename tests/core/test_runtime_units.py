@@ -9,8 +9,9 @@ from processor.core.session import Session
 
 
 def session(b: LogBuilder) -> Session:
-    return Session.fold(b.events, projections=default_registry(),
-                        message_projections=default_message_projections())
+    return Session.fold(
+        b.events, projections=default_registry(), message_projections=default_message_projections()
+    )
 
 
 def test_P1_title_is_the_last_session_title() -> None:
@@ -18,10 +19,16 @@ def test_P1_title_is_the_last_session_title() -> None:
     b.system("s")
     s = session(b)
     assert s.projections.view_of("title") is None
-    s.append(b.add_raw("session/title", {"title": "First", "messageSeqs": [],
-                                         "source": {"kind": "fallback"}}))
-    s.append(b.add_raw("session/title", {"title": "Better", "messageSeqs": [],
-                                         "source": {"kind": "user"}}))
+    s.append(
+        b.add_raw(
+            "session/title", {"title": "First", "messageSeqs": [], "source": {"kind": "fallback"}}
+        )
+    )
+    s.append(
+        b.add_raw(
+            "session/title", {"title": "Better", "messageSeqs": [], "source": {"kind": "user"}}
+        )
+    )
     assert s.projections.view_of("title") == "Better"
     s.projections.drain_view_changes()
     s.append(b.add_raw("session/title", {"title": "Better"}))
@@ -99,8 +106,7 @@ def test_M5_offload_counts_images_depth_first_including_offloaded_ones() -> None
     b = LogBuilder()
     b.system("s")
     img = {"type": "image", "data": "AA"}
-    b.add_raw("user/message", b.message("user", [img, text("t"), img, img]),
-              surfaceOp="append")
+    b.add_raw("user/message", b.message("user", [img, text("t"), img, img]), surfaceOp="append")
     b.add_raw("image/offload", {"targets": [{"seq": 1, "imageIndexes": [1]}]})
     b.add_raw("image/offload", {"targets": [{"seq": 1, "imageIndexes": [0, 2]}]})
     content = session(b).derive_messages()[-1]["content"]

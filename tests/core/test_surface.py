@@ -31,8 +31,9 @@ def fold(events: list[Event], registry: MessageProjectionRegistry | None = None)
     return state
 
 
-def rejects(events: list[Event], rule: str, fragment: str,
-            registry: MessageProjectionRegistry | None = None) -> SessionError:
+def rejects(
+    events: list[Event], rule: str, fragment: str, registry: MessageProjectionRegistry | None = None
+) -> SessionError:
     with pytest.raises(SessionError) as info:
         fold(events, registry)
     err = info.value
@@ -104,40 +105,71 @@ def test_E5_log_only_type_must_not_carry_surface_op() -> None:
 
 def test_D1_developer_role_only_in_developer_message() -> None:
     b = base()
-    b.add_raw("user/message", {"id": "x", "role": "developer", "content": [],
-                               "source": {"kind": "user"}}, surfaceOp="append")
+    b.add_raw(
+        "user/message",
+        {"id": "x", "role": "developer", "content": [], "source": {"kind": "user"}},
+        surfaceOp="append",
+    )
     rejects(b.events, "D-1", "developer/message type and role developer must occur together")
     b = base()
-    b.add_raw("developer/message", {"message": {"id": "x", "role": "user", "content": [],
-                                                "source": {"kind": "user"}}},
-              surfaceOp="append")
+    b.add_raw(
+        "developer/message",
+        {"message": {"id": "x", "role": "user", "content": [], "source": {"kind": "user"}}},
+        surfaceOp="append",
+    )
     rejects(b.events, "D-1", "occur together")
 
 
 def test_D2_tool_blocks_only_in_developer_messages() -> None:
     b = base()
-    b.add_raw("user/message", {"id": "x", "role": "user", "source": {"kind": "user"},
-                               "content": [{"type": "tool-removal", "toolName": "a"}]},
-              surfaceOp="append")
+    b.add_raw(
+        "user/message",
+        {
+            "id": "x",
+            "role": "user",
+            "source": {"kind": "user"},
+            "content": [{"type": "tool-removal", "toolName": "a"}],
+        },
+        surfaceOp="append",
+    )
     rejects(b.events, "D-2", "only allowed in developer messages")
 
 
 def test_D2_tool_block_needs_tool_name() -> None:
     b = base()
-    b.add_raw("developer/message", {"message": {"id": "x", "role": "developer",
-                                                "source": {"kind": "tool-update"},
-                                                "content": [{"type": "tool-removal"}]}},
-              surfaceOp="append")
+    b.add_raw(
+        "developer/message",
+        {
+            "message": {
+                "id": "x",
+                "role": "developer",
+                "source": {"kind": "tool-update"},
+                "content": [{"type": "tool-removal"}],
+            }
+        },
+        surfaceOp="append",
+    )
     rejects(b.events, "D-2", "needs a non-empty toolName")
 
 
 def test_D2_tool_addition_must_not_inline_definition() -> None:
     b = base()
     h = b.header([tool_def("grep")])
-    b.add_raw("developer/message", {"headerSeq": h.seq, "message": {
-        "id": "x", "role": "developer", "source": {"kind": "tool-update"},
-        "content": [{"type": "tool-addition", "toolName": "grep", "tool": tool_def("grep")}]}},
-        surfaceOp="append")
+    b.add_raw(
+        "developer/message",
+        {
+            "headerSeq": h.seq,
+            "message": {
+                "id": "x",
+                "role": "developer",
+                "source": {"kind": "tool-update"},
+                "content": [
+                    {"type": "tool-addition", "toolName": "grep", "tool": tool_def("grep")}
+                ],
+            },
+        },
+        surfaceOp="append",
+    )
     rejects(b.events, "D-2", "must not inline a tool definition")
 
 
@@ -155,10 +187,19 @@ def test_D3_additions_need_header_seq() -> None:
 def test_D3_header_seq_only_with_additions() -> None:
     b = base()
     h = b.header([tool_def("grep")])
-    b.add_raw("developer/message", {"headerSeq": h.seq, "message": {
-        "id": "x", "role": "developer", "source": {"kind": "tool-update"},
-        "content": [{"type": "tool-removal", "toolName": "a"}]}},
-        surfaceOp="append")
+    b.add_raw(
+        "developer/message",
+        {
+            "headerSeq": h.seq,
+            "message": {
+                "id": "x",
+                "role": "developer",
+                "source": {"kind": "tool-update"},
+                "content": [{"type": "tool-removal", "toolName": "a"}],
+            },
+        },
+        surfaceOp="append",
+    )
     rejects(b.events, "D-3", "only allowed with tool additions")
 
 
@@ -183,8 +224,10 @@ def test_D3_declared_tool_needs_description_parameters_and_true_defer() -> None:
     for tool, frag in (
         ({"name": "grep", "parameters": {}}, "string description"),
         ({"name": "grep", "description": "d", "parameters": []}, "object parameters"),
-        ({"name": "grep", "description": "d", "parameters": {}, "deferLoading": False},
-         "deferLoading must be true"),
+        (
+            {"name": "grep", "description": "d", "parameters": {}, "deferLoading": False},
+            "deferLoading must be true",
+        ),
     ):
         b = base()
         h = b.header([tool])
@@ -220,13 +263,28 @@ def test_D5_tool_error_requires_is_error() -> None:
 def test_D6_surface_event_needs_well_formed_message() -> None:
     cases: list[tuple[str, Any, str]] = [
         ("assistant/message", {"message": "hi"}, "lacks an identified message"),
-        ("assistant/message", {"message": {"role": "assistant", "content": []}},
-         "lacks an identified message"),
-        ("assistant/message", {"message": {"id": "a", "role": "user", "content": []}},
-         "role must be 'assistant'"),
-        ("tool/result", {"message": {"id": "a", "role": "tool", "content": "x",
-                                     "source": {"kind": "tool", "callId": "c"}}},
-         "content must be a list"),
+        (
+            "assistant/message",
+            {"message": {"role": "assistant", "content": []}},
+            "lacks an identified message",
+        ),
+        (
+            "assistant/message",
+            {"message": {"id": "a", "role": "user", "content": []}},
+            "role must be 'assistant'",
+        ),
+        (
+            "tool/result",
+            {
+                "message": {
+                    "id": "a",
+                    "role": "tool",
+                    "content": "x",
+                    "source": {"kind": "tool", "callId": "c"},
+                }
+            },
+            "content must be a list",
+        ),
         ("user/message", [1], "lacks an identified message"),
     ]
     for etype, data, frag in cases:
@@ -248,10 +306,18 @@ def test_S1_seq_must_be_contiguous() -> None:
     rejects(b.events, "S-1", "seq 5 is not contiguous; expected 3")
 
 
-@pytest.mark.parametrize("op", [None, [1], "prepend", {"op": "replace", "startSeq": 0},
-                                {"op": "replace", "startSeq": 0, "endSeq": 0, "x": 1},
-                                {"op": "replace", "startSeq": -1, "endSeq": 0},
-                                {"op": "replace", "startSeq": 0, "endSeq": 3}])
+@pytest.mark.parametrize(
+    "op",
+    [
+        None,
+        [1],
+        "prepend",
+        {"op": "replace", "startSeq": 0},
+        {"op": "replace", "startSeq": 0, "endSeq": 0, "x": 1},
+        {"op": "replace", "startSeq": -1, "endSeq": 0},
+        {"op": "replace", "startSeq": 0, "endSeq": 3},
+    ],
+)
 def test_S2_surface_op_must_be_append_or_exact_replace(op: Any) -> None:
     b = base()
     b.add_raw("user/message", b.message("user", [text("x")]), surfaceOp=op)
@@ -264,9 +330,16 @@ def test_S2_surface_event_without_op_is_an_error() -> None:
     rejects(b.events, "S-2", "user/message requires surfaceOp")
 
 
-@pytest.mark.parametrize("sources,frag", [
-    ([], "non-empty array"), ([1, 1], "must not repeat"), ([9], "earlier seqs"),
-    (["1"], "non-negative integers"), ({"a": 1}, "non-empty array")])
+@pytest.mark.parametrize(
+    "sources,frag",
+    [
+        ([], "non-empty array"),
+        ([1, 1], "must not repeat"),
+        ([9], "earlier seqs"),
+        (["1"], "non-negative integers"),
+        ({"a": 1}, "non-empty array"),
+    ],
+)
 def test_S3_source_event_seqs_shape(sources: Any, frag: str) -> None:
     b = base()
     b.user("x", sources=sources)
@@ -275,9 +348,12 @@ def test_S3_source_event_seqs_shape(sources: Any, frag: str) -> None:
 
 def test_S3_assistant_message_never_carries_sources() -> None:
     b = base()
-    b.add_raw("assistant/message", {"turn": 1, "step": 1, "stream": [],
-                                    "message": b.message("assistant", [])},
-              surfaceOp="append", sourceEventSeqs=[2])
+    b.add_raw(
+        "assistant/message",
+        {"turn": 1, "step": 1, "stream": [], "message": b.message("assistant", [])},
+        surfaceOp="append",
+        sourceEventSeqs=[2],
+    )
     rejects(b.events, "S-3", "assistant/message must not carry sourceEventSeqs")
 
 
@@ -316,8 +392,11 @@ def test_S4_every_shadowed_node_must_be_cited() -> None:
     rejects(b.events, "S-4", "missing 4")
     b.events.pop()
     b.next_seq -= 1
-    b.add_raw("user/message", b.message("user", [text("s")]),
-              surfaceOp={"op": "replace", "startSeq": 2, "endSeq": 5})
+    b.add_raw(
+        "user/message",
+        b.message("user", [text("s")]),
+        surfaceOp={"op": "replace", "startSeq": 2, "endSeq": 5},
+    )
     rejects(b.events, "S-4", "missing 2, 4, 5")
 
 
@@ -328,23 +407,33 @@ def test_S5_tool_result_replace_changes_content_only() -> None:
     b.tool_result("c1", "[truncated]", like=res, replace=(res.seq, res.seq))
     state = fold(b.events)
     assert state.nodes == [0, 2, 5]
-    for path, value in (("source", {"kind": "tool", "callId": "c1", "x": 1}),
-                        ("isError", True), ("id", "other")):
+    for path, value in (
+        ("source", {"kind": "tool", "callId": "c1", "x": 1}),
+        ("isError", True),
+        ("id", "other"),
+    ):
         b2 = base()
         call = b2.tool_call("c1", "read", {})
         res = b2.tool_result("c1", "x", call_seq=call.seq)
-        raw = b2.envelope("tool/result", {**res.data, "message": {**res.data["message"],
-                                                                   path: value}},
-                          surfaceOp={"op": "replace", "startSeq": res.seq, "endSeq": res.seq},
-                          sourceEventSeqs=[res.seq])
+        raw = b2.envelope(
+            "tool/result",
+            {**res.data, "message": {**res.data["message"], path: value}},
+            surfaceOp={"op": "replace", "startSeq": res.seq, "endSeq": res.seq},
+            sourceEventSeqs=[res.seq],
+        )
         b2.add(raw)
         rejects(b2.events, "S-5", f"message.{path} differs")
     b3 = base()
     call = b3.tool_call("c1", "read", {})
     res = b3.tool_result("c1", "x", call_seq=call.seq)
-    b3.add(b3.envelope("tool/result", {**res.data, "turn": 7},
-                       surfaceOp={"op": "replace", "startSeq": res.seq, "endSeq": res.seq},
-                       sourceEventSeqs=[res.seq]))
+    b3.add(
+        b3.envelope(
+            "tool/result",
+            {**res.data, "turn": 7},
+            surfaceOp={"op": "replace", "startSeq": res.seq, "endSeq": res.seq},
+            sourceEventSeqs=[res.seq],
+        )
+    )
     rejects(b3.events, "S-5", "data.turn differs")
 
 
@@ -352,8 +441,14 @@ def test_S5_tool_result_replace_shadows_one_tool_result() -> None:
     b = base()
     call = b.tool_call("c1", "read", {})
     res = b.tool_result("c1", "x", call_seq=call.seq)
-    b.add(b.envelope("tool/result", res.data, sourceEventSeqs=[2, res.seq],
-                     surfaceOp={"op": "replace", "startSeq": 2, "endSeq": res.seq}))
+    b.add(
+        b.envelope(
+            "tool/result",
+            res.data,
+            sourceEventSeqs=[2, res.seq],
+            surfaceOp={"op": "replace", "startSeq": 2, "endSeq": res.seq},
+        )
+    )
     rejects(b.events, "S-5", "exactly one node, not 2")
     b = base()
     b.tool_result("c1", "y", replace=(2, 2), call_seq=2)
@@ -409,7 +504,8 @@ def test_S8_spec_example() -> None:
     fold_ = fold_surface(b.events)
     assert fold_.nodes == (8, 7)
     assert [r.to_json() for r in fold_.replacements] == [
-        {"seq": 8, "startSeq": 2, "endSeq": 4, "shadowed": [2, 4]}]
+        {"seq": 8, "startSeq": 2, "endSeq": 4, "shadowed": [2, 4]}
+    ]
 
 
 def test_S9_staged_plan_is_reused_for_the_same_candidate() -> None:
@@ -417,17 +513,25 @@ def test_S9_staged_plan_is_reused_for_the_same_candidate() -> None:
     manager = SurfaceManager()
     for ev in b.events:
         manager.commit(ev)
-    candidate = make_event("user/message", 3, {"id": "u9", "role": "user", "content": [],
-                                               "source": {"kind": "user"}},
-                           surface_op="append")
+    candidate = make_event(
+        "user/message",
+        3,
+        {"id": "u9", "role": "user", "content": [], "source": {"kind": "user"}},
+        surface_op="append",
+    )
     plan = manager.validate_next(candidate)
     assert isinstance(plan, AppendPlan) and manager.nodes == [0, 2]  # nothing touched
     assert manager.commit(candidate) is plan
     # a different object at the same seq is re-planned, not trusted
     other = make_event("turn/end", 4, {"turn": 1, "reason": "x"})
-    manager.validate_next(make_event("user/message", 4, {"id": "u", "role": "user",
-                                                          "source": {"kind": "user"},
-                                                          "content": []}, surface_op="append"))
+    manager.validate_next(
+        make_event(
+            "user/message",
+            4,
+            {"id": "u", "role": "user", "source": {"kind": "user"}, "content": []},
+            surface_op="append",
+        )
+    )
     assert isinstance(manager.commit(other), LogOnlyPlan)
     assert manager.nodes == [0, 2, 3]
 
@@ -455,10 +559,16 @@ def test_replace_plan_records_shadowed_slice() -> None:
 
 def image_log() -> LogBuilder:
     b = base()
-    b.add_raw("user/message", {"id": "img", "role": "user", "source": {"kind": "user"},
-                               "content": [
-        text("look"), {"type": "image", "mediaType": "image/png", "data": "AAAA"}]},
-        surfaceOp="append")  # 3
+    b.add_raw(
+        "user/message",
+        {
+            "id": "img",
+            "role": "user",
+            "source": {"kind": "user"},
+            "content": [text("look"), {"type": "image", "mediaType": "image/png", "data": "AAAA"}],
+        },
+        surfaceOp="append",
+    )  # 3
     return b
 
 
@@ -499,8 +609,12 @@ def test_M2_projection_plan_overrides_and_bumps_content_generation() -> None:
     state = fold(b.events, default_message_projections())
     assert state.nodes == [0, 2, 3]
     assert state.content_generation == 1 and state.replace_generation == 0
-    assert state.overrides[3]["content"][1] == {"type": "image", "mediaType": "image/png",
-                                                "data": "AAAA", "offloaded": True}
+    assert state.overrides[3]["content"][1] == {
+        "type": "image",
+        "mediaType": "image/png",
+        "data": "AAAA",
+        "offloaded": True,
+    }
     assert state.overrides[3]["id"] == "img"
 
 
@@ -544,16 +658,19 @@ def test_M4_removed_projection_fails_later_appends() -> None:
         manager.commit(b.user("more"))
 
 
-@pytest.mark.parametrize("entries,frag", [
-    ([], "nonempty targets array"),
-    ([{"seq": 3, "imageIndexes": [1]}], "does not exist"),
-    ([{"seq": 1, "imageIndexes": [0]}], "is not a current surface node"),
-    ([{"seq": 0, "imageIndexes": [0]}], "must be user/message or tool/result"),
-    ([{"seq": 3, "imageIndexes": []}], "seq and nonempty imageIndexes"),
-    ([{"seq": 3, "imageIndexes": [0], "x": 1}], "seq and nonempty imageIndexes"),
-    ([{"seq": 3, "imageIndexes": [0, 0]}], "strictly increasing"),
-    ([{"seq": 3, "imageIndexes": [0]}, {"seq": 3, "imageIndexes": [0]}], "duplicate target"),
-])
+@pytest.mark.parametrize(
+    "entries,frag",
+    [
+        ([], "nonempty targets array"),
+        ([{"seq": 3, "imageIndexes": [1]}], "does not exist"),
+        ([{"seq": 1, "imageIndexes": [0]}], "is not a current surface node"),
+        ([{"seq": 0, "imageIndexes": [0]}], "must be user/message or tool/result"),
+        ([{"seq": 3, "imageIndexes": []}], "seq and nonempty imageIndexes"),
+        ([{"seq": 3, "imageIndexes": [0], "x": 1}], "seq and nonempty imageIndexes"),
+        ([{"seq": 3, "imageIndexes": [0, 0]}], "strictly increasing"),
+        ([{"seq": 3, "imageIndexes": [0]}, {"seq": 3, "imageIndexes": [0]}], "duplicate target"),
+    ],
+)
 def test_M5_image_offload_validates_whole_payload(entries: list[Any], frag: str) -> None:
     b = image_log()
     offload(b, entries)

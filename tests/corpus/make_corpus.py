@@ -24,8 +24,13 @@ Case = Callable[[LogBuilder], list[Raw]]
 
 
 #: Cases written as format v3 files (header version 3, v3 message shapes).
-V3_CASES = frozenset({"D6-tool-result-wrapper-two-blocks", "D6-v4-system-source-in-v3-file",
-                      "D6-v4-tool-result-in-v3-file"})
+V3_CASES = frozenset(
+    {
+        "D6-tool-result-wrapper-two-blocks",
+        "D6-v4-system-source-in-v3-file",
+        "D6-v4-tool-result-in-v3-file",
+    }
+)
 
 
 def prefix(form: int = 4) -> LogBuilder:
@@ -36,9 +41,16 @@ def prefix(form: int = 4) -> LogBuilder:
     b.user("hello")  # 3
     call = b.tool_call("c1", "read", {"path": "a"})  # 4
     b.tool_result("c1", "contents", call_seq=call.seq)  # 5
-    b.add_raw("user/message", {"id": "img", "role": "user", "source": {"kind": "user"},
-                               "content": [text("pic"), {"type": "image", "data": "AA"}]},
-              surfaceOp="append")  # 6
+    b.add_raw(
+        "user/message",
+        {
+            "id": "img",
+            "role": "user",
+            "source": {"kind": "user"},
+            "content": [text("pic"), {"type": "image", "data": "AA"}],
+        },
+        surfaceOp="append",
+    )  # 6
     b.header([tool_def("grep")])  # 7
     return b
 
@@ -63,137 +75,286 @@ def tool_res(b: LogBuilder) -> Raw:
 
 
 CASES: dict[str, Callable[[LogBuilder], Raw | list[Raw]]] = {
-    "E1-unknown-envelope-key": lambda b: {**env(b, "turn/end", {"turn": 1, "reason": "x"}),
-                                          "extra": 1},
+    "E1-unknown-envelope-key": lambda b: {
+        **env(b, "turn/end", {"turn": 1, "reason": "x"}),
+        "extra": 1,
+    },
     "E2-time-not-integer": lambda b: {**env(b, "turn/end", {"turn": 1}), "time": "now"},
     "E4-unknown-type": lambda b: env(b, "vendor/thing", {}),
-    "E5-log-only-with-surface-op": lambda b: env(b, "turn/end", {"turn": 1},
-                                                 surfaceOp="append"),
-    "D1-user-type-developer-role": lambda b: env(b, "user/message", msg(b, "developer"),
-                                                 surfaceOp="append"),
+    "E5-log-only-with-surface-op": lambda b: env(b, "turn/end", {"turn": 1}, surfaceOp="append"),
+    "D1-user-type-developer-role": lambda b: env(
+        b, "user/message", msg(b, "developer"), surfaceOp="append"
+    ),
     "D2-tool-block-in-user-message": lambda b: env(
-        b, "user/message", msg(b, "user", [{"type": "tool-removal", "toolName": "a"}]),
-        surfaceOp="append"),
-    "D2-inline-tool-definition": lambda b: env(b, "developer/message", {
-        "headerSeq": 7, "message": msg(b, "developer", [
-            {"type": "tool-addition", "toolName": "grep", "tool": tool_def("grep")}])},
-        surfaceOp="append"),
-    "D3-addition-without-header-seq": lambda b: env(b, "developer/message", {
-        "message": msg(b, "developer", [{"type": "tool-addition", "toolName": "grep"}])},
-        surfaceOp="append"),
-    "D3-header-seq-not-a-header": lambda b: env(b, "developer/message", {
-        "headerSeq": 3, "message": msg(b, "developer", [
-            {"type": "tool-addition", "toolName": "grep"}])}, surfaceOp="append"),
-    "D3-tool-not-in-header": lambda b: env(b, "developer/message", {
-        "headerSeq": 7, "message": msg(b, "developer", [
-            {"type": "tool-addition", "toolName": "find"}])}, surfaceOp="append"),
-    "D4-header-system": lambda b: env(b, "request/header", {
-        "header": {"config": CFG, "system": "prompt"}, "reason": "change"}),
-    "D4-empty-tools": lambda b: env(b, "request/header", {
-        "header": {"config": CFG, "tools": []}, "reason": "change"}),
-    "D4-config-without-provider-model": lambda b: env(b, "request/header", {
-        "header": {"config": {"model": "m"}}, "reason": "change"}),
-    "D4-starts-series-false": lambda b: env(b, "request/header", {
-        "header": {"config": CFG}, "reason": "change", "startsSeries": False}),
-    "D4-adapter-default-without-config-field": lambda b: env(b, "request/header", {
-        "header": {"config": CFG, "adapterDefaults": {"maxTokens": True}}, "reason": "change"}),
-    "D4-adapter-default-not-true": lambda b: env(b, "request/header", {
-        "header": {"config": {**CFG, "maxTokens": 9}, "adapterDefaults": {"maxTokens": False}},
-        "reason": "change"}),
-    "D4-empty-reasoning-effort": lambda b: env(b, "request/header", {
-        "header": {"config": {**CFG, "reasoningEffort": ""}}, "reason": "change"}),
-    "D4-unknown-reason": lambda b: env(b, "request/header", {
-        "header": {"config": CFG}, "reason": "fallback"}),
-    "D5-error-without-is-error": lambda b: env(b, "tool/result", {
-        "turn": 1, "step": 1, "error": {"name": "E", "code": "x"},
-        "message": msg(b, "tool", toolCallId="c9", source={"kind": "tool", "callId": "c9"})},
-        surfaceOp="append"),
-    "D6-message-without-id": lambda b: env(b, "assistant/message", {
-        "turn": 1, "step": 1, "stream": [], "message": {"role": "assistant", "content": []}},
-        surfaceOp="append"),
-    "D6-role-mismatch": lambda b: env(b, "tool/result", {"message": msg(b, "assistant")},
-                                      surfaceOp="append"),
+        b,
+        "user/message",
+        msg(b, "user", [{"type": "tool-removal", "toolName": "a"}]),
+        surfaceOp="append",
+    ),
+    "D2-inline-tool-definition": lambda b: env(
+        b,
+        "developer/message",
+        {
+            "headerSeq": 7,
+            "message": msg(
+                b,
+                "developer",
+                [{"type": "tool-addition", "toolName": "grep", "tool": tool_def("grep")}],
+            ),
+        },
+        surfaceOp="append",
+    ),
+    "D3-addition-without-header-seq": lambda b: env(
+        b,
+        "developer/message",
+        {"message": msg(b, "developer", [{"type": "tool-addition", "toolName": "grep"}])},
+        surfaceOp="append",
+    ),
+    "D3-header-seq-not-a-header": lambda b: env(
+        b,
+        "developer/message",
+        {
+            "headerSeq": 3,
+            "message": msg(b, "developer", [{"type": "tool-addition", "toolName": "grep"}]),
+        },
+        surfaceOp="append",
+    ),
+    "D3-tool-not-in-header": lambda b: env(
+        b,
+        "developer/message",
+        {
+            "headerSeq": 7,
+            "message": msg(b, "developer", [{"type": "tool-addition", "toolName": "find"}]),
+        },
+        surfaceOp="append",
+    ),
+    "D4-header-system": lambda b: env(
+        b, "request/header", {"header": {"config": CFG, "system": "prompt"}, "reason": "change"}
+    ),
+    "D4-empty-tools": lambda b: env(
+        b, "request/header", {"header": {"config": CFG, "tools": []}, "reason": "change"}
+    ),
+    "D4-config-without-provider-model": lambda b: env(
+        b, "request/header", {"header": {"config": {"model": "m"}}, "reason": "change"}
+    ),
+    "D4-starts-series-false": lambda b: env(
+        b, "request/header", {"header": {"config": CFG}, "reason": "change", "startsSeries": False}
+    ),
+    "D4-adapter-default-without-config-field": lambda b: env(
+        b,
+        "request/header",
+        {"header": {"config": CFG, "adapterDefaults": {"maxTokens": True}}, "reason": "change"},
+    ),
+    "D4-adapter-default-not-true": lambda b: env(
+        b,
+        "request/header",
+        {
+            "header": {"config": {**CFG, "maxTokens": 9}, "adapterDefaults": {"maxTokens": False}},
+            "reason": "change",
+        },
+    ),
+    "D4-empty-reasoning-effort": lambda b: env(
+        b,
+        "request/header",
+        {"header": {"config": {**CFG, "reasoningEffort": ""}}, "reason": "change"},
+    ),
+    "D4-unknown-reason": lambda b: env(
+        b, "request/header", {"header": {"config": CFG}, "reason": "fallback"}
+    ),
+    "D5-error-without-is-error": lambda b: env(
+        b,
+        "tool/result",
+        {
+            "turn": 1,
+            "step": 1,
+            "error": {"name": "E", "code": "x"},
+            "message": msg(b, "tool", toolCallId="c9", source={"kind": "tool", "callId": "c9"}),
+        },
+        surfaceOp="append",
+    ),
+    "D6-message-without-id": lambda b: env(
+        b,
+        "assistant/message",
+        {"turn": 1, "step": 1, "stream": [], "message": {"role": "assistant", "content": []}},
+        surfaceOp="append",
+    ),
+    "D6-role-mismatch": lambda b: env(
+        b, "tool/result", {"message": msg(b, "assistant")}, surfaceOp="append"
+    ),
     "D6-message-without-source-kind": lambda b: env(
-        b, "user/message", {**msg(b, "user"), "source": {}}, surfaceOp="append"),
-    "D6-tool-result-call-id-mismatch": lambda b: env(b, "tool/result", {
-        "turn": 1, "step": 1, "message": msg(b, "tool", toolCallId="c2",
-                                             source={"kind": "tool", "callId": "c1"})},
-        surfaceOp="append"),
-    "D6-tool-result-wrapper-two-blocks": lambda b: env(b, "tool/result", {
-        "turn": 1, "step": 1, "message": msg(b, "user", [
-            {"type": "tool-result", "toolCallId": "c1", "content": []}, text("extra")],
-            source={"kind": "tool", "callId": "c1"})}, surfaceOp="append"),
-    "D6-tool-result-without-tool-source": lambda b: env(b, "tool/result", {
-        "turn": 1, "step": 1, "message": msg(b, "tool", toolCallId="c1")}, surfaceOp="append"),
-    "D6-assistant-source-not-model": lambda b: env(b, "assistant/message", {
-        "turn": 1, "step": 1, "stream": [],
-        "message": msg(b, "assistant", source={"kind": "user"})}, surfaceOp="append"),
-    "D6-system-source-not-system-prompt": lambda b: env(b, "system/message", {
-        "turn": 1, "step": 1, "message": msg(b, "system", source={"kind": "runtime-context"})},
-        surfaceOp="append"),
-    "D6-v3-tool-result-in-v4-file": lambda b: env(b, "tool/result", {
-        "turn": 1, "step": 1, "message": msg(b, "user", [
-            {"type": "tool-result", "toolCallId": "c1", "content": [text("r")]}],
-            source={"kind": "tool", "callId": "c1"})}, surfaceOp="append"),
-    "D6-v4-system-source-in-v3-file": lambda b: env(b, "system/message", {
-        "turn": 1, "step": 1, "message": msg(b, "system", source={"kind": "system-prompt"})},
-        surfaceOp="append"),
-    "D6-v4-tool-result-in-v3-file": lambda b: env(b, "tool/result", {
-        "turn": 1, "step": 1, "message": msg(b, "tool", [text("r")], toolCallId="c1",
-                                             source={"kind": "tool", "callId": "c1"})},
-        surfaceOp="append"),
+        b, "user/message", {**msg(b, "user"), "source": {}}, surfaceOp="append"
+    ),
+    "D6-tool-result-call-id-mismatch": lambda b: env(
+        b,
+        "tool/result",
+        {
+            "turn": 1,
+            "step": 1,
+            "message": msg(b, "tool", toolCallId="c2", source={"kind": "tool", "callId": "c1"}),
+        },
+        surfaceOp="append",
+    ),
+    "D6-tool-result-wrapper-two-blocks": lambda b: env(
+        b,
+        "tool/result",
+        {
+            "turn": 1,
+            "step": 1,
+            "message": msg(
+                b,
+                "user",
+                [{"type": "tool-result", "toolCallId": "c1", "content": []}, text("extra")],
+                source={"kind": "tool", "callId": "c1"},
+            ),
+        },
+        surfaceOp="append",
+    ),
+    "D6-tool-result-without-tool-source": lambda b: env(
+        b,
+        "tool/result",
+        {"turn": 1, "step": 1, "message": msg(b, "tool", toolCallId="c1")},
+        surfaceOp="append",
+    ),
+    "D6-assistant-source-not-model": lambda b: env(
+        b,
+        "assistant/message",
+        {
+            "turn": 1,
+            "step": 1,
+            "stream": [],
+            "message": msg(b, "assistant", source={"kind": "user"}),
+        },
+        surfaceOp="append",
+    ),
+    "D6-system-source-not-system-prompt": lambda b: env(
+        b,
+        "system/message",
+        {"turn": 1, "step": 1, "message": msg(b, "system", source={"kind": "runtime-context"})},
+        surfaceOp="append",
+    ),
+    "D6-v3-tool-result-in-v4-file": lambda b: env(
+        b,
+        "tool/result",
+        {
+            "turn": 1,
+            "step": 1,
+            "message": msg(
+                b,
+                "user",
+                [{"type": "tool-result", "toolCallId": "c1", "content": [text("r")]}],
+                source={"kind": "tool", "callId": "c1"},
+            ),
+        },
+        surfaceOp="append",
+    ),
+    "D6-v4-system-source-in-v3-file": lambda b: env(
+        b,
+        "system/message",
+        {"turn": 1, "step": 1, "message": msg(b, "system", source={"kind": "system-prompt"})},
+        surfaceOp="append",
+    ),
+    "D6-v4-tool-result-in-v3-file": lambda b: env(
+        b,
+        "tool/result",
+        {
+            "turn": 1,
+            "step": 1,
+            "message": msg(
+                b, "tool", [text("r")], toolCallId="c1", source={"kind": "tool", "callId": "c1"}
+            ),
+        },
+        surfaceOp="append",
+    ),
     "D7-attempt-without-stream": lambda b: env(b, "assistant/attempt", {"turn": 1, "step": 1}),
-    "D7-assistant-step-negative": lambda b: env(b, "assistant/message", {
-        "turn": 1, "step": -1, "stream": [], "message": msg(b, "assistant")},
-        surfaceOp="append"),
+    "D7-assistant-step-negative": lambda b: env(
+        b,
+        "assistant/message",
+        {"turn": 1, "step": -1, "stream": [], "message": msg(b, "assistant")},
+        surfaceOp="append",
+    ),
     "E2-ignorable-false": lambda b: {**env(b, "vendor/thing", {}), "ignorable": False},
-    "E2-seq-beyond-safe-integer": lambda b: {**env(b, "turn/end", {"turn": 1}),
-                                             "seq": 2**53},
-    "E2-time-beyond-safe-integer": lambda b: {**env(b, "turn/end", {"turn": 1}),
-                                              "time": 2**53},
-    "S1-gap": lambda b: {**env(b, "user/message", msg(b, "user"), surfaceOp="append"),
-                         "seq": 12},
+    "E2-seq-beyond-safe-integer": lambda b: {**env(b, "turn/end", {"turn": 1}), "seq": 2**53},
+    "E2-time-beyond-safe-integer": lambda b: {**env(b, "turn/end", {"turn": 1}), "time": 2**53},
+    "S1-gap": lambda b: {**env(b, "user/message", msg(b, "user"), surfaceOp="append"), "seq": 12},
     "S2-missing-surface-op": lambda b: env(b, "user/message", msg(b, "user")),
-    "S2-malformed-replace": lambda b: env(b, "user/message", msg(b, "user"),
-                                          surfaceOp={"op": "replace", "startSeq": 3}),
+    "S2-malformed-replace": lambda b: env(
+        b, "user/message", msg(b, "user"), surfaceOp={"op": "replace", "startSeq": 3}
+    ),
     "S2-replace-range-in-future": lambda b: env(
-        b, "user/message", msg(b, "user"),
-        surfaceOp={"op": "replace", "startSeq": 3, "endSeq": 99}, sourceEventSeqs=[3]),
-    "S3-sources-on-assistant": lambda b: env(b, "assistant/message", {
-        "turn": 1, "step": 1, "stream": [], "message": msg(b, "assistant")},
-        surfaceOp="append", sourceEventSeqs=[3]),
-    "S3-duplicate-sources": lambda b: env(b, "user/message", msg(b, "user"),
-                                          surfaceOp="append", sourceEventSeqs=[3, 3]),
+        b,
+        "user/message",
+        msg(b, "user"),
+        surfaceOp={"op": "replace", "startSeq": 3, "endSeq": 99},
+        sourceEventSeqs=[3],
+    ),
+    "S3-sources-on-assistant": lambda b: env(
+        b,
+        "assistant/message",
+        {"turn": 1, "step": 1, "stream": [], "message": msg(b, "assistant")},
+        surfaceOp="append",
+        sourceEventSeqs=[3],
+    ),
+    "S3-duplicate-sources": lambda b: env(
+        b, "user/message", msg(b, "user"), surfaceOp="append", sourceEventSeqs=[3, 3]
+    ),
     "S4-endpoint-not-on-surface": lambda b: env(
-        b, "user/message", msg(b, "user"),
-        surfaceOp={"op": "replace", "startSeq": 4, "endSeq": 5}, sourceEventSeqs=[4, 5]),
+        b,
+        "user/message",
+        msg(b, "user"),
+        surfaceOp={"op": "replace", "startSeq": 4, "endSeq": 5},
+        sourceEventSeqs=[4, 5],
+    ),
     "S4-missing-citation": lambda b: env(
-        b, "user/message", msg(b, "user"),
-        surfaceOp={"op": "replace", "startSeq": 3, "endSeq": 6}, sourceEventSeqs=[3, 6]),
+        b,
+        "user/message",
+        msg(b, "user"),
+        surfaceOp={"op": "replace", "startSeq": 3, "endSeq": 6},
+        sourceEventSeqs=[3, 6],
+    ),
     "S5-tool-result-changes-id": lambda b: env(
-        b, "tool/result", {**tool_res(b), "message": {**tool_res(b)["message"], "id": "new"}},
-        surfaceOp={"op": "replace", "startSeq": 5, "endSeq": 5}, sourceEventSeqs=[5]),
+        b,
+        "tool/result",
+        {**tool_res(b), "message": {**tool_res(b)["message"], "id": "new"}},
+        surfaceOp={"op": "replace", "startSeq": 5, "endSeq": 5},
+        sourceEventSeqs=[5],
+    ),
     "S5-tool-result-replaces-two": lambda b: env(
-        b, "tool/result", tool_res(b),
-        surfaceOp={"op": "replace", "startSeq": 5, "endSeq": 6}, sourceEventSeqs=[5, 6]),
+        b,
+        "tool/result",
+        tool_res(b),
+        surfaceOp={"op": "replace", "startSeq": 5, "endSeq": 6},
+        sourceEventSeqs=[5, 6],
+    ),
     "S6-summary-over-system-head": lambda b: env(
-        b, "user/message", msg(b, "user"),
-        surfaceOp={"op": "replace", "startSeq": 0, "endSeq": 3}, sourceEventSeqs=[0, 3]),
-    "M5-offload-index-missing": lambda b: env(b, "image/offload", {
-        "targets": [{"seq": 6, "imageIndexes": [1]}]}),
-    "M5-offload-not-on-surface": lambda b: env(b, "image/offload", {
-        "targets": [{"seq": 4, "imageIndexes": [0]}]}),
+        b,
+        "user/message",
+        msg(b, "user"),
+        surfaceOp={"op": "replace", "startSeq": 0, "endSeq": 3},
+        sourceEventSeqs=[0, 3],
+    ),
+    "M5-offload-index-missing": lambda b: env(
+        b, "image/offload", {"targets": [{"seq": 6, "imageIndexes": [1]}]}
+    ),
+    "M5-offload-not-on-surface": lambda b: env(
+        b, "image/offload", {"targets": [{"seq": 4, "imageIndexes": [0]}]}
+    ),
     "M5-offload-bad-payload": lambda b: env(b, "image/offload", {"targets": []}),
-    "M5-offload-our-old-payload": lambda b: env(b, "image/offload", {
-        "images": [{"seq": 6, "index": 1, "uri": "blob://x"}]}),
-    "M5-offload-system-message": lambda b: env(b, "image/offload", {
-        "targets": [{"seq": 0, "imageIndexes": [0]}]}),
+    "M5-offload-our-old-payload": lambda b: env(
+        b, "image/offload", {"images": [{"seq": 6, "index": 1, "uri": "blob://x"}]}
+    ),
+    "M5-offload-system-message": lambda b: env(
+        b, "image/offload", {"targets": [{"seq": 0, "imageIndexes": [0]}]}
+    ),
     "M5-offload-twice": lambda b: [
         env(b, "image/offload", {"targets": [{"seq": 6, "imageIndexes": [0]}]}),
-        {**env(b, "image/offload", {"targets": [{"seq": 6, "imageIndexes": [0]}]}),
-         "seq": b.next_seq + 1}],
-    "M5-offload-indexes-not-increasing": lambda b: env(b, "image/offload", {
-        "targets": [{"seq": 6, "imageIndexes": [0, 0]}]}),
+        {
+            **env(b, "image/offload", {"targets": [{"seq": 6, "imageIndexes": [0]}]}),
+            "seq": b.next_seq + 1,
+        },
+    ],
+    "M5-offload-indexes-not-increasing": lambda b: env(
+        b, "image/offload", {"targets": [{"seq": 6, "imageIndexes": [0, 0]}]}
+    ),
 }
 
 
@@ -203,8 +364,14 @@ def write_case(name: str, make: Callable[[LogBuilder], Raw | list[Raw]]) -> str:
     lines = raws(b)
     bad = make(b)
     lines += bad if isinstance(bad, list) else [bad]
-    header = {"type": "session", "version": version, "id": name, "createdAt": 0,
-              "isSeeded": False, "delegationDepth": 0}
+    header = {
+        "type": "session",
+        "version": version,
+        "id": name,
+        "createdAt": 0,
+        "isSeeded": False,
+        "delegationDepth": 0,
+    }
     body = b"".join(orjson.dumps(x) + b"\n" for x in [header, *lines])
     (OUT / f"{name}.jsonl").write_bytes(body)
     return name
@@ -220,8 +387,14 @@ def write_checkpoint_cases() -> int:
     """P cases: a log plus ``<name>.checkpoint.json`` for ``--from-checkpoint``."""
     b = prefix()
     events = list(b.events)
-    header = {"type": "session", "version": 4, "id": "p", "createdAt": 0,
-              "isSeeded": False, "delegationDepth": 0}
+    header = {
+        "type": "session",
+        "version": 4,
+        "id": "p",
+        "createdAt": 0,
+        "isSeeded": False,
+        "delegationDepth": 0,
+    }
     full = _session_checkpoint(events)
 
     def write(name: str, log: list[Any], checkpoint: Any) -> None:
@@ -231,10 +404,15 @@ def write_checkpoint_cases() -> int:
 
     # the log was rewritten at the checkpoint's anchor (same seq, other event)
     other = prefix()
-    other.events[-1] = other.events[-1].__class__(**{
-        **{f: getattr(other.events[-1], f) for f in ("type", "seq", "data", "surface_op",
-                                                    "source_event_seqs", "ignorable")},
-        "time": 1})
+    other.events[-1] = other.events[-1].__class__(
+        **{
+            **{
+                f: getattr(other.events[-1], f)
+                for f in ("type", "seq", "data", "surface_op", "source_event_seqs", "ignorable")
+            },
+            "time": 1,
+        }
+    )
     write("P6-anchor-event-rewritten", other.events, full)
     # the log was shortened below the rows' watermark
     write("P7-log-shortened-below-rows", events[:4], full["rows"])
@@ -256,7 +434,6 @@ def main() -> None:
     print(f"wrote {write_formats()} refused format versions to {FORMATS}")
 
 
-
 # ------------------------------------------------------------------ valid corpus
 
 VALID = Path(__file__).parent / "valid"
@@ -266,10 +443,14 @@ VALID = Path(__file__).parent / "valid"
 #: opaque to the runtime's load path).
 LOG_ONLY_SAMPLES: dict[str, Any] = {
     "agent-preset/selected": {"preset": "coder"},
-    "agent/inbox/spliced": {"target": "next-turn", "start": 0, "inserted": [
-        {"id": "inbox-1", "role": "user", "content": [text("ping")], "source": {"kind": "user"}}]},
-    "approval/asked": {"id": "ap-1", "toolName": "edit", "callId": "c1",
-                       "reason": "writes a file"},
+    "agent/inbox/spliced": {
+        "target": "next-turn",
+        "start": 0,
+        "inserted": [
+            {"id": "inbox-1", "role": "user", "content": [text("ping")], "source": {"kind": "user"}}
+        ],
+    },
+    "approval/asked": {"id": "ap-1", "toolName": "edit", "callId": "c1", "reason": "writes a file"},
     "approval/decided": {"id": "ap-1", "outcome": "allowed-once"},
     "approval/policy": {"policy": "on-request"},
     "command/run": {"name": "plan", "commandId": "cmd-1", "args": ""},
@@ -279,25 +460,38 @@ LOG_ONLY_SAMPLES: dict[str, Any] = {
     "feedback/message-delete": {"messageId": "asst-1"},
     "feedback/message-put": {"messageId": "asst-1", "rating": "up"},
     "feedback/record": {"rating": "up"},
-    "goal/change": {"operation": "create", "goal": {
-        "id": "g1", "revision": 1, "objective": "ship it", "phase": "active"},
-        "roundsStarted": 0},
-    "hook/invoked": {"turn": 1, "point": "pre-tool", "dialect": "claude-code",
-                     "handlerId": "h1"},
-    "hook/result": {"turn": 1, "point": "pre-tool", "handlerId": "h1", "decision": "allow",
-                    "durationMs": 3},
+    "goal/change": {
+        "operation": "create",
+        "goal": {"id": "g1", "revision": 1, "objective": "ship it", "phase": "active"},
+        "roundsStarted": 0,
+    },
+    "hook/invoked": {"turn": 1, "point": "pre-tool", "dialect": "claude-code", "handlerId": "h1"},
+    "hook/result": {
+        "turn": 1,
+        "point": "pre-tool",
+        "handlerId": "h1",
+        "decision": "allow",
+        "durationMs": 3,
+    },
     "llm/retry": {"turn": 1, "step": 1, "attempt": 1, "delayMs": 10},
     "llm/retry-started": {"turn": 1, "step": 1},
     "model/selection": {"provider": "mock", "model": "mock-2"},
     "permission/preset": {"preset": "default"},
     "plan/mode": {"active": True},
-    "request/context": {"provider": "mock", "model": "mock-1", "contextWindow": 200000,
-                        "systemPromptUpdate": "in-history"},
+    "request/context": {
+        "provider": "mock",
+        "model": "mock-1",
+        "contextWindow": 200000,
+        "systemPromptUpdate": "in-history",
+    },
     "sandbox/mode": {"mode": "workspace-write"},
     "schedule/change": {"operation": "create", "id": "cron-1"},
     "session-log-deepseek/delivery-accepted": {"deliveryId": "d1"},
-    "session/title": {"title": "Fix the config loader", "messageSeqs": [3],
-                      "source": {"kind": "fallback"}},
+    "session/title": {
+        "title": "Fix the config loader",
+        "messageSeqs": [3],
+        "source": {"kind": "fallback"},
+    },
     "session/title-llm-request": {"provider": "mock", "model": "mock-1"},
     "slots/dispatch": {"slot": "plan"},
     "subagent/catalog": {"agents": []},
@@ -307,8 +501,12 @@ LOG_ONLY_SAMPLES: dict[str, Any] = {
     "team/message/delivered": {"id": "tm1"},
     "team/message/queued": {"id": "tm1", "to": "m1"},
     "team/task": {"id": "t1", "status": "open"},
-    "todo/write": {"todos": [{"content": "read the loader", "status": "completed"},
-                             {"content": "fix the bug", "status": "in_progress"}]},
+    "todo/write": {
+        "todos": [
+            {"content": "read the loader", "status": "completed"},
+            {"content": "fix the bug", "status": "in_progress"},
+        ]
+    },
     "tool-workflow/agent-end": {"runId": "r1", "seq": 0, "outcome": "completed"},
     "tool-workflow/agent-start": {"runId": "r1", "seq": 0, "label": "a", "childId": "k1"},
     "tool-workflow/run-end": {"runId": "r1", "stopReason": "done"},
@@ -330,16 +528,24 @@ def every_type_session(form: int) -> list[Raw]:
     b.add_raw("request/context", LOG_ONLY_SAMPLES["request/context"])
     b.tool_update(h.seq, added=["read", "edit"])
     b.user("fix the config loader")
-    b.add_raw("user/message", b.message("user", [text("see"), {
-        "type": "image", "mediaType": "image/png", "data": "iVBORw0KGgo="}]),
-        surfaceOp="append")
+    b.add_raw(
+        "user/message",
+        b.message(
+            "user",
+            [text("see"), {"type": "image", "mediaType": "image/png", "data": "iVBORw0KGgo="}],
+        ),
+        surfaceOp="append",
+    )
     img_user = b.events[-1].seq
     b.attempt()
     b.add_raw("llm/retry", LOG_ONLY_SAMPLES["llm/retry"])
     b.add_raw("llm/retry-started", LOG_ONLY_SAMPLES["llm/retry-started"])
-    b.assistant("reading", tool_calls=[{"id": "c1", "name": "read", "arguments": "{}"}],
-                usage={"inputTokens": 10, "outputTokens": 2})
-    call = b.tool_call("c1", "read", "{\"path\": \"config.py\"}")
+    b.assistant(
+        "reading",
+        tool_calls=[{"id": "c1", "name": "read", "arguments": "{}"}],
+        usage={"inputTokens": 10, "outputTokens": 2},
+    )
+    call = b.tool_call("c1", "read", '{"path": "config.py"}')
     res = b.tool_result("c1", "x = 1", call_seq=call.seq)
     raw = res.to_json()
     b.events.pop()
@@ -355,11 +561,25 @@ def every_type_session(form: int) -> list[Raw]:
     bad_call = b.tool_call("c2", "edit", "{}")
     b.tool_result("c2", "denied", call_seq=bad_call.seq, error={"name": "edit", "code": "E"})
     b.tool_result("", "[elided]", like=b.events[-1], replace=(b.next_seq - 1, b.next_seq - 1))
-    for etype in ("approval/asked", "approval/decided", "todo/write", "session/title",
-                  "command/run", "command/done", "plan/mode"):
+    for etype in (
+        "approval/asked",
+        "approval/decided",
+        "todo/write",
+        "session/title",
+        "command/run",
+        "command/done",
+        "plan/mode",
+    ):
         b.add_raw(etype, LOG_ONLY_SAMPLES[etype])
-    b.add_raw("image/offload", {"targets": [{"seq": img_user, "imageIndexes": [0]},
-                                            {"seq": img_tool, "imageIndexes": [0]}]})
+    b.add_raw(
+        "image/offload",
+        {
+            "targets": [
+                {"seq": img_user, "imageIndexes": [0]},
+                {"seq": img_tool, "imageIndexes": [0]},
+            ]
+        },
+    )
     b.step_end()
     b.turn_end()
     b.turn_start()
@@ -403,19 +623,44 @@ def write_formats() -> int:
     if FORMATS.exists():
         shutil.rmtree(FORMATS)
     old_events = [
-        {"type": "user/message", "seq": 0, "time": 1, "data": {
-            "id": "u1", "role": "user", "content": [text("hi")]}, "surfaceOp": "append"},
-        {"type": "tool/result", "seq": 1, "time": 2, "data": {"turn": 1, "step": 1, "message": {
-            "id": "t1", "role": "tool", "content": [text("ok")], "toolCallId": "c1"}},
-         "surfaceOp": "append"},
+        {
+            "type": "user/message",
+            "seq": 0,
+            "time": 1,
+            "data": {"id": "u1", "role": "user", "content": [text("hi")]},
+            "surfaceOp": "append",
+        },
+        {
+            "type": "tool/result",
+            "seq": 1,
+            "time": 2,
+            "data": {
+                "turn": 1,
+                "step": 1,
+                "message": {
+                    "id": "t1",
+                    "role": "tool",
+                    "content": [text("ok")],
+                    "toolCallId": "c1",
+                },
+            },
+            "surfaceOp": "append",
+        },
     ]
     for version in (0, 1, 2, 5):
         folder = FORMATS / f"v{version}"
         folder.mkdir(parents=True)
-        header = {"type": "session", "version": version, "id": f"format-v{version}",
-                  "createdAt": 1, "isSeeded": False, "delegationDepth": 0}
+        header = {
+            "type": "session",
+            "version": version,
+            "id": f"format-v{version}",
+            "createdAt": 1,
+            "isSeeded": False,
+            "delegationDepth": 0,
+        }
         (folder / log_filename(version)).write_bytes(
-            b"".join(orjson.dumps(x) + b"\n" for x in [header, *old_events]))
+            b"".join(orjson.dumps(x) + b"\n" for x in [header, *old_events])
+        )
     return 4
 
 
@@ -430,16 +675,30 @@ def write_valid() -> int:
     if VALID.exists():
         shutil.rmtree(VALID)
 
-    def write(case: str, version: int | None, events: list[Raw], *, compressed: bool = False,
-              header_extra: dict[str, Any] | None = None) -> None:
+    def write(
+        case: str,
+        version: int | None,
+        events: list[Raw],
+        *,
+        compressed: bool = False,
+        header_extra: dict[str, Any] | None = None,
+    ) -> None:
         folder = VALID / case
         folder.mkdir(parents=True)
         lines: list[Any] = []
         if version is not None:
-            lines.append({"type": "session", "version": version, "id": case,
-                          "createdAt": 1_700_000_000_000, "isSeeded": False,
-                          "delegationDepth": 0, "cwd": "/work/example",
-                          **(header_extra or {})})
+            lines.append(
+                {
+                    "type": "session",
+                    "version": version,
+                    "id": case,
+                    "createdAt": 1_700_000_000_000,
+                    "isSeeded": False,
+                    "delegationDepth": 0,
+                    "cwd": "/work/example",
+                    **(header_extra or {}),
+                }
+            )
         body = b"".join(orjson.dumps(x) + b"\n" for x in [*lines, *events])
         name = log_filename(version if version is not None else 0, compressed)
         if compressed:
@@ -461,15 +720,38 @@ def write_valid() -> int:
     write("headerless-mixed-forms", None, raws(mixed))
     fork = every_type_session(4)
     cut = next(i for i, e in enumerate(fork) if e["type"] == "turn/start" and i > 2)
-    seed = {"type": "session/end-seed", "seq": cut, "time": fork[cut - 1]["time"] + 1,
-            "data": {"inherited": True}}
-    kept = [e for e in fork[cut:] if e["type"] not in (
-        "tool/result", "developer/message", "user/message", "system/message",
-        "assistant/message", "image/offload")]
+    seed = {
+        "type": "session/end-seed",
+        "seq": cut,
+        "time": fork[cut - 1]["time"] + 1,
+        "data": {"inherited": True},
+    }
+    kept = [
+        e
+        for e in fork[cut:]
+        if e["type"]
+        not in (
+            "tool/result",
+            "developer/message",
+            "user/message",
+            "system/message",
+            "assistant/message",
+            "image/offload",
+        )
+    ]
     tail = [{**e, "seq": cut + 1 + i} for i, e in enumerate(kept)]
-    write("forked-subagent", 4, [*fork[:cut], seed, *tail],
-          header_extra={"isSeeded": True, "parentSession": "every-type-v4",
-                        "origin": "subagent", "delegationDepth": 1, "agentPreset": "coder"})
+    write(
+        "forked-subagent",
+        4,
+        [*fork[:cut], seed, *tail],
+        header_extra={
+            "isSeeded": True,
+            "parentSession": "every-type-v4",
+            "origin": "subagent",
+            "delegationDepth": 1,
+            "agentPreset": "coder",
+        },
+    )
     return 6
 
 

@@ -20,27 +20,78 @@ from typing import Any
 
 SAFE = 9007199254740991
 
-VOCABULARY = frozenset([
-    "agent-preset/selected", "agent/inbox/spliced", "approval/asked", "approval/decided",
-    "approval/policy", "assistant/attempt", "assistant/message", "command/done", "command/run",
-    "compaction/end", "compaction/prune", "compaction/start", "compaction/summary",
-    "deliverables/presented", "developer/message", "feedback/message-delete",
-    "feedback/message-put", "feedback/record", "goal/change", "hook/invoked", "hook/result",
-    "image/offload", "llm/retry", "llm/retry-started", "model/selection", "permission/preset",
-    "plan/mode", "request/context", "request/header", "sandbox/mode", "schedule/change",
-    "session-log-deepseek/delivery-accepted", "session/end-seed", "session/title",
-    "session/title-llm-request", "slots/dispatch", "step/end", "step/start",
-    "subagent/catalog", "subagent/descriptor", "subagent/model-selection-policy",
-    "system/message", "team/member", "team/message/delivered", "team/message/queued",
-    "team/task", "todo/write", "tool-workflow/agent-end", "tool-workflow/agent-start",
-    "tool-workflow/run-end", "tool-workflow/run-start", "tool/call", "tool/ptc-dispatch",
-    "tool/ptc-dispatch-start", "tool/result", "turn/end", "turn/start", "user/message",
-    "web/deepseek-search-llm-request", "workspace/changes",
-])
+VOCABULARY = frozenset(
+    [
+        "agent-preset/selected",
+        "agent/inbox/spliced",
+        "approval/asked",
+        "approval/decided",
+        "approval/policy",
+        "assistant/attempt",
+        "assistant/message",
+        "command/done",
+        "command/run",
+        "compaction/end",
+        "compaction/prune",
+        "compaction/start",
+        "compaction/summary",
+        "deliverables/presented",
+        "developer/message",
+        "feedback/message-delete",
+        "feedback/message-put",
+        "feedback/record",
+        "goal/change",
+        "hook/invoked",
+        "hook/result",
+        "image/offload",
+        "llm/retry",
+        "llm/retry-started",
+        "model/selection",
+        "permission/preset",
+        "plan/mode",
+        "request/context",
+        "request/header",
+        "sandbox/mode",
+        "schedule/change",
+        "session-log-deepseek/delivery-accepted",
+        "session/end-seed",
+        "session/title",
+        "session/title-llm-request",
+        "slots/dispatch",
+        "step/end",
+        "step/start",
+        "subagent/catalog",
+        "subagent/descriptor",
+        "subagent/model-selection-policy",
+        "system/message",
+        "team/member",
+        "team/message/delivered",
+        "team/message/queued",
+        "team/task",
+        "todo/write",
+        "tool-workflow/agent-end",
+        "tool-workflow/agent-start",
+        "tool-workflow/run-end",
+        "tool-workflow/run-start",
+        "tool/call",
+        "tool/ptc-dispatch",
+        "tool/ptc-dispatch-start",
+        "tool/result",
+        "turn/end",
+        "turn/start",
+        "user/message",
+        "web/deepseek-search-llm-request",
+        "workspace/changes",
+    ]
+)
 
-MESSAGE_TYPES = {"system/message": "system", "developer/message": "developer",
-                 "user/message": "user", "assistant/message": "assistant",
-                 "tool/result": "tool"}
+MESSAGE_TYPES = {
+    "system/message": "system",
+    "developer/message": "developer",
+    "user/message": "user",
+    "assistant/message": "assistant",
+    "tool/result": "tool",
+}
 
 
 def _obj(v: Any) -> bool:
@@ -73,9 +124,7 @@ def _envelope(e: Any) -> str | None:
         return "envelope is not an object"
     if set(e) - {"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"}:
         return "invalid envelope key"
-    if not isinstance(e.get("type"), str) or not _seq(e.get("seq")) or not _num_int(
-        e.get("time")
-    ):
+    if not isinstance(e.get("type"), str) or not _seq(e.get("seq")) or not _num_int(e.get("time")):
         return "invalid type/seq/time"
     if "data" not in e:
         return "data missing"
@@ -92,8 +141,9 @@ def _event_data(t: str, d: Any) -> str | None:
             if (t == "developer/message") != (m.get("role") == "developer"):
                 return "developer type/role pairing"
             blocks = m.get("content") if isinstance(m.get("content"), list) else []
-            changes = [b for b in blocks if _obj(b) and b.get("type") in (
-                "tool-addition", "tool-removal")]
+            changes = [
+                b for b in blocks if _obj(b) and b.get("type") in ("tool-addition", "tool-removal")
+            ]
             if changes and m.get("role") != "developer":
                 return "tool-change block outside developer"
             if t == "developer/message":
@@ -141,8 +191,12 @@ def _header(d: dict[str, Any]) -> str | None:
 
 
 def _settled(d: Any) -> bool:
-    return _obj(d) and _seq(d.get("turn")) and _seq(d.get("step")) and isinstance(
-        d.get("stream"), list)
+    return (
+        _obj(d)
+        and _seq(d.get("turn"))
+        and _seq(d.get("step"))
+        and isinstance(d.get("stream"), list)
+    )
 
 
 def _message(t: str, d: Any, version: int | None) -> str | None:
@@ -183,9 +237,12 @@ def _message(t: str, d: Any, version: int | None) -> str | None:
             if any(_obj(b) and b.get("type") == "tool-result" for b in content):
                 return "nested tool-result"
         else:
-            if len(content) != 1 or not _obj(content[0]) or content[0].get(
-                "type"
-            ) != "tool-result" or not isinstance(content[0].get("content"), list):
+            if (
+                len(content) != 1
+                or not _obj(content[0])
+                or content[0].get("type") != "tool-result"
+                or not isinstance(content[0].get("content"), list)
+            ):
                 return "one tool-result block"
             if content[0].get("toolCallId") != src["callId"]:
                 return "tool call ids"

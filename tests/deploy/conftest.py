@@ -37,8 +37,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(probe: Callable[[], T | None], what: str, timeout: float = 120.0,
-               every: float = 0.25) -> T:
+def wait_until(
+    probe: Callable[[], T | None], what: str, timeout: float = 120.0, every: float = 0.25
+) -> T:
     """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
     deadline = time.monotonic() + timeout
     last: T | None = None
@@ -79,17 +80,25 @@ class Background:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-                raise AssertionError(f"{self.proc.args} ignored SIGTERM:\n{self.output()}"
-                                     ) from None
+                raise AssertionError(
+                    f"{self.proc.args} ignored SIGTERM:\n{self.output()}"
+                ) from None
         return int(self.proc.returncode)
 
 
 @contextlib.contextmanager
-def background(cmd: Sequence[str], log: Path, env: dict[str, str] | None = None,
-               cwd: Path | None = None) -> Iterator[Background]:
+def background(
+    cmd: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> Iterator[Background]:
     with open(log, "wb") as out:
-        proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+        proc = subprocess.Popen(
+            list(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+        )
     bg = Background(proc, log)
     try:
         yield bg
@@ -141,8 +150,17 @@ class Unprivileged:
 
     def can_run(self, argv: Sequence[str]) -> bool:
         try:
-            return subprocess.run(self.command(argv), env=self.env(), capture_output=True,
-                                  timeout=60, check=False, cwd=self.home).returncode == 0
+            return (
+                subprocess.run(
+                    self.command(argv),
+                    env=self.env(),
+                    capture_output=True,
+                    timeout=60,
+                    check=False,
+                    cwd=self.home,
+                ).returncode
+                == 0
+            )
         except OSError:
             return False
 
@@ -160,9 +178,12 @@ def unprivileged() -> Iterator[Unprivileged]:
         if setpriv is None:
             pytest.fail("running as root without setpriv: cannot drop to a non-root user")
         nobody = pwd.getpwnam("nobody")
-        user = Unprivileged(home, [setpriv, f"--reuid={nobody.pw_uid}",
-                                   f"--regid={nobody.pw_gid}", "--clear-groups"],
-                            nobody.pw_uid, nobody.pw_gid)
+        user = Unprivileged(
+            home,
+            [setpriv, f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"],
+            nobody.pw_uid,
+            nobody.pw_gid,
+        )
         user.give(home)
         yield user
     finally:
@@ -191,14 +212,22 @@ def make_venv(user: Unprivileged, venv: Path) -> None:
     for exe in candidates:
         if not Path(exe).exists() or not _traversable(Path(exe), user):
             continue
-        done = subprocess.run(user.command([exe, "-m", "venv", str(venv)]), env=user.env(),
-                              cwd=user.home, capture_output=True, text=True, timeout=300,
-                              check=False)
-        if done.returncode == 0 and user.can_run([str(venv / "bin" / "python"), "-c",
-                                                  "import sys; sys.exit(sys.version_info < "
-                                                  "(3, 11))"]):
+        done = subprocess.run(
+            user.command([exe, "-m", "venv", str(venv)]),
+            env=user.env(),
+            cwd=user.home,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if done.returncode == 0 and user.can_run(
+            [str(venv / "bin" / "python"), "-c", "import sys; sys.exit(sys.version_info < (3, 11))"]
+        ):
             return
         errors.append(f"{exe}: {done.stderr.strip()}")
         shutil.rmtree(venv, ignore_errors=True)
-    pytest.fail(f"no Python >= 3.11 of which uid {user.uid} can make a venv among "
-                f"{candidates} (scripts/test.sh installs python3-venv): {errors}")
+    pytest.fail(
+        f"no Python >= 3.11 of which uid {user.uid} can make a venv among "
+        f"{candidates} (scripts/test.sh installs python3-venv): {errors}"
+    )

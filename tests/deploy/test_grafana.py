@@ -29,10 +29,40 @@ TARGET_LABELS = {"job", "instance"}
 #: series the rules read from elsewhere (kube-state-metrics, Prometheus itself)
 FOREIGN = {"kube_pod_status_ready": {"namespace", "pod", "condition"}, "up": set()}
 
-_WORDS = {"sum", "max", "min", "avg", "count", "by", "without", "rate", "increase", "deriv",
-          "irate", "delta", "histogram_quantile", "and", "or", "unless", "ignoring", "on",
-          "offset", "bool", "label_values", "group_left", "group_right", "topk", "bottomk",
-          "max_over_time", "min_over_time", "avg_over_time", "abs", "clamp_min", "inf", "nan"}
+_WORDS = {
+    "sum",
+    "max",
+    "min",
+    "avg",
+    "count",
+    "by",
+    "without",
+    "rate",
+    "increase",
+    "deriv",
+    "irate",
+    "delta",
+    "histogram_quantile",
+    "and",
+    "or",
+    "unless",
+    "ignoring",
+    "on",
+    "offset",
+    "bool",
+    "label_values",
+    "group_left",
+    "group_right",
+    "topk",
+    "bottomk",
+    "max_over_time",
+    "min_over_time",
+    "avg_over_time",
+    "abs",
+    "clamp_min",
+    "inf",
+    "nan",
+}
 
 
 def exported() -> dict[str, set[str]]:
@@ -43,8 +73,11 @@ def exported() -> dict[str, set[str]]:
             continue
         # prometheus_client keeps name, type and label names on the wrapper
         name, kind, labels = value._name, value._type, set(value._labelnames)
-        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"],
-                    "gauge": [""]}[kind]
+        suffixes = {
+            "counter": ["_total"],
+            "histogram": ["_bucket", "_sum", "_count"],
+            "gauge": [""],
+        }[kind]
         for suffix in suffixes:
             series[name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
     return series
@@ -82,19 +115,27 @@ def _check(expr: str, known: dict[str, set[str]], where: str) -> None:
 
 def _dashboard_exprs() -> list[tuple[str, str]]:
     doc = json.loads(DASHBOARD.read_text())
-    out = [(f"panel {p['title']!r}", t["expr"]) for p in doc["panels"]
-           for t in p.get("targets") or []]
-    out += [(f"variable {v['name']}", re.sub(r"^label_values\((\w+),.*", r"\1", v["query"]))
-            for v in doc["templating"]["list"] if v["type"] == "query"]
+    out = [
+        (f"panel {p['title']!r}", t["expr"]) for p in doc["panels"] for t in p.get("targets") or []
+    ]
+    out += [
+        (f"variable {v['name']}", re.sub(r"^label_values\((\w+),.*", r"\1", v["query"]))
+        for v in doc["templating"]["list"]
+        if v["type"] == "query"
+    ]
     return out
 
 
 def test_the_metric_parser_sees_names_and_labels() -> None:
     metrics, grouping = promql_names(
         'sum by (job, rule) (rate(processor_dlq_records_total{job=~"$job"}[5m])) '
-        '- ignoring (le) processor_restore_seconds_bucket{le="30.0"} > 0 and up == 1')
-    assert metrics == {"processor_dlq_records_total": {"job"},
-                       "processor_restore_seconds_bucket": {"le"}, "up": set()}
+        '- ignoring (le) processor_restore_seconds_bucket{le="30.0"} > 0 and up == 1'
+    )
+    assert metrics == {
+        "processor_dlq_records_total": {"job"},
+        "processor_restore_seconds_bucket": {"le"},
+        "up": set(),
+    }
     assert grouping == {"job", "rule", "le"}
 
 
@@ -143,7 +184,8 @@ def test_committed_dashboard_is_what_the_code_generates() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.render() == DASHBOARD.read_text(), (
-        "regenerate: python deploy/grafana/dashboard.py > deploy/grafana/processor-dashboard.json")
+        "regenerate: python deploy/grafana/dashboard.py > deploy/grafana/processor-dashboard.json"
+    )
 
 
 def test_dashboard_is_importable_json(tmp_path: Path) -> None:
@@ -151,5 +193,7 @@ def test_dashboard_is_importable_json(tmp_path: Path) -> None:
     assert doc["uid"] == "processor-overview" and doc["title"] == "Processor"
     ids = [p["id"] for p in doc["panels"]]
     assert len(ids) == len(set(ids))
-    assert all(p.get("datasource", {}).get("uid", "${datasource}") == "${datasource}"
-               for p in doc["panels"])
+    assert all(
+        p.get("datasource", {}).get("uid", "${datasource}") == "${datasource}"
+        for p in doc["panels"]
+    )

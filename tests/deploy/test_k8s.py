@@ -45,9 +45,11 @@ def _validate(resource: dict[str, Any]) -> None:
         try:
             kubernetes_validate.validate(resource, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            raise AssertionError(f"{resource['kind']}/{resource['metadata']['name']} "
-                                 f"(Kubernetes {version}): {exc.message} at "
-                                 f"{'.'.join(map(str, exc.path))}") from None
+            raise AssertionError(
+                f"{resource['kind']}/{resource['metadata']['name']} "
+                f"(Kubernetes {version}): {exc.message} at "
+                f"{'.'.join(map(str, exc.path))}"
+            ) from None
 
 
 def _render(folder: Path) -> list[dict[str, Any]]:
@@ -117,8 +119,7 @@ def test_the_validator_rejects_a_broken_manifest() -> None:
 
 
 @pytest.mark.parametrize("folder", [BASE, OVERLAY], ids=["base", "overlay"])
-def test_kustomization_renders_to_valid_consistent_manifests(folder: Path,
-                                                             tmp_path: Path) -> None:
+def test_kustomization_renders_to_valid_consistent_manifests(folder: Path, tmp_path: Path) -> None:
     resources = _render(folder)
     for resource in resources:
         _validate(resource)
@@ -159,8 +160,10 @@ def test_kustomization_renders_to_valid_consistent_manifests(folder: Path,
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     config_mount = next(m for m in mounts.values() if m.get("subPath") == "processor.toml")
     assert config_path == config_mount["mountPath"]
-    assert volumes[config_mount["name"]]["configMap"]["name"] == _one(
-        resources, "ConfigMap")["metadata"]["name"]
+    assert (
+        volumes[config_mount["name"]]["configMap"]["name"]
+        == _one(resources, "ConfigMap")["metadata"]["name"]
+    )
     secret = next(v for v in volumes.values() if "secret" in v)
     secret_dir = mounts[secret["name"]]["mountPath"]
     assert Path(config.kafka["ssl.ca.location"]).parent == Path(secret_dir)
@@ -182,11 +185,14 @@ def test_overlay_changes_only_what_an_environment_owns(tmp_path: Path) -> None:
     sts = _one(overlay, "StatefulSet")
     assert all(r["metadata"].get("namespace") == "agents" for r in overlay)
     assert _container(sts)["image"].startswith("registry.example.com/")
-    assert _config(overlay, OVERLAY, tmp_path).topic_prefix != _config(
-        base, BASE, tmp_path).topic_prefix
+    assert (
+        _config(overlay, OVERLAY, tmp_path).topic_prefix
+        != _config(base, BASE, tmp_path).topic_prefix
+    )
     # the config map name carries a content hash: a changed file rolls the pods
-    assert re.fullmatch(r"processor-config-[a-z0-9]{10}",
-                        _one(overlay, "ConfigMap")["metadata"]["name"])
+    assert re.fullmatch(
+        r"processor-config-[a-z0-9]{10}", _one(overlay, "ConfigMap")["metadata"]["name"]
+    )
 
 
 def test_run_options_in_the_manifest_exist(tmp_path: Path) -> None:

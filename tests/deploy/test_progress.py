@@ -36,8 +36,9 @@ def test_a_terminal_sees_events_sessions_rate_and_eta() -> None:
     bar = Progress("replay", stream=out, clock=clock)
     clock.now += 2.0
     bar.update(events=1_000, total_events=4_000, sessions=3)
-    assert out.getvalue() == ("\rreplay: 1,000/4,000 events (25%) · 3 sessions · 500 ev/s · "
-                              "ETA 0:06")
+    assert out.getvalue() == (
+        "\rreplay: 1,000/4,000 events (25%) · 3 sessions · 500 ev/s · ETA 0:06"
+    )
     clock.now += 6.0
     bar.update(events=4_000, sessions=12)
     bar.close()
@@ -87,34 +88,47 @@ def test_file_progress_takes_the_eta_from_bytes() -> None:
     assert bar.line().startswith("ingest: 25 events (100%) · 2 sessions")
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0, "0:00"), (7.4, "0:07"), (750, "12:30"),
-                                                (7500, "2:05:00"), (-3, "0:00")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0:00"), (7.4, "0:07"), (750, "12:30"), (7500, "2:05:00"), (-3, "0:00")],
+)
 def test_eta_format(seconds: float, text: str) -> None:
     assert format_eta(seconds) == text
 
 
 @pytest.mark.kafka
-def test_ingest_and_replay_show_progress_only_when_asked(kafka_bootstrap: str,
-                                                         tmp_path: Path) -> None:
+def test_ingest_and_replay_show_progress_only_when_asked(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
     prefix = unique_prefix("prog")
-    env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PROCESSOR_TOPIC_PREFIX": prefix,
-           "PROCESSOR_GROUP_ID": prefix, "PROCESSOR_PARTITIONS": "2"}
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "PROCESSOR_TOPIC_PREFIX": prefix,
+        "PROCESSOR_GROUP_ID": prefix,
+        "PROCESSOR_PARTITIONS": "2",
+    }
     runner = CliRunner()
     assert runner.invoke(cli, ["topics", "create"], env=env).exit_code == 0
     quiet = runner.invoke(cli, ["ingest", str(EXAMPLE), "--session-id", "p-1"], env=env)
     assert quiet.exit_code == 0, quiet.output
     assert "\r" not in quiet.stderr  # CliRunner's stderr is no terminal: no progress
-    shown = runner.invoke(cli, ["ingest", "--progress", str(EXAMPLE), "--session-id", "p-2"],
-                          env=env)
+    shown = runner.invoke(
+        cli, ["ingest", "--progress", str(EXAMPLE), "--session-id", "p-2"], env=env
+    )
     assert shown.exit_code == 0, shown.output
-    events = sum(1 for line in EXAMPLE.read_text().splitlines()
-                 if line.strip() and json.loads(line)["type"] != "session")  # not the header
-    assert re.search(rf"\ringest: {events} events \(100%\) · 1 session · [\d,]+ ev/s · done in",
-                     shown.stderr), shown.stderr
-    replayed = runner.invoke(cli, ["replay", "--into-prefix", f"{prefix}g", "--progress"],
-                             env=env)
+    events = sum(
+        1
+        for line in EXAMPLE.read_text().splitlines()
+        if line.strip() and json.loads(line)["type"] != "session"
+    )  # not the header
+    assert re.search(
+        rf"\ringest: {events} events \(100%\) · 1 session · [\d,]+ ev/s · done in", shown.stderr
+    ), shown.stderr
+    replayed = runner.invoke(cli, ["replay", "--into-prefix", f"{prefix}g", "--progress"], env=env)
     assert replayed.exit_code == 0, replayed.output
     # sessions: shown once a commit reported them (a replay this short may end first)
-    assert re.search(rf"\rreplay: {2 * events}/{2 * events} events \(100%\) · "
-                     r"(2 sessions · )?[\d,]+ ev/s · done in",
-                     replayed.stderr), replayed.stderr
+    assert re.search(
+        rf"\rreplay: {2 * events}/{2 * events} events \(100%\) · "
+        r"(2 sessions · )?[\d,]+ ev/s · done in",
+        replayed.stderr,
+    ), replayed.stderr

@@ -37,8 +37,7 @@ from tests.kafka_fixtures import unique_prefix
 
 RUNBOOK = REPO / "docs" / "operations.md"
 EXAMPLE = REPO / "processor" / "examples" / "session.jsonl"
-_MARK = re.compile(r"<!-- runbook-test: ([\w-]+)( background)? -->\n```(?:sh|bash)\n(.*?)```",
-                   re.S)
+_MARK = re.compile(r"<!-- runbook-test: ([\w-]+)( background)? -->\n```(?:sh|bash)\n(.*?)```", re.S)
 _FENCE = re.compile(r"```(?:sh|bash)\n(.*?)```", re.S)
 
 
@@ -86,8 +85,14 @@ def parse_with_cli(args: list[str], stand_in: Path) -> click.Context:
 
 def test_runbook_has_the_tested_blocks() -> None:
     blocks = marked_blocks()
-    assert {"quarantine-inspect", "quarantine-redrive", "quarantine-verify",
-            "bluegreen-replay", "bluegreen-compare", "bluegreen-switch"} <= set(blocks)
+    assert {
+        "quarantine-inspect",
+        "quarantine-redrive",
+        "quarantine-verify",
+        "bluegreen-replay",
+        "bluegreen-compare",
+        "bluegreen-switch",
+    } <= set(blocks)
     assert blocks["bluegreen-switch"][1] and not blocks["bluegreen-replay"][1]
 
 
@@ -103,8 +108,15 @@ def test_every_processor_command_in_the_runbook_parses(tmp_path: Path) -> None:
         except click.ClickException as exc:
             raise AssertionError(f"processor {' '.join(args)}: {exc.format_message()}") from None
         seen.add(ctx.info_name)
-    assert {"processor replay", "processor redrive", "processor dlq", "processor views",
-            "processor ingest", "processor run", "processor topics create"} <= seen
+    assert {
+        "processor replay",
+        "processor redrive",
+        "processor dlq",
+        "processor views",
+        "processor ingest",
+        "processor run",
+        "processor topics create",
+    } <= seen
 
 
 def test_the_command_checker_rejects_what_does_not_exist(tmp_path: Path) -> None:
@@ -127,9 +139,15 @@ class Runbook:
         shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m processor "$@"\n')
         shim.chmod(0o755)
         prefix = unique_prefix("rb")
-        self.env = checkout_env(KAFKA_BOOTSTRAP_SERVERS=bootstrap, PROCESSOR_TOPIC_PREFIX=prefix,
-                                PROCESSOR_GROUP_ID=prefix, PREFIX=prefix, GROUP=prefix,
-                                PROCESSOR_PARTITIONS="3", **variables)
+        self.env = checkout_env(
+            KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+            PROCESSOR_TOPIC_PREFIX=prefix,
+            PROCESSOR_GROUP_ID=prefix,
+            PREFIX=prefix,
+            GROUP=prefix,
+            PROCESSOR_PARTITIONS="3",
+            **variables,
+        )
         self.env["PATH"] = f"{shim.parent}:{self.env['PATH']}"
         self.blocks = marked_blocks()
 
@@ -140,9 +158,15 @@ class Runbook:
     def run(self, name: str, check: bool = True, **extra: str) -> subprocess.CompletedProcess[str]:
         script, in_background = self.blocks[name]
         assert not in_background
-        out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=self.dir,
-                             env={**self.env, **extra}, capture_output=True, text=True,
-                             timeout=300, check=False)
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=self.dir,
+            env={**self.env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         if check:
             assert out.returncode == 0, f"{name}:\n{script}\n{out.stdout}\n{out.stderr}"
         return out
@@ -152,25 +176,58 @@ class Runbook:
         assert in_background
         # one simple command: bash execs it (and the shim execs Python), so the
         # SIGTERM of Background.terminate reaches the processor itself
-        return background(["bash", "-euo", "pipefail", "-c", script.strip()],
-                          self.dir / f"{name}.log", env={**self.env, **extra}, cwd=self.dir)
+        return background(
+            ["bash", "-euo", "pipefail", "-c", script.strip()],
+            self.dir / f"{name}.log",
+            env={**self.env, **extra},
+            cwd=self.dir,
+        )
 
     def cli(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([*checkout_processor(), *args], env={**self.env, **extra},
-                             capture_output=True, text=True, timeout=300, check=False)
+        out = subprocess.run(
+            [*checkout_processor(), *args],
+            env={**self.env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert out.returncode == 0, f"processor {args}: {out.stdout}{out.stderr}"
         return out
 
     def member(self, instance: str) -> AbstractContextManager[Background]:
-        return background([*checkout_processor(), "run", "--instance-id", instance,
-                           "--commit-interval-ms", "100"], self.dir / f"{instance}.log",
-                          env=self.env)
+        return background(
+            [
+                *checkout_processor(),
+                "run",
+                "--instance-id",
+                instance,
+                "--commit-interval-ms",
+                "100",
+            ],
+            self.dir / f"{instance}.log",
+            env=self.env,
+        )
 
     def summary(self, session: str, prefix: str | None = None) -> str:
         extra = {"PROCESSOR_TOPIC_PREFIX": prefix} if prefix else {}
-        out = subprocess.run([*checkout_processor(), "views", "--session", session, "--format",
-                              "summary", "--timeout", "20"], env={**self.env, **extra},
-                             capture_output=True, text=True, timeout=120, check=False)
+        out = subprocess.run(
+            [
+                *checkout_processor(),
+                "views",
+                "--session",
+                session,
+                "--format",
+                "summary",
+                "--timeout",
+                "20",
+            ],
+            env={**self.env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         return out.stdout if out.returncode == 0 else ""
 
 
@@ -179,8 +236,14 @@ def _last_seq() -> int:
 
 
 def _offline_fold() -> dict[str, object]:
-    out = subprocess.run([*checkout_processor(), "fold", str(EXAMPLE)], env=checkout_env(),
-                         capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [*checkout_processor(), "fold", str(EXAMPLE)],
+        env=checkout_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return dict(json.loads(out.stdout))
 
 
@@ -243,8 +306,10 @@ def test_runbook_blue_green_replay_and_switch(kafka_bootstrap: str, tmp_path: Pa
         assert f"replayed {events} events" in replayed and f"{green}.views" in replayed
 
         rb.run("bluegreen-compare")
-        blue_txt, green_txt = (tmp_path / "blue.txt").read_text(), (
-            tmp_path / "green.txt").read_text()
+        blue_txt, green_txt = (
+            (tmp_path / "blue.txt").read_text(),
+            (tmp_path / "green.txt").read_text(),
+        )
         assert blue_txt == green_txt and blue_txt.count(done) == 2
 
         with rb.start("bluegreen-switch") as switched:
@@ -252,8 +317,10 @@ def test_runbook_blue_green_replay_and_switch(kafka_bootstrap: str, tmp_path: Pa
             rb.cli("ingest", "--session-id", "bg-c", str(EXAMPLE))
             wait_until(lambda: done in rb.summary("bg-c", prefix=green), "bg-c in green")
             # the green member resumed where the replay stopped: it applied only bg-c
-            wait_until(lambda: _applied(port) == float(_last_seq() + 1),
-                       "green applied exactly the new session")
+            wait_until(
+                lambda: _applied(port) == float(_last_seq() + 1),
+                "green applied exactly the new session",
+            )
             assert isinstance(switched, Background)
             assert switched.terminate() == 0, switched.output()
         assert done in rb.summary("bg-c")  # blue still serves until it is stopped

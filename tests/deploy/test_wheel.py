@@ -55,14 +55,28 @@ class Installed:
     def env(self, **extra: str) -> dict[str, str]:
         return self.user.env([self.bin], **extra)
 
-    def run(self, *argv: str, timeout: float = 300, **extra: str,
-            ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.user.command(argv), env=self.env(**extra), cwd=self.user.home,
-                              capture_output=True, text=True, timeout=timeout, check=False)
+    def run(
+        self,
+        *argv: str,
+        timeout: float = 300,
+        **extra: str,
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.user.command(argv),
+            env=self.env(**extra),
+            cwd=self.user.home,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def site_file(self, relative: str) -> Path:
-        out = self.run("python", "-c", "import pathlib, processor; "
-                       "print(pathlib.Path(processor.__file__).parent)")
+        out = self.run(
+            "python",
+            "-c",
+            "import pathlib, processor; print(pathlib.Path(processor.__file__).parent)",
+        )
         assert out.returncode == 0, out.stderr
         return Path(out.stdout.strip()).parent / relative
 
@@ -72,19 +86,36 @@ def installed(unprivileged: Unprivileged) -> Iterator[Installed]:
     """Wheels built from the checkout, installed into a fresh venv by the non-root user."""
     house = unprivileged.home / "wheelhouse"
     # the build side (root in CI) may use its pip cache; the install side may not reach it
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir",
-                            str(house), str(REPO)], capture_output=True, text=True,
-                           timeout=600, check=False)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(house), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     wheel = next(house.glob("processor-*.whl"))
     unprivileged.give(house)
     venv = unprivileged.home / "venv"
     make_venv(unprivileged, venv)
-    argv = [str(venv / "bin" / "pip"), "install", "-q", "--no-index", "--find-links",
-            str(house), "processor"]
-    done = subprocess.run(unprivileged.command(argv), env=unprivileged.env(),
-                          cwd=unprivileged.home, capture_output=True, text=True,
-                          timeout=600, check=False)
+    argv = [
+        str(venv / "bin" / "pip"),
+        "install",
+        "-q",
+        "--no-index",
+        "--find-links",
+        str(house),
+        "processor",
+    ]
+    done = subprocess.run(
+        unprivileged.command(argv),
+        env=unprivileged.env(),
+        cwd=unprivileged.home,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
     yield Installed(unprivileged, venv, wheel)
 
@@ -126,8 +157,11 @@ def test_container_recipe_is_multi_stage_non_root_with_health_check() -> None:
     assert "/healthz" in health
     # the build stage builds wheels; nothing else reaches the runtime stage
     assert any("pip wheel" in i for i in stages[0])
-    ignore = [line for line in (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text()
-              .splitlines() if line and not line.startswith("#")]
+    ignore = [
+        line
+        for line in (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
     assert ignore[0] == "**", "the build context denies everything not listed"
 
 
@@ -144,10 +178,12 @@ def test_wheel_ships_schemas_and_dev_broker_files(installed: Installed) -> None:
 
 
 def test_installed_package_finds_its_own_data_outside_the_checkout(installed: Installed) -> None:
-    probe = ("import json, processor.kafka_dist as d; "
-             "from processor.service.codec import default_codec, find_schema_dir; "
-             "default_codec(); print(json.dumps([str(find_schema_dir()), str(d.POM), "
-             "str(d.LOG4J_CONFIG), d.kafka_version()]))")
+    probe = (
+        "import json, processor.kafka_dist as d; "
+        "from processor.service.codec import default_codec, find_schema_dir; "
+        "default_codec(); print(json.dumps([str(find_schema_dir()), str(d.POM), "
+        "str(d.LOG4J_CONFIG), d.kafka_version()]))"
+    )
     out = installed.run("python", "-c", probe)
     assert out.returncode == 0, out.stderr
     schemas, pom, log4j, version = json.loads(out.stdout)
@@ -161,41 +197,65 @@ def test_fold_from_the_wheel_equals_the_checkout(installed: Installed) -> None:
     example = installed.site_file(EXAMPLE)
     wheel = installed.run("processor", "fold", str(example), "--at", "40")
     assert wheel.returncode == 0, wheel.stderr
-    checkout = subprocess.run([*checkout_processor(), "fold", str(REPO / EXAMPLE), "--at", "40"],
-                              env=checkout_env(), capture_output=True, text=True, timeout=120,
-                              check=False)
+    checkout = subprocess.run(
+        [*checkout_processor(), "fold", str(REPO / EXAMPLE), "--at", "40"],
+        env=checkout_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert checkout.returncode == 0, checkout.stderr
     assert json.loads(wheel.stdout) == json.loads(checkout.stdout)
 
 
 @pytest.mark.kafka
-def test_entry_point_runs_against_the_broker_as_non_root(installed: Installed,
-                                                         kafka_bootstrap: str) -> None:
+def test_entry_point_runs_against_the_broker_as_non_root(
+    installed: Installed, kafka_bootstrap: str
+) -> None:
     prefix = unique_prefix("whl")
     port = free_port()
-    kafka = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PROCESSOR_TOPIC_PREFIX": prefix,
-             "PROCESSOR_GROUP_ID": prefix, "PROCESSOR_PARTITIONS": "2"}
+    kafka = {
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "PROCESSOR_TOPIC_PREFIX": prefix,
+        "PROCESSOR_GROUP_ID": prefix,
+        "PROCESSOR_PARTITIONS": "2",
+    }
     made = installed.run("processor", "topics", "create", **kafka)
     assert made.returncode == 0, made.stderr
     log = installed.user.home / f"{prefix}.log"
     # the image's entry point and environment: `processor run`, metrics on 0.0.0.0
-    cmd = installed.user.command([str(installed.bin / "processor"), "run", "--instance-id",
-                                  "processor-0", "--static-membership"])
-    env = installed.env(PROCESSOR_METRICS_HOST="0.0.0.0", PROCESSOR_METRICS_PORT=str(port),
-                        **kafka)
+    cmd = installed.user.command(
+        [
+            str(installed.bin / "processor"),
+            "run",
+            "--instance-id",
+            "processor-0",
+            "--static-membership",
+        ]
+    )
+    env = installed.env(PROCESSOR_METRICS_HOST="0.0.0.0", PROCESSOR_METRICS_PORT=str(port), **kafka)
     with background(cmd, log, env=env, cwd=installed.user.home) as member:
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: http_get(f"{base}/healthz")[0] == 200, "/healthz 200")
         wait_until(lambda: http_get(f"{base}/readyz")[0] == 200, "/readyz 200 (restored)")
         example = installed.site_file(EXAMPLE)
-        ing = installed.run("processor", "ingest", str(example), "--session-id", "wheel-1",
-                            **kafka)
+        ing = installed.run("processor", "ingest", str(example), "--session-id", "wheel-1", **kafka)
         assert ing.returncode == 0, ing.stderr
         assert "1 session(s)" in ing.stdout
 
         def folded() -> str | None:
-            out = installed.run("processor", "views", "--session", "wheel-1", "--format",
-                                "fold", "--timeout", "20", **kafka)
+            out = installed.run(
+                "processor",
+                "views",
+                "--session",
+                "wheel-1",
+                "--format",
+                "fold",
+                "--timeout",
+                "20",
+                **kafka,
+            )
             return out.stdout if out.returncode == 0 and '"asOfSeq"' in out.stdout else None
 
         views = json.loads(wait_until(folded, "the session's views"))
@@ -217,8 +277,9 @@ def test_demo_from_the_wheel_starts_its_own_broker(installed: Installed) -> None
     cache = installed.user.home / "kafka-cache"
     shutil.copytree(source, cache / kafka_version() / "jars")
     installed.user.give(cache)
-    out = installed.run("processor", "demo", "--sessions", "2", timeout=600,
-                        PROCESSOR_KAFKA_CACHE=str(cache))
+    out = installed.run(
+        "processor", "demo", "--sessions", "2", timeout=600, PROCESSOR_KAFKA_CACHE=str(cache)
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all 2 sessions match the offline fold exactly" in out.stdout
     assert "broker stopped" in out.stderr

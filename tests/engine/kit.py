@@ -43,11 +43,13 @@ class Feeds(NoFeeds):
         self.asked.append(f"backlog {partition}")
         return self.backlog.pop(partition, [])
 
-    def session_history(self, partition: int, start: int, end: int,
-                        key: bytes) -> list[Record] | None:
+    def session_history(
+        self, partition: int, start: int, end: int, key: bytes
+    ) -> list[Record] | None:
         self.asked.append(f"history {partition} {start}..{end}")
-        return [r for r in self.history.get(partition, [])
-                if start <= r.offset < end and r.key == key]
+        return [
+            r for r in self.history.get(partition, []) if start <= r.offset < end and r.key == key
+        ]
 
 
 def keys(outs: list[Out], topic: str | None = None) -> list[bytes]:
@@ -60,20 +62,33 @@ def keys(outs: list[Out], topic: str | None = None) -> list[bytes]:
 class Harness:
     """One engine owning ``partitions``, a log per partition, and a views topic."""
 
-    def __init__(self, partitions: tuple[int, ...] = (0,), *, config: ServiceConfig = CONFIG,
-                 checkpoints: dict[int, dict[str, Checkpoint]] | None = None,
-                 publish_floor: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        partitions: tuple[int, ...] = (0,),
+        *,
+        config: ServiceConfig = CONFIG,
+        checkpoints: dict[int, dict[str, Checkpoint]] | None = None,
+        publish_floor: dict[str, int] | None = None,
+    ) -> None:
         self.feeds = Feeds()
-        self.engine = Engine(config, CODEC, default_registry(), default_message_projections(),
-                             instance_id="unit", publish_floor=publish_floor, feeds=self.feeds)
+        self.engine = Engine(
+            config,
+            CODEC,
+            default_registry(),
+            default_message_projections(),
+            instance_id="unit",
+            publish_floor=publish_floor,
+            feeds=self.feeds,
+        )
         for p in partitions:
             cps = (checkpoints or {}).get(p, {})
             self.engine.partitions[p] = PartitionState(p, dict(cps))
         self.offsets: dict[int, int] = {}
         self.produced: list[Out] = []
 
-    def record(self, key: bytes | None, value: bytes | None, partition: int = 0,
-               topic: str = EVENTS) -> Record:
+    def record(
+        self, key: bytes | None, value: bytes | None, partition: int = 0, topic: str = EVENTS
+    ) -> Record:
         offset = self.offsets.get(partition, 0)
         self.offsets[partition] = offset + 1
         return Record(topic, partition, offset, key, value, 1_000 + offset)
@@ -106,8 +121,11 @@ class Harness:
         return [o for o in self.produced if o.topic == name]
 
     def dead_letters(self) -> list[DeadLetter]:
-        return [CODEC.decode_dead_letter(o.value) for o in self.topic(CONFIG.topics.dlq)
-                if o.value is not None]
+        return [
+            CODEC.decode_dead_letter(o.value)
+            for o in self.topic(CONFIG.topics.dlq)
+            if o.value is not None
+        ]
 
     def views(self) -> dict[str, Any]:
         """Every session's views as a reader of the (compacted) views topic sees them."""
@@ -124,5 +142,4 @@ class Harness:
         for o in self.topic(CONFIG.topics.checkpoints):
             assert o.key is not None
             latest[o.key] = o.value
-        return {k.decode(): CODEC.decode_checkpoint(v) for k, v in latest.items()
-                if v is not None}
+        return {k.decode(): CODEC.decode_checkpoint(v) for k, v in latest.items() if v is not None}

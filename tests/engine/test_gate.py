@@ -14,8 +14,11 @@ from tests.engine.kit import CONFIG, Harness, changed, session_log
 
 
 def _runtime(window: int = 256) -> SessionRuntime:
-    session = Session(synthetic_header("s"), message_projections=default_message_projections(),
-                      projections=default_registry())
+    session = Session(
+        synthetic_header("s"),
+        message_projections=default_message_projections(),
+        projections=default_registry(),
+    )
     return SessionRuntime("s", 0, session, window=window)
 
 

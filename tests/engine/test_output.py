@@ -41,7 +41,7 @@ def test_the_published_views_equal_the_offline_fold_across_batches() -> None:
     h = Harness(config=replace(CONFIG, transcript_page_size=8))
     log = session_log(120, seed=3)
     for start in range(0, 120, 25):
-        h.fold_events("s", log[start:start + 25])
+        h.fold_events("s", log[start : start + 25])
         h.commit()
     assert h.fold_equivalent("s") == offline_equivalent(session_output(fold_events(log)))
 
@@ -61,11 +61,11 @@ def test_a_batch_produces_tombstones_then_dead_letters_then_views_then_checkpoin
     assert order[0] == topics.checkpoints and out[0].key == b"gone" and out[0].value is None
     first_dlq = order.index(topics.dlq)
     assert all(o.value is None for o in out[:first_dlq])  # the tombstones
-    assert order[first_dlq + 1:].count(topics.dlq) == 0
+    assert order[first_dlq + 1 :].count(topics.dlq) == 0
     # per session: its views, then its checkpoint
     assert order[-1] == topics.checkpoints and out[-1].key == b"b"
     a_cp = next(i for i, o in enumerate(out) if o.topic == topics.checkpoints and o.key == b"a")
-    assert all(k.startswith(b"b/") for k in keys(out[a_cp + 1:-1]))
+    assert all(k.startswith(b"b/") for k in keys(out[a_cp + 1 : -1]))
 
 
 def test_views_below_the_publish_floor_are_held_back() -> None:

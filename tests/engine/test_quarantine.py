@@ -21,12 +21,20 @@ def test_undecodable_bytes_are_dead_lettered_and_quarantine_at_the_last_valid_se
     assert {o.fate for o in h.fold_events("good", log[4:])} == {Fate.APPLIED}
     h.commit()
     letters = h.dead_letters()
-    assert [(d.rule, d.offset) for d in letters] == [("CODEC", junk.offset),
-                                                      ("QUARANTINED", junk.offset + 1)]
+    assert [(d.rule, d.offset) for d in letters] == [
+        ("CODEC", junk.offset),
+        ("QUARANTINED", junk.offset + 1),
+    ]
     first = letters[0]
-    assert (first.session_id, first.topic, first.partition, first.key, first.value,
-            first.timestamp, first.processor) == ("bad", EVENTS, 0, b"bad", b"\x00not avro",
-                                                  junk.timestamp, "unit")
+    assert (
+        first.session_id,
+        first.topic,
+        first.partition,
+        first.key,
+        first.value,
+        first.timestamp,
+        first.processor,
+    ) == ("bad", EVENTS, 0, b"bad", b"\x00not avro", junk.timestamp, "unit")
     status = h.views()["bad"]["status"].value
     assert status["state"] == "quarantined" and status["lastSeq"] == log[3].seq
     assert status["quarantine"]["rule"] == "CODEC" and status["quarantine"]["seq"] == log[3].seq
@@ -53,8 +61,7 @@ def test_key_problems_are_dead_lettered_without_quarantining_anyone() -> None:
     no_key = h.fold(h.record(None, value))
     long_key = h.fold(h.record(b"k" * (MAX_KEY_BYTES + 1), value))
     not_utf8 = h.fold(h.record(b"\xff\xfe", value))
-    for outcome, why in ((no_key, "has no key"), (long_key, "exceeds"),
-                         (not_utf8, "not UTF-8")):
+    for outcome, why in ((no_key, "has no key"), (long_key, "exceeds"), (not_utf8, "not UTF-8")):
         assert (outcome.fate, outcome.rule, outcome.session_id) == (Fate.REJECTED, "KEY", None)
         assert why in (outcome.reason or "")
     assert h.engine.partitions[0].sessions == {}
@@ -83,8 +90,10 @@ def test_an_invalid_event_is_refused_with_the_core_rule() -> None:
     h = Harness()
     log = session_log(3)
     h.fold_events("s", log[:2])
-    bad = h.record(b"s", CODEC.encode_event("s", {"type": "user/message", "seq": log[2].seq,
-                                                   "time": 0, "data": {}}))
+    bad = h.record(
+        b"s",
+        CODEC.encode_event("s", {"type": "user/message", "seq": log[2].seq, "time": 0, "data": {}}),
+    )
     outcome = h.fold(bad)
     assert outcome.fate is Fate.REJECTED and outcome.rule not in ("CODEC", "KEY", "S-1")
     assert h.engine.partitions[0].sessions["s"].quarantine.rule == outcome.rule  # type: ignore[union-attr]

@@ -108,19 +108,43 @@ class FaultStack:
 
     # ------------------------------------------------------------ members
 
-    def spawn(self, instance_id: str, *extra: str, env: dict[str, str] | None = None,
-              transaction_timeout_ms: int = 10_000) -> Member:
+    def spawn(
+        self,
+        instance_id: str,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        transaction_timeout_ms: int = 10_000,
+    ) -> Member:
         cfg = self.config
-        cmd = [sys.executable, "-m", "processor", "run", "-b", cfg.bootstrap_servers,
-               "--topic-prefix", cfg.topic_prefix, "--group-id", cfg.group_id,
-               "--instance-id", instance_id, "--commit-interval-ms", "100",
-               "--transaction-timeout-ms", str(transaction_timeout_ms),
-               "-X", f"session.timeout.ms={SESSION_TIMEOUT_MS}", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "processor",
+            "run",
+            "-b",
+            cfg.bootstrap_servers,
+            "--topic-prefix",
+            cfg.topic_prefix,
+            "--group-id",
+            cfg.group_id,
+            "--instance-id",
+            instance_id,
+            "--commit-interval-ms",
+            "100",
+            "--transaction-timeout-ms",
+            str(transaction_timeout_ms),
+            "-X",
+            f"session.timeout.ms={SESSION_TIMEOUT_MS}",
+            *extra,
+        ]
         log = self.workdir / f"{instance_id}.log"
         with log.open("ab") as sink:
-            proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO),
-                                              **(env or {})},
-                                    stdout=sink, stderr=sink)
+            proc = subprocess.Popen(
+                cmd,
+                env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+                stdout=sink,
+                stderr=sink,
+            )
         member = Member(instance_id, proc, log)
         self.members[instance_id] = member
         return member
@@ -130,20 +154,29 @@ class FaultStack:
             m.kill()
 
     def member_report(self) -> str:
-        return "\n".join(f"--- {m.instance_id} (exit {m.proc.poll()}):\n{m.tail()}"
-                         for m in self.members.values())
+        return "\n".join(
+            f"--- {m.instance_id} (exit {m.proc.poll()}):\n{m.tail()}"
+            for m in self.members.values()
+        )
 
     # ------------------------------------------------------------ offsets
 
     def group_consumer(self) -> Consumer:
-        return Consumer({**self.config.common(), "group.id": self.config.group_id,
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+        return Consumer(
+            {
+                **self.config.common(),
+                "group.id": self.config.group_id,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
 
     def committed(self) -> dict[int, int]:
         consumer = self.group_consumer()
         try:
-            tps = [TopicPartition(self.config.topics.events, p)
-                   for p in range(self.config.partitions)]
+            tps = [
+                TopicPartition(self.config.topics.events, p) for p in range(self.config.partitions)
+            ]
             return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=30)}
         finally:
             consumer.close()
@@ -151,8 +184,10 @@ class FaultStack:
     def ends(self) -> dict[int, int]:
         consumer = clients.plain_consumer(self.config, "faults-ends")
         try:
-            return {p: watermarks(consumer, self.config.topics.events, p)[1]
-                    for p in range(self.config.partitions)}
+            return {
+                p: watermarks(consumer, self.config.topics.events, p)[1]
+                for p in range(self.config.partitions)
+            }
         finally:
             consumer.close()
 
@@ -170,8 +205,7 @@ class FaultStack:
             if all(got.get(p, -1) >= end for p, end in ends.items()):
                 return
             time.sleep(1)
-        raise AssertionError(f"not caught up: committed {got}, ends {ends}\n"
-                             f"{self.member_report()}")
+        raise AssertionError(f"not caught up: committed {got}, ends {ends}\n{self.member_report()}")
 
     # ------------------------------------------------------------ checks
 
@@ -187,8 +221,11 @@ class FaultStack:
             wrong = []
             for sid in self.written:
                 views = snap.views.get(sid)
-                if views is None or "status" not in views or (
-                        as_json(session_fold_equivalent(views)) != self.expected(sid)):
+                if (
+                    views is None
+                    or "status" not in views
+                    or (as_json(session_fold_equivalent(views)) != self.expected(sid))
+                ):
                     wrong.append(sid)
             if not wrong:
                 return
@@ -198,8 +235,10 @@ class FaultStack:
         sid = wrong[0]
         views = snap.views.get(sid) or {}
         status = views["status"].value if "status" in views else None
-        raise AssertionError(f"{len(wrong)} sessions differ from the offline fold, e.g. {sid} "
-                             f"(status {status}, written {len(self.written[sid])} events)")
+        raise AssertionError(
+            f"{len(wrong)} sessions differ from the offline fold, e.g. {sid} "
+            f"(status {status}, written {len(self.written[sid])} events)"
+        )
 
 
 @pytest.fixture
@@ -213,10 +252,15 @@ def fault_stack(cluster: LocalCluster, tmp_path: Path) -> Iterator[FaultStack]:
 
 def make_stack(cluster: LocalCluster, workdir: Path, *, partitions: int) -> FaultStack:
     prefix = unique_prefix("f")
-    config = ServiceConfig(bootstrap_servers=cluster.bootstrap, topic_prefix=prefix,
-                           group_id=f"{prefix}-group", partitions=partitions,
-                           replication_factor=3, commit_interval_ms=100,
-                           transaction_timeout_ms=10_000)
+    config = ServiceConfig(
+        bootstrap_servers=cluster.bootstrap,
+        topic_prefix=prefix,
+        group_id=f"{prefix}-group",
+        partitions=partitions,
+        replication_factor=3,
+        commit_interval_ms=100,
+        transaction_timeout_ms=10_000,
+    )
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -234,9 +278,12 @@ def make_stack(cluster: LocalCluster, workdir: Path, *, partitions: int) -> Faul
 
 def session_plan(n: int, length: int, seed: int, label: str) -> dict[str, list[Event]]:
     rng = random.Random(seed)
-    return {f"{label}{i:03d}": generate_session(random.Random(rng.random()), length,
-                                                big_result_bytes=2_000)
-            for i in range(n)}
+    return {
+        f"{label}{i:03d}": generate_session(
+            random.Random(rng.random()), length, big_result_bytes=2_000
+        )
+        for i in range(n)
+    }
 
 
 class Writer(threading.Thread):
@@ -246,8 +293,13 @@ class Writer(threading.Thread):
     design: a copy that did land is an exact duplicate the processor drops.
     """
 
-    def __init__(self, stack: FaultStack, plan: dict[str, list[Event]],
-                 stop: threading.Event, pace_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        stack: FaultStack,
+        plan: dict[str, list[Event]],
+        stop: threading.Event,
+        pace_s: float = 0.0,
+    ) -> None:
         super().__init__(daemon=True)
         self.stack, self.plan, self.stop, self.pace_s = stack, plan, stop, pace_s
         self.error: BaseException | None = None
@@ -308,14 +360,25 @@ class Follower(threading.Thread):
     def run(self) -> None:
         codec = default_codec()
         t = self.config.topics
-        consumer = Consumer({**self.config.common(), "group.id": f"{t.views}-follower",
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "enable.partition.eof": False, "fetch.wait.max.ms": 100})
+        consumer = Consumer(
+            {
+                **self.config.common(),
+                "group.id": f"{t.views}-follower",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": False,
+                "fetch.wait.max.ms": 100,
+            }
+        )
         seen: dict[tuple[str, str], int] = {}
         try:
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
-                             for topic in (t.views, t.dlq)
-                             for p in range(self.config.partitions)])
+            consumer.assign(
+                [
+                    TopicPartition(topic, p, OFFSET_BEGINNING)
+                    for topic in (t.views, t.dlq)
+                    for p in range(self.config.partitions)
+                ]
+            )
             while not self.stop.is_set():
                 for m in consumer.consume(500, timeout=0.2):
                     if m.error() is not None:
@@ -335,8 +398,10 @@ class Follower(threading.Thread):
                     ident = (view.session_id, view.view)
                     prev = seen.get(ident)
                     if prev is not None and view.as_of_seq < prev:
-                        self.violations.append(f"{ident}: asOfSeq {prev} -> {view.as_of_seq} "
-                                               f"at {m.partition()}@{m.offset()}")
+                        self.violations.append(
+                            f"{ident}: asOfSeq {prev} -> {view.as_of_seq} "
+                            f"at {m.partition()}@{m.offset()}"
+                        )
                     seen[ident] = max(prev or -1, view.as_of_seq)
         except BaseException as exc:
             self.error = exc
@@ -350,8 +415,9 @@ class Follower(threading.Thread):
         assert not letters, f"{len(letters)} dead letters, e.g. {letters[:5]}"
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, what: str, report: Callable[[], str]
-               = lambda: "") -> None:
+def wait_until(
+    cond: Callable[[], bool], timeout: float, what: str, report: Callable[[], str] = lambda: ""
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
@@ -360,6 +426,18 @@ def wait_until(cond: Callable[[], bool], timeout: float, what: str, report: Call
     raise AssertionError(f"timed out waiting for {what}\n{report()}")
 
 
-__all__ = ["LONG", "LONG_SECONDS", "SEED", "SESSIONS_PER_WRITER", "SESSION_TIMEOUT_MS",
-           "FaultStack", "Follower", "Member", "Writer", "as_json", "make_stack",
-           "session_plan", "wait_until"]
+__all__ = [
+    "LONG",
+    "LONG_SECONDS",
+    "SEED",
+    "SESSIONS_PER_WRITER",
+    "SESSION_TIMEOUT_MS",
+    "FaultStack",
+    "Follower",
+    "Member",
+    "Writer",
+    "as_json",
+    "make_stack",
+    "session_plan",
+    "wait_until",
+]

@@ -38,8 +38,9 @@ def _readyz(port: int) -> tuple[int, str]:
         return 0, str(err)
 
 
-def test_readyz_names_unreachable_brokers_and_recovers(cluster: LocalCluster,
-                                                       tmp_path: Path) -> None:
+def test_readyz_names_unreachable_brokers_and_recovers(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
     stack = make_stack(cluster, tmp_path, partitions=2)
     port = _free_port()
     member = stack.spawn("bd1", "--metrics-port", str(port))
@@ -55,8 +56,12 @@ def test_readyz_names_unreachable_brokers_and_recovers(cluster: LocalCluster,
 
         for node_id in list(cluster.nodes):
             cluster.kill(node_id)
-        wait_until(lambda: _readyz(port)[0] == 503, 120, "/readyz 503 with every broker down",
-                   stack.member_report)
+        wait_until(
+            lambda: _readyz(port)[0] == 503,
+            120,
+            "/readyz 503 with every broker down",
+            stack.member_report,
+        )
         code, body = _readyz(port)
         assert code == 503 and "no broker answers" in body, body
         assert member.alive(), stack.member_report()
@@ -67,8 +72,12 @@ def test_readyz_names_unreachable_brokers_and_recovers(cluster: LocalCluster,
         for node in cluster.nodes.values():
             cluster._wait_ready(node)
     try:
-        wait_until(lambda: _readyz(port)[0] == 200, 120, "/readyz 200 once a broker answers",
-                   stack.member_report)
+        wait_until(
+            lambda: _readyz(port)[0] == 200,
+            120,
+            "/readyz 200 once a broker answers",
+            stack.member_report,
+        )
         assert member.alive(), stack.member_report()
         stack.assert_views_equal_offline_fold()
     finally:

@@ -56,8 +56,9 @@ class Chaos:
         self.log: list[str] = []
 
     def live(self) -> list[Member]:
-        return [m for m in self.stack.members.values()
-                if m.instance_id not in self.killed and m.alive()]
+        return [
+            m for m in self.stack.members.values() if m.instance_id not in self.killed and m.alive()
+        ]
 
     def note(self, what: str) -> None:
         self.log.append(f"{time.strftime('%H:%M:%S')} {what}")
@@ -104,17 +105,25 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
         stack.spawn(f"m{i}-{uuid.uuid4().hex[:8]}")
     stop = threading.Event()
     length = 5_000 if LONG else 2_000  # more than the writers get through: load to the end
-    writers = [Writer(stack, session_plan(SESSIONS_PER_WRITER, length, SEED + k, f"w{k}-"),
-                      stop) for k in range(2)]
+    writers = [
+        Writer(stack, session_plan(SESSIONS_PER_WRITER, length, SEED + k, f"w{k}-"), stop)
+        for k in range(2)
+    ]
     for w in writers:
         w.start()
     chaos = Chaos(stack, rng)
-    chaos.note(f"{'long' if LONG else 'bounded'} form, PROCESSOR_FAULTS_SEED={SEED}, "
-               f"{SESSIONS_PER_WRITER} sessions per writer")
+    chaos.note(
+        f"{'long' if LONG else 'bounded'} form, PROCESSOR_FAULTS_SEED={SEED}, "
+        f"{SESSIONS_PER_WRITER} sessions per writer"
+    )
     try:
         wait_until(lambda: sum(w.appended for w in writers) > 200, 120, "the writers to start")
-        wait_until(lambda: all(o > 0 for o in stack.committed().values()), 120,
-                   "every partition to commit", stack.member_report)
+        wait_until(
+            lambda: all(o > 0 for o in stack.committed().values()),
+            120,
+            "every partition to commit",
+            stack.member_report,
+        )
         faults = [chaos.pause_member, chaos.kill_member, chaos.kill_broker]
         if LONG:
             end = time.monotonic() + LONG_SECONDS
@@ -143,8 +152,10 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
         follower.stop.set()
         follower.join(30)
         print("\n".join(chaos.log))
-        print(f"events written: {sum(w.appended for w in writers)}, "
-              f"follower records: {follower.records}")
+        print(
+            f"events written: {sum(w.appended for w in writers)}, "
+            f"follower records: {follower.records}"
+        )
     follower.check()
 
 

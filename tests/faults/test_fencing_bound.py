@@ -36,12 +36,12 @@ def test_restore_waits_at_most_the_zombie_bound() -> None:
 def test_views_follow_warns_about_a_view_going_back(monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_follow(config: ServiceConfig, **kwargs: Any) -> Iterator[ViewUpdate]:
         yield ViewUpdate("s", "status", ViewRecord("status", 69, -1, {"state": "ok"}))
-        yield ViewUpdate("s", "status", ViewRecord("status", 49, -1, {"state": "quarantined"}),
-                         regressed_from=69)
+        yield ViewUpdate(
+            "s", "status", ViewRecord("status", 49, -1, {"state": "quarantined"}), regressed_from=69
+        )
 
     monkeypatch.setattr(views_cli, "follow_views", fake_follow)
-    result = CliRunner().invoke(views_cli.views, ["--follow",
-                                                  "--stop-after", "1"])
+    result = CliRunner().invoke(views_cli.views, ["--follow", "--stop-after", "1"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert '"regressedFrom":69' in lines[1] and '"asOfSeq":49' in lines[1]

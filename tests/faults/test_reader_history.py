@@ -16,12 +16,19 @@ from processor.service.retry import FatalBudget, is_transient, retry, run_all
 from processor.service.views_reader import _Materializer, view_update_json
 
 
-def _records(sid: str, name: str, seq: int, value: Any, max_bytes: int = 1 << 20,
-             ) -> list[tuple[bytes, bytes]]:
+def _records(
+    sid: str,
+    name: str,
+    seq: int,
+    value: Any,
+    max_bytes: int = 1 << 20,
+) -> list[tuple[bytes, bytes]]:
     codec = default_codec()
     parts = split_view(View.of(sid, name, seq, -1, value, threshold=1 << 30), max_bytes)
-    return [(view_key(sid, name, p.part), codec.encode_view(p))
-            for p in sorted(parts, key=lambda p: -p.part)]
+    return [
+        (view_key(sid, name, p.part), codec.encode_view(p))
+        for p in sorted(parts, key=lambda p: -p.part)
+    ]
 
 
 def _feed(m: _Materializer, records: list[tuple[bytes, bytes]]) -> list[Any]:
@@ -31,9 +38,14 @@ def _feed(m: _Materializer, records: list[tuple[bytes, bytes]]) -> list[Any]:
 
 def test_lower_as_of_seq_is_surfaced_and_the_latest_record_wins() -> None:
     m = _Materializer(default_codec(), None, None)
-    updates = _feed(m, [*_records("s", "status", 49, {"state": "ok", "lastSeq": 49}),
-                        *_records("s", "status", 69, {"state": "ok", "lastSeq": 69}),
-                        *_records("s", "status", 49, {"state": "quarantined", "lastSeq": 49})])
+    updates = _feed(
+        m,
+        [
+            *_records("s", "status", 49, {"state": "ok", "lastSeq": 49}),
+            *_records("s", "status", 69, {"state": "ok", "lastSeq": 69}),
+            *_records("s", "status", 49, {"state": "quarantined", "lastSeq": 49}),
+        ],
+    )
     assert [u.record.as_of_seq for u in updates] == [49, 69, 49]
     assert [u.regressed_from for u in updates] == [None, None, 69]
     assert m.views["s"]["status"].value["state"] == "quarantined"  # not hidden behind "ok"
@@ -62,10 +74,17 @@ def test_a_tombstone_lets_a_view_start_again_lower_without_a_warning() -> None:
     assert m.views["s"]["status"].as_of_seq == 3 and not m.regressions
 
 
-@pytest.mark.parametrize("code", [KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT,
-                                  KafkaError._TIMED_OUT, KafkaError.LEADER_NOT_AVAILABLE,
-                                  KafkaError.UNSTABLE_OFFSET_COMMIT,
-                                  KafkaError.COORDINATOR_LOAD_IN_PROGRESS])
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError._DESTROY_BROKER,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNSTABLE_OFFSET_COMMIT,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    ],
+)
 def test_broker_fault_errors_are_retried_until_they_pass(code: int) -> None:
     calls = []
 
@@ -108,8 +127,14 @@ def test_close_steps_all_run_when_one_raises() -> None:
         ran.append("consumer")
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
 
-    run_all([("consumer close", timed_out), ("producer flush", lambda: ran.append("producer")),
-             ("nothing", None), ("restore close", lambda: ran.append("restore"))])
+    run_all(
+        [
+            ("consumer close", timed_out),
+            ("producer flush", lambda: ran.append("producer")),
+            ("nothing", None),
+            ("restore close", lambda: ran.append("restore")),
+        ]
+    )
     assert ran == ["consumer", "producer", "restore"]
 
 

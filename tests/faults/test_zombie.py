@@ -45,7 +45,7 @@ def _write(stack: FaultStack, plan: dict[str, list], lo: int, hi: int) -> None:
             if hi - shift <= 0:
                 continue
             writer.attach(sid, _session_at(stack, sid))
-            for event in events[max(lo - shift, 0):hi - shift]:
+            for event in events[max(lo - shift, 0) : hi - shift]:
                 writer.append_event(sid, event)
                 stack.written.setdefault(sid, []).append(event)
 
@@ -65,8 +65,9 @@ def _caught_up(stack: FaultStack) -> bool:
 
 
 @pytest.mark.parametrize("mode", ["wait", "repair"])
-def test_restore_behind_a_zombie_transaction_is_never_stale(cluster: LocalCluster,
-                                                            tmp_path: Path, mode: str) -> None:
+def test_restore_behind_a_zombie_transaction_is_never_stale(
+    cluster: LocalCluster, tmp_path: Path, mode: str
+) -> None:
     stack = make_stack(cluster, tmp_path, partitions=1)
     env = {"PROCESSOR_RESTORE_STABLE_WAIT_MS": "0"} if mode == "repair" else {}
     plan = {**session_plan(6, 80, SEED, "z"), **session_plan(2, 60, SEED + 1, "late")}
@@ -75,11 +76,17 @@ def test_restore_behind_a_zombie_transaction_is_never_stale(cluster: LocalCluste
     try:
         _write(stack, plan, 0, 20)
         arm = tmp_path / "arm"
-        a = stack.spawn("zA", env={"PROCESSOR_FAULTPOINT": "before-send-offsets",
-                                   "PROCESSOR_FAULTPOINT_ARM": str(arm)},
-                        transaction_timeout_ms=A_TRANSACTION_TIMEOUT_MS)
-        wait_until(lambda: _caught_up(stack), 120, "A to commit the first events",
-                   stack.member_report)
+        a = stack.spawn(
+            "zA",
+            env={
+                "PROCESSOR_FAULTPOINT": "before-send-offsets",
+                "PROCESSOR_FAULTPOINT_ARM": str(arm),
+            },
+            transaction_timeout_ms=A_TRANSACTION_TIMEOUT_MS,
+        )
+        wait_until(
+            lambda: _caught_up(stack), 120, "A to commit the first events", stack.member_report
+        )
         arm.touch()  # A's next transaction dies before it sends its offsets
         _write(stack, plan, 20, 40)
         wait_until(lambda: not a.alive(), 60, "A to die at the crash point", stack.member_report)
@@ -88,7 +95,8 @@ def test_restore_behind_a_zombie_transaction_is_never_stale(cluster: LocalCluste
         wait_until(lambda: _caught_up(stack), 180, "B to commit past A", stack.member_report)
         assert "open transaction" in b.log.read_text(), (
             "B restored without meeting A's open transaction: the scenario did not happen\n"
-            + stack.member_report())
+            + stack.member_report()
+        )
         b.kill()
         _write(stack, plan, 60, 80)
         c = stack.spawn("zC", env=env)

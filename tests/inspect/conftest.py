@@ -34,9 +34,11 @@ def missing_browser(chromium: str = CHROMIUM, driver: str = CHROMEDRIVER) -> str
     """Why the browser tests cannot run here (None: they can)."""
     for path, package in ((chromium, "chromium"), (driver, "chromium-driver")):
         if not (Path(path).is_file() and os.access(path, os.X_OK)):
-            return (f"{path} not found: the inspector's browser tests need Debian's `chromium` "
-                    f"and `chromium-driver` (apt-get install -y chromium chromium-driver; "
-                    f"scripts/test.sh installs them in CI) — missing package: {package}")
+            return (
+                f"{path} not found: the inspector's browser tests need Debian's `chromium` "
+                f"and `chromium-driver` (apt-get install -y chromium chromium-driver; "
+                f"scripts/test.sh installs them in CI) — missing package: {package}"
+            )
     try:
         import selenium  # noqa: F401
     except ImportError:
@@ -55,8 +57,15 @@ def chrome() -> Iterator[Any]:
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1000", "--disable-extensions", "--no-first-run"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        "--disable-extensions",
+        "--no-first-run",
+    ):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(60)
@@ -81,10 +90,16 @@ _counter = iter(range(1_000_000))
 def inspect_stack(kafka_bootstrap: str) -> Iterator[InspectStack]:
     """Topics, one processor member (views split into 256-byte parts) and the inspector."""
     prefix = f"i{os.getpid()}x{next(_counter)}x{int(time.time() * 1000) % 100000}"
-    config = ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
-                           group_id=f"{prefix}-group", partitions=3, commit_interval_ms=100,
-                           transaction_timeout_ms=10_000, max_view_bytes=256,
-                           transcript_page_size=8)
+    config = ServiceConfig(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=prefix,
+        group_id=f"{prefix}-group",
+        partitions=3,
+        commit_interval_ms=100,
+        transaction_timeout_ms=10_000,
+        max_view_bytes=256,
+        transcript_page_size=8,
+    )
     create_topics(clients.admin(config), config)
     proc = Processor(config)
     thread = threading.Thread(target=proc.run, name="processor", daemon=True)
@@ -98,8 +113,12 @@ def inspect_stack(kafka_bootstrap: str) -> Iterator[InspectStack]:
         thread.join(60)
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0,
-             on_timeout: Callable[[], None] | None = None) -> Any:
+def wait_for(
+    what: str,
+    check: Callable[[], Any],
+    timeout: float = 90.0,
+    on_timeout: Callable[[], None] | None = None,
+) -> Any:
     """Poll ``check`` until it returns a truthy value (generous deadline, no tight sleeps)."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
@@ -113,8 +132,9 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0,
         time.sleep(0.25)
     if on_timeout is not None:
         on_timeout()
-    raise AssertionError(f"timed out waiting for {what}"
-                         + (f" (last error: {last_error})" if last_error else ""))
+    raise AssertionError(
+        f"timed out waiting for {what}" + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
 def save_failure_screenshot(driver: Any, name: str) -> None:

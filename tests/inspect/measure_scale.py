@@ -29,8 +29,13 @@ from processor.service.writer import SessionWriter
 def main(n: int) -> None:
     boot = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     stamp = int(time.time())
-    src = ServiceConfig(bootstrap_servers=boot, topic_prefix=f"measure{stamp}a",
-                        group_id=f"measure{stamp}a", partitions=1, commit_interval_ms=100)
+    src = ServiceConfig(
+        bootstrap_servers=boot,
+        topic_prefix=f"measure{stamp}a",
+        group_id=f"measure{stamp}a",
+        partitions=1,
+        commit_interval_ms=100,
+    )
     create_topics(clients.admin(src), src)
     sid, events = next(iter(scripted_sessions(1)))
     with SessionWriter(src) as writer:
@@ -38,20 +43,24 @@ def main(n: int) -> None:
             writer.append_event(sid, ev)
     Processor(src).run(max_idle_s=3)
     views = materialize_views(src)[sid]
-    cfg = ServiceConfig(bootstrap_servers=boot, topic_prefix=f"measure{stamp}b",
-                        group_id=f"measure{stamp}b", partitions=6)
+    cfg = ServiceConfig(
+        bootstrap_servers=boot,
+        topic_prefix=f"measure{stamp}b",
+        group_id=f"measure{stamp}b",
+        partitions=6,
+    )
     create_topics(clients.admin(cfg), cfg)
     codec = default_codec()
     producer = clients.event_producer(cfg)
     t0, records, size = time.time(), 0, 0
     for i in range(n):
         for name, rec in views.items():
-            for key, value in codec.encode_view_records(f"sess-{i:06d}", name, rec.as_of_seq,
-                                                        rec.state_version, rec.value):
+            for key, value in codec.encode_view_records(
+                f"sess-{i:06d}", name, rec.as_of_seq, rec.state_version, rec.value
+            ):
                 while True:
                     try:
-                        producer.produce(cfg.topics.views, key=key, value=value,
-                                         partition=i % 6)
+                        producer.produce(cfg.topics.views, key=key, value=value, partition=i % 6)
                         break
                     except BufferError:
                         producer.poll(0.1)
@@ -64,8 +73,10 @@ def main(n: int) -> None:
     t0 = time.time()
     assert state.wait_loaded(1200), state.error
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"loaded {state.counts()} in {time.time() - t0:.1f} s; peak RSS "
-          f"{before / 1024:.0f} -> {after / 1024:.0f} MiB")
+    print(
+        f"loaded {state.counts()} in {time.time() - t0:.1f} s; peak RSS "
+        f"{before / 1024:.0f} -> {after / 1024:.0f} MiB"
+    )
     for kw in ({}, {"sort": "id"}, {"query": "sess-0999"}, {"sort": "bytes", "offset": n // 2}):
         t0 = time.perf_counter()
         for _ in range(5):

@@ -28,14 +28,16 @@ pytestmark = pytest.mark.kafka
 @pytest.fixture
 def config(kafka_bootstrap: str) -> Iterator[ServiceConfig]:
     prefix = f"iapi{os.getpid()}x{int(time.time() * 1000) % 100000}"
-    cfg = ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
-                        group_id=f"{prefix}-g", partitions=2)
+    cfg = ServiceConfig(
+        bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, group_id=f"{prefix}-g", partitions=2
+    )
     create_topics(clients.admin(cfg), cfg)
     yield cfg
 
 
-def call(server: InspectorServer, method: str, path: str,
-         headers: dict[str, str] | None = None) -> tuple[int, Any]:
+def call(
+    server: InspectorServer, method: str, path: str, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     try:
         conn.request(method, path, headers=headers or {})
@@ -51,19 +53,32 @@ def call(server: InspectorServer, method: str, path: str,
 
 def test_redrive_needs_the_configured_token(config: ServiceConfig) -> None:
     redriven: list[tuple[str, int]] = []
-    with InspectorServer(config, port=0, token="right-token",
-                         redrive=lambda sid, seq: redriven.append((sid, seq))) as server, \
-            InspectorServer(config, port=0) as no_token:
+    with (
+        InspectorServer(
+            config,
+            port=0,
+            token="right-token",
+            redrive=lambda sid, seq: redriven.append((sid, seq)),
+        ) as server,
+        InspectorServer(config, port=0) as no_token,
+    ):
         # the sessions are known from status views written as the processor writes them
         producer = clients.event_producer(config)
-        status = {"state": "quarantined", "lastSeq": 3,
-                  "quarantine": {"seq": 3, "rule": "S-1", "reason": "gap", "offset": 9}}
+        status = {
+            "state": "quarantined",
+            "lastSeq": 3,
+            "quarantine": {"seq": 3, "rule": "S-1", "reason": "gap", "offset": 9},
+        }
         for sid, doc in (("q1", status), ("fine", {"state": "ok", "lastSeq": 1})):
             for key, value in default_codec().encode_view_records(sid, "status", 3, -1, doc):
                 producer.produce(config.topics.views, key=key, value=value, partition=0)
         assert producer.flush(30) == 0
-        wait_for("both sessions", lambda: server.state.counts()["sessions"] == 2
-                 and no_token.state.counts()["sessions"] == 2)
+        wait_for(
+            "both sessions",
+            lambda: (
+                server.state.counts()["sessions"] == 2 and no_token.state.counts()["sessions"] == 2
+            ),
+        )
 
         path = "/api/session/redrive?id=q1"
         assert call(server, "POST", path)[0] == 403
@@ -73,11 +88,16 @@ def test_redrive_needs_the_configured_token(config: ServiceConfig) -> None:
         assert redriven == []
         code, body = call(no_token, "POST", path, {"X-Inspector-Token": ""})
         assert code == 403 and "--token" in body["error"]
-        code, body = call(server, "POST", "/api/session/redrive?id=fine",
-                          {"X-Inspector-Token": "right-token"})
+        code, body = call(
+            server, "POST", "/api/session/redrive?id=fine", {"X-Inspector-Token": "right-token"}
+        )
         assert code == 409 and "not quarantined" in body["error"]
-        assert call(server, "POST", "/api/session/redrive?id=nope",
-                    {"X-Inspector-Token": "right-token"})[0] == 404
+        assert (
+            call(
+                server, "POST", "/api/session/redrive?id=nope", {"X-Inspector-Token": "right-token"}
+            )[0]
+            == 404
+        )
         code, body = call(server, "POST", path, {"X-Inspector-Token": "right-token"})
         assert (code, body) == (200, {"requested": "q1"}) and redriven == [("q1", 3)]
 
@@ -110,8 +130,10 @@ def test_time_travel_rejects_a_seq_outside_the_session(config: ServiceConfig) ->
             writer.append_event("tt", ev)
     Processor(config.with_overrides(commit_interval_ms=100)).run(max_idle_s=3)
     with InspectorServer(config, port=0) as server:
-        wait_for("the session", lambda: (s := server.state.session("tt")) is not None
-                 and s[0].as_of_seq == 9)
+        wait_for(
+            "the session",
+            lambda: (s := server.state.session("tt")) is not None and s[0].as_of_seq == 9,
+        )
         code, body = call(server, "GET", "/api/session/at?id=tt&seq=10")
         assert code == 400 and "outside 0..9" in body["error"]
         code, body = call(server, "GET", "/api/session/at?id=tt&seq=4")
@@ -123,13 +145,22 @@ def test_time_travel_rejects_a_seq_outside_the_session(config: ServiceConfig) ->
 
 def test_missing_topics_are_reported_then_recovered(kafka_bootstrap: str) -> None:
     prefix = f"iapimiss{os.getpid()}x{int(time.time() * 1000) % 100000}"
-    cfg = ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
-                        group_id=f"{prefix}-g", partitions=1)
+    cfg = ServiceConfig(
+        bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, group_id=f"{prefix}-g", partitions=1
+    )
     with InspectorServer(cfg, port=0) as server:
-        health = wait_for("the error on /api/health", lambda: (
-            lambda doc: doc if doc["error"] else None)(call(server, "GET", "/api/health")[1]))
+        health = wait_for(
+            "the error on /api/health",
+            lambda: (lambda doc: doc if doc["error"] else None)(
+                call(server, "GET", "/api/health")[1]
+            ),
+        )
         assert health["loaded"] is False
         assert f"{prefix}.views does not exist" in health["error"]
         create_topics(clients.admin(cfg), cfg)
-        wait_for("recovery", lambda: (lambda doc: doc["loaded"] and doc["error"] is None)(
-            call(server, "GET", "/api/health")[1]))
+        wait_for(
+            "recovery",
+            lambda: (lambda doc: doc["loaded"] and doc["error"] is None)(
+                call(server, "GET", "/api/health")[1]
+            ),
+        )

@@ -41,8 +41,9 @@ def js(driver: Any, script: str) -> Any:
 
 
 def count(driver: Any, selector: str) -> int:
-    return int(js(driver, f"return document.querySelectorAll({orjson.dumps(selector).decode()})"
-                          ".length"))
+    return int(
+        js(driver, f"return document.querySelectorAll({orjson.dumps(selector).decode()}).length")
+    )
 
 
 def text(driver: Any, selector: str) -> str:
@@ -55,8 +56,9 @@ def get_json(url: str) -> Any:
         return orjson.loads(res.read())
 
 
-def test_inspector_page_live_quarantine_redrive_time_travel(inspect_stack: InspectStack,
-                                                            chrome: Any) -> None:
+def test_inspector_page_live_quarantine_redrive_time_travel(
+    inspect_stack: InspectStack, chrome: Any
+) -> None:
     driver = chrome
     stack = inspect_stack
     url = stack.server.url
@@ -74,41 +76,66 @@ def test_inspector_page_live_quarantine_redrive_time_travel(inspect_stack: Inspe
 
             # --- the session appears in the list; search narrows it
             driver.get(url)
-            wait_for("both sessions in the list", lambda: count(
-                driver, f"tr[data-session='{SID}']") == 1 and count(
-                driver, f"tr[data-session='{OTHER}']") == 1)
+            wait_for(
+                "both sessions in the list",
+                lambda: (
+                    count(driver, f"tr[data-session='{SID}']") == 1
+                    and count(driver, f"tr[data-session='{OTHER}']") == 1
+                ),
+            )
             box = driver.find_element(By.ID, "search")
             box.send_keys("other")
-            wait_for("the search to keep only the other session", lambda: count(
-                driver, "#session-list tbody tr") == 1 and count(
-                driver, f"tr[data-session='{OTHER}']") == 1)
+            wait_for(
+                "the search to keep only the other session",
+                lambda: (
+                    count(driver, "#session-list tbody tr") == 1
+                    and count(driver, f"tr[data-session='{OTHER}']") == 1
+                ),
+            )
             box.clear()
             box.send_keys(SID[:7])
-            wait_for("the search to keep only our session", lambda: count(
-                driver, "#session-list tbody tr") == 1 and count(
-                driver, f"tr[data-session='{SID}']") == 1)
+            wait_for(
+                "the search to keep only our session",
+                lambda: (
+                    count(driver, "#session-list tbody tr") == 1
+                    and count(driver, f"tr[data-session='{SID}']") == 1
+                ),
+            )
 
             # --- the session page; the transcript grows live, without a reload
             driver.find_element(By.CSS_SELECTOR, f"tr[data-session='{SID}'] a").click()
-            wait_for("the transcript up to seq 20", lambda: count(
-                driver, "#transcript .entry") == expected_transcript[20])
+            wait_for(
+                "the transcript up to seq 20",
+                lambda: count(driver, "#transcript .entry") == expected_transcript[20],
+            )
             js(driver, "window.__sameDocument = 'yes'")
             for ev in events[21:45]:
                 writer.append_event(SID, ev)
-            wait_for("the transcript to grow to seq 44", lambda: count(
-                driver, "#transcript .entry") == expected_transcript[44]
-                and "asOfSeq 44" in text(driver, "#as-of-seq"))
+            wait_for(
+                "the transcript to grow to seq 44",
+                lambda: (
+                    count(driver, "#transcript .entry") == expected_transcript[44]
+                    and "asOfSeq 44" in text(driver, "#as-of-seq")
+                ),
+            )
             assert js(driver, "return window.__sameDocument") == "yes", "the page reloaded"
             for ev in events[45:]:
                 writer.append_event(SID, ev)
-            wait_for("the compaction on the surface", lambda: f"asOfSeq {last}" in text(
-                driver, "#as-of-seq") and count(driver, "#surface .badge.replace") >= 1)
+            wait_for(
+                "the compaction on the surface",
+                lambda: (
+                    f"asOfSeq {last}" in text(driver, "#as-of-seq")
+                    and count(driver, "#surface .badge.replace") >= 1
+                ),
+            )
             assert count(driver, "#surface .node") == len(fold_events(events).surface.state.nodes)
             assert count(driver, "#surface-mismatch") == 0
-            keys = [m.key() for m in read_committed_records(stack.config,
-                                                            stack.config.topics.views)]
-            assert any(k.startswith(SID.encode()) and b"#" in k for k in keys), \
+            keys = [
+                m.key() for m in read_committed_records(stack.config, stack.config.topics.views)
+            ]
+            assert any(k.startswith(SID.encode()) and b"#" in k for k in keys), (
                 "no view was split into parts: the test would not cover reassembly"
+            )
             units = [u["name"] for u in get_json(f"{url}api/session?id={SID}")["units"]]
             assert {"requestHeader", "toolHistory", "sessionStats", "todos"} <= set(units)
             assert count(driver, "#units tr[data-unit]") == len(units)
@@ -122,11 +149,19 @@ def test_inspector_page_live_quarantine_redrive_time_travel(inspect_stack: Inspe
             # --- a bad event (a gap: seq last + 2 after last) quarantines the session
             producer = clients.event_producer(stack.config)
             bad = make_event("turn/start", last + 2, {"turn": 9})
-            producer.produce(stack.config.topics.events, key=SID.encode(),
-                             value=default_codec().encode_parsed_event(SID, bad))
+            producer.produce(
+                stack.config.topics.events,
+                key=SID.encode(),
+                value=default_codec().encode_parsed_event(SID, bad),
+            )
             assert producer.flush(30) == 0
-            wait_for("the quarantine and its dead letter", lambda: count(
-                driver, "#quarantine") == 1 and count(driver, "#dead-letters tr.letter") == 1)
+            wait_for(
+                "the quarantine and its dead letter",
+                lambda: (
+                    count(driver, "#quarantine") == 1
+                    and count(driver, "#dead-letters tr.letter") == 1
+                ),
+            )
             assert "quarantined" in text(driver, "#status-badge")
             assert "S-1" in text(driver, "#quarantine-reason")
             letter = text(driver, "#dead-letters tr.letter")
@@ -144,11 +179,15 @@ def test_inspector_page_live_quarantine_redrive_time_travel(inspect_stack: Inspe
             token_box.clear()
             token_box.send_keys(TOKEN)
             driver.find_element(By.ID, "redrive-button").click()
-            wait_for("the quarantine to lift", lambda: text(driver, "#status-badge") == "ok"
-                     and count(driver, "#quarantine") == 0)
+            wait_for(
+                "the quarantine to lift",
+                lambda: text(driver, "#status-badge") == "ok" and count(driver, "#quarantine") == 0,
+            )
             writer.append(SID, "turn/start", {"turn": next_turn})  # the session flows again
-            wait_for(f"seq {last + 1} folded after the redrive", lambda: f"asOfSeq {last + 1}"
-                     in text(driver, "#as-of-seq"))
+            wait_for(
+                f"seq {last + 1} folded after the redrive",
+                lambda: f"asOfSeq {last + 1}" in text(driver, "#as-of-seq"),
+            )
             assert TOKEN not in driver.page_source
             assert TOKEN.encode() not in urllib.request.urlopen(f"{url}api/health").read()
 
@@ -161,13 +200,25 @@ def test_inspector_page_live_quarantine_redrive_time_travel(inspect_stack: Inspe
         seq_box.clear()
         seq_box.send_keys("40")
         driver.find_element(By.ID, "tt-go").click()
-        wait_for("the surface at seq 40", lambda: count(driver, "#tt-surface .node") == len(
-            then.nodes))
-        shown = [int(x) for x in js(driver, "return [...document.querySelectorAll("
-                                            "'#tt-surface .node')].map(n => n.dataset.seq)")]
+        wait_for(
+            "the surface at seq 40", lambda: count(driver, "#tt-surface .node") == len(then.nodes)
+        )
+        shown = [
+            int(x)
+            for x in js(
+                driver,
+                "return [...document.querySelectorAll("
+                "'#tt-surface .node')].map(n => n.dataset.seq)",
+            )
+        ]
         assert shown == list(then.nodes)
-        now_shown = [int(x) for x in js(driver, "return [...document.querySelectorAll("
-                                                "'#surface .node')].map(n => n.dataset.seq)")]
+        now_shown = [
+            int(x)
+            for x in js(
+                driver,
+                "return [...document.querySelectorAll('#surface .node')].map(n => n.dataset.seq)",
+            )
+        ]
         assert now_shown == list(now.nodes)
         assert count(driver, "#tt-surface [data-offloaded]") >= 1
         assert count(driver, "#tt-surface .badge.offload") >= len(then.overrides)
@@ -178,9 +229,14 @@ def test_inspector_page_live_quarantine_redrive_time_travel(inspect_stack: Inspe
 
         # --- no secret is rendered: an API key in a header's config is redacted
         with SessionWriter(stack.config) as writer:
-            writer.append(SECRET_SID, "request/header", {
-                "header": {"config": {"provider": "p", "model": "m-7", "apiKey": SECRET}},
-                "reason": "initial"})
+            writer.append(
+                SECRET_SID,
+                "request/header",
+                {
+                    "header": {"config": {"provider": "p", "model": "m-7", "apiKey": SECRET}},
+                    "reason": "initial",
+                },
+            )
         driver.get(f"{url}#/session/{SECRET_SID}")
         wait_for("the header of the secret session", lambda: "m-7" in text(driver, "#request"))
         assert "[redacted]" in text(driver, "#request")
@@ -191,8 +247,13 @@ def test_inspector_page_live_quarantine_redrive_time_travel(inspect_stack: Inspe
         driver.find_element(By.ID, "tt-go").click()
         wait_for("time travel of the secret session", lambda: count(driver, "#tt-diff") == 1)
         assert SECRET not in driver.page_source
-        for path in (f"api/session?id={SECRET_SID}", f"api/session/at?id={SECRET_SID}&seq=0",
-                     f"api/session/surface?id={SECRET_SID}", "api/health", "api/sessions"):
+        for path in (
+            f"api/session?id={SECRET_SID}",
+            f"api/session/at?id={SECRET_SID}&seq=0",
+            f"api/session/surface?id={SECRET_SID}",
+            "api/health",
+            "api/sessions",
+        ):
             body = urllib.request.urlopen(url + path).read()
             assert SECRET.encode() not in body and TOKEN.encode() not in body, path
     except BaseException:

@@ -35,8 +35,9 @@ def spawn(*args: str) -> tuple[subprocess.Popen[bytes], Path]:
     log = Path(tempfile.mkstemp(prefix="inspect-cli-", suffix=".log")[1])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with log.open("wb") as sink:  # a file, not a pipe: a chatty child never blocks
-        proc = subprocess.Popen([sys.executable, "-m", "processor", *args], env=env,
-                                stdout=sink, stderr=sink)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "processor", *args], env=env, stdout=sink, stderr=sink
+        )
     return proc, log
 
 
@@ -71,25 +72,38 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
 @pytest.fixture
 def topics(kafka_bootstrap: str) -> Iterator[ServiceConfig]:
     prefix = f"icli{os.getpid()}x{int(time.time() * 1000) % 100000}"
-    config = ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
-                           group_id=f"{prefix}-g", partitions=2)
+    config = ServiceConfig(
+        bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, group_id=f"{prefix}-g", partitions=2
+    )
     create_topics(clients.admin(config), config)
     yield config
 
 
 def _service_args(config: ServiceConfig) -> list[str]:
-    return ["-b", config.bootstrap_servers, "--topic-prefix", config.topic_prefix,
-            "--group-id", config.group_id]
+    return [
+        "-b",
+        config.bootstrap_servers,
+        "--topic-prefix",
+        config.topic_prefix,
+        "--group-id",
+        config.group_id,
+    ]
 
 
-def test_inspect_command_serves_and_says_when_the_port_is_taken(
-        topics: ServiceConfig) -> None:
+def test_inspect_command_serves_and_says_when_the_port_is_taken(topics: ServiceConfig) -> None:
     proc, log = spawn("inspect", *_service_args(topics), "--port", "0", "--token", "tk-1")
     try:
-        url = wait_for("the address", lambda: url_in(log, "inspector on"),
-                       on_timeout=lambda: print(log.read_text()))
-        health: Any = wait_for("loaded", lambda: (lambda doc: doc if doc["loaded"] else None)(
-            orjson.loads(get(url + "api/health")[1])))
+        url = wait_for(
+            "the address",
+            lambda: url_in(log, "inspector on"),
+            on_timeout=lambda: print(log.read_text()),
+        )
+        health: Any = wait_for(
+            "loaded",
+            lambda: (lambda doc: doc if doc["loaded"] else None)(
+                orjson.loads(get(url + "api/health")[1])
+            ),
+        )
         assert health["redrive"] is True and health["error"] is None
         assert b"tk-1" not in get(url + "api/health")[1]
         status, page = get(url)
@@ -105,26 +119,54 @@ def test_inspect_command_serves_and_says_when_the_port_is_taken(
 
 
 def test_run_mounts_the_inspector_only_when_enabled(topics: ServiceConfig) -> None:
-    plain, plain_log = spawn("run", *_service_args(topics), "--instance-id", "plain",
-                             "--metrics-port", "0", "--log-level", "WARNING")
-    proc, log = spawn("run", *_service_args(topics), "--instance-id", "insp",
-                      "--metrics-port", "0", "--inspect", "--inspect-token", "tk-2",
-                      "--log-level", "WARNING")
+    plain, plain_log = spawn(
+        "run",
+        *_service_args(topics),
+        "--instance-id",
+        "plain",
+        "--metrics-port",
+        "0",
+        "--log-level",
+        "WARNING",
+    )
+    proc, log = spawn(
+        "run",
+        *_service_args(topics),
+        "--instance-id",
+        "insp",
+        "--metrics-port",
+        "0",
+        "--inspect",
+        "--inspect-token",
+        "tk-2",
+        "--log-level",
+        "WARNING",
+    )
     try:
-        metrics_url = wait_for("the metrics address", lambda: (
-            lambda m: m.group(1) if m else None)(re.search(
-                r"metrics on (http://127\.0\.0\.1:\d+/)", plain_log.read_text())))
+        metrics_url = wait_for(
+            "the metrics address",
+            lambda: (lambda m: m.group(1) if m else None)(
+                re.search(r"metrics on (http://127\.0\.0\.1:\d+/)", plain_log.read_text())
+            ),
+        )
         assert get(metrics_url + "inspect/")[0] == 404  # off by default
-        url = wait_for("the inspector address", lambda: url_in(log, "inspector on"),
-                       on_timeout=lambda: print(log.read_text()))
+        url = wait_for(
+            "the inspector address",
+            lambda: url_in(log, "inspector on"),
+            on_timeout=lambda: print(log.read_text()),
+        )
         assert url.endswith("/inspect/")
         base = url[: -len("inspect/")]
         status, body = get(base + "metrics")
         assert status == 200 and b"processor_events_total" in body
         wait_for("healthz", lambda: get(base + "healthz")[0] == 200)
         wait_for("readyz", lambda: get(base + "readyz")[0] == 200)
-        health = wait_for("the inspector loaded", lambda: (
-            lambda doc: doc if doc["loaded"] else None)(orjson.loads(get(url + "api/health")[1])))
+        health = wait_for(
+            "the inspector loaded",
+            lambda: (lambda doc: doc if doc["loaded"] else None)(
+                orjson.loads(get(url + "api/health")[1])
+            ),
+        )
         assert health["redrive"] is True
         assert get(base + "inspect")[0] == 200  # redirected to inspect/
         status, page = get(url)
@@ -142,11 +184,23 @@ def _free_port() -> int:
 
 
 def test_demo_prints_the_inspector_and_keeps_it_open(kafka_bootstrap: str) -> None:
-    proc, log = spawn("demo", "-b", kafka_bootstrap, "--sessions", "2", "--inspect",
-                      "--inspect-port", str(_free_port()))
+    proc, log = spawn(
+        "demo",
+        "-b",
+        kafka_bootstrap,
+        "--sessions",
+        "2",
+        "--inspect",
+        "--inspect-port",
+        str(_free_port()),
+    )
     try:
-        wait_for("the demo to finish its check", lambda: "open it in a browser" in
-                 log.read_text(), timeout=240, on_timeout=lambda: print(log.read_text()))
+        wait_for(
+            "the demo to finish its check",
+            lambda: "open it in a browser" in log.read_text(),
+            timeout=240,
+            on_timeout=lambda: print(log.read_text()),
+        )
         text = log.read_text()
         assert "all 2 sessions match the offline fold exactly" in text
         url = url_in(log, "inspector:")

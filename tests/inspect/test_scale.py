@@ -32,8 +32,9 @@ N = 100_000
 @pytest.fixture
 def many_sessions(kafka_bootstrap: str) -> Iterator[ServiceConfig]:
     prefix = f"scale{os.getpid()}x{int(time.time() * 1000) % 100000}"
-    config = ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
-                           group_id=f"{prefix}-g", partitions=3)
+    config = ServiceConfig(
+        bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, group_id=f"{prefix}-g", partitions=3
+    )
     create_topics(clients.admin(config), config)
     codec = default_codec()
     producer = clients.event_producer(config)
@@ -41,14 +42,16 @@ def many_sessions(kafka_bootstrap: str) -> Iterator[ServiceConfig]:
     for i in range(N):
         sid = f"s{i:06d}"
         quarantined = i % 1000 == 7
-        status: dict[str, Any] = {"state": "quarantined" if quarantined else "ok",
-                                  "lastSeq": i % 997}
+        status: dict[str, Any] = {
+            "state": "quarantined" if quarantined else "ok",
+            "lastSeq": i % 997,
+        }
         if quarantined:
-            status["quarantine"] = {"seq": i % 997, "rule": "S-1", "reason": "gap",
-                                    "offset": 0}
+            status["quarantine"] = {"seq": i % 997, "rule": "S-1", "reason": "gap", "offset": 0}
         records = codec.encode_view_records(sid, "status", i % 997, -1, status)
-        records += codec.encode_view_records(sid, "sessionStats", i % 997, 2,
-                                             {"turns": i % 13, "toolCalls": i % 17})
+        records += codec.encode_view_records(
+            sid, "sessionStats", i % 997, 2, {"turns": i % 13, "toolCalls": i % 17}
+        )
         for key, value in records:
             while True:
                 try:
@@ -62,8 +65,9 @@ def many_sessions(kafka_bootstrap: str) -> Iterator[ServiceConfig]:
     yield config
 
 
-def test_list_of_100k_sessions_is_paged_sorted_and_searched(many_sessions: ServiceConfig,
-                                                            chrome: Any) -> None:
+def test_list_of_100k_sessions_is_paged_sorted_and_searched(
+    many_sessions: ServiceConfig, chrome: Any
+) -> None:
     driver = chrome
     with InspectorServer(many_sessions, port=0) as server:
         assert server.state.wait_loaded(180), server.state.error
@@ -72,29 +76,43 @@ def test_list_of_100k_sessions_is_paged_sorted_and_searched(many_sessions: Servi
         assert page.total == N and len(page.rows) == 50
         assert page.rows[0]["asOfSeq"] == 996
         assert server.state.page(status="quarantined").total == N // 1000
-        assert [r["id"] for r in server.state.page(query="S01234", sort="id",
-                                                   descending=False).rows] == [
-            f"s01234{d}" for d in range(10)]
+        assert [
+            r["id"] for r in server.state.page(query="S01234", sort="id", descending=False).rows
+        ] == [f"s01234{d}" for d in range(10)]
         try:
             driver.get(server.url)
-            wait_for("the first page", lambda: driver.find_element(By.ID, "range").text
-                     == f"1–50 of {N}")
+            wait_for(
+                "the first page", lambda: driver.find_element(By.ID, "range").text == f"1–50 of {N}"
+            )
             assert len(driver.find_elements(By.CSS_SELECTOR, "#session-list tbody tr")) == 50
             driver.find_element(By.ID, "next").click()
-            wait_for("the second page", lambda: driver.find_element(By.ID, "range").text
-                     == f"51–100 of {N}")
+            wait_for(
+                "the second page",
+                lambda: driver.find_element(By.ID, "range").text == f"51–100 of {N}",
+            )
             driver.find_element(By.CSS_SELECTOR, "th[data-sort='id']").click()
-            wait_for("sorted by id", lambda: driver.find_element(
-                By.CSS_SELECTOR, "#session-list tbody tr").get_attribute("data-session")
-                == "s000000")
+            wait_for(
+                "sorted by id",
+                lambda: (
+                    driver.find_element(By.CSS_SELECTOR, "#session-list tbody tr").get_attribute(
+                        "data-session"
+                    )
+                    == "s000000"
+                ),
+            )
             Select(driver.find_element(By.ID, "status-filter")).select_by_value("quarantined")
-            wait_for("only quarantined sessions", lambda: driver.find_element(By.ID, "range")
-                     .text == f"1–50 of {N // 1000}")
+            wait_for(
+                "only quarantined sessions",
+                lambda: driver.find_element(By.ID, "range").text == f"1–50 of {N // 1000}",
+            )
             driver.find_element(By.ID, "search").send_keys("s0990")
-            wait_for("the search", lambda: driver.find_element(By.ID, "range").text
-                     == "1–1 of 1")
-            assert driver.find_element(By.CSS_SELECTOR, "#session-list tbody tr").get_attribute(
-                "data-session") == "s099007"
+            wait_for("the search", lambda: driver.find_element(By.ID, "range").text == "1–1 of 1")
+            assert (
+                driver.find_element(By.CSS_SELECTOR, "#session-list tbody tr").get_attribute(
+                    "data-session"
+                )
+                == "s099007"
+            )
         except BaseException:
             save_failure_screenshot(driver, "inspector-scale-failure")
             raise

@@ -15,11 +15,14 @@ from processor.service.views_reader import offline_equivalent
 
 
 def test_redact_hides_secret_named_keys_and_keeps_counts() -> None:
-    doc = {"config": {"provider": "p", "model": "m", "apiKey": "sk-live-1", "maxTokens": 10},
-           "usage": {"inputTokens": 5, "outputTokens": 7},
-           "kafka": {"sasl.password": "hunter2", "sasl.username": "bob"},
-           "nested": [{"Authorization": "Bearer x"}, {"access_token": "t"}, {"token": "z"}],
-           "key": "session-1", "toolCallId": "call-1"}
+    doc = {
+        "config": {"provider": "p", "model": "m", "apiKey": "sk-live-1", "maxTokens": 10},
+        "usage": {"inputTokens": 5, "outputTokens": 7},
+        "kafka": {"sasl.password": "hunter2", "sasl.username": "bob"},
+        "nested": [{"Authorization": "Bearer x"}, {"access_token": "t"}, {"token": "z"}],
+        "key": "session-1",
+        "toolCallId": "call-1",
+    }
     out = redact(doc)
     text = repr(out)
     for secret in ("sk-live-1", "hunter2", "bob", "Bearer x", "'t'", "'z'"):
@@ -52,8 +55,10 @@ def test_diff_reports_paths_and_is_bounded() -> None:
 
 def _records(sid: str, events: list[Any]) -> list[LoggedRecord]:
     codec = default_codec()
-    return [LoggedRecord(i, codec.decode_event(codec.encode_parsed_event(sid, ev)))
-            for i, ev in enumerate(events)]
+    return [
+        LoggedRecord(i, codec.decode_event(codec.encode_parsed_event(sid, ev)))
+        for i, ev in enumerate(events)
+    ]
 
 
 def test_time_travel_fold_equals_the_offline_fold_of_the_prefix() -> None:
@@ -99,8 +104,7 @@ def test_dead_letter_memory_is_bounded_and_says_so(monkeypatch: Any) -> None:
     monkeypatch.setattr(state, "MAX_OFFSETS_PER_SESSION", 3)
     box = state.Letters()
     for offset in range(state.MAX_LETTERS_PER_SESSION + 5):
-        box.add(DeadLetter("s", "t.events", 0, offset, offset, "S-1", "gap", b"s", b"",
-                           0, "p"))
+        box.add(DeadLetter("s", "t.events", 0, offset, offset, "S-1", "gap", b"s", b"", 0, "p"))
     assert box.total == state.MAX_LETTERS_PER_SESSION + 5
     assert len(box.kept) == state.MAX_LETTERS_PER_SESSION and box.kept[-1].offset == box.total - 1
     assert box.offsets == {("t.events", 0, 0), ("t.events", 0, 1), ("t.events", 0, 2)}

@@ -44,25 +44,32 @@ class Stack:
         producer = producer or self.producer()
         codec = default_codec()
         for ev in events:
-            producer.produce(self.config.topics.events, key=sid.encode(),
-                             value=codec.encode_parsed_event(sid, ev))
+            producer.produce(
+                self.config.topics.events,
+                key=sid.encode(),
+                value=codec.encode_parsed_event(sid, ev),
+            )
             producer.poll(0)
         if own:
             assert producer.flush(30) == 0
         self.logs.setdefault(sid, []).extend(events)
 
-    def produce_raw(self, sid: str | None, value: bytes | None,
-                    headers: dict[str, bytes] | None = None) -> None:
+    def produce_raw(
+        self, sid: str | None, value: bytes | None, headers: dict[str, bytes] | None = None
+    ) -> None:
         producer = self.producer()
-        producer.produce(self.config.topics.events, key=sid.encode() if sid else None,
-                         value=value, headers=headers)
+        producer.produce(
+            self.config.topics.events,
+            key=sid.encode() if sid else None,
+            value=value,
+            headers=headers,
+        )
         assert producer.flush(30) == 0
 
     def produce_control(self, sid: str | None, value: bytes | None) -> None:
         """One record on the control topic (operator commands)."""
         producer = self.producer()
-        producer.produce(self.config.topics.control, key=sid.encode() if sid else None,
-                         value=value)
+        producer.produce(self.config.topics.control, key=sid.encode() if sid else None, value=value)
         assert producer.flush(30) == 0
 
     def expected(self, sid: str, upto: int | None = None) -> dict[str, Any]:
@@ -82,10 +89,23 @@ class Stack:
 
     def spawn(self, instance_id: str, *extra: str) -> subprocess.Popen[bytes]:
         """A real `processor run` OS process (for SIGKILL tests)."""
-        cmd = [sys.executable, "-m", "processor", "run", "-b", self.config.bootstrap_servers,
-               "--topic-prefix", self.config.topic_prefix, "--group-id",
-               self.config.group_id, "--instance-id", instance_id,
-               "--transaction-timeout-ms", "10000", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "processor",
+            "run",
+            "-b",
+            self.config.bootstrap_servers,
+            "--topic-prefix",
+            self.config.topic_prefix,
+            "--group-id",
+            self.config.group_id,
+            "--instance-id",
+            instance_id,
+            "--transaction-timeout-ms",
+            "10000",
+            *extra,
+        ]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         log = Path(tempfile.gettempdir()) / f"{self.config.topic_prefix}-{instance_id}.log"
         with log.open("ab") as sink:  # a file, not a pipe: a chatty child never blocks
@@ -98,8 +118,7 @@ def as_json(value: Any) -> Any:
 
 def sessions(n: int, length: int, seed: int = 1) -> dict[str, list[Event]]:
     rng = random.Random(seed)
-    return {f"s{i:03d}": generate_session(random.Random(rng.random()), length)
-            for i in range(n)}
+    return {f"s{i:03d}": generate_session(random.Random(rng.random()), length) for i in range(n)}
 
 
 _counter = iter(range(1_000_000))
@@ -108,9 +127,14 @@ _counter = iter(range(1_000_000))
 @pytest.fixture
 def stack(kafka_bootstrap: str) -> Iterator[Stack]:
     prefix = f"t{os.getpid()}x{next(_counter)}x{int(time.time() * 1000) % 100000}"
-    config = ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
-                           group_id=f"{prefix}-group", partitions=3,
-                           commit_interval_ms=100, transaction_timeout_ms=10_000)
+    config = ServiceConfig(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=prefix,
+        group_id=f"{prefix}-group",
+        partitions=3,
+        commit_interval_ms=100,
+        transaction_timeout_ms=10_000,
+    )
     create_topics(clients.admin(config), config)
     yield Stack(config)
 

@@ -31,8 +31,9 @@ class Cluster:
 def setup() -> tuple[ClientProblems, Metrics, Cluster, list[float], BrokerWatch]:
     problems, metrics, cluster, now = ClientProblems(), Metrics(), Cluster(), [1000.0]
     metrics.health.ready = True
-    watch = BrokerWatch(problems, metrics, cluster.probe, bound_s=30, every_s=5,
-                        clock=lambda: now[0])
+    watch = BrokerWatch(
+        problems, metrics, cluster.probe, bound_s=30, every_s=5, clock=lambda: now[0]
+    )
     return problems, metrics, cluster, now, watch
 
 
@@ -44,8 +45,7 @@ def test_no_probe_while_no_broker_went_down(setup: Any) -> None:
     assert cluster.probes == 0 and readiness(metrics)[0] == 200
 
 
-def test_all_brokers_down_past_the_bound_is_not_ready_until_one_answers(
-        setup: Any) -> None:
+def test_all_brokers_down_past_the_bound_is_not_ready_until_one_answers(setup: Any) -> None:
     problems, metrics, cluster, now, watch = setup
     cluster.up = False
     problems.error_cb(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
@@ -67,8 +67,7 @@ def test_all_brokers_down_past_the_bound_is_not_ready_until_one_answers(
     assert metrics.degraded_gauge._value.get() == 0
 
 
-def test_a_broker_back_within_the_bound_never_reports(
-        setup: Any) -> None:
+def test_a_broker_back_within_the_bound_never_reports(setup: Any) -> None:
     problems, metrics, cluster, now, watch = setup
     cluster.up = False
     problems.brokers_down_at = now[0]

@@ -11,16 +11,23 @@ from processor.service.kafka_errors import LIBRDKAFKA_LOGGER
 def test_produce_waits_for_a_full_local_queue_instead_of_failing() -> None:
     # nothing listens on port 9; the one-slot queue frees when the first
     # record times out, so the second produce must wait, not raise BufferError
-    producer = Producer({"bootstrap.servers": "127.0.0.1:9", "queue.buffering.max.messages": 1,
-                         "message.timeout.ms": 300, "logger": LIBRDKAFKA_LOGGER})
+    producer = Producer(
+        {
+            "bootstrap.servers": "127.0.0.1:9",
+            "queue.buffering.max.messages": 1,
+            "message.timeout.ms": 300,
+            "logger": LIBRDKAFKA_LOGGER,
+        }
+    )
     reports: list[KafkaError | None] = []
 
     def on_delivery(err: KafkaError | None, _msg: Message) -> None:
         reports.append(err)
 
     clients.produce(producer, "t", b"k", b"1", on_delivery=on_delivery)
-    clients.produce(producer, "t", b"k", b"2", partition=0, headers=[("h", b"v")],
-                    on_delivery=on_delivery)
+    clients.produce(
+        producer, "t", b"k", b"2", partition=0, headers=[("h", b"v")], on_delivery=on_delivery
+    )
     assert reports and reports[0] is not None
     assert reports[0].code() == KafkaError._MSG_TIMED_OUT
     producer.flush(5)

@@ -255,8 +255,13 @@ def test_event_round_trip_typical() -> None:
     ],
 )
 def test_envelope_optional_keys_round_trip_in_meaning(extra: dict[str, Any]) -> None:
-    env = {"type": "user/message", "seq": 3, "time": 5, "data": {"id": "u", "role": "user",
-           "content": []}, **extra}
+    env = {
+        "type": "user/message",
+        "seq": 3,
+        "time": 5,
+        "data": {"id": "u", "role": "user", "content": []},
+        **extra,
+    }
     decoded = decode_event(encode_event("s", env)).envelope
     assert decoded == env
     assert strict_json(decoded) == strict_json(env)
@@ -273,8 +278,9 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=25,
 )
 seqs = st.integers(0, LONG_MAX)
@@ -283,8 +289,11 @@ ops = st.one_of(
     st.builds(lambda a, b: {"op": "replace", "startSeq": a, "endSeq": b}, seqs, seqs),
     st.dictionaries(st.sampled_from(["op", "startSeq", "endSeq", "x"]), json_values, max_size=4),
     st.fixed_dictionaries(
-        {"op": st.sampled_from(["replace", "append", ""]), "startSeq": json_values,
-         "endSeq": json_values}
+        {
+            "op": st.sampled_from(["replace", "append", ""]),
+            "startSeq": json_values,
+            "endSeq": json_values,
+        }
     ),
     st.none(),
     st.lists(st.integers(LONG_MIN, LONG_MAX), max_size=4),
@@ -292,8 +301,15 @@ ops = st.one_of(
 )
 source_seqs = st.one_of(st.lists(st.integers(LONG_MIN, LONG_MAX), max_size=5), json_values)
 types = st.sampled_from(
-    ["user/message", "assistant/message", "tool/result", "turn/start", "tool/call",
-     "custom/thing", "image/offload"]
+    [
+        "user/message",
+        "assistant/message",
+        "tool/result",
+        "turn/start",
+        "tool/call",
+        "custom/thing",
+        "image/offload",
+    ]
 ) | st.text(min_size=0, max_size=12)
 
 
@@ -353,9 +369,12 @@ def test_producer_field_round_trips() -> None:
 
 def test_encode_parsed_event() -> None:
     event = make_event(
-        "tool/result", 9,
+        "tool/result",
+        9,
         {"turn": 1, "step": 1, "message": {"id": "t", "role": "tool", "content": []}},
-        time=77, surface_op={"op": "replace", "startSeq": 4, "endSeq": 4}, source_event_seqs=[4],
+        time=77,
+        surface_op={"op": "replace", "startSeq": 4, "endSeq": 4},
+        source_event_seqs=[4],
     )
     decoded = decode_event(encode_parsed_event("s", event, producer="w"))
     assert decoded.envelope == event.to_json()
@@ -397,7 +416,11 @@ def test_decode_events_batch_reports_bad_records_in_place() -> None:
     values: list[bytes | None] = [good[0], b"garbage", good[1], None, good[2][:-3]]
     out = decode_events_batch(values)
     assert [type(x).__name__ for x in out] == [
-        "DecodedEvent", "CodecError", "DecodedEvent", "CodecError", "CodecError"
+        "DecodedEvent",
+        "CodecError",
+        "DecodedEvent",
+        "CodecError",
+        "CodecError",
     ]
     assert decode_events_batch(good) == [decode_event(g) for g in good]
 
@@ -638,8 +661,9 @@ def test_view_assembler_waits_for_all_parts_of_one_version() -> None:
 
 def test_encode_view_records_produce_parts_first_head_last() -> None:
     c = Codec()
-    records = c.encode_view_records("s", "surface", 4, CORE_STATE_VERSION, big_view_value(300),
-                                    max_part_bytes=1500)
+    records = c.encode_view_records(
+        "s", "surface", 4, CORE_STATE_VERSION, big_view_value(300), max_part_bytes=1500
+    )
     keys = [k for k, _ in records]
     assert keys[-1] == b"s/surface" and keys[0] == b"s/surface#1"
     views = [c.decode_view(v) for _, v in records]
@@ -678,14 +702,18 @@ def checkpoint(rows: dict[str, Any], surface: Any) -> Checkpoint:
 
 
 def test_checkpoint_round_trip_small_and_large() -> None:
-    small = checkpoint({"todo": {"ver": 1, "seq": 40, "val": {"items": []}}},
-                       {"nodes": [0, 2], "replaceGeneration": 0})
+    small = checkpoint(
+        {"todo": {"ver": 1, "seq": 40, "val": {"items": []}}},
+        {"nodes": [0, 2], "replaceGeneration": 0},
+    )
     data = encode_checkpoint(small)
     assert decode_checkpoint(data) == small
     rec = codec.default_codec().decode_record(data, CHECKPOINT)[1]
     assert rec["encoding"] == "JSON"
-    large = checkpoint({f"k{i}": {"ver": 1, "seq": i, "val": "x" * 50} for i in range(100)},
-                       {"nodes": list(range(500))})
+    large = checkpoint(
+        {f"k{i}": {"ver": 1, "seq": i, "val": "x" * 50} for i in range(100)},
+        {"nodes": list(range(500))},
+    )
     data = encode_checkpoint(large)
     rec = codec.default_codec().decode_record(data, CHECKPOINT)[1]
     assert rec["encoding"] == "ZSTD_JSON"
@@ -695,9 +723,17 @@ def test_checkpoint_round_trip_small_and_large() -> None:
 
 def dead_letter(**over: Any) -> DeadLetter:
     base: dict[str, Any] = dict(
-        session_id="sess", topic="agent.events", partition=2, offset=1234, seq=7, rule="S-2",
-        reason="surfaceOp must be append or replace", key=b"sess", value=b"\xc3\x01raw\x00",
-        timestamp=1733140000000, processor="proc-1",
+        session_id="sess",
+        topic="agent.events",
+        partition=2,
+        offset=1234,
+        seq=7,
+        rule="S-2",
+        reason="surfaceOp must be append or replace",
+        key=b"sess",
+        value=b"\xc3\x01raw\x00",
+        timestamp=1733140000000,
+        processor="proc-1",
     )
     base.update(over)
     return DeadLetter(**base)

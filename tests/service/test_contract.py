@@ -89,26 +89,42 @@ def _run(sid: str, start: int, end: int) -> tuple[Ev, ...]:
 
 
 SCENARIOS = [
-    Scenario("clean", (*_run("a", 0, 30), *_run("b", 0, 12)),
-             {"a": Expect("ok", 30), "b": Expect("ok", 12)}),
-    Scenario("retry", (*_run("a", 0, 10), Ev("a", 4), *_run("a", 10, 20)),
-             {"a": Expect("ok", 20)}),
-    Scenario("rewrite", (*_run("a", 0, 10), Ev("a", 4, rewritten=True), *_run("a", 10, 13)),
-             {"a": Expect("quarantined", 10, ("SEQ-GATE", "QUARANTINED", "QUARANTINED",
-                                               "QUARANTINED"))}),
-    Scenario("gap", (*_run("a", 0, 6), Ev("a", 7), Ev("a", 6), *_run("b", 0, 5)),
-             {"a": Expect("quarantined", 6, ("S-1", "QUARANTINED")), "b": Expect("ok", 5)}),
-    Scenario("undecodable", (*_run("a", 0, 5), Raw("a", b"\x00junk"), Ev("a", 5)),
-             {"a": Expect("quarantined", 5, ("CODEC", "QUARANTINED"))}),
-    Scenario("redrive", (*_run("a", 0, 10), Ev("a", 3, rewritten=True), Redrive("a", 9),
-                         *_run("a", 10, 20)),
-             {"a": Expect("ok", 20, ("SEQ-GATE",))}),
-    Scenario("redrive-first", (*_run("a", 0, 10), Redrive("a", 9),
-                               Ev("a", 3, rewritten=True), *_run("a", 10, 15)),
-             {"a": Expect("ok", 15, ("SEQ-GATE",))}),
-    Scenario("redrive-wrong-seq", (*_run("a", 0, 10), Ev("a", 3, rewritten=True),
-                                   Redrive("a", 4), Ev("a", 10)),
-             {"a": Expect("quarantined", 10, ("SEQ-GATE", "QUARANTINED"))}),
+    Scenario(
+        "clean",
+        (*_run("a", 0, 30), *_run("b", 0, 12)),
+        {"a": Expect("ok", 30), "b": Expect("ok", 12)},
+    ),
+    Scenario("retry", (*_run("a", 0, 10), Ev("a", 4), *_run("a", 10, 20)), {"a": Expect("ok", 20)}),
+    Scenario(
+        "rewrite",
+        (*_run("a", 0, 10), Ev("a", 4, rewritten=True), *_run("a", 10, 13)),
+        {"a": Expect("quarantined", 10, ("SEQ-GATE", "QUARANTINED", "QUARANTINED", "QUARANTINED"))},
+    ),
+    Scenario(
+        "gap",
+        (*_run("a", 0, 6), Ev("a", 7), Ev("a", 6), *_run("b", 0, 5)),
+        {"a": Expect("quarantined", 6, ("S-1", "QUARANTINED")), "b": Expect("ok", 5)},
+    ),
+    Scenario(
+        "undecodable",
+        (*_run("a", 0, 5), Raw("a", b"\x00junk"), Ev("a", 5)),
+        {"a": Expect("quarantined", 5, ("CODEC", "QUARANTINED"))},
+    ),
+    Scenario(
+        "redrive",
+        (*_run("a", 0, 10), Ev("a", 3, rewritten=True), Redrive("a", 9), *_run("a", 10, 20)),
+        {"a": Expect("ok", 20, ("SEQ-GATE",))},
+    ),
+    Scenario(
+        "redrive-first",
+        (*_run("a", 0, 10), Redrive("a", 9), Ev("a", 3, rewritten=True), *_run("a", 10, 15)),
+        {"a": Expect("ok", 15, ("SEQ-GATE",))},
+    ),
+    Scenario(
+        "redrive-wrong-seq",
+        (*_run("a", 0, 10), Ev("a", 3, rewritten=True), Redrive("a", 4), Ev("a", 10)),
+        {"a": Expect("quarantined", 10, ("SEQ-GATE", "QUARANTINED"))},
+    ),
 ]
 
 
@@ -206,8 +222,11 @@ def test_contract_on_the_broker(stack: Stack) -> None:
             for step in scenario.steps:
                 sid = _sid(scenario, step.sid)
                 if isinstance(step, Ev):
-                    producer.produce(cfg.topics.events, key=sid.encode(),
-                                     value=codec.encode_parsed_event(sid, step.event()))
+                    producer.produce(
+                        cfg.topics.events,
+                        key=sid.encode(),
+                        value=codec.encode_parsed_event(sid, step.event()),
+                    )
                 elif isinstance(step, Raw):
                     producer.produce(cfg.topics.events, key=sid.encode(), value=step.value)
                 else:

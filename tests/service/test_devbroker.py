@@ -20,24 +20,38 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                            replication_factor=1)], operation_timeout=30)
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1)], operation_timeout=30
+    )
     futures[name].result(timeout=60)
 
 
 def _txn_producer(bootstrap: str, prefix: str) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}-txn",
-                         "enable.idempotence": True, "transaction.timeout.ms": 10_000})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"{prefix}-txn",
+            "enable.idempotence": True,
+            "transaction.timeout.ms": 10_000,
+        }
+    )
     producer.init_transactions(30)
     return producer
 
 
-def _consume(bootstrap: str, topic: str, isolation: str, until: int,
-             timeout_s: float = 30.0) -> list[Message]:
+def _consume(
+    bootstrap: str, topic: str, isolation: str, until: int, timeout_s: float = 30.0
+) -> list[Message]:
     """Read partition 0 of ``topic`` from the start until ``until`` records or the timeout."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-{isolation}",
-                         "isolation.level": isolation, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-{isolation}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         got: list[Message] = []
@@ -91,8 +105,9 @@ def test_aborted_transaction_invisible_to_read_committed(kafka_bootstrap: str) -
     committed = _consume(kafka_bootstrap, topic, "read_committed", until=1)
     assert [m.value() for m in committed] == [b"committed"]
     # nothing after it either: give the consumer a moment to (wrongly) show more
-    assert [m.value() for m in _consume(kafka_bootstrap, topic, "read_committed",
-                                        until=2, timeout_s=3)] == [b"committed"]
+    assert [
+        m.value() for m in _consume(kafka_bootstrap, topic, "read_committed", until=2, timeout_s=3)
+    ] == [b"committed"]
     # the aborted record is in the log: read_uncommitted sees it, so the check above
     # is about isolation, not about a record that never arrived
     uncommitted = _consume(kafka_bootstrap, topic, "read_uncommitted", until=2)
@@ -103,8 +118,7 @@ def test_cluster_id_and_properties() -> None:
     for _ in range(200):
         cid = devbroker.random_cluster_id()
         assert len(cid) == 22 and not cid.startswith("-")
-        assert set(cid) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                               "0123456789-_")
+        assert set(cid) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     props = devbroker.server_properties(9092, 9093, "/x", {"num.partitions": "3"})
     assert props["transaction.state.log.replication.factor"] == "1"
     assert props["transaction.state.log.min.isr"] == "1"
@@ -125,9 +139,14 @@ def test_cli_daemon_lifecycle(tmp_path: Path) -> None:
     wd = tmp_path / "b"
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(script), *args, "--dir", str(wd)],
-                              capture_output=True, text=True, timeout=180, check=False,
-                              env={**os.environ, "PYTHON": sys.executable})
+        return subprocess.run(
+            ["bash", str(script), *args, "--dir", str(wd)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+            env={**os.environ, "PYTHON": sys.executable},
+        )
 
     started = cli("start")
     try:

@@ -20,8 +20,10 @@ pytestmark = pytest.mark.kafka
 
 def lag_labels(proc: Processor) -> dict[int, float]:
     text = proc.metrics.exposition().decode()
-    return {int(m.group(1)): float(m.group(2)) for m in re.finditer(
-        r'^processor_partition_lag\{partition="(\d+)"\} (\S+)$', text, re.M)}
+    return {
+        int(m.group(1)): float(m.group(2))
+        for m in re.finditer(r'^processor_partition_lag\{partition="(\d+)"\} (\S+)$', text, re.M)
+    }
 
 
 def test_lag_is_reported_without_a_commit(stack: Stack) -> None:
@@ -29,8 +31,9 @@ def test_lag_is_reported_without_a_commit(stack: Stack) -> None:
     for sid, events in logs.items():
         stack.produce(sid, events)
     # a batch that never closes: no commit happens during the test
-    proc, thread = stack.start_thread(instance_id="g1", commit_interval_ms=600_000,
-                                      max_batch_events=1_000_000)
+    proc, thread = stack.start_thread(
+        instance_id="g1", commit_interval_ms=600_000, max_batch_events=1_000_000
+    )
     try:
         wait_until(lambda: proc.metrics.records_consumed._value.get() >= 60, "consumed")
         wait_until(lambda: set(lag_labels(proc)) == {0, 1, 2}, "lag of every partition")
@@ -52,12 +55,18 @@ def test_a_revoked_partition_leaves_the_lag_gauge(stack: Stack) -> None:
         wait_until(lambda: set(lag_labels(first)) == {0, 1, 2}, "first owns every partition")
         second, t2 = stack.start_thread(instance_id="g2")
         assert second is not None
-        wait_until(lambda: second is not None and len(lag_labels(second)) >= 1,
-                   "the second member reports its partitions")
-        wait_until(lambda: second is not None
-                   and not set(lag_labels(first)) & set(lag_labels(second))
-                   and set(lag_labels(first)) | set(lag_labels(second)) == {0, 1, 2},
-                   "each partition reported by its owner only")
+        wait_until(
+            lambda: second is not None and len(lag_labels(second)) >= 1,
+            "the second member reports its partitions",
+        )
+        wait_until(
+            lambda: (
+                second is not None
+                and not set(lag_labels(first)) & set(lag_labels(second))
+                and set(lag_labels(first)) | set(lag_labels(second)) == {0, 1, 2}
+            ),
+            "each partition reported by its owner only",
+        )
     finally:
         for proc, thread in ((second, t2), (first, t1)):
             if proc is not None and thread is not None:

@@ -90,8 +90,7 @@ def prefix_of(sid: str) -> list[Event]:
 
 
 def follow_up(seq: int) -> dict[str, Any]:
-    return {"type": "custom/note", "seq": seq, "time": 1, "data": {"n": seq},
-            "ignorable": True}
+    return {"type": "custom/note", "seq": seq, "time": 1, "data": {"n": seq}, "ignorable": True}
 
 
 def deep_but_valid() -> list[Event]:
@@ -128,19 +127,41 @@ def _valid_without_a_header(lines: list[dict[str, Any]]) -> bool:
 def build_plan(events_topic: str, control_topic: str, good: dict[str, list[Event]]) -> Plan:
     plan = Plan()
 
-    def victim(kind: str, rule: str, bad_value: bytes | None = None, *,
-               envelope: dict[str, Any] | None = None, data_text: str | None = None,
-               key: bytes | None = None, headers: list[tuple[str, bytes]] | None = None,
-               prefix: list[Event] | None = None) -> None:
+    def victim(
+        kind: str,
+        rule: str,
+        bad_value: bytes | None = None,
+        *,
+        envelope: dict[str, Any] | None = None,
+        data_text: str | None = None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        prefix: list[Event] | None = None,
+    ) -> None:
         sid = f"v-{kind}"
         events = prefix if prefix is not None else prefix_of(sid)
         plan.victims[sid] = events
         if bad_value is None and envelope is not None:
             bad_value = encode(sid, envelope, data_text)
-        plan.bad.append(Bad(kind, events_topic, key if key is not None else sid.encode(),
-                            bad_value, rule, headers))
-        plan.follow_ups.append(Bad(f"{kind}/follow-up", events_topic, sid.encode(),
-                                   encode(sid, follow_up(len(events))), "QUARANTINED"))
+        plan.bad.append(
+            Bad(
+                kind,
+                events_topic,
+                key if key is not None else sid.encode(),
+                bad_value,
+                rule,
+                headers,
+            )
+        )
+        plan.follow_ups.append(
+            Bad(
+                f"{kind}/follow-up",
+                events_topic,
+                sid.encode(),
+                encode(sid, follow_up(len(events))),
+                "QUARANTINED",
+            )
+        )
 
     nxt = 3  # the seq after a victim prefix
 
@@ -163,15 +184,18 @@ def build_plan(events_topic: str, control_topic: str, good: dict[str, list[Event
     victim("oversized-undecodable", "CODEC", b"\x01" * 1_040_000)
     victim("data-not-json", "CODEC", envelope=env("turn/end", {}), data_text="{not json")
     victim("data-nan", "CODEC", envelope=env("turn/end", {}), data_text="NaN")
-    victim("data-truncated-json", "CODEC", envelope=env("turn/end", {}),
-           data_text='{"turn": [1, 2')
+    victim("data-truncated-json", "CODEC", envelope=env("turn/end", {}), data_text='{"turn": [1, 2')
     # -- bounds before interpretation (E-3)
-    victim("nesting-1000", "E-3", envelope=env("custom/x", {}, ignorable=True),
-           data_text=deep(1000))
-    victim("nesting-200", "E-3", envelope=env("custom/x", {}, ignorable=True),
-           data_text=deep(200))
-    victim("nesting-in-object", "E-3", envelope=env("turn/end", {}),
-           data_text='{"a":' * 300 + "1" + "}" * 300)
+    victim(
+        "nesting-1000", "E-3", envelope=env("custom/x", {}, ignorable=True), data_text=deep(1000)
+    )
+    victim("nesting-200", "E-3", envelope=env("custom/x", {}, ignorable=True), data_text=deep(200))
+    victim(
+        "nesting-in-object",
+        "E-3",
+        envelope=env("turn/end", {}),
+        data_text='{"a":' * 300 + "1" + "}" * 300,
+    )
     # -- envelope fields
     victim("negative-seq", "E-2", envelope=env("turn/end", {"turn": 1}, seq=-1))
     victim("empty-type", "E-4", envelope=env("", {"turn": 1}))  # the runtime: an unknown type
@@ -183,9 +207,13 @@ def build_plan(events_topic: str, control_topic: str, good: dict[str, list[Event
     changed = conflict_prefix[2].to_json()
     changed["data"] = {**changed["data"], "id": "changed"}
     victim("conflict", "SEQ-GATE", envelope=changed, prefix=conflict_prefix)
-    victim("seq-restart-at-0", "SEQ-GATE",
-           envelope=env("system/message", prefix_of("x")[0].to_json()["data"], seq=0,
-                         surfaceOp="append"))
+    victim(
+        "seq-restart-at-0",
+        "SEQ-GATE",
+        envelope=env(
+            "system/message", prefix_of("x")[0].to_json()["data"], seq=0, surfaceOp="append"
+        ),
+    )
     # -- keys: the record names no session (KEY, nothing quarantined) or the wrong one
     victim("key-mismatch", "KEY", encode("someone-else", env("turn/end", {"turn": 1})))
     first_good = next(iter(good))
@@ -212,8 +240,7 @@ def build_plan(events_topic: str, control_topic: str, good: dict[str, list[Event
             continue  # a rule of the file's format version; a record has no header
         victim(name, rule, bad_value, prefix=[parse_event(raw) for raw in lines[:-1]])
     # -- forged control: headers on events are never commands
-    victim("forged-redrive-header-after-gap", "S-1",
-           envelope=env("turn/end", {"turn": 1}, seq=9))
+    victim("forged-redrive-header-after-gap", "S-1", envelope=env("turn/end", {"turn": 1}, seq=9))
     plan.follow_ups[-1].headers = [(CONTROL_HEADER, b"redrive")]
     # -- control topic: malformed, unknown and misaddressed commands (CONTROL)
     gap_victim = "v-gap"
@@ -221,18 +248,35 @@ def build_plan(events_topic: str, control_topic: str, good: dict[str, list[Event
     def command(kind: str, key: bytes | None, value: bytes | None) -> None:
         plan.bad.append(Bad(kind, control_topic, key, value, "CONTROL"))
 
-    command("control-unknown-command", gap_victim.encode(), orjson.dumps(
-        {"v": 1, "command": "nuke", "sessionId": gap_victim, "seq": 2}))
+    command(
+        "control-unknown-command",
+        gap_victim.encode(),
+        orjson.dumps({"v": 1, "command": "nuke", "sessionId": gap_victim, "seq": 2}),
+    )
     command("control-not-json", gap_victim.encode(), b"redrive please")
     command("control-null-value", gap_victim.encode(), None)
-    command("control-wrong-version", gap_victim.encode(), orjson.dumps(
-        {"v": 9, "command": "redrive", "sessionId": gap_victim, "seq": 2}))
-    command("control-extra-field", gap_victim.encode(), orjson.dumps(
-        {"v": 1, "command": "redrive", "sessionId": gap_victim, "seq": 2, "all": True}))
-    command("control-negative-seq", gap_victim.encode(), orjson.dumps(
-        {"v": 1, "command": "redrive", "sessionId": gap_victim, "seq": -1}))
-    command("control-seq-not-safe", gap_victim.encode(), orjson.dumps(
-        {"v": 1, "command": "redrive", "sessionId": gap_victim, "seq": 2**60}))
+    command(
+        "control-wrong-version",
+        gap_victim.encode(),
+        orjson.dumps({"v": 9, "command": "redrive", "sessionId": gap_victim, "seq": 2}),
+    )
+    command(
+        "control-extra-field",
+        gap_victim.encode(),
+        orjson.dumps(
+            {"v": 1, "command": "redrive", "sessionId": gap_victim, "seq": 2, "all": True}
+        ),
+    )
+    command(
+        "control-negative-seq",
+        gap_victim.encode(),
+        orjson.dumps({"v": 1, "command": "redrive", "sessionId": gap_victim, "seq": -1}),
+    )
+    command(
+        "control-seq-not-safe",
+        gap_victim.encode(),
+        orjson.dumps({"v": 1, "command": "redrive", "sessionId": gap_victim, "seq": 2**60}),
+    )
     command("control-key-mismatch", b"v-garbage", redrive(gap_victim, 2).encode())
     command("control-wrong-partition", gap_victim.encode(), redrive(gap_victim, 2).encode())
     plan.bad[-1].partition = (partition_of(gap_victim.encode(), 3) + 1) % 3
@@ -243,8 +287,9 @@ def build_plan(events_topic: str, control_topic: str, good: dict[str, list[Event
 
 def produce_all(stack: Stack, plan: Plan, good: dict[str, list[Event]]) -> None:
     cfg = stack.config
-    producer: Producer = clients.event_producer(cfg.with_overrides(kafka={
-        **cfg.kafka, "message.max.bytes": "2000000"}))
+    producer: Producer = clients.event_producer(
+        cfg.with_overrides(kafka={**cfg.kafka, "message.max.bytes": "2000000"})
+    )
     pending: dict[int, Bad] = {}
 
     def deliver(record: Bad) -> None:
@@ -253,8 +298,14 @@ def produce_all(stack: Stack, plan: Plan, good: dict[str, list[Event]]) -> None:
             record.where = (msg.partition() or 0, msg.offset() or 0)
 
         extra = {} if record.partition is None else {"partition": record.partition}
-        producer.produce(record.topic, key=record.key, value=record.value,
-                         headers=record.headers, on_delivery=on_delivery, **extra)
+        producer.produce(
+            record.topic,
+            key=record.key,
+            value=record.value,
+            headers=record.headers,
+            on_delivery=on_delivery,
+            **extra,
+        )
         pending[id(record)] = record
         producer.poll(0)
 
@@ -271,15 +322,28 @@ def produce_all(stack: Stack, plan: Plan, good: dict[str, list[Event]]) -> None:
         deliver(record)
     # valid events carrying forged control headers, and an exact duplicate
     for i, (sid, events) in enumerate(good.items()):
-        forged = [(CONTROL_HEADER, b"redrive" if i % 2 else b"nuke"),
-                  *((f"h{j}", b"x" * 1000) for j in range(50))]
-        for ev in events[half[sid]:]:
-            producer.produce(cfg.topics.events, key=sid.encode(),
-                             value=codec.encode_parsed_event(sid, ev), headers=forged)
-        stack.logs[sid].extend(events[half[sid]:])
+        forged = [
+            (CONTROL_HEADER, b"redrive" if i % 2 else b"nuke"),
+            *((f"h{j}", b"x" * 1000) for j in range(50)),
+        ]
+        for ev in events[half[sid] :]:
+            producer.produce(
+                cfg.topics.events,
+                key=sid.encode(),
+                value=codec.encode_parsed_event(sid, ev),
+                headers=forged,
+            )
+        stack.logs[sid].extend(events[half[sid] :])
     dup_sid = next(iter(good))
-    plan.bad.append(Bad("exact-duplicate", cfg.topics.events, dup_sid.encode(),
-                        codec.encode_parsed_event(dup_sid, good[dup_sid][1]), None))
+    plan.bad.append(
+        Bad(
+            "exact-duplicate",
+            cfg.topics.events,
+            dup_sid.encode(),
+            codec.encode_parsed_event(dup_sid, good[dup_sid][1]),
+            None,
+        )
+    )
     deliver(plan.bad[-1])
     assert producer.flush(60) == 0
     # commands last: the sessions they name must exist in their partition by then
@@ -313,8 +377,11 @@ def committed_to_end(stack: Stack) -> bool:
 def dead_letters(stack: Stack) -> list[Any]:
     consumer = clients.plain_consumer(stack.config, "hostile-dlq")
     try:
-        parts = read_partitions(consumer, stack.config.topics.dlq,
-                                {p: OFFSET_BEGINNING for p in range(stack.config.partitions)})
+        parts = read_partitions(
+            consumer,
+            stack.config.topics.dlq,
+            {p: OFFSET_BEGINNING for p in range(stack.config.partitions)},
+        )
     finally:
         consumer.close()
     return [codec.decode_dead_letter(m.value()) for p in sorted(parts) for m in parts[p]]
@@ -366,13 +433,15 @@ def test_hostile_producer_two_processors_nothing_stops_nothing_lies(stack: Stack
             assert letter is None, f"{record.kind}: dead-lettered {letter}"
             continue
         if letter is None or record.rule not in ("*", letter.rule):
-            unaccounted.append((record.kind, record.rule, letter and letter.rule,
-                                letter and letter.reason))
+            unaccounted.append(
+                (record.kind, record.rule, letter and letter.rule, letter and letter.reason)
+            )
     assert not unaccounted, unaccounted
     duplicates = sum(p.metrics.events.labels("duplicate")._value.get() for p in procs)
     assert duplicates >= 1
     assert sum(p.metrics.control.labels("rejected")._value.get() for p in procs) == sum(
-        1 for b in plan.bad if b.topic == cfg.topics.control)
+        1 for b in plan.bad if b.topic == cfg.topics.control
+    )
 
     # the oversized record is referenced, not copied, and its letter fit
     big = next(b for b in plan.bad if b.kind == "oversized-undecodable")
@@ -397,8 +466,7 @@ def test_hostile_producer_two_processors_nothing_stops_nothing_lies(stack: Stack
     assert quarantined == set(plan.victims)
 
 
-def test_a_repeating_transaction_failure_is_reported_on_readyz_then_recovers(
-        stack: Stack) -> None:
+def test_a_repeating_transaction_failure_is_reported_on_readyz_then_recovers(stack: Stack) -> None:
     """A careless operator shrinks the DLQ's max.message.bytes: dead letters cannot be
     written, every transaction aborts.  The processor backs off, /readyz turns 503
     naming the cause, ``processor_degraded`` is 1; once the topic is fixed it commits
@@ -407,10 +475,8 @@ def test_a_repeating_transaction_failure_is_reported_on_readyz_then_recovers(
     admin = clients.admin(cfg)
 
     def set_max_bytes(value: str) -> None:
-        entry = ConfigEntry("max.message.bytes", value,
-                            incremental_operation=AlterConfigOpType.SET)
-        dlq = ConfigResource(ConfigResource.Type.TOPIC, cfg.topics.dlq,
-                             incremental_configs=[entry])
+        entry = ConfigEntry("max.message.bytes", value, incremental_operation=AlterConfigOpType.SET)
+        dlq = ConfigResource(ConfigResource.Type.TOPIC, cfg.topics.dlq, incremental_configs=[entry])
         for future in admin.incremental_alter_configs([dlq]).values():
             future.result()
 
@@ -462,7 +528,8 @@ def wait_readyz(url: str, code: int, needle: str, timeout: float = 120) -> str:
 
 
 def test_CONTROL_a_redrive_read_before_its_quarantine_lifts_it_when_it_happens(
-        stack: Stack) -> None:
+    stack: Stack,
+) -> None:
     """Commands name a seq, so their order against the events does not matter: a
     redrive at seq 1 read while the session is still healthy waits in its checkpoint
     (across a restart) and lifts the quarantine the gap at seq 3 causes."""
@@ -498,9 +565,12 @@ def test_CONTROL_headers_on_event_records_are_never_commands(stack: Stack) -> No
     stack.produce("q", [LogBuilder(start_seq=5).user("gap")])  # quarantined at 1
     producer = stack.producer()
     for name in (b"redrive", b"nuke"):
-        producer.produce(stack.config.topics.events, key=b"q",
-                         value=codec.encode_parsed_event("q", third),
-                         headers=[(CONTROL_HEADER, name)])
+        producer.produce(
+            stack.config.topics.events,
+            key=b"q",
+            value=codec.encode_parsed_event("q", third),
+            headers=[(CONTROL_HEADER, name)],
+        )
     assert producer.flush(30) == 0
     stack.run_processor(max_idle_s=2)
     views = materialize_views(stack.config)
@@ -508,8 +578,7 @@ def test_CONTROL_headers_on_event_records_are_never_commands(stack: Stack) -> No
     assert [d.rule for d in dead_letters(stack)] == ["S-1", "QUARANTINED", "QUARANTINED"]
 
 
-def test_a_fenced_member_ends_with_one_fatal_line_and_the_other_takes_over(
-        stack: Stack) -> None:
+def test_a_fenced_member_ends_with_one_fatal_line_and_the_other_takes_over(stack: Stack) -> None:
     """A careless operator starts two members with the same instance id: the newer
     one fences the older (its transactional id), whose next transaction fails with a
     fatal error — it ends with one line instead of aborting in a loop, and the newer
@@ -541,8 +610,9 @@ def test_a_fenced_member_ends_with_one_fatal_line_and_the_other_takes_over(
         deadline = time.monotonic() + 90
         while True:
             views = materialize_views(stack.config)
-            got = {sid: as_json(session_fold_equivalent(views[sid])) for sid in logs
-                   if sid in views}
+            got = {
+                sid: as_json(session_fold_equivalent(views[sid])) for sid in logs if sid in views
+            }
             if got == {sid: stack.expected(sid) for sid in logs}:
                 break
             assert time.monotonic() < deadline, "the new member did not take over"
@@ -565,6 +635,9 @@ def test_a_missing_control_topic_ends_run_with_one_line(stack: Stack) -> None:
     for future in admin.delete_topics([stack.config.topics.control]).values():
         future.result()
     wait_until(lambda: stack.config.topics.control not in admin.list_topics(timeout=10).topics)
-    with pytest.raises(KafkaFatal, match=r"control' does not exist \(run `processor topics "
-                                         r"create`\)"):
+    with pytest.raises(
+        KafkaFatal,
+        match=r"control' does not exist \(run `processor topics "
+        r"create`\)",
+    ):
         Processor(stack.config).run(max_idle_s=2)

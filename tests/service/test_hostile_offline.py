@@ -24,11 +24,15 @@ from processor.service.failures import FailureTracker
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, classify
 from processor.service.metrics import Metrics, serve
 
-HEADER = b'{"type":"session","version":4,"id":"deep","createdAt":0,"isSeeded":false,' \
-         b'"delegationDepth":0}\n'
-SYSTEM = (b'{"type":"system/message","seq":0,"time":1,"data":{"turn":0,"step":0,"message":'
-          b'{"id":"s","role":"system","content":[{"type":"text","text":"p"}],'
-          b'"source":{"kind":"system-prompt"}}},"surfaceOp":"append"}\n')
+HEADER = (
+    b'{"type":"session","version":4,"id":"deep","createdAt":0,"isSeeded":false,'
+    b'"delegationDepth":0}\n'
+)
+SYSTEM = (
+    b'{"type":"system/message","seq":0,"time":1,"data":{"turn":0,"step":0,"message":'
+    b'{"id":"s","role":"system","content":[{"type":"text","text":"p"}],'
+    b'"source":{"kind":"system-prompt"}}},"surfaceOp":"append"}\n'
+)
 
 
 def nested(levels: int) -> str:
@@ -36,6 +40,7 @@ def nested(levels: int) -> str:
 
 
 # ------------------------------------------------------------------ bounds (E-3)
+
 
 def test_E3_freeze_bounds_depth_instead_of_overflowing_the_stack() -> None:
     ok = orjson.loads(nested(MAX_DEPTH))
@@ -49,8 +54,9 @@ def test_E3_freeze_bounds_depth_instead_of_overflowing_the_stack() -> None:
 
 
 def test_E3_parse_event_of_a_nesting_bomb_is_a_session_error() -> None:
-    line = b'{"type":"custom/x","seq":0,"time":0,"ignorable":true,"data":%s}' % \
-        nested(1000).encode()
+    line = (
+        b'{"type":"custom/x","seq":0,"time":0,"ignorable":true,"data":%s}' % nested(1000).encode()
+    )
     with pytest.raises(SessionError) as info:
         parse_event_bytes(line)
     assert info.value.rule == "E-3"
@@ -58,8 +64,10 @@ def test_E3_parse_event_of_a_nesting_bomb_is_a_session_error() -> None:
 
 def test_E3_fold_of_a_nesting_bomb_exits_1_with_one_line(tmp_path: Path) -> None:
     path = tmp_path / "deep.jsonl"
-    path.write_bytes(HEADER + SYSTEM + b'{"type":"custom/x","seq":1,"time":2,'
-                     b'"ignorable":true,"data":%s}\n' % nested(1000).encode())
+    path.write_bytes(
+        HEADER + SYSTEM + b'{"type":"custom/x","seq":1,"time":2,'
+        b'"ignorable":true,"data":%s}\n' % nested(1000).encode()
+    )
     result = CliRunner().invoke(cli, ["fold", str(path)])
     assert result.exit_code == 1
     assert result.stderr.strip().endswith("(E-3)") and len(result.stderr.splitlines()) == 1
@@ -70,22 +78,40 @@ def _ingest(tmp_path: Path, body: bytes, *extra: str) -> tuple[int, str]:
     path = tmp_path / "s.jsonl"
     path.write_bytes(body)
     # nothing reaches a broker: the file is refused before anything is produced
-    result = CliRunner().invoke(cli, ["ingest", "-b", "127.0.0.1:1", "--topic-prefix", "x",
-                                      *extra, str(path)])
+    result = CliRunner().invoke(
+        cli, ["ingest", "-b", "127.0.0.1:1", "--topic-prefix", "x", *extra, str(path)]
+    )
     return result.exit_code, result.stderr
 
 
 def test_E3_ingest_of_a_nesting_bomb_is_refused_with_one_line(tmp_path: Path) -> None:
-    code, err = _ingest(tmp_path, HEADER + SYSTEM + b'{"type":"custom/x","seq":1,"time":2,'
-                        b'"ignorable":true,"data":%s}\n' % nested(1000).encode())
+    code, err = _ingest(
+        tmp_path,
+        HEADER + SYSTEM + b'{"type":"custom/x","seq":1,"time":2,'
+        b'"ignorable":true,"data":%s}\n' % nested(1000).encode(),
+    )
     assert code == 1 and "(E-3)" in err and "Traceback" not in err
 
 
 def test_ingest_refuses_a_record_kafka_cannot_take_before_producing(tmp_path: Path) -> None:
     big = "x" * 1_200_000
-    line = orjson.dumps({"type": "user/message", "seq": 1, "time": 2, "surfaceOp": "append",
-                         "data": {"id": "u", "role": "user", "source": {"kind": "test"},
-                                  "content": [{"type": "text", "text": big}]}}) + b"\n"
+    line = (
+        orjson.dumps(
+            {
+                "type": "user/message",
+                "seq": 1,
+                "time": 2,
+                "surfaceOp": "append",
+                "data": {
+                    "id": "u",
+                    "role": "user",
+                    "source": {"kind": "test"},
+                    "content": [{"type": "text", "text": big}],
+                },
+            }
+        )
+        + b"\n"
+    )
     for extra in ((), ("--raw",)):
         code, err = _ingest(tmp_path, HEADER + SYSTEM + line, *extra)
         assert code == 1, err
@@ -94,6 +120,7 @@ def test_ingest_refuses_a_record_kafka_cannot_take_before_producing(tmp_path: Pa
 
 
 # ------------------------------------------------------------------ dead letters fit
+
 
 def letter(value: bytes | None, key: bytes | None = b"s") -> DeadLetter:
     return DeadLetter("s", "p.events", 3, 77, None, "CODEC", "undecodable", key, value, 1, "i")
@@ -108,29 +135,27 @@ def test_dead_letter_of_an_oversized_record_is_referenced_not_copied() -> None:
     assert "key not copied (5000 bytes" in fitted.reason
     edge, copied = bounded(letter(b"\x01" * MAX_COPIED_VALUE))
     assert edge.value is not None and not copied
-    long_sid = DeadLetter("s" * (MAX_KEY_BYTES + 1), "t", 0, 0, None, "r", "x" * 10_000,
-                          None, None, 1, "i")
+    long_sid = DeadLetter(
+        "s" * (MAX_KEY_BYTES + 1), "t", 0, 0, None, "r", "x" * 10_000, None, None, 1, "i"
+    )
     clipped, _ = bounded(long_sid)
     assert clipped.session_id is None and len(clipped.reason) <= 2000
 
 
 # ------------------------------------------------------------------ control commands
 
+
 def test_control_command_round_trip_and_refusals() -> None:
     assert parse_command(b"s", redrive("s", 4).encode()) == Command("redrive", "s", 4)
     bad = {
         "not json": b"redrive",
         "array": b"[]",
-        "unknown command": orjson.dumps({"v": 1, "command": "nuke", "sessionId": "s",
-                                         "seq": 1}),
+        "unknown command": orjson.dumps({"v": 1, "command": "nuke", "sessionId": "s", "seq": 1}),
         "version": orjson.dumps({"v": 2, "command": "redrive", "sessionId": "s", "seq": 1}),
-        "extra": orjson.dumps({"v": 1, "command": "redrive", "sessionId": "s", "seq": 1,
-                               "x": 1}),
+        "extra": orjson.dumps({"v": 1, "command": "redrive", "sessionId": "s", "seq": 1, "x": 1}),
         "seq": orjson.dumps({"v": 1, "command": "redrive", "sessionId": "s", "seq": "1"}),
-        "bool seq": orjson.dumps({"v": 1, "command": "redrive", "sessionId": "s",
-                                  "seq": True}),
-        "unsafe seq": orjson.dumps({"v": 1, "command": "redrive", "sessionId": "s",
-                                    "seq": 2**53}),
+        "bool seq": orjson.dumps({"v": 1, "command": "redrive", "sessionId": "s", "seq": True}),
+        "unsafe seq": orjson.dumps({"v": 1, "command": "redrive", "sessionId": "s", "seq": 2**53}),
         "sid": orjson.dumps({"v": 1, "command": "redrive", "sessionId": "", "seq": 1}),
         "size": b" " * 5000,
     }
@@ -146,6 +171,7 @@ def test_control_command_round_trip_and_refusals() -> None:
 
 # ------------------------------------------------------------------ transaction errors
 
+
 def kerr(code: int, **flags: bool) -> KafkaException:
     return KafkaException(KafkaError(code, "x", **flags))
 
@@ -155,8 +181,11 @@ def test_transaction_errors_are_classified_by_the_confluent_model() -> None:
     assert classify(kerr(KafkaError._STATE, txn_requires_abort=True)).kind is Kind.ABORT
     assert classify(kerr(KafkaError._FENCED, fatal=True)).kind is Kind.FATAL
     assert classify(kerr(KafkaError.MSG_SIZE_TOO_LARGE)).kind is Kind.ABORT
-    denied = classify(kerr(KafkaError.TOPIC_AUTHORIZATION_FAILED, txn_requires_abort=True),
-                      operation="WRITE", resource="p.views")
+    denied = classify(
+        kerr(KafkaError.TOPIC_AUTHORIZATION_FAILED, txn_requires_abort=True),
+        operation="WRITE",
+        resource="p.views",
+    )
     assert denied.kind is Kind.DENIED
     assert "WRITE on Topic 'p.views' is denied" in denied.line
     auth = classify(kerr(KafkaError._AUTHENTICATION))
@@ -168,8 +197,12 @@ def test_a_failed_handshake_reported_by_librdkafka_becomes_fatal_at_once() -> No
     problems.error_cb(KafkaError(KafkaError._TRANSPORT, "broker down"))
     problems.raise_if_fatal()  # transient: only noted
     assert problems.last_error and "broker down" in problems.last_error
-    problems.error_cb(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: "
-                                 "Authentication failed due to invalid credentials"))
+    problems.error_cb(
+        KafkaError(
+            KafkaError._AUTHENTICATION,
+            "SASL authentication error: Authentication failed due to invalid credentials",
+        )
+    )
     with pytest.raises(KafkaFatal, match="invalid credentials"):
         problems.raise_if_fatal()
 
@@ -197,6 +230,7 @@ def test_a_repeating_failure_backs_off_and_turns_readyz_503_with_its_cause() -> 
 
 # ------------------------------------------------------------------ secrets
 
+
 def test_secrets_come_from_a_file_or_the_environment_never_repr(tmp_path: Path) -> None:
     secret = tmp_path / "kafka.secret"
     secret.write_text("# SASL\nsasl.password = s3cret\nsasl.username=proc\n")
@@ -211,8 +245,9 @@ def test_secrets_come_from_a_file_or_the_environment_never_repr(tmp_path: Path) 
 def test_a_secret_on_the_command_line_is_warned_about(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(b"not json\n")  # refused before any connection
-    result = CliRunner().invoke(cli, ["ingest", "-b", "127.0.0.1:1", "-X",
-                                      "sasl.password=oops", str(path)])
+    result = CliRunner().invoke(
+        cli, ["ingest", "-b", "127.0.0.1:1", "-X", "sasl.password=oops", str(path)]
+    )
     assert "sasl.password given with -X is visible to every user" in result.stderr
     assert "oops" not in result.output
 

@@ -32,14 +32,16 @@ from tests.service.conftest import Stack, as_json, sessions, wait_until
 pytestmark = pytest.mark.kafka
 
 
-def wait_for_views(stack: Stack, expected: dict[str, dict[str, Any]],
-                   timeout: float = 60) -> dict[str, Any]:
+def wait_for_views(
+    stack: Stack, expected: dict[str, dict[str, Any]], timeout: float = 60
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     got: dict[str, Any] = {}
     while time.monotonic() < deadline:
         views = materialize_views(stack.config)
-        got = {sid: as_json(session_fold_equivalent(views[sid])) for sid in expected
-               if sid in views}
+        got = {
+            sid: as_json(session_fold_equivalent(views[sid])) for sid in expected if sid in views
+        }
         if got == expected:
             return got
         time.sleep(0.5)
@@ -49,18 +51,24 @@ def wait_for_views(stack: Stack, expected: dict[str, dict[str, Any]],
     if wrong:
         g, e = got[wrong[0]], expected[wrong[0]]
         keys = [k for k in e if g.get(k) != e[k]]
-        detail = f"; {wrong[0]} differs in {keys}: got {str(g.get(keys[0]))[:300]} expected " \
-                 f"{str(e[keys[0]])[:300]}" if keys else ""
-    raise AssertionError(f"views did not converge: missing {missing[:5]}, differ "
-                         f"{wrong[:5]}{detail}")
+        detail = (
+            f"; {wrong[0]} differs in {keys}: got {str(g.get(keys[0]))[:300]} expected "
+            f"{str(e[keys[0]])[:300]}"
+            if keys
+            else ""
+        )
+    raise AssertionError(
+        f"views did not converge: missing {missing[:5]}, differ {wrong[:5]}{detail}"
+    )
 
 
 def topic_records(stack: Stack, topic: str) -> list[Any]:
     """Every committed record of a topic, partition by partition."""
     consumer = clients.plain_consumer(stack.config, "test-reader")
     try:
-        parts = read_partitions(consumer, topic, {p: OFFSET_BEGINNING
-                                                  for p in range(stack.config.partitions)})
+        parts = read_partitions(
+            consumer, topic, {p: OFFSET_BEGINNING for p in range(stack.config.partitions)}
+        )
     finally:
         consumer.close()
     return [m for p in sorted(parts) for m in parts[p]]
@@ -68,8 +76,9 @@ def topic_records(stack: Stack, topic: str) -> list[Any]:
 
 def dead_letters(stack: Stack) -> list[Any]:
     codec = default_codec()
-    return [codec.decode_dead_letter(m.value())
-            for m in topic_records(stack, stack.config.topics.dlq)]
+    return [
+        codec.decode_dead_letter(m.value()) for m in topic_records(stack, stack.config.topics.dlq)
+    ]
 
 
 def test_single_processor_views_equal_offline_fold(stack: Stack) -> None:
@@ -158,8 +167,10 @@ def test_anchor_check_detects_a_recreated_events_topic(stack: Stack) -> None:
     stack.run_processor(max_idle_s=3)
     admin = clients.admin(stack.config)
     delete_topics(admin, [stack.config.topics.events])
-    wait_until(lambda: stack.config.topics.events not in admin.list_topics(timeout=10).topics,
-               "the events topic to be gone")
+    wait_until(
+        lambda: stack.config.topics.events not in admin.list_topics(timeout=10).topics,
+        "the events topic to be gone",
+    )
     create_topics(admin, stack.config)
     other = sessions(3, 30, seed=16)  # a different log under the same names
     stack.logs.clear()
@@ -183,19 +194,40 @@ def test_bad_input_goes_to_the_dlq_and_quarantines_only_its_session(stack: Stack
     stack.produce("bad-bytes", b.events)
     stack.produce_raw("bad-bytes", b"\x00garbage")
     stack.produce("bad-invalid", b.events)
-    stack.produce_raw("bad-invalid", codec.encode_event("bad-invalid", {
-        "type": "user/message", "seq": 2, "time": 1,
-        "data": {"id": "x", "role": "user", "content": [], "source": {"kind": "user"}}}))
+    stack.produce_raw(
+        "bad-invalid",
+        codec.encode_event(
+            "bad-invalid",
+            {
+                "type": "user/message",
+                "seq": 2,
+                "time": 1,
+                "data": {"id": "x", "role": "user", "content": [], "source": {"kind": "user"}},
+            },
+        ),
+    )
     # (no surfaceOp: S-2)
     stack.produce("bad-gap", b.events)
-    stack.produce_raw("bad-gap", codec.encode_event("bad-gap", {
-        "type": "turn/start", "seq": 5, "time": 1, "data": {"turn": 1}}))
+    stack.produce_raw(
+        "bad-gap",
+        codec.encode_event(
+            "bad-gap", {"type": "turn/start", "seq": 5, "time": 1, "data": {"turn": 1}}
+        ),
+    )
     stack.produce("bad-conflict", b.events)
-    stack.produce_raw("bad-conflict", codec.encode_event("bad-conflict", {
-        "type": "turn/start", "seq": 1, "time": 1, "data": {"turn": 1}}))
+    stack.produce_raw(
+        "bad-conflict",
+        codec.encode_event(
+            "bad-conflict", {"type": "turn/start", "seq": 1, "time": 1, "data": {"turn": 1}}
+        ),
+    )
     stack.produce("bad-unknown", b.events)
-    stack.produce_raw("bad-unknown", codec.encode_event("bad-unknown", {
-        "type": "vendor/required", "seq": 2, "time": 1, "data": {}}))
+    stack.produce_raw(
+        "bad-unknown",
+        codec.encode_event(
+            "bad-unknown", {"type": "vendor/required", "seq": 2, "time": 1, "data": {}}
+        ),
+    )
     stack.produce("dup", b.events)
     stack.produce("dup", b.events[1:])  # exact duplicate: dropped and counted
     stack.logs["dup"] = b.events
@@ -259,11 +291,17 @@ def test_metrics_endpoint_exposes_the_design_guide_metrics(stack: Stack) -> None
             if 'processor_events_total{outcome="applied"} 150.0' in body:
                 break
             time.sleep(0.3)
-        for name in ("processor_events_total", "processor_fold_seconds_bucket",
-                     "processor_commit_seconds_bucket", "processor_batch_events_bucket",
-                     "processor_transaction_aborts_total", "processor_partition_lag",
-                     "processor_sessions_in_memory", "processor_restore_seconds_bucket",
-                     "processor_rebalances_total"):
+        for name in (
+            "processor_events_total",
+            "processor_fold_seconds_bucket",
+            "processor_commit_seconds_bucket",
+            "processor_batch_events_bucket",
+            "processor_transaction_aborts_total",
+            "processor_partition_lag",
+            "processor_sessions_in_memory",
+            "processor_restore_seconds_bucket",
+            "processor_rebalances_total",
+        ):
             assert name in body, name
         assert 'processor_events_total{outcome="applied"} 150.0' in body
         assert urllib.request.urlopen(f"{url}/healthz").status == 200
@@ -295,8 +333,13 @@ def _user_turns(version: int) -> Any:
             raise ValueError("count must be an int")
 
     return ProjectionDefinition(
-        key="userTurns", state_version=version, init=lambda header, inherited: {"count": 0},
-        apply=apply, validate_state=check, wire=WireView(view=lambda s: s, validate_view=check))
+        key="userTurns",
+        state_version=version,
+        init=lambda header, inherited: {"count": 0},
+        apply=apply,
+        validate_state=check,
+        wire=WireView(view=lambda s: s, validate_view=check),
+    )
 
 
 def _registry_v1() -> Any:
@@ -323,9 +366,21 @@ def test_replay_after_a_state_version_bump_rebuilds_the_offline_views(stack: Sta
         Processor(stack.config, registry_factory=_bumped_registry).run(max_idle_s=3)
     result = replay(stack.config, registry_factory=_bumped_registry)
     assert result.events == sum(len(e) for e in logs.values())
-    expected = {sid: as_json(offline_equivalent(session_output(Session.fold(
-        events, None, message_projections=default_message_projections(),
-        projections=_bumped_registry())))) for sid, events in logs.items()}
+    expected = {
+        sid: as_json(
+            offline_equivalent(
+                session_output(
+                    Session.fold(
+                        events,
+                        None,
+                        message_projections=default_message_projections(),
+                        projections=_bumped_registry(),
+                    )
+                )
+            )
+        )
+        for sid, events in logs.items()
+    }
     wait_for_views(stack, expected, timeout=20)
     views = materialize_views(stack.config)
     assert all(views[sid]["userTurns"].state_version == 2 for sid in logs)
@@ -343,7 +398,8 @@ def test_replay_into_fresh_topics_leaves_the_old_ones(stack: Stack) -> None:
     assert green.topics.events == stack.config.topics.events
     views = materialize_views(green)
     assert {sid: as_json(session_fold_equivalent(views[sid])) for sid in logs} == {
-        sid: stack.expected(sid) for sid in logs}
+        sid: stack.expected(sid) for sid in logs
+    }
 
 
 def test_compaction_keeps_only_the_last_view_and_checkpoint(stack: Stack) -> None:
@@ -365,13 +421,22 @@ def test_compaction_keeps_only_the_last_view_and_checkpoint(stack: Stack) -> Non
     assert versions(stack.config.topics.checkpoints)[key] >= 3  # one per committed batch
     # now let the cleaner loose: small segments, eager cleaning
     admin = clients.admin(stack.config)
-    fast = {"segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01",
-            "delete.retention.ms": "1000", "min.compaction.lag.ms": "0"}
+    fast = {
+        "segment.ms": "1000",
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "1000",
+        "min.compaction.lag.ms": "0",
+    }
     resources = []
     for topic in (stack.config.topics.views, stack.config.topics.checkpoints):
-        r = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-            for k, v in fast.items()])
+        r = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                for k, v in fast.items()
+            ],
+        )
         resources.append(r)
     for f in admin.incremental_alter_configs(resources).values():
         f.result()
@@ -387,6 +452,7 @@ def test_compaction_keeps_only_the_last_view_and_checkpoint(stack: Stack) -> Non
         if cps[key] == 1 and vws[b"s000/messages"] == 1:
             break
     else:
-        raise AssertionError(f"not compacted: checkpoints {cps[key]}, views "
-                             f"{vws[b's000/messages']}")
+        raise AssertionError(
+            f"not compacted: checkpoints {cps[key]}, views {vws[b's000/messages']}"
+        )
     wait_for_views(stack, {sid: stack.expected(sid) for sid in logs}, timeout=20)

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.kafka
 
 
 def test_a_revoke_during_a_failing_commit_does_not_touch_the_revoked_partitions(
-        stack: Stack) -> None:
+    stack: Stack,
+) -> None:
     cfg = stack.config
     entry = ConfigEntry("max.message.bytes", "200", incremental_operation=AlterConfigOpType.SET)
     dlq = ConfigResource(ConfigResource.Type.TOPIC, cfg.topics.dlq, incremental_configs=[entry])
@@ -74,8 +75,7 @@ def test_a_revoke_during_a_failing_commit_does_not_touch_the_revoked_partitions(
             if revoke_aborts:
                 break
         assert revoke_aborts, "no commit failed during a revoke: the scenario did not happen"
-        touched = [(numbers, leaving) for numbers, leaving in restores
-                   if set(numbers) & leaving]
+        touched = [(numbers, leaving) for numbers, leaving in restores if set(numbers) & leaving]
         assert not touched, f"restored partitions being revoked: {touched}"
         assert first.metrics.txn_failures.labels("abortable")._value.get() >= 1
         assert t1.is_alive()

@@ -37,9 +37,13 @@ from tests.service.test_processor import dead_letters, wait_for_views
 CORPUS = Path(__file__).parents[1] / "corpus"
 VALID = sorted((CORPUS / "valid").glob("*/session*"))
 #: Per-event invalid cases the service can judge without a file header.
-INVALID = [p for p in sorted((CORPUS / "invalid").glob("*.jsonl"))
-           if not p.with_suffix(".checkpoint.json").exists()
-           and p.stem not in V3_CASES and "-in-v" not in p.stem]
+INVALID = [
+    p
+    for p in sorted((CORPUS / "invalid").glob("*.jsonl"))
+    if not p.with_suffix(".checkpoint.json").exists()
+    and p.stem not in V3_CASES
+    and "-in-v" not in p.stem
+]
 
 
 def _records(path: Path) -> list[Any]:
@@ -132,4 +136,5 @@ def test_runtime_corpus_folds_through_kafka_as_processor_fold_does(stack: Stack)
             want = as_json(offline_equivalent(session_output(fold_events(prefix))))
             assert got["status"] == "quarantined", got["status"]
             assert {k: v for k, v in got.items() if k != "status"} == {
-                k: v for k, v in want.items() if k != "status"}, path.stem
+                k: v for k, v in want.items() if k != "status"
+            }, path.stem

@@ -94,9 +94,14 @@ def events_of(config: ServiceConfig, session_id: str | None = None) -> list[Any]
 @pytest.fixture
 def config(kafka_bootstrap: str) -> Iterator[ServiceConfig]:
     prefix = unique_prefix("w")
-    cfg = ServiceConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix,
-                        group_id=f"{prefix}-group", partitions=3, commit_interval_ms=100,
-                        transaction_timeout_ms=10_000)
+    cfg = ServiceConfig(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=prefix,
+        group_id=f"{prefix}-group",
+        partitions=3,
+        commit_interval_ms=100,
+        transaction_timeout_ms=10_000,
+    )
     create_topics(clients.admin(cfg), cfg)
     yield cfg
 
@@ -106,14 +111,17 @@ def config(kafka_bootstrap: str) -> Iterator[ServiceConfig]:
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("data", "expected"), [
-    (b"21", -973932308),
-    (b"foobar", -790332482),
-    (b"a-little-bit-long-string", -985981536),
-    (b"a-little-bit-longer-string", -1486304829),
-    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
-    (b"abc", 479470107),
-])
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"21", -973932308),
+        (b"foobar", -790332482),
+        (b"a-little-bit-long-string", -985981536),
+        (b"a-little-bit-longer-string", -1486304829),
+        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        (b"abc", 479470107),
+    ],
+)
 def test_reference_murmur2_matches_the_java_client(data: bytes, expected: int) -> None:
     assert murmur2(data) == expected
 
@@ -139,7 +147,8 @@ def test_writer_assigns_seqs_and_commits_after_delivery(config: ServiceConfig) -
     got = events_of(config, "a")
     assert [d.seq for d in got] == list(range(62))
     assert [d.to_event().digest_bytes() for d in got] == [
-        e.digest_bytes() for e in [*events, built, stamped]]
+        e.digest_bytes() for e in [*events, built, stamped]
+    ]
     assert {d.producer for d in got} == {producer_name()}
 
 
@@ -154,15 +163,29 @@ def test_invalid_event_is_refused_before_anything_is_produced(config: ServiceCon
     refusals: list[SessionError] = []
     attempts: list[Callable[[], Event]] = [
         # S-3: assistant messages never cite sources
-        lambda: writer.append("s", "assistant/message",
-                              {"turn": 1, "step": 1, "stream": [], "message": {
-                                  "id": "a1", "role": "assistant", "content": [],
-                                  "source": {"kind": "model", "provider": "p", "model": "m"}}},
-                              surface_op="append", source_event_seqs=[0]),
+        lambda: writer.append(
+            "s",
+            "assistant/message",
+            {
+                "turn": 1,
+                "step": 1,
+                "stream": [],
+                "message": {
+                    "id": "a1",
+                    "role": "assistant",
+                    "content": [],
+                    "source": {"kind": "model", "provider": "p", "model": "m"},
+                },
+            },
+            surface_op="append",
+            source_event_seqs=[0],
+        ),
         # S-2: a surface event without surfaceOp
-        lambda: writer.append("s", "user/message",
-                              {"id": "u9", "role": "user", "content": [],
-                               "source": {"kind": "user"}}),
+        lambda: writer.append(
+            "s",
+            "user/message",
+            {"id": "u9", "role": "user", "content": [], "source": {"kind": "user"}},
+        ),
         # E-4: unknown type without ignorable
         lambda: writer.append("s", "custom/thing", {}),
         # E-3: not plain JSON (refused while building the envelope)
@@ -214,8 +237,9 @@ def test_redrive_control_record_and_end_to_end_recovery(config: ServiceConfig) -
     # another writer (no validation) leaves a gap: the processor quarantines "q"
     foreign = LogBuilder(start_seq=5).user("from elsewhere")
     producer = clients.event_producer(config)
-    producer.produce(config.topics.events, key=b"q",
-                     value=default_codec().encode_parsed_event("q", foreign))
+    producer.produce(
+        config.topics.events, key=b"q", value=default_codec().encode_parsed_event("q", foreign)
+    )
     assert producer.flush(30) == 0
     Processor(config).run(max_idle_s=2)
     status = materialize_views(config, session="q", view="status")["q"]["status"].value
@@ -227,8 +251,17 @@ def test_redrive_control_record_and_end_to_end_recovery(config: ServiceConfig) -
     assert parse_command(control.key(), control.value()) == Command("redrive", "q", 1)
     assert not [m for m in read_records(config, config.topics.events) if m.value() is None]
 
-    writer.append("q", "user/message", {"id": "u-2", "role": "user", "content": [
-        {"type": "text", "text": "two"}], "source": {"kind": "test"}}, surface_op="append")
+    writer.append(
+        "q",
+        "user/message",
+        {
+            "id": "u-2",
+            "role": "user",
+            "content": [{"type": "text", "text": "two"}],
+            "source": {"kind": "test"},
+        },
+        surface_op="append",
+    )
     writer.close()
     t0 = time.monotonic()
     Processor(config).run(max_idle_s=2)
@@ -240,8 +273,11 @@ def test_redrive_control_record_and_end_to_end_recovery(config: ServiceConfig) -
 
 def test_delivery_failure_raises_and_leaves_the_session_unchanged() -> None:
     """No broker listens on port 1: librdkafka times the record out."""
-    cfg = ServiceConfig(bootstrap_servers="127.0.0.1:1", topic_prefix="nowhere",
-                        kafka={"message.timeout.ms": "1000", "log_level": "0"})
+    cfg = ServiceConfig(
+        bootstrap_servers="127.0.0.1:1",
+        topic_prefix="nowhere",
+        kafka={"message.timeout.ms": "1000", "log_level": "0"},
+    )
     writer = SessionWriter(cfg)
     event = LogBuilder().system("prompt")
     with pytest.raises(DeliveryError) as info:

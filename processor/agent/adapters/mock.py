@@ -231,8 +231,9 @@ class MockModelAdapter:
         if isinstance(item, Say):
             for call in item.tool_calls:
                 self._calls += 1
-                arguments = call.arguments if isinstance(call.arguments, str) else js_json(
-                    call.arguments)
+                arguments = (
+                    call.arguments if isinstance(call.arguments, str) else js_json(call.arguments)
+                )
                 content.append(
                     {
                         "type": "tool-call",

@@ -36,7 +36,13 @@ __all__ = [
 ]
 
 BUILTIN_UNITS: tuple[ProjectionDefinition, ...] = (
-    TURN_BOUNDARY, TOOL_HISTORY, REQUEST_HEADER, SESSION_STATS, INBOX, *RUNTIME_UNITS)
+    TURN_BOUNDARY,
+    TOOL_HISTORY,
+    REQUEST_HEADER,
+    SESSION_STATS,
+    INBOX,
+    *RUNTIME_UNITS,
+)
 
 
 def register_builtins(registry: ProjectionRegistry) -> list[Registration]:

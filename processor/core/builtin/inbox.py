@@ -56,13 +56,16 @@ def apply(state: Any, event: Event) -> Any:
     queue = state[target]
     start, removed = _count(data.get("start")), _count(data.get("removedCount", 0))
     inserted = data.get("inserted")
-    if start is None or removed is None or start + removed > len(queue) or not isinstance(
-        inserted, list
+    if (
+        start is None
+        or removed is None
+        or start + removed > len(queue)
+        or not isinstance(inserted, list)
     ):
         return state
     if removed == 0 and not inserted:
         return state
-    return freeze({**state, target: [*queue[:start], *inserted, *queue[start + removed:]]})
+    return freeze({**state, target: [*queue[:start], *inserted, *queue[start + removed :]]})
 
 
 def validate(state: Any) -> None:
@@ -72,6 +75,11 @@ def validate(state: Any) -> None:
 
 
 INBOX = ProjectionDefinition(
-    key=KEY, state_version=3, init=init, apply=apply, validate_state=validate,
+    key=KEY,
+    state_version=3,
+    init=init,
+    apply=apply,
+    validate_state=validate,
     wire=WireView(view=identity, validate_view=validate),
-    event_types=frozenset({"agent/inbox/spliced"}))
+    event_types=frozenset({"agent/inbox/spliced"}),
+)

@@ -35,8 +35,13 @@ def apply(state: Any, event: Event) -> Any:
     if event.type != "request/header":
         return state
     header = event.data.get("header")
-    return freeze({"seq": event.seq, "reason": event.data.get("reason"),
-                   "header": canonical_header(header if isinstance(header, dict) else {})})
+    return freeze(
+        {
+            "seq": event.seq,
+            "reason": event.data.get("reason"),
+            "header": canonical_header(header if isinstance(header, dict) else {}),
+        }
+    )
 
 
 def validate(state: Any) -> None:
@@ -50,6 +55,11 @@ def validate(state: Any) -> None:
 
 
 REQUEST_HEADER = ProjectionDefinition(
-    key=KEY, state_version=1, init=init, apply=apply, validate_state=validate,
+    key=KEY,
+    state_version=1,
+    init=init,
+    apply=apply,
+    validate_state=validate,
     wire=WireView(view=identity, validate_view=validate),
-    event_types=frozenset({"request/header"}))
+    event_types=frozenset({"request/header"}),
+)

@@ -62,10 +62,14 @@ def _title_validate(state: Any) -> None:
 
 
 TITLE = ProjectionDefinition(
-    key="title", state_version=1, init=_title_init, apply=_title_apply,
+    key="title",
+    state_version=1,
+    init=_title_init,
+    apply=_title_apply,
     validate_state=_title_validate,
     wire=WireView(view=lambda state: state, validate_view=_title_validate),
-    event_types=frozenset({"session/title"}))
+    event_types=frozenset({"session/title"}),
+)
 
 
 # ------------------------------------------------------------------ titleInput
@@ -82,8 +86,15 @@ def _prompt_text(event: Event) -> str | None:
     if not isinstance(source, dict) or source.get("kind") != "user":
         return None
     blocks = data.get("content")
-    texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text"
-             and isinstance(b.get("text"), str)] if isinstance(blocks, list) else []
+    texts = (
+        [
+            b["text"]
+            for b in blocks
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        ]
+        if isinstance(blocks, list)
+        else []
+    )
     text = "\n".join(texts)
     # Not blank: some character outside Unicode whitespace.  str.strip() and
     # the former re.sub(r"\s+", "") judge by the same predicate
@@ -107,17 +118,27 @@ def _input_validate(state: Any) -> None:
     require_dict(state, ("first", "count", "lastSeq"), "titleInput state")
     empty = state["first"] is None and state["lastSeq"] is None and state["count"] == 0
     first = state["first"]
-    populated = (isinstance(first, dict) and is_int(first.get("seq"))
-                 and isinstance(first.get("text"), str) and is_int(state["lastSeq"])
-                 and is_int(state["count"]) and state["count"] > 0
-                 and first["seq"] <= state["lastSeq"])
+    populated = (
+        isinstance(first, dict)
+        and is_int(first.get("seq"))
+        and isinstance(first.get("text"), str)
+        and is_int(state["lastSeq"])
+        and is_int(state["count"])
+        and state["count"] > 0
+        and first["seq"] <= state["lastSeq"]
+    )
     if not (empty or populated):
         raise ValueError("titleInput must pair its count with first and last message seqs")
 
 
 TITLE_INPUT = ProjectionDefinition(
-    key="titleInput", state_version=3, init=_input_init, apply=_input_apply,
-    validate_state=_input_validate, event_types=frozenset({"user/message"}))
+    key="titleInput",
+    state_version=3,
+    init=_input_init,
+    apply=_input_apply,
+    validate_state=_input_validate,
+    event_types=frozenset({"user/message"}),
+)
 
 
 # ------------------------------------------------------------------ todos
@@ -125,8 +146,11 @@ TITLE_INPUT = ProjectionDefinition(
 
 def _todo_list(value: Any) -> bool:
     return isinstance(value, list) and all(
-        isinstance(t, dict) and isinstance(t.get("content"), str)
-        and t.get("status") in _TODO_STATUSES for t in value)
+        isinstance(t, dict)
+        and isinstance(t.get("content"), str)
+        and t.get("status") in _TODO_STATUSES
+        for t in value
+    )
 
 
 def _todos_init(header: SessionHeader, inherited: int) -> Any:
@@ -156,18 +180,24 @@ def _todos_view(state: Any) -> Any:
 
 
 TODOS = ProjectionDefinition(
-    key="todos", state_version=2, init=_todos_init, apply=_todos_apply,
+    key="todos",
+    state_version=2,
+    init=_todos_init,
+    apply=_todos_apply,
     validate_state=_todos_validate,
     wire=WireView(view=_todos_view, validate_view=_todos_validate),
-    event_types=frozenset({"todo/write", "turn/start"}))
+    event_types=frozenset({"todo/write", "turn/start"}),
+)
 
 
 # ------------------------------------------------------------------ plan
 
-_PLAN_INIT: Any = freeze({"active": False, "wanted": None, "running": None,
-                          "activeAtLastHeader": None})
+_PLAN_INIT: Any = freeze(
+    {"active": False, "wanted": None, "running": None, "activeAtLastHeader": None}
+)
 _PLAN_VIEWS: dict[tuple[bool, bool], Any] = {
-    (a, p): freeze({"active": a, "pending": p}) for a in (False, True) for p in (False, True)}
+    (a, p): freeze({"active": a, "pending": p}) for a in (False, True) for p in (False, True)
+}
 
 
 def _plan_init(header: SessionHeader, inherited: int) -> Any:
@@ -180,14 +210,23 @@ def _plan_apply(state: Any, event: Event) -> Any:
         args = data.get("args")
         if not isinstance(args, str):
             return state
-        return freeze({**state, "running": {"commandId": data.get("commandId"),
-                                            "wanted": args.strip() != "off"}})
+        return freeze(
+            {
+                **state,
+                "running": {"commandId": data.get("commandId"), "wanted": args.strip() != "off"},
+            }
+        )
     running = state["running"]
-    if t == "command/done" and running is not None and data.get("commandId") == running[
-        "commandId"
-    ]:
-        wanted = running["wanted"] if (
-            data.get("kind") == "success" and running["wanted"] != state["active"]) else None
+    if (
+        t == "command/done"
+        and running is not None
+        and data.get("commandId") == running["commandId"]
+    ):
+        wanted = (
+            running["wanted"]
+            if (data.get("kind") == "success" and running["wanted"] != state["active"])
+            else None
+        )
         return freeze({**state, "wanted": wanted, "running": None})
     if t == "plan/mode" and isinstance(data.get("active"), bool):
         return freeze({**state, "active": data["active"], "wanted": None})
@@ -222,9 +261,13 @@ def _plan_view_validate(view: Any) -> None:
 
 
 PLAN = ProjectionDefinition(
-    key="plan", state_version=3, init=_plan_init, apply=_plan_apply,
+    key="plan",
+    state_version=3,
+    init=_plan_init,
+    apply=_plan_apply,
     validate_state=_plan_validate,
     wire=WireView(view=_plan_view, validate_view=_plan_view_validate),
-    event_types=frozenset({"command/run", "command/done", "plan/mode", "request/header"}))
+    event_types=frozenset({"command/run", "command/done", "plan/mode", "request/header"}),
+)
 
 RUNTIME_UNITS: tuple[ProjectionDefinition, ...] = (TITLE, TITLE_INPUT, TODOS, PLAN)

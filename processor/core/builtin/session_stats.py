@@ -32,8 +32,13 @@ from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
 
 KEY = "sessionStats"
-COUNTERS = {"turn/start": "turns", "step/start": "steps", "tool/call": "toolCalls",
-            "assistant/attempt": "attempts", "llm/retry": "retries"}
+COUNTERS = {
+    "turn/start": "turns",
+    "step/start": "steps",
+    "tool/call": "toolCalls",
+    "assistant/attempt": "attempts",
+    "llm/retry": "retries",
+}
 INT_KEYS = ("turns", "steps", "toolCalls", "toolErrors", "attempts", "retries", "replacements")
 KEYS = (*INT_KEYS, "messages", "usage")
 
@@ -88,6 +93,11 @@ def validate(state: Any) -> None:
 
 
 SESSION_STATS = ProjectionDefinition(
-    key=KEY, state_version=3, init=init, apply=apply, validate_state=validate,
+    key=KEY,
+    state_version=3,
+    init=init,
+    apply=apply,
+    validate_state=validate,
     wire=WireView(view=identity, validate_view=validate),
-    event_types=frozenset(COUNTERS) | SURFACE_TYPES)
+    event_types=frozenset(COUNTERS) | SURFACE_TYPES,
+)

@@ -72,9 +72,16 @@ VIEW_KEYS = ("baselineSeq", "tools", "updates")
 
 
 def init(header: SessionHeader, inherited: int) -> Any:
-    return freeze({"headers": {}, "activeSeq": None, "declared": {}, "available": [],
-                   "series": {"baselineSeq": None, "tools": [], "updates": []},
-                   "fallback": None})
+    return freeze(
+        {
+            "headers": {},
+            "activeSeq": None,
+            "declared": {},
+            "available": [],
+            "series": {"baselineSeq": None, "tools": [], "updates": []},
+            "fallback": None,
+        }
+    )
 
 
 def _active_tools(state: Any) -> Any:
@@ -90,8 +97,11 @@ def _with_fallback(state: dict[str, Any], previous: Any) -> Any:
         state["fallback"] = None
     else:
         baseline = state["series"]["baselineSeq"]
-        if (previous is not None and previous["baselineSeq"] == baseline
-                and previous["tools"] == active):
+        if (
+            previous is not None
+            and previous["baselineSeq"] == baseline
+            and previous["tools"] == active
+        ):
             state["fallback"] = previous
         else:
             state["fallback"] = {"baselineSeq": baseline, "tools": active, "updates": []}
@@ -104,11 +114,16 @@ def _on_header(state: Any, event: Event) -> Any:
     tools = freeze([t for t in raw if isinstance(t, dict)] if isinstance(raw, list) else [])
     headers = {**state["headers"], str(event.seq): tools} if tools else state["headers"]
     declared = state["declared"]
-    redefined = any(t.get("name") in declared and js_json(declared[t.get("name")]) != js_json(t)
-                    for t in tools)
+    redefined = any(
+        t.get("name") in declared and js_json(declared[t.get("name")]) != js_json(t) for t in tools
+    )
     new: dict[str, Any] = {**state, "headers": headers, "activeSeq": event.seq}
-    if (state["series"]["baselineSeq"] is None or event.data.get("reason") == "series"
-            or event.data.get("startsSeries") is True or redefined):
+    if (
+        state["series"]["baselineSeq"] is None
+        or event.data.get("reason") == "series"
+        or event.data.get("startsSeries") is True
+        or redefined
+    ):
         new["series"] = {"baselineSeq": event.seq, "tools": tools, "updates": []}
         new["declared"] = {t.get("name"): t for t in tools}
         new["available"] = list(dict.fromkeys(t.get("name") for t in tools))
@@ -120,18 +135,28 @@ def _resolve(state: Any, event: Event, name: str) -> Any:
     tools = state["headers"].get(str(header_seq), []) if is_int(header_seq) else []
     matches = [t for t in tools if t.get("name") == name]
     if len(matches) != 1:
-        raise ProjectionError(event.seq, "H-5", f"toolHistory: tool-addition {name!r} does "
-                              f"not resolve to exactly one tool of request/header "
-                              f"{header_seq!r} (found {len(matches)})")
+        raise ProjectionError(
+            event.seq,
+            "H-5",
+            f"toolHistory: tool-addition {name!r} does "
+            f"not resolve to exactly one tool of request/header "
+            f"{header_seq!r} (found {len(matches)})",
+        )
     return matches[0]
 
 
 def _on_developer(state: Any, event: Event) -> Any:
     message = event.data.get("message")
     content = message.get("content") if isinstance(message, dict) else None
-    blocks = [b for b in content if isinstance(b, dict)
-              and b.get("type") in ("tool-addition", "tool-removal")] if isinstance(
-                  content, list) else []
+    blocks = (
+        [
+            b
+            for b in content
+            if isinstance(b, dict) and b.get("type") in ("tool-addition", "tool-removal")
+        ]
+        if isinstance(content, list)
+        else []
+    )
     declared = dict(state["declared"])
     available = list(state["available"])
     added: list[Any] = []
@@ -139,8 +164,9 @@ def _on_developer(state: Any, event: Event) -> Any:
     for block in blocks:
         name = block.get("toolName")
         if not isinstance(name, str) or not name:
-            raise ProjectionError(event.seq, "H-5", f"toolHistory: {block.get('type')} block "
-                                  "without a toolName")
+            raise ProjectionError(
+                event.seq, "H-5", f"toolHistory: {block.get('type')} block without a toolName"
+            )
         if block["type"] == "tool-addition":
             tool = _resolve(state, event, name)
             declared[name] = tool
@@ -153,10 +179,18 @@ def _on_developer(state: Any, event: Event) -> Any:
                 available.remove(name)
     series = state["series"]
     message_id = message.get("id") if isinstance(message, dict) else None
-    update = {"seq": event.seq, "messageId": message_id if isinstance(message_id, str) else None,
-              "added": added, "removed": removed}
-    new = {**state, "declared": declared, "available": available,
-           "series": {**series, "updates": [*series["updates"], update]}}
+    update = {
+        "seq": event.seq,
+        "messageId": message_id if isinstance(message_id, str) else None,
+        "added": added,
+        "removed": removed,
+    }
+    new = {
+        **state,
+        "declared": declared,
+        "available": available,
+        "series": {**series, "updates": [*series["updates"], update]},
+    }
     return _with_fallback(new, state["fallback"])
 
 
@@ -214,6 +248,11 @@ def validate(state: Any) -> None:
 
 
 TOOL_HISTORY = ProjectionDefinition(
-    key=KEY, state_version=3, init=init, apply=apply, validate_state=validate,
+    key=KEY,
+    state_version=3,
+    init=init,
+    apply=apply,
+    validate_state=validate,
     wire=WireView(view=view, validate_view=validate_view),
-    event_types=frozenset({"request/header", "developer/message"}))
+    event_types=frozenset({"request/header", "developer/message"}),
+)

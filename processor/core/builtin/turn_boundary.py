@@ -48,8 +48,9 @@ def _field(event: Event, key: str) -> int | None:
 
 
 def _boundary(kind: str, event: Event) -> FrozenDict:
-    return FrozenDict(kind=kind, seq=event.seq, turn=_field(event, "turn"),
-                      step=_field(event, "step"))
+    return FrozenDict(
+        kind=kind, seq=event.seq, turn=_field(event, "turn"), step=_field(event, "step")
+    )
 
 
 def apply(state: Any, event: Event) -> Any:
@@ -63,8 +64,7 @@ def apply(state: Any, event: Event) -> Any:
             return state
         return FrozenDict(state, openTurnStartSeq=None)
     if t == "step/start":
-        return FrozenDict(state, lastStepStartSeq=seq,
-                          lastStepBoundary=_boundary("start", event))
+        return FrozenDict(state, lastStepStartSeq=seq, lastStepBoundary=_boundary("start", event))
     if t == "step/end":
         return FrozenDict(state, lastStepBoundary=_boundary("end", event))
     return state
@@ -86,6 +86,11 @@ def validate(state: Any) -> None:
 
 
 TURN_BOUNDARY = ProjectionDefinition(
-    key=KEY, state_version=2, init=init, apply=apply, validate_state=validate,
+    key=KEY,
+    state_version=2,
+    init=init,
+    apply=apply,
+    validate_state=validate,
     wire=WireView(view=identity, validate_view=validate),
-    event_types=frozenset({"turn/start", "turn/end", "step/start", "step/end"}))
+    event_types=frozenset({"turn/start", "turn/end", "step/start", "step/end"}),
+)

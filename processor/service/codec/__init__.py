@@ -93,7 +93,6 @@ installed wheel: setup.py copies ``schemas/*.avsc`` and ``schemas/history/*.avsc
 there when building).
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence

@@ -117,9 +117,7 @@ class Codec:
                 writer = _parse(self.resolver.schema_for_id(schema_id))
             except Exception as exc:
                 raise CodecError(f"unknown schema id {schema_id}: {exc}") from exc
-            fp = bytes.fromhex(
-                _fingerprint_hex(to_parsing_canonical_form(writer), "CRC-64-AVRO")
-            )
+            fp = bytes.fromhex(_fingerprint_hex(to_parsing_canonical_form(writer), "CRC-64-AVRO"))
             if self.store.get(fp) is not None:
                 plan = self.store.plan(fp)
             else:

@@ -173,7 +173,11 @@ def join_view_parts(parts: Iterable[View]) -> View:
     same = (head.session_id, head.view, head.as_of_seq, head.state_version, head.encoding, n)
     for item in items:
         if (
-            item.session_id, item.view, item.as_of_seq, item.state_version, item.encoding,
+            item.session_id,
+            item.view,
+            item.as_of_seq,
+            item.state_version,
+            item.encoding,
             item.parts,
         ) != same:
             raise CodecError(

@@ -74,7 +74,8 @@ def find_schema_dir() -> Path:
         if (candidate / "session_event.avsc").is_file():
             return candidate
     raise CodecError(
-        "Avro schemas not found; looked in " + ", ".join(str(c) for c in candidates)
+        "Avro schemas not found; looked in "
+        + ", ".join(str(c) for c in candidates)
         + " (a wheel built without setup.py's data step?)"
     )
 
@@ -131,9 +132,7 @@ class SchemaStore:
         if current:
             old = self._current.get(info.name)
             if old is not None and old.fingerprint != fp:
-                raise CodecError(
-                    f"two current schemas for {info.name}: {old.path} and {path}"
-                )
+                raise CodecError(f"two current schemas for {info.name}: {old.path} and {path}")
             self._current[info.name] = info
             self._plans.clear()
         if fp not in self._by_fp or current:
@@ -171,8 +170,6 @@ class SchemaStore:
     def plan_for(self, name: str, writer: Any, fp: bytes) -> _Plan:
         reader = self.current(name)
         return _Plan(name, writer, None if reader.fingerprint == fp else reader.parsed)
-
-
 
 
 class SchemaIdResolver(Protocol):
