@@ -206,7 +206,14 @@ def demo(
             for p in procs:
                 p.send_signal(signal.SIGTERM)
             for p in procs:
-                p.wait(30)
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    click.echo(
+                        f"· a processor did not stop within 60 s; killed (pid {p.pid})", err=True
+                    )
+                    p.kill()
+                    p.wait(10)
         click.echo("\nviews (read_committed) vs offline fold of the same logs:")
         bad = 0
         for sid in logs:

@@ -654,6 +654,8 @@ class Processor:
         if not rewind or self._consumer is None:
             return
         numbers = sorted(touched & set(self._partitions) - self._leaving)
+        if not numbers:  # all revoked (a shutdown): nothing of ours to rewind
+            return
         starts = self._restore_partitions(numbers)
         committed = committed_offsets(self._consumer, self.topics.events, numbers)
         for number in numbers:
