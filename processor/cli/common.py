@@ -40,7 +40,7 @@ def service_options(fn: F) -> F:
     @click.option(
         "--topic-prefix",
         default=None,
-        help="Topic prefix: <prefix>.events/.views/.checkpoints/.dlq.",
+        help="Topic prefix: <prefix>.events/.views/.checkpoints/.dlq/.control.",
     )
     @click.option("--group-id", default=None, help="Consumer group id.")
     @click.option(
@@ -97,3 +97,21 @@ def service_options(fn: F) -> F:
         return fn(*args, config=config, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def read_options(fn: F) -> F:
+    """``--stop-after`` and ``--timeout`` of the commands that read a topic to its end."""
+    fn = click.option(
+        "--timeout",
+        type=float,
+        default=60.0,
+        show_default=True,
+        help="Longest time to read the topic to its end.",
+    )(fn)
+    return click.option(
+        "--stop-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="With --follow: stop after this many seconds.",
+    )(fn)

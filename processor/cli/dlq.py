@@ -18,7 +18,7 @@ import click
 import orjson
 from confluent_kafka import KafkaException
 
-from processor.cli.common import service_options
+from processor.cli.common import read_options, service_options
 from processor.service.codec import DeadLetter
 from processor.service.config import ServiceConfig
 from processor.service.views_reader import (
@@ -63,20 +63,7 @@ def _echo(letter: DeadLetter, fmt: str) -> None:
     show_default=True,
     help="json: one JSON line per record; summary: one text line.",
 )
-@click.option(
-    "--stop-after",
-    type=float,
-    default=None,
-    metavar="SECONDS",
-    help="With --follow: stop after this many seconds.",
-)
-@click.option(
-    "--timeout",
-    type=float,
-    default=60.0,
-    show_default=True,
-    help="Longest time to read the topic to its end.",
-)
+@read_options
 def dlq(
     config: ServiceConfig,
     session_id: str | None,

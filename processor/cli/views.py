@@ -23,7 +23,7 @@ import click
 import orjson
 from confluent_kafka import KafkaException
 
-from processor.cli.common import service_options
+from processor.cli.common import read_options, service_options
 from processor.service.config import ServiceConfig
 from processor.service.views_reader import (
     SessionViews,
@@ -105,20 +105,7 @@ def views_json(views: dict[str, SessionViews]) -> dict[str, Any]:
     default=False,
     help="With --follow: only updates committed from now on.",
 )
-@click.option(
-    "--stop-after",
-    type=float,
-    default=None,
-    metavar="SECONDS",
-    help="With --follow: stop after this many seconds.",
-)
-@click.option(
-    "--timeout",
-    type=float,
-    default=60.0,
-    show_default=True,
-    help="Longest time to read the topic to its end.",
-)
+@read_options
 def views(
     config: ServiceConfig,
     session_id: str | None,

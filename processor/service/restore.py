@@ -96,6 +96,8 @@ def committed_offsets(
     retried here until the transaction ends or ``deadline_s`` passes.
     """
     tps = [TopicPartition(topic, p) for p in partitions]
+    if not tps:  # librdkafka answers an empty list with _TIMED_OUT, not an empty one
+        return {}
     got = retry(
         lambda: consumer.committed(tps, timeout=30),
         f"committed offsets of {topic}",
