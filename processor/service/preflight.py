@@ -21,6 +21,7 @@ from processor.service.acls import Acl, required_acls
 from processor.service.config import ServiceConfig
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, error_of, one_line
 from processor.service.metrics import Metrics
+from processor.service.retry import retry
 
 
 def missing_permissions(
@@ -74,11 +75,21 @@ def missing_permissions(
     return problems
 
 
+def _checked(admin: AdminClient, config: ServiceConfig, problems: ClientProblems) -> list[str]:
+    """One attempt; a failed handshake (error_cb) ends the retries at once."""
+    with contextlib.suppress(KafkaException):
+        admin.poll(0)
+    problems.raise_if_fatal()
+    return missing_permissions(admin, config)
+
+
 def missing_or_fatal(config: ServiceConfig, problems: ClientProblems) -> list[str]:
     """:func:`missing_permissions` with its own admin client; a failure is KafkaFatal."""
     admin = clients.admin(config, problems)
     try:
-        return missing_permissions(admin, config)
+        # a cluster just started answers COORDINATOR_LOAD_IN_PROGRESS for a while:
+        # transient errors are retried (bounded), denials and the rest are not
+        return retry(lambda: _checked(admin, config, problems), "permission check", deadline_s=60)
     except KafkaException as exc:
         with contextlib.suppress(KafkaException):
             admin.poll(0)
