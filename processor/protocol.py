@@ -3,7 +3,7 @@
 What a subscriber in another language must know besides the Avro schemas
 (``schemas/``): the topics of a prefix, the view names (the core's four,
 transcript pages, then one per domain unit), the versions stamped on
-records and commands.  The encoders and decoders (``service/codec``), the
+records and commands.  The encoders and decoders (``processor/codec``), the
 engine and the readers import these names; none of them spells one itself.
 """
 

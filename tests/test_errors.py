@@ -41,8 +41,8 @@ def test_every_exception_class_is_a_processor_error_of_one_kind() -> None:
 
 
 def test_the_kinds_callers_act_on() -> None:
+    from processor.codec import CodecError
     from processor.core.errors import SessionError
-    from processor.service.codec import CodecError
     from processor.service.kafka_errors import KafkaFatal
 
     assert issubclass(SessionError, InvalidInput) and issubclass(CodecError, InvalidInput)
@@ -56,7 +56,7 @@ def test_an_uncaught_processor_error_is_one_line_not_a_traceback(
     import pytest
 
     from processor.cli import main as cli_main
-    from processor.service.codec import CodecError
+    from processor.codec import CodecError
 
     def failing(**_: Any) -> None:
         raise CodecError("seq 3: not a SessionEvent record\nsecond line")

@@ -105,6 +105,36 @@ def test_the_engine_and_the_core_load_no_kafka_client() -> None:
             outside = {d for d in deps if not d.startswith(("processor.core", "processor.engine"))}
             assert outside <= {
                 "processor.protocol",
-                "processor.service.codec",
-                "processor.service.config",
+                "processor.codec",
+                "processor.config",
             }, name
+
+
+#: Layers in the order a record travels (LAYOUT.md): a module may import its
+#: own layer and those before it, never a later one.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("processor.core", "processor.protocol", "processor.gcpolicy", "processor.kafka_dist"),
+    ("processor.agent", "processor.codec", "processor.config", "processor.files"),
+    ("processor.engine", "processor.offline", "processor.workload"),
+    ("processor.service", "processor.devbroker", "processor.devcluster"),
+    ("processor.inspect",),
+    ("processor.cli", "processor.__main__"),
+)
+
+
+def _layer(module: str) -> int | None:
+    for rank, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    return None
+
+
+def test_imports_point_one_way_from_core_to_cli() -> None:
+    backwards = []
+    for name, deps in _module_graph().items():
+        rank = _layer(name)
+        for dep in deps:
+            dep_rank = _layer(dep)
+            if rank is not None and dep_rank is not None and dep_rank > rank:
+                backwards.append(f"{name} -> {dep}")
+    assert backwards == []

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from processor.service.config import (
+from processor.config import (
     load_config,
     parse_kafka_overrides,
     secrets_on_command_line,

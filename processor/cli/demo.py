@@ -25,7 +25,7 @@ import click
 import orjson
 
 from processor.cli.common import service_options
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
 
 
 @contextmanager

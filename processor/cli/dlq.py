@@ -19,8 +19,8 @@ import orjson
 from confluent_kafka import KafkaException
 
 from processor.cli.common import read_options, service_options
-from processor.service.codec import DeadLetter
-from processor.service.config import ServiceConfig
+from processor.codec import DeadLetter
+from processor.config import ServiceConfig
 from processor.service.views_reader import (
     dead_letter_json,
     follow_dead_letters,

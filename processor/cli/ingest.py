@@ -31,6 +31,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from processor.cli.common import service_options
 from processor.cli.progress import FileProgress, Progress
+from processor.codec import Codec, CodecError, default_codec, session_key
+from processor.config import ServiceConfig
 from processor.core.defaults import new_session
 from processor.core.errors import InvalidInput, SessionError
 from processor.core.events import Event
@@ -44,8 +46,6 @@ from processor.files import (
     read_session_file,
 )
 from processor.service import clients
-from processor.service.codec import Codec, CodecError, default_codec, session_key
-from processor.service.config import ServiceConfig
 from processor.service.kafka_errors import ClientProblems
 from processor.service.writer import producer_name
 

@@ -10,7 +10,7 @@ import sys
 import click
 
 from processor.cli.common import service_options
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
 
 
 @click.command("inspect")

@@ -9,7 +9,7 @@ import click
 
 from processor.cli.common import service_options
 from processor.cli.progress import Progress
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
 from processor.service.replay import ReplayError, replay
 
 

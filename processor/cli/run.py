@@ -12,7 +12,7 @@ import click
 from confluent_kafka import KafkaException
 
 from processor.cli.common import service_options
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
 from processor.service.kafka_errors import (
     KafkaFatal,
     configure_librdkafka_logging,

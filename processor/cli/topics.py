@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import click
 
 from processor.cli.common import service_options
+from processor.config import ServiceConfig
 from processor.service import clients
-from processor.service.config import ServiceConfig
 from processor.service.topics import create_topics, delete_topics, topic_specs, verify_topics
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -24,7 +24,7 @@ import orjson
 from confluent_kafka import KafkaException
 
 from processor.cli.common import read_options, service_options
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
 from processor.service.views_reader import (
     SessionViews,
     ViewRegression,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-from processor.service.codec import DeadLetter
+from processor.codec import DeadLetter
 
 #: Largest record value copied into a dead letter (well under the producer's
 #: default message.max.bytes of 1,000,000 with the rest of the letter).

@@ -22,6 +22,8 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
+from processor.codec import Checkpoint, Codec, CodecError, DeadLetter, session_key, view_key
+from processor.config import ServiceConfig
 from processor.core.errors import SessionError
 from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.projections import ProjectionRegistry
@@ -34,8 +36,6 @@ from processor.engine.output import session_output
 from processor.engine.records import Batch, Fate, Out, Outcome, Record, Tally
 from processor.engine.runtime import Quarantine, SessionRuntime, ViewChange
 from processor.protocol import transcript_page
-from processor.service.codec import Checkpoint, Codec, CodecError, DeadLetter, session_key, view_key
-from processor.service.config import ServiceConfig
 
 log = logging.getLogger("processor.runner")
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from processor.core.session import CHECKPOINT_VERSION
-from processor.engine.records import Out, Tally
-from processor.engine.runtime import SessionRuntime, ViewChange
-from processor.service.codec import (
+from processor.codec import (
     Anchor,
     Checkpoint,
     Codec,
@@ -24,7 +21,10 @@ from processor.service.codec import (
     stale_part_keys,
     view_key,
 )
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
+from processor.core.session import CHECKPOINT_VERSION
+from processor.engine.records import Out, Tally
+from processor.engine.runtime import SessionRuntime, ViewChange
 
 
 def checkpoint_of(rt: SessionRuntime) -> Checkpoint:

@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
+from processor.codec import DeadLetter
 from processor.engine.runtime import SessionRuntime
-from processor.service.codec import DeadLetter
 
 
 @dataclass(frozen=True, slots=True)

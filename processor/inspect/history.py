@@ -32,13 +32,13 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
+from processor.codec import CodecError, DecodedEvent, default_codec
+from processor.config import ServiceConfig
 from processor.core.defaults import new_session
 from processor.core.errors import SessionError, Unavailable
 from processor.core.session import Session, synthetic_header
 from processor.offline import session_output
 from processor.service import clients
-from processor.service.codec import CodecError, DecodedEvent, default_codec
-from processor.service.config import ServiceConfig
 from processor.service.views_reader import offline_equivalent
 
 MAX_CACHED_SESSIONS = 16

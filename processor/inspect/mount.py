@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from processor.config import ServiceConfig
 from processor.inspect.server import InspectorServer
-from processor.service.config import ServiceConfig
 from processor.service.metrics import Metrics, liveness, readiness
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import uvicorn
 
+from processor.config import ServiceConfig
 from processor.inspect.app import Inspector, RedriveFn, build_app
 from processor.inspect.history import EventHistory
 from processor.inspect.state import InspectorState
-from processor.service.config import ServiceConfig
 
 log = logging.getLogger("processor.inspect")
 

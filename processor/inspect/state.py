@@ -40,8 +40,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from processor.service import clients
-from processor.service.codec import (
+from processor.codec import (
     CodecError,
     DeadLetter,
     View,
@@ -49,7 +48,8 @@ from processor.service.codec import (
     decode_json_payload,
     default_codec,
 )
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
+from processor.service import clients
 from processor.service.views_reader import (
     SessionViews,
     ViewRecord,

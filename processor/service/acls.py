@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
 
 Role = Literal["processor", "writer", "reader", "operator"]
 ROLES: tuple[Role, ...] = ("processor", "writer", "reader", "operator")

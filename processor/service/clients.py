@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
 from processor.service.kafka_errors import LIBRDKAFKA_LOGGER, ClientProblems
 
 

@@ -16,9 +16,9 @@ import contextlib
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
+from processor.config import ServiceConfig
 from processor.service import clients
 from processor.service.acls import Acl, required_acls
-from processor.service.config import ServiceConfig
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, error_of, one_line
 from processor.service.metrics import Metrics
 from processor.service.retry import retry

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 
+from processor.codec import default_codec, session_key
+from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.errors import Unavailable
 from processor.core.projections import ProjectionRegistry
 from processor.service import clients
-from processor.service.codec import default_codec, session_key
-from processor.service.config import ServiceConfig
 from processor.service.restore import load_checkpoints, watermarks
 from processor.service.runner import Processor
 from processor.service.topics import create_topics

@@ -45,11 +45,11 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from processor.codec import Checkpoint, Codec, CodecError
+from processor.config import ServiceConfig
 from processor.core.errors import SessionError
 from processor.core.session import event_digest
 from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
-from processor.service.codec import Checkpoint, Codec, CodecError
-from processor.service.config import ServiceConfig
 from processor.service.retry import DEFAULT_DEADLINE_S, is_transient, retry
 
 log = logging.getLogger("processor.restore")

@@ -50,6 +50,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from processor.codec import Codec, default_codec
+from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.errors import ProcessorError
@@ -59,8 +61,6 @@ from processor.engine.commands import Command
 from processor.gcpolicy import settle_heap
 from processor.service import clients, faultpoints, preflight, transactions
 from processor.service.broker_watch import BrokerWatch
-from processor.service.codec import Codec, default_codec
-from processor.service.config import ServiceConfig
 from processor.service.control import ControlChannel
 from processor.service.failures import FailureTracker
 from processor.service.kafka_errors import (

@@ -27,7 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from processor.protocol import CORE_VIEWS, is_transcript_page, transcript_page
-from processor.service import clients
-from processor.service.codec import (
+from processor.codec import (
     Codec,
     CodecError,
     DeadLetter,
@@ -57,7 +55,9 @@ from processor.service.codec import (
     ViewAssembler,
     default_codec,
 )
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
+from processor.protocol import CORE_VIEWS, is_transcript_page, transcript_page
+from processor.service import clients
 from processor.service.restore import read_partitions
 
 __all__ = [

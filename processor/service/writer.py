@@ -52,13 +52,13 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from processor.codec import Codec, default_codec, session_key
+from processor.config import ServiceConfig
 from processor.core.defaults import new_session
 from processor.core.errors import Unavailable
 from processor.core.events import ABSENT, Event, make_event
 from processor.core.session import Session, synthetic_header
 from processor.service import clients
-from processor.service.codec import Codec, default_codec, session_key
-from processor.service.config import ServiceConfig
 from processor.service.control import redrive
 from processor.service.kafka_errors import ClientProblems
 

@@ -17,12 +17,12 @@ from click.testing import CliRunner, Result
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from processor.cli.main import cli
+from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.core.session import synthetic_header
 from processor.files import write_session_file
 from processor.offline import fold_events, session_output
 from processor.service import clients
-from processor.service.config import ServiceConfig
 from processor.service.runner import Processor
 from processor.service.views_reader import (
     ViewUpdate,

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from processor.cli.run import run as run_command
-from processor.service.config import ServiceConfig, load_config
+from processor.config import ServiceConfig, load_config
 from tests.deploy.conftest import REPO
 
 K8S = REPO / "deploy" / "k8s"

@@ -180,7 +180,7 @@ def test_wheel_ships_schemas_and_dev_broker_files(installed: Installed) -> None:
 def test_installed_package_finds_its_own_data_outside_the_checkout(installed: Installed) -> None:
     probe = (
         "import json, processor.kafka_dist as d; "
-        "from processor.service.codec import default_codec, find_schema_dir; "
+        "from processor.codec import default_codec, find_schema_dir; "
         "default_codec(); print(json.dumps([str(find_schema_dir()), str(d.POM), "
         "str(d.LOG4J_CONFIG), d.kafka_version()]))"
     )

@@ -6,13 +6,13 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from processor.codec import Checkpoint, DeadLetter, default_codec
+from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.events import Event
 from processor.engine import Batch, Engine, NoFeeds, Out, PartitionState, Record
 from processor.engine.commands import Command, redrive
-from processor.service.codec import Checkpoint, DeadLetter, default_codec
-from processor.service.config import ServiceConfig
 from processor.service.views_reader import _Materializer, session_fold_equivalent
 from processor.workload import generate_session
 

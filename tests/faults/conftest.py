@@ -37,12 +37,12 @@ import orjson
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.devcluster import LocalCluster
 from processor.offline import fold_events, session_output
 from processor.service import clients
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 from processor.service.restore import watermarks
 from processor.service.topics import create_topics
 from processor.service.views_reader import offline_equivalent, read_views, session_fold_equivalent

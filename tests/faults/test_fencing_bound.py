@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from processor.cli import views as views_cli
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
 from processor.service.restore import stable_bound_s
 from processor.service.views_reader import ViewRecord, ViewUpdate
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from processor.service.codec import View, default_codec, split_view, view_key
+from processor.codec import View, default_codec, split_view, view_key
 from processor.service.retry import FatalBudget, is_transient, retry, run_all
 from processor.service.views_reader import _Materializer, view_update_json
 

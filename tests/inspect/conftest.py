@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from processor.config import ServiceConfig
 from processor.inspect.server import InspectorServer
 from processor.service import clients
-from processor.service.config import ServiceConfig
 from processor.service.runner import Processor
 from processor.service.topics import create_topics
 

@@ -15,11 +15,11 @@ import resource
 import sys
 import time
 
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.examples.make_example import scripted_sessions
 from processor.inspect.state import InspectorState
 from processor.service import clients
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 from processor.service.runner import Processor
 from processor.service.topics import create_topics
 from processor.service.views_reader import materialize_views

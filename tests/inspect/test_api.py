@@ -11,12 +11,12 @@ from typing import Any
 import orjson
 import pytest
 
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.examples.make_example import EXAMPLE_PATH
 from processor.files import read_session_file
 from processor.inspect.server import InspectorServer
 from processor.service import clients
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 from processor.service.runner import Processor
 from processor.service.topics import create_topics
 from processor.service.writer import SessionWriter

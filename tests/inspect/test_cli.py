@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 import pytest
 
+from processor.config import ServiceConfig
 from processor.service import clients
-from processor.service.config import ServiceConfig
 from processor.service.topics import create_topics
 from tests.inspect.conftest import wait_for
 

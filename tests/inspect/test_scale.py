@@ -17,10 +17,10 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.inspect.server import InspectorServer
 from processor.service import clients
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 from processor.service.topics import create_topics
 from tests.inspect.conftest import save_failure_screenshot, wait_for
 

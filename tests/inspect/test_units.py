@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from processor.codec import default_codec
 from processor.core.events import make_event
 from processor.examples.make_example import EXAMPLE_PATH
 from processor.files import read_session_file
 from processor.inspect.history import LoggedRecord, diff, fold_document, fold_records
 from processor.inspect.redact import REDACTED, redact
 from processor.offline import fold_events, session_output
-from processor.service.codec import default_codec
 from processor.service.views_reader import offline_equivalent
 
 
@@ -98,8 +98,8 @@ def test_a_missing_browser_is_a_clear_failure_not_a_skip() -> None:
 
 
 def test_dead_letter_memory_is_bounded_and_says_so(monkeypatch: Any) -> None:
+    from processor.codec import DeadLetter
     from processor.inspect import state
-    from processor.service.codec import DeadLetter
 
     monkeypatch.setattr(state, "MAX_OFFSETS_PER_SESSION", 3)
     box = state.Letters()

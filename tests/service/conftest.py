@@ -18,11 +18,11 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.offline import fold_events, session_output
 from processor.service import clients
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 from processor.service.runner import Processor
 from processor.service.topics import create_topics
 from processor.service.views_reader import offline_equivalent

@@ -20,10 +20,8 @@ from fastavro.schema import to_parsing_canonical_form
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.core.errors import SessionError
-from processor.core.events import make_event, parse_event
-from processor.service import codec
-from processor.service.codec import (
+from processor import codec
+from processor.codec import (
     CHECKPOINT,
     CORE_STATE_VERSION,
     DEAD_LETTER,
@@ -55,8 +53,10 @@ from processor.service.codec import (
     stale_part_keys,
     view_key,
 )
-from processor.service.codec import envelope as codec_envelope
-from processor.service.codec import schemas as codec_schemas
+from processor.codec import envelope as codec_envelope
+from processor.codec import schemas as codec_schemas
+from processor.core.errors import SessionError
+from processor.core.events import make_event, parse_event
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "schemas"

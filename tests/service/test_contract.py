@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.engine.commands import partition_of, redrive
 from processor.offline import fold_events, session_output
 from processor.service import clients
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 from processor.service.runner import Processor
 from processor.service.views_reader import (
     materialize_views,

@@ -35,13 +35,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
 )
 
+from processor.codec import View, default_codec
 from processor.core.builder import LogBuilder
 from processor.core.events import Event, parse_event
 from processor.engine.dead_letters import MAX_COPIED_VALUE
 from processor.offline import fold_events, session_output
 from processor.protocol import CONTROL_HEADER
 from processor.service import clients
-from processor.service.codec import View, default_codec
 from processor.service.control import partition_of, redrive
 from processor.service.kafka_errors import KafkaFatal
 from processor.service.metrics import Metrics, serve

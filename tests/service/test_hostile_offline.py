@@ -12,13 +12,13 @@ from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.cli.main import cli
+from processor.codec import DeadLetter
+from processor.config import ServiceConfig, load_config
 from processor.core.errors import SessionError
 from processor.core.events import parse_event_bytes
 from processor.core.frozen import MAX_DEPTH, JsonDepthError, freeze, json_problem
 from processor.engine.dead_letters import MAX_COPIED_VALUE, MAX_KEY_BYTES, bounded
 from processor.service import transactions
-from processor.service.codec import DeadLetter
-from processor.service.config import ServiceConfig, load_config
 from processor.service.control import Command, CommandError, parse_command, redrive
 from processor.service.failures import FailureTracker
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, classify

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING
 
+from processor.codec import default_codec
 from processor.core.builder import LogBuilder
 from processor.service import clients
-from processor.service.codec import default_codec
 from processor.service.control import redrive
 from processor.service.metrics import Metrics, serve
 from processor.service.restore import read_partitions

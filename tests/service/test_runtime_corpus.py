@@ -21,10 +21,10 @@ from typing import Any
 import orjson
 import pytest
 
+from processor.codec import CodecError, default_codec
 from processor.core.errors import SessionError
 from processor.core.events import parse_event
 from processor.offline import fold_events, fold_file, session_output
-from processor.service.codec import CodecError, default_codec
 from processor.service.views_reader import (
     materialize_views,
     offline_equivalent,

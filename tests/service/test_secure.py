@@ -30,13 +30,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.core.builder import LogBuilder
 from processor.core.events import Event
 from processor.offline import fold_events, session_output
 from processor.service import clients
 from processor.service.acls import Acl, Role, required_acls
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 from processor.service.topics import create_topics
 from processor.service.views_reader import (
     materialize_views,

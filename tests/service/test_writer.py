@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Message
 
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.core.builder import LogBuilder
 from processor.core.errors import SessionError
 from processor.core.events import Event
 from processor.offline import fold_events, session_output
 from processor.service import clients
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 from processor.service.control import Command, parse_command
 from processor.service.runner import Processor
 from processor.service.topics import create_topics

@@ -13,7 +13,7 @@ import fastavro
 from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
-from processor.service.codec.names import (
+from processor.codec.names import (
     CodecError,
 )
 
@@ -68,7 +68,7 @@ def find_schema_dir() -> Path:
     no repository: the build copies the same files into ``processor/schemas/``
     (see setup.py), which is found through the package itself.
     """
-    package = Path(__file__).resolve().parents[2]  # processor/service/codec/schemas.py
+    package = Path(__file__).resolve().parents[1]  # processor/codec/schemas.py
     candidates = (package.parent / "schemas", package / "schemas")
     for candidate in candidates:
         if (candidate / "session_event.avsc").is_file():

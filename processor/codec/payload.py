@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import zstandard
 
-from processor.service.codec.names import (
+from processor.codec.names import (
     COMPRESS_THRESHOLD,
     ZSTD_LEVEL,
     CodecError,

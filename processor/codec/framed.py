@@ -10,13 +10,12 @@ import fastavro
 from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
-from processor.core.events import Event
-from processor.service.codec.envelope import (
+from processor.codec.envelope import (
     _check_ints,
     _event_datum,
     _event_from_record,
 )
-from processor.service.codec.names import (
+from processor.codec.names import (
     _CF_HEADER_LEN,
     _ENCODINGS,
     _SO_HEADER_LEN,
@@ -32,12 +31,12 @@ from processor.service.codec.names import (
     Framing,
     ViewEncoding,
 )
-from processor.service.codec.payload import (
+from processor.codec.payload import (
     _compressor,
     _dumps,
     decode_json_payload,
 )
-from processor.service.codec.records import (
+from processor.codec.records import (
     Anchor,
     Checkpoint,
     DeadLetter,
@@ -45,12 +44,13 @@ from processor.service.codec.records import (
     View,
     split_view,
 )
-from processor.service.codec.schemas import (
+from processor.codec.schemas import (
     SchemaIdResolver,
     SchemaStore,
     _parse,
     _Plan,
 )
+from processor.core.events import Event
 
 _writer = fastavro.schemaless_writer
 _reader = fastavro.schemaless_reader

@@ -98,12 +98,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from processor.core.events import Event
-from processor.protocol import CORE_STATE_VERSION
-from processor.service.codec.framed import (
+from processor.codec.framed import (
     Codec,
 )
-from processor.service.codec.names import (
+from processor.codec.names import (
     CHECKPOINT,
     COMPRESS_THRESHOLD,
     CONFLUENT_MAGIC,
@@ -116,11 +114,11 @@ from processor.service.codec.names import (
     Framing,
     ViewEncoding,
 )
-from processor.service.codec.payload import (
+from processor.codec.payload import (
     decode_json_payload,
     encode_json_payload,
 )
-from processor.service.codec.records import (
+from processor.codec.records import (
     Anchor,
     Checkpoint,
     DeadLetter,
@@ -133,7 +131,7 @@ from processor.service.codec.records import (
     stale_part_keys,
     view_key,
 )
-from processor.service.codec.schemas import (
+from processor.codec.schemas import (
     InMemorySchemaRegistry,
     SchemaIdResolver,
     SchemaInfo,
@@ -141,6 +139,8 @@ from processor.service.codec.schemas import (
     find_schema_dir,
     schema_fingerprint,
 )
+from processor.core.events import Event
+from processor.protocol import CORE_STATE_VERSION
 
 __all__ = [
     "CHECKPOINT",

@@ -7,8 +7,7 @@ from typing import Any
 
 import orjson
 
-from processor.core.frozen import json_problem
-from processor.service.codec.names import (
+from processor.codec.names import (
     _ENVELOPE_KEYS,
     _INT_MAX,
     _INT_MIN,
@@ -18,12 +17,13 @@ from processor.service.codec.names import (
     _REPLACE_OP,
     CodecError,
 )
-from processor.service.codec.payload import (
+from processor.codec.payload import (
     _dumps,
 )
-from processor.service.codec.records import (
+from processor.codec.records import (
     DecodedEvent,
 )
+from processor.core.frozen import json_problem
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError

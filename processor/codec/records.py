@@ -6,17 +6,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from processor.core.events import Event, parse_event
-from processor.service.codec.names import (
+from processor.codec.names import (
     COMPRESS_THRESHOLD,
     MAX_VIEW_PART_BYTES,
     CodecError,
     ViewEncoding,
 )
-from processor.service.codec.payload import (
+from processor.codec.payload import (
     decode_json_payload,
     encode_json_payload,
 )
+from processor.core.events import Event, parse_event
 
 
 @dataclass(frozen=True, slots=True)
