@@ -29,7 +29,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from processor.service.config import ServiceConfig
+from processor.config import ServiceConfig
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"

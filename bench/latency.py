@@ -28,9 +28,9 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from bench.common import REPO, Context, measure, python_env, result, unique, wait_for
 from bench.workload import PARTITIONS, create, interleave, session_logs
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.service import clients
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 
 SESSIONS = 200
 RATE = 400  # events/s: moderate, a few % of one processor's capacity

@@ -37,12 +37,12 @@ CONFIGS = ((10_000, 12), (100_000, 12), (10_000, 60))
 
 def child(n: int, length: int, trace: bool = False) -> dict[str, Any]:
     from bench.workload import session_logs
+    from processor.codec import default_codec
+    from processor.config import ServiceConfig
     from processor.core.builtin import default_registry
     from processor.core.defaults import default_message_projections
     from processor.core.session import Session, synthetic_header
     from processor.engine.runtime import SessionRuntime
-    from processor.service.codec import default_codec
-    from processor.service.config import ServiceConfig
 
     codec = default_codec()
     cfg = ServiceConfig()

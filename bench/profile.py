@@ -178,7 +178,7 @@ def pyspy_profile(ctx: Context) -> dict[str, Any]:
 
 
 def _child(spec: dict[str, Any]) -> None:
-    from processor.service.config import ServiceConfig
+    from processor.config import ServiceConfig
 
     highs = {int(p): int(h) for p, h in spec["highs"].items()}
     prefix = spec["prefix"]

@@ -47,10 +47,10 @@ def main(argv: list[str] | None = None) -> None:
 
     from quixstreams import Application, State
 
+    from processor.codec import default_codec
     from processor.core.builtin import default_registry
     from processor.core.defaults import default_message_projections
     from processor.core.session import Session, synthetic_header
-    from processor.service.codec import default_codec
 
     logging.basicConfig(level=logging.WARNING)
     codec = default_codec()

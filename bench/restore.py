@@ -27,9 +27,9 @@ from confluent_kafka import OFFSET_BEGINNING
 
 from bench.common import Context, group_offsets, measure, ratio, result, unique
 from bench.workload import create, high_watermarks, interleave, produce, session_logs
+from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.service import clients
-from processor.service.config import ServiceConfig
 from processor.service.metrics import Metrics
 from processor.service.restore import read_partitions
 from processor.service.runner import Processor

@@ -27,9 +27,9 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from bench.common import Context, measure, ratio, result, rss_bytes, unique, wait_topics_ready
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.service import clients
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 from processor.service.metrics import Metrics
 from processor.service.runner import Processor
 from processor.service.topics import create_topics

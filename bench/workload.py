@@ -30,10 +30,10 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from bench.common import wait_topics_ready
+from processor.codec import default_codec
+from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.service import clients
-from processor.service.codec import default_codec
-from processor.service.config import ServiceConfig
 from processor.service.topics import create_topics
 from processor.workload import generate_session
 
