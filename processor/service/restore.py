@@ -49,6 +49,7 @@ from processor.codec import Checkpoint, Codec, CodecError
 from processor.config import ServiceConfig
 from processor.core.errors import SessionError
 from processor.core.session import event_digest
+from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
 from processor.service.retry import DEFAULT_DEADLINE_S, is_transient, retry
 
@@ -290,28 +291,21 @@ def load_checkpoints(
     )
     results = {}
     for p in parts:
+
+        def bad(sid: str, exc: CodecError, p: int = p) -> None:
+            log.error(
+                "checkpoint of %s in %s[%d] is unreadable (%s); it will be refolded",
+                sid,
+                topic,
+                p,
+                exc,
+            )
+
+        latest = latest_checkpoints(codec, ((m.key(), m.value()) for m in msgs[p]), bad)
         result = PartitionRestore(p)
-        for m in msgs[p]:
-            result.records_read += 1
-            key, value = m.key(), m.value()
-            if key is None:
-                continue
-            sid = key.decode("utf-8", "replace")
-            if value is None:
-                result.checkpoints.pop(sid, None)
-                continue
-            try:
-                result.checkpoints[sid] = codec.decode_checkpoint(value)
-            except CodecError as exc:
-                result.bad_records += 1
-                log.error(
-                    "checkpoint of %s in %s[%d] is unreadable (%s); it will be refolded",
-                    sid,
-                    topic,
-                    p,
-                    exc,
-                )
-                result.checkpoints.pop(sid, None)
+        result.checkpoints = latest.checkpoints
+        result.records_read = latest.records_read
+        result.bad_records = latest.bad_records
         results[p] = result
     return results
 
