@@ -1,0 +1,131 @@
+"""The local store is a cache of topic partitions that is never trusted blindly (issue 13)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from processor.service.local_store import LocalStore, StoredRecord, record_digest
+
+TOPIC = "p.checkpoints"
+
+
+def session_of(key: bytes) -> str:
+    return key.decode().split("#", 1)[0]
+
+
+def store(path: Path, cluster: str = "c1") -> LocalStore:
+    return LocalStore(path / "store.sqlite", cluster, session_of)
+
+
+class Topic:
+    """A partition's log as the broker holds it (what ``verify`` probes)."""
+
+    def __init__(self) -> None:
+        self.log: list[StoredRecord] = []
+
+    def append(self, key: bytes, value: bytes | None) -> StoredRecord:
+        rec = StoredRecord(len(self.log), key, value)
+        self.log.append(rec)
+        return rec
+
+    def read_at(self, offset: int) -> StoredRecord | None:
+        return self.log[offset] if 0 <= offset < len(self.log) else None
+
+    @property
+    def end(self) -> int:
+        return len(self.log)
+
+
+def test_apply_keeps_the_last_record_per_key_and_tombstones_delete(tmp_path: Path) -> None:
+    s, t = store(tmp_path), Topic()
+    recs = [
+        t.append(b"a", b"1"),
+        t.append(b"a#p1", b"x"),
+        t.append(b"b", b"1"),
+        t.append(b"a", b"2"),
+        t.append(b"a#p1", None),
+    ]
+    s.apply(TOPIC, 0, "id1", recs, t.end)
+    assert list(s.records(TOPIC, 0)) == [(b"b", b"1"), (b"a", b"2")]
+    assert s.session_records(TOPIC, 0, "a") == [(b"a", b"2")]
+    assert s.sessions(TOPIC, 0) == 2
+    pos = s.position(TOPIC, 0)
+    assert pos is not None and pos.next_offset == 5 and pos.last_offset == 4
+    assert pos.last_digest == record_digest(b"a#p1", None)
+
+
+def test_a_reopened_store_continues_where_it_was(tmp_path: Path) -> None:
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 3, "id1", [t.append(b"a", b"1")], t.end)
+    s.close()
+    again = store(tmp_path)
+    assert again.reset_reason is None
+    assert again.verify(TOPIC, 3, "id1", t.end, t.read_at) is not None
+    assert list(again.records(TOPIC, 3)) == [(b"a", b"1")]
+
+
+def test_a_store_of_another_cluster_is_emptied(tmp_path: Path) -> None:
+    s, t = store(tmp_path, "c1"), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1")], t.end)
+    s.close()
+    other = store(tmp_path, "c2")
+    assert other.reset_reason is not None and "c1" in other.reset_reason
+    assert other.position(TOPIC, 0) is None and list(other.records(TOPIC, 0)) == []
+
+
+def test_a_recreated_topic_drops_the_partition(tmp_path: Path) -> None:
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1")], t.end)
+    assert s.verify(TOPIC, 0, "id2", t.end, t.read_at) is None
+    assert list(s.records(TOPIC, 0)) == []
+
+
+def test_a_store_ahead_of_the_topic_is_dropped(tmp_path: Path) -> None:
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"b", b"1")], t.end)
+    # the topic lost its tail (an aborted transaction the store must not have kept)
+    assert s.verify(TOPIC, 0, "id1", 1, t.read_at) is None
+    assert s.position(TOPIC, 0) is None
+
+
+def test_a_store_copied_from_another_run_is_dropped(tmp_path: Path) -> None:
+    # same cluster and topic id, same offsets, other content: only the probe tells
+    s, ours = store(tmp_path / "ours"), Topic()
+    theirs_dir = tmp_path / "theirs"
+    theirs, their_topic = store(theirs_dir), Topic()
+    s.apply(TOPIC, 0, "id1", [ours.append(b"a", b"ours")], ours.end)
+    theirs.apply(TOPIC, 0, "id1", [their_topic.append(b"a", b"theirs")], their_topic.end)
+    s.close()
+    theirs.close()
+    shutil.copy(theirs_dir / "store.sqlite", tmp_path / "ours" / "store.sqlite")
+    for suffix in ("-wal", "-shm"):
+        Path(f"{tmp_path / 'ours' / 'store.sqlite'}{suffix}").unlink(missing_ok=True)
+    copied = store(tmp_path / "ours")
+    assert copied.verify(TOPIC, 0, "id1", ours.end, ours.read_at) is None
+
+
+def test_a_store_behind_the_topic_is_kept_and_caught_up(tmp_path: Path) -> None:
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1")], t.end)
+    tail = [t.append(b"a", b"2"), t.append(b"c", b"1")]  # committed, not yet applied (crash)
+    pos = s.verify(TOPIC, 0, "id1", t.end, t.read_at)
+    assert pos is not None and pos.next_offset == 1
+    s.apply(TOPIC, 0, "id1", [r for r in t.log[pos.next_offset :] if r in tail], t.end)
+    assert dict(s.records(TOPIC, 0)) == {b"a": b"2", b"c": b"1"}
+
+
+def test_an_unreadable_file_is_a_cache_miss(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite"
+    path.write_bytes(b"not a database" * 100)
+    s = store(tmp_path)
+    assert s.reset_reason is not None and "unreadable" in s.reset_reason
+    assert s.position(TOPIC, 0) is None
+
+
+def test_partitions_are_independent(tmp_path: Path) -> None:
+    s, t0, t1 = store(tmp_path), Topic(), Topic()
+    s.apply(TOPIC, 0, "id1", [t0.append(b"a", b"1")], t0.end)
+    s.apply(TOPIC, 1, "id1", [t1.append(b"b", b"1")], t1.end)
+    s.drop(TOPIC, 0)
+    assert list(s.records(TOPIC, 0)) == [] and list(s.records(TOPIC, 1)) == [(b"b", b"1")]
