@@ -47,7 +47,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from processor.codec import Codec, default_codec
+from processor.codec import Codec
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
@@ -68,6 +68,7 @@ from processor.service.kafka_errors import (
     message_error,
 )
 from processor.service.metrics import Metrics
+from processor.service.registry import codec_for
 from processor.service.restore import (
     AnchorError,
     check_anchor,
@@ -141,7 +142,7 @@ class Processor:
         self.topics = config.topics
         self.instance_id = config.effective_instance_id
         self.metrics = metrics or Metrics()
-        self.codec = codec or default_codec()
+        self.codec = codec or codec_for(config, writer=True)  # Confluent framing with a registry
         self.registry = registry_factory()
         self.message_projections = default_message_projections()
         # every decision that is not I/O; it asks this object for the control
