@@ -22,7 +22,9 @@ turns messages into engine records, produces the engine's output and owns
 the transaction, the rebalance callbacks and the restore.  Bad input never
 stops a partition: any failure interpreting one record is that record's
 dead letter (headers on event records are never commands: commands travel
-on their own topic, ``control.py``).
+on their own topic, ``control.py``).  The clients come from a
+:class:`~processor.service.transport.Transport`: Kafka, or the in-memory
+cluster (``memory.py``) the contract suite also runs this loop on.
 
 Transaction errors follow confluent-kafka's model (``kafka_errors.py``):
 retriable steps are retried, abortable ones abort and rewind with a
