@@ -150,6 +150,7 @@ def demo(
     from processor.examples.make_example import scripted_sessions
     from processor.offline import fold_events, session_output
     from processor.service import clients
+    from processor.service.registry import codec_for
     from processor.service.topics import create_topics
     from processor.service.views_reader import (
         materialize_views,
@@ -193,7 +194,7 @@ def demo(
             got: dict[str, Any] = {}
             views: dict[str, Any] = {}
             while time.monotonic() < deadline:
-                views = materialize_views(config)
+                views = materialize_views(config, codec=codec_for(config))
                 got = {
                     sid: orjson.loads(orjson.dumps(session_fold_equivalent(views[sid])))
                     for sid in logs

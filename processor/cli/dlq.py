@@ -21,6 +21,7 @@ from confluent_kafka import KafkaException
 from processor.cli.common import read_options, service_options
 from processor.codec import DeadLetter
 from processor.config import ServiceConfig
+from processor.service.registry import codec_for
 from processor.service.views_reader import (
     dead_letter_json,
     follow_dead_letters,
@@ -77,13 +78,19 @@ def dlq(
         if follow:
             try:
                 for letter in follow_dead_letters(
-                    config, session=session_id, stop_after_s=stop_after, timeout=timeout
+                    config,
+                    session=session_id,
+                    stop_after_s=stop_after,
+                    timeout=timeout,
+                    codec=codec_for(config),
                 ):
                     _echo(letter, fmt)
             except KeyboardInterrupt:
                 pass
             return
-        for letter in read_dead_letters(config, session=session_id, timeout=timeout):
+        for letter in read_dead_letters(
+            config, session=session_id, timeout=timeout, codec=codec_for(config)
+        ):
             _echo(letter, fmt)
     except (RuntimeError, KafkaException) as exc:
         click.echo(f"processor dlq: {exc}", err=True)
@@ -137,7 +144,7 @@ def quarantine_seqs(
     """Each session's quarantine seq from its committed ``status`` view (None: ok)."""
     out: dict[str, int | None] = {}
     only = session_ids[0] if len(session_ids) == 1 else None
-    every = materialize_views(config, session=only, timeout=timeout)
+    every = materialize_views(config, session=only, timeout=timeout, codec=codec_for(config))
     for sid in session_ids:
         status = every.get(sid, {}).get("status")
         quarantine = status.value.get("quarantine") if status is not None else None

@@ -31,7 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from processor.cli.common import service_options
 from processor.cli.progress import FileProgress, Progress
-from processor.codec import Codec, CodecError, default_codec, session_key
+from processor.codec import Codec, CodecError, session_key
 from processor.config import ServiceConfig
 from processor.core.defaults import new_session
 from processor.core.errors import InvalidInput, SessionError
@@ -47,6 +47,7 @@ from processor.files import (
 )
 from processor.service import clients
 from processor.service.kafka_errors import ClientProblems
+from processor.service.registry import codec_for
 from processor.service.writer import producer_name
 
 
@@ -247,7 +248,7 @@ def ingest(
         raise click.UsageError("--session-id needs exactly one PATH")
     t0 = time.monotonic()
     stats = IngestStats()
-    codec = default_codec()
+    codec = codec_for(config, writer=True)
     problems = ClientProblems()
     producer = clients.event_producer(config, "processor-ingest", problems)
     # librdkafka refuses a record above message.max.bytes locally (default 1,000,000)

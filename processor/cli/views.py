@@ -25,6 +25,7 @@ from confluent_kafka import KafkaException
 
 from processor.cli.common import read_options, service_options
 from processor.config import ServiceConfig
+from processor.service.registry import codec_for
 from processor.service.views_reader import (
     SessionViews,
     ViewRegression,
@@ -125,7 +126,9 @@ def views(
         if follow:
             _follow(config, session_id, view_name, fmt, not no_snapshot, stop_after, timeout)
             return
-        snapshot = read_views(config, session=session_id, view=view_name, timeout=timeout)
+        snapshot = read_views(
+            config, session=session_id, view=view_name, timeout=timeout, codec=codec_for(config)
+        )
     except (RuntimeError, KafkaException) as exc:
         click.echo(f"processor views: {exc}", err=True)
         sys.exit(1)
@@ -191,6 +194,7 @@ def _follow(
             snapshot=snapshot,
             stop_after_s=stop_after,
             timeout=timeout,
+            codec=codec_for(config),
         ):
             if update.regressed_from is not None:
                 regressions += 1

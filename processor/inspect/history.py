@@ -32,13 +32,14 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from processor.codec import CodecError, DecodedEvent, default_codec
+from processor.codec import CodecError, DecodedEvent
 from processor.config import ServiceConfig
 from processor.core.defaults import new_session
 from processor.core.errors import SessionError, Unavailable
 from processor.core.session import Session, synthetic_header
 from processor.offline import session_output
 from processor.service import clients
+from processor.service.registry import codec_for
 from processor.service.views_reader import offline_equivalent
 
 MAX_CACHED_SESSIONS = 16
@@ -82,7 +83,7 @@ class EventHistory:
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
-        self.codec = default_codec()
+        self.codec = codec_for(config)
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._lock = threading.Lock()
 

@@ -46,10 +46,10 @@ from processor.codec import (
     View,
     ViewAssembler,
     decode_json_payload,
-    default_codec,
 )
 from processor.config import ServiceConfig
 from processor.service import clients
+from processor.service.registry import codec_for
 from processor.service.views_reader import (
     SessionViews,
     ViewRecord,
@@ -213,7 +213,7 @@ class InspectorState:
 
     def __init__(self, config: ServiceConfig, *, poll_timeout: float = 0.2) -> None:
         self.config = config
-        self.codec = default_codec()
+        self.codec = codec_for(config)
         self.poll_timeout = poll_timeout
         self._lock = threading.Lock()
         self._mat, self._assembler = self._materializer()

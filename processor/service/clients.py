@@ -8,7 +8,7 @@ them off.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
@@ -17,8 +17,24 @@ from processor.config import ServiceConfig
 from processor.service.kafka_errors import LIBRDKAFKA_LOGGER, ClientProblems
 
 
+class Producing(Protocol):
+    """What :func:`produce` needs: confluent's ``Producer`` or the in-memory one."""
+
+    def produce(
+        self,
+        topic: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        partition: int = -1,
+        *,
+        on_delivery: Any = None,
+        headers: Any = None,
+    ) -> None: ...
+    def poll(self, timeout: float = -1) -> int: ...
+
+
 def produce(
-    producer: Producer,
+    producer: Producing,
     topic: str,
     key: bytes | None,
     value: bytes | None,

@@ -32,10 +32,8 @@ import time
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    Consumer,
     KafkaError,
     KafkaException,
-    Message,
     TopicPartition,
 )
 
@@ -52,6 +50,7 @@ from processor.engine.commands import (  # re-exported: the writer and tools bui
 )
 from processor.protocol import CONTROL_VERSION
 from processor.service.kafka_errors import message_error
+from processor.service.transport import Msg, Reader
 
 __all__ = [
     "COMMANDS",
@@ -72,7 +71,7 @@ log = logging.getLogger("processor.control")
 class ControlChannel:
     """Reads the control partitions matching the owned events partitions."""
 
-    def __init__(self, consumer: Consumer, topic: str, group: str) -> None:
+    def __init__(self, consumer: Reader, topic: str, group: str) -> None:
         self.consumer = consumer
         self.topic = topic
         self.group = group
@@ -80,7 +79,7 @@ class ControlChannel:
         self.partition_count = 0
         self._drained: dict[int, float] = {}
 
-    def assign(self, group_consumer: Consumer, numbers: list[int]) -> None:
+    def assign(self, group_consumer: Reader, numbers: list[int]) -> None:
         """Start reading ``numbers`` at the group's committed control offsets."""
         if not numbers:
             return
@@ -112,7 +111,7 @@ class ControlChannel:
             self.consumer.incremental_unassign([TopicPartition(self.topic, p) for p in mine])
             self.partitions.difference_update(mine)
 
-    def rewind(self, group_consumer: Consumer, numbers: set[int]) -> None:
+    def rewind(self, group_consumer: Reader, numbers: set[int]) -> None:
         """After an abort: back to the committed offsets (the commands refold)."""
         mine = sorted(numbers & self.partitions)
         if mine:
@@ -121,7 +120,7 @@ class ControlChannel:
             self.unassign(set(mine))
             self.assign(group_consumer, mine)
 
-    def poll(self, max_records: int = 500, timeout: float = 0) -> list[Message]:
+    def poll(self, max_records: int = 500, timeout: float = 0) -> list[Msg]:
         """Ready control records (non-blocking); consume errors that mean no READ raise."""
         if not self.partitions:
             return []
@@ -139,7 +138,7 @@ class ControlChannel:
                 out.append(msg)
         return out
 
-    def drain(self, partition: int, timeout: float = 5.0) -> list[Message]:
+    def drain(self, partition: int, timeout: float = 5.0) -> list[Msg]:
         """Every command of ``partition`` committed so far (blocking, bounded).
 
         Used when a quarantined session receives the event right after its
@@ -158,7 +157,7 @@ class ControlChannel:
         except KafkaException as exc:
             log.warning("control drain of %s[%d]: %s", self.topic, partition, exc)
             return []
-        out: list[Message] = []
+        out: list[Msg] = []
         deadline = now + timeout
         while time.monotonic() < deadline:
             position = self.consumer.position([tp])[0].offset

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 
-from processor.codec import default_codec, session_key
+from processor.codec import session_key
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.errors import Unavailable
 from processor.core.projections import ProjectionRegistry
 from processor.service import clients
+from processor.service.registry import codec_for
 from processor.service.restore import load_checkpoints, watermarks
 from processor.service.runner import Processor
 from processor.service.topics import create_topics
@@ -142,7 +143,7 @@ def _tombstone_checkpoints(config: ServiceConfig, partitions: list[int]) -> dict
     """Tombstone every checkpoint; return each session's checkpointed lastSeq."""
     consumer = clients.plain_consumer(config, "replay-checkpoints")
     producer = clients.event_producer(config, "processor-replay")
-    codec = default_codec()
+    codec = codec_for(config)
     floors: dict[str, int] = {}
     try:
         for p, restore in load_checkpoints(

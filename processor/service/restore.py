@@ -36,14 +36,12 @@ from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    Consumer,
     IsolationLevel,
     KafkaError,
     KafkaException,
-    Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from processor.codec import Checkpoint, Codec, CodecError
 from processor.config import ServiceConfig
@@ -52,6 +50,7 @@ from processor.core.session import event_digest
 from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
 from processor.service.retry import DEFAULT_DEADLINE_S, is_transient, retry
+from processor.service.transport import Msg, OffsetsAdmin, Reader
 
 log = logging.getLogger("processor.restore")
 
@@ -65,7 +64,7 @@ class PartitionRestore:
 
 
 def watermarks(
-    consumer: Consumer, topic: str, partition: int, timeout: float = DEFAULT_DEADLINE_S
+    consumer: Reader, topic: str, partition: int, timeout: float = DEFAULT_DEADLINE_S
 ) -> tuple[int, int]:
     """(low, high) of a partition, retrying leader moves and broker restarts.
 
@@ -84,7 +83,7 @@ def watermarks(
 
 
 def committed_offsets(
-    consumer: Consumer,
+    consumer: Reader,
     topic: str,
     partitions: Iterable[int],
     deadline_s: float = DEFAULT_DEADLINE_S,
@@ -113,7 +112,7 @@ def committed_offsets(
 
 
 def wait_stable(
-    admin_factory: Callable[[], AdminClient],
+    admin_factory: Callable[[], OffsetsAdmin],
     topic: str,
     partitions: Iterable[int],
     bound_s: float,
@@ -173,9 +172,9 @@ class _FreshAdmin:
     kept failing for a minute (seen in the fault suite), a new one answers.
     """
 
-    def __init__(self, factory: Callable[[], AdminClient]) -> None:
+    def __init__(self, factory: Callable[[], OffsetsAdmin]) -> None:
         self.factory = factory
-        self.client: AdminClient | None = None
+        self.client: OffsetsAdmin | None = None
 
     def list_offsets(
         self,
@@ -217,18 +216,18 @@ def _stable_offsets(
 
 
 def read_partitions(
-    consumer: Consumer,
+    consumer: Reader,
     topic: str,
     starts: Mapping[int, int],
     limit_per_partition: int | None = None,
     timeout: float = 30.0,
-) -> dict[int, list[Message]]:
+) -> dict[int, list[Msg]]:
     """Committed records of several partitions from ``starts`` to their end, read at once.
 
     One assignment for all partitions: restoring twelve partitions costs one
     round of fetches, not twelve.
     """
-    out: dict[int, list[Message]] = {p: [] for p in starts}
+    out: dict[int, list[Msg]] = {p: [] for p in starts}
     highs: dict[int, int] = {}
     for p in starts:
         highs[p] = watermarks(consumer, topic, p, timeout)[1]
@@ -270,7 +269,7 @@ def read_partitions(
 
 
 def read_to_end(
-    consumer: Consumer,
+    consumer: Reader,
     topic: str,
     partition: int,
     timeout: float = 30.0,
@@ -281,7 +280,7 @@ def read_to_end(
 
 
 def load_checkpoints(
-    consumer: Consumer, codec: Codec, topic: str, partitions: Iterable[int]
+    consumer: Reader, codec: Codec, topic: str, partitions: Iterable[int]
 ) -> dict[int, PartitionRestore]:
     """The newest checkpoint of every session of each partition (tombstones remove)."""
     parts = list(partitions)
@@ -311,7 +310,7 @@ def load_checkpoints(
 
 
 def fetch_events(
-    consumer: Consumer, codec: Codec, topic: str, offsets: Mapping[int, int]
+    consumer: Reader, codec: Codec, topic: str, offsets: Mapping[int, int]
 ) -> dict[int, tuple[str, int, str] | None]:
     """(session, seq, digest) of the event at each partition's offset, None if absent."""
     msgs = retry(
@@ -340,7 +339,7 @@ def newest_anchor(restore: PartitionRestore) -> Checkpoint | None:
 
 
 def check_anchor(
-    consumer: Consumer,
+    consumer: Reader,
     topic: str,
     restore: PartitionRestore,
     committed: int | None,
@@ -399,18 +398,18 @@ def stable_bound_s(config: ServiceConfig) -> float:
 
 
 def read_key_range(
-    consumer: Consumer,
+    consumer: Reader,
     topic: str,
     partition: int,
     start: int,
     end: int,
     key: bytes,
     deadline_s: float = DEFAULT_DEADLINE_S,
-) -> list[Message]:
+) -> list[Msg]:
     """The committed records of ``key`` at offsets ``[start, end)`` of one partition."""
 
-    def read() -> list[Message]:
-        out: list[Message] = []
+    def read() -> list[Msg]:
+        out: list[Msg] = []
         consumer.assign([TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + 60
         try:

@@ -22,7 +22,9 @@ turns messages into engine records, produces the engine's output and owns
 the transaction, the rebalance callbacks and the restore.  Bad input never
 stops a partition: any failure interpreting one record is that record's
 dead letter (headers on event records are never commands: commands travel
-on their own topic, ``control.py``).
+on their own topic, ``control.py``).  The clients come from a
+:class:`~processor.service.transport.Transport`: Kafka, or the in-memory
+cluster (``memory.py``) the contract suite also runs this loop on.
 
 Transaction errors follow confluent-kafka's model (``kafka_errors.py``):
 retriable steps are retried, abortable ones abort and rewind with a
@@ -38,19 +40,16 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    Consumer,
     KafkaError,
     KafkaException,
-    Message,
-    Producer,
     TopicPartition,
 )
 
-from processor.codec import Codec, default_codec
+from processor.codec import Codec
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
@@ -71,6 +70,7 @@ from processor.service.kafka_errors import (
     message_error,
 )
 from processor.service.metrics import Metrics
+from processor.service.registry import codec_for
 from processor.service.restore import (
     AnchorError,
     check_anchor,
@@ -84,6 +84,14 @@ from processor.service.restore import (
 )
 from processor.service.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
 from processor.service.retry import FENCED, FatalBudget, retry, run_all
+from processor.service.transport import (
+    GroupConsumer,
+    KafkaTransport,
+    Msg,
+    Reader,
+    Transport,
+    TxnProducer,
+)
 
 log = logging.getLogger("processor.runner")
 GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
@@ -92,12 +100,12 @@ GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
 #: (kept so tests can prove a forged header does nothing).
 
 
-def _offset(msg: Message) -> int:
+def _offset(msg: Msg) -> int:
     offset = msg.offset()
     return offset if offset is not None else -1
 
 
-def _record(msg: Message) -> Record:
+def _record(msg: Msg) -> Record:
     """A consumed message as the engine sees it (a broker-less timestamp is now)."""
     ts = msg.timestamp()[1]
     return Record(
@@ -121,18 +129,22 @@ class Processor:
         registry_factory: Callable[[], ProjectionRegistry] = default_registry,
         codec: Codec | None = None,
         publish_floor: dict[str, int] | None = None,
+        transport: Transport | None = None,
     ) -> None:
         """``publish_floor``: session -> seq below which views are not published.
 
         An in-place replay refolds from seq 0 while the views topic still holds
         the old views; holding each session's views back until it reaches the
         seq it had published keeps ``asOfSeq`` from going backwards.
+        ``transport``: where the clients come from (Kafka unless given; the
+        contract suite passes the in-memory one, ``memory.py``).
         """
         self.config = config
+        self.transport = transport or KafkaTransport(config)
         self.topics = config.topics
         self.instance_id = config.effective_instance_id
         self.metrics = metrics or Metrics()
-        self.codec = codec or default_codec()
+        self.codec = codec or codec_for(config, writer=True)  # Confluent framing with a registry
         self.registry = registry_factory()
         self.message_projections = default_message_projections()
         # every decision that is not I/O; it asks this object for the control
@@ -147,9 +159,9 @@ class Processor:
             feeds=self,
         )
         self._stop = threading.Event()
-        self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
-        self._restore_consumer: Consumer | None = None
+        self._consumer: GroupConsumer | None = None
+        self._producer: TxnProducer | None = None
+        self._restore_consumer: Reader | None = None
         self.problems = ClientProblems()
         self._failures = FailureTracker(self.metrics)
         self._control: ControlChannel | None = None
@@ -186,12 +198,13 @@ class Processor:
         partition in ``until_offsets`` is committed up to its target offset."""
         cfg = self.config
         problems = self.problems
-        self._consumer = consumer = clients.group_consumer(cfg, self.instance_id, problems)
-        self._producer = producer = clients.output_producer(cfg, self.instance_id, problems)
-        own = {"group": cfg.group_id}  # covered by the group's READ ACL
-        self._restore_consumer = clients.plain_consumer(cfg, "restore", problems, **own)
+        transport = self.transport
+        self._consumer = consumer = transport.group_consumer(self.instance_id, problems)
+        self._producer = producer = transport.output_producer(self.instance_id, problems)
+        own = cfg.group_id  # covered by the group's READ ACL
+        self._restore_consumer = transport.plain_consumer("restore", problems, own)
         self._control = ControlChannel(
-            clients.plain_consumer(cfg, "control", problems, **own),
+            transport.plain_consumer("control", problems, own),
             self.topics.control,
             cfg.group_id,
         )
@@ -202,7 +215,7 @@ class Processor:
                 f"{cfg.group_id}-{self.instance_id}",
                 deadline_s=RETRY_DEADLINE_S,
             )
-        preflight.require_permissions(self.config, self.problems, self.metrics)
+        transport.require_permissions(self.problems, self.metrics)
         brokers = BrokerWatch(
             problems, self.metrics, lambda: consumer.list_topics(self.topics.events, timeout=2)
         )
@@ -302,7 +315,7 @@ class Processor:
 
     # ------------------------------------------------------------ rebalance
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("assign").inc()
         self.health.ready = False
         starts = self._restore_partitions([tp.partition for tp in partitions])
@@ -324,7 +337,7 @@ class Processor:
         settle_heap()
         self.health.ready = True
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("revoke").inc()
         # A failing commit here aborts the batch and rewinds only the partitions
         # we keep: the revoked ones are the next owner's to restore, and a
@@ -347,7 +360,7 @@ class Processor:
             self._control.unassign({tp.partition for tp in partitions})
         self._update_gauges()
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("lost").inc()
         lost = {tp.partition for tp in partitions}
         self._abort(lost, rewind=False)
@@ -374,7 +387,7 @@ class Processor:
             # never restore behind a zombie's open transaction (see restore.py)
             unstable = set(
                 wait_stable(
-                    lambda: clients.admin(self.config),
+                    self.transport.admin,
                     self.topics.checkpoints,
                     numbers,
                     stable_bound_s(self.config),
@@ -427,7 +440,7 @@ class Processor:
 
     # ------------------------------------------------------------ folding
 
-    def _fold_batch(self, msgs: Iterable[Message], polled_at: float | None = None) -> None:
+    def _fold_batch(self, msgs: Iterable[Msg], polled_at: float | None = None) -> None:
         t0 = time.perf_counter()
         pending = self._pending
         if pending.empty():
@@ -466,7 +479,7 @@ class Processor:
         self._flush_tally()  # one labelled counter update per batch, not per event
         self.metrics.fold_seconds.observe(time.perf_counter() - t0)
 
-    def _apply_commands(self, msgs: list[Message]) -> None:
+    def _apply_commands(self, msgs: Sequence[Msg]) -> None:
         """Operator commands from the control topic (the engine applies them)."""
         if self._pending.empty():
             self._pending.started = time.monotonic()
@@ -629,9 +642,7 @@ class Processor:
         if not self._fatal_budget.allow(err):
             return False
         log.error("producer fatal error (%s); replacing the producer", err)
-        self._producer = producer = clients.output_producer(
-            self.config, self.instance_id, self.problems
-        )
+        self._producer = producer = self.transport.output_producer(self.instance_id, self.problems)
         transactions.init(
             producer,
             self.problems,

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 
 from processor.service.kafka_errors import (
     ClientProblems,
@@ -27,12 +27,13 @@ from processor.service.kafka_errors import (
     is_denied,
 )
 from processor.service.metrics import Metrics
+from processor.service.transport import TxnProducer
 
 log = logging.getLogger("processor.transactions")
 
 
 def init(
-    producer: Producer, problems: ClientProblems, txn_id: str, deadline_s: float = 60.0
+    producer: TxnProducer, problems: ClientProblems, txn_id: str, deadline_s: float = 60.0
 ) -> None:
     deadline = time.monotonic() + deadline_s
     while True:

@@ -61,6 +61,7 @@ from processor.core.session import Session, synthetic_header
 from processor.service import clients
 from processor.service.control import redrive
 from processor.service.kafka_errors import ClientProblems
+from processor.service.registry import codec_for
 
 __all__ = ["DEFAULT_DELIVERY_TIMEOUT_MS", "DeliveryError", "SessionWriter", "producer_name"]
 
@@ -140,7 +141,9 @@ class SessionWriter:
             self.topic = topic
             prefix, dot, last = topic.rpartition(".")
             self.control_topic = f"{prefix}.control" if dot and last == "events" else ""
-        self.codec = codec or default_codec()
+        self.codec = codec or (
+            codec_for(target, writer=True) if isinstance(target, ServiceConfig) else default_codec()
+        )
         self._factory = session_factory or _default_session
         self._sessions: dict[str, Session] = dict(sessions or {})
         self._clock = clock or (lambda: int(_time.time() * 1000))

@@ -22,7 +22,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.core.builtin import BUILTIN_UNITS
+from processor.core.builtin import BUILTIN_UNITS, default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.events import KNOWN_TYPES, Event
 from processor.core.frozen import FrozenDict, FrozenList, freeze
@@ -30,7 +30,7 @@ from processor.core.log import inherited_event_count
 from processor.core.messages import derive_event_message, transcript_entry
 from processor.core.session import CHECKPOINT_VERSION, Session, synthetic_header
 from processor.core.surface import SurfaceState, commit_plan, plan_event
-from processor.offline import default_registry, fold_events, session_output
+from processor.offline import fold_events, session_output
 from processor.workload import generate_session
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.errors import SessionError
 from processor.core.session import Session
 from processor.core.surface import SurfaceManager, fold_surface
-from processor.offline import default_registry, fold_events, restore_session, session_output
+from processor.offline import fold_events, restore_session, session_output
 from processor.workload import generate_session
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

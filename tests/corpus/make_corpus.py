@@ -380,7 +380,7 @@ def write_case(name: str, make: Callable[[LogBuilder], Raw | list[Raw]]) -> str:
 def _session_checkpoint(events: list[Any]) -> dict[str, Any]:
     from processor.offline import fold_events
 
-    return fold_events(events).checkpoint()  # type: ignore[no-any-return]
+    return fold_events(events).checkpoint()
 
 
 def write_checkpoint_cases() -> int:

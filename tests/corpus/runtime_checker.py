@@ -200,7 +200,7 @@ def _settled(d: Any) -> bool:
 
 
 def _message(t: str, d: Any, version: int | None) -> str | None:
-    m = d if t == "user/message" else (d.get("message") if _obj(d) else None)
+    m: Any = d if t == "user/message" else (d.get("message") if _obj(d) else None)
     if not _obj(m) or not _str(m.get("id")):
         return "unidentified message"
     role = m.get("role")

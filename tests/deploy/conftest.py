@@ -81,7 +81,7 @@ class Background:
                 self.proc.kill()
                 self.proc.wait(10)
                 raise AssertionError(
-                    f"{self.proc.args} ignored SIGTERM:\n{self.output()}"
+                    f"{self.proc.args!r} ignored SIGTERM:\n{self.output()}"
                 ) from None
         return int(self.proc.returncode)
 

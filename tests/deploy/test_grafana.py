@@ -77,7 +77,7 @@ def exported() -> dict[str, set[str]]:
             "counter": ["_total"],
             "histogram": ["_bucket", "_sum", "_count"],
             "gauge": [""],
-        }[kind]
+        }[str(kind)]
         for suffix in suffixes:
             series[name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
     return series

@@ -299,7 +299,11 @@ def test_runbook_blue_green_replay_and_switch(kafka_bootstrap: str, tmp_path: Pa
         for sid in ("bg-a", "bg-b"):
             rb.cli("ingest", "--session-id", sid, str(EXAMPLE))
         for sid in ("bg-a", "bg-b"):
-            wait_until(lambda sid=sid: done in rb.summary(sid), f"{sid} folded by blue")
+
+            def folded(sid: str = sid) -> bool:
+                return done in rb.summary(sid)
+
+            wait_until(folded, f"{sid} folded by blue")
 
         replayed = rb.run("bluegreen-replay").stdout
         events = 2 * (_last_seq() + 1)

@@ -21,6 +21,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,7 +216,7 @@ def test_entry_point_runs_against_the_broker_as_non_root(
 ) -> None:
     prefix = unique_prefix("whl")
     port = free_port()
-    kafka = {
+    kafka: dict[str, Any] = {  # Any: **kafka cannot then be taken for timeout=
         "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "PROCESSOR_TOPIC_PREFIX": prefix,
         "PROCESSOR_GROUP_ID": prefix,

@@ -381,18 +381,20 @@ class Follower(threading.Thread):
             )
             while not self.stop.is_set():
                 for m in consumer.consume(500, timeout=0.2):
-                    if m.error() is not None:
-                        if m.error().fatal():
-                            raise RuntimeError(str(m.error()))
+                    err = m.error()
+                    if err is not None:
+                        if err.fatal():
+                            raise RuntimeError(str(err))
                         continue  # a broker restarting
                     self.records += 1
+                    value = m.value()
                     if m.topic() == t.dlq:
-                        if m.value() is not None:
-                            self.dead_letters.append(codec.decode_dead_letter(m.value()))
+                        if value is not None:
+                            self.dead_letters.append(codec.decode_dead_letter(value))
                         continue
-                    if m.value() is None:
+                    if value is None:
                         continue
-                    view = codec.decode_view(m.value())
+                    view = codec.decode_view(value)
                     if view.part != 0:
                         continue
                     ident = (view.session_id, view.view)

@@ -50,7 +50,7 @@ def _write(stack: FaultStack, plan: dict[str, list], lo: int, hi: int) -> None:
                 stack.written.setdefault(sid, []).append(event)
 
 
-def _session_at(stack: FaultStack, sid: str):  # type: ignore[no-untyped-def]
+def _session_at(stack: FaultStack, sid: str):
     from processor.offline import fold_events
 
     return fold_events(stack.written.get(sid, []))

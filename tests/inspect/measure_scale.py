@@ -80,7 +80,7 @@ def main(n: int) -> None:
     for kw in ({}, {"sort": "id"}, {"query": "sess-0999"}, {"sort": "bytes", "offset": n // 2}):
         t0 = time.perf_counter()
         for _ in range(5):
-            page = state.page(**kw)  # type: ignore[arg-type]
+            page = state.page(**kw)
         print(f"page {kw}: {(time.perf_counter() - t0) / 5 * 1000:.0f} ms ({page.total} match)")
     t0 = time.perf_counter()
     found = state.session("sess-000001")

@@ -15,7 +15,7 @@ from processor.service.views_reader import offline_equivalent
 
 
 def test_redact_hides_secret_named_keys_and_keeps_counts() -> None:
-    doc = {
+    doc: dict[str, Any] = {
         "config": {"provider": "p", "model": "m", "apiKey": "sk-live-1", "maxTokens": 10},
         "usage": {"inputTokens": 5, "outputTokens": 7},
         "kafka": {"sasl.password": "hunter2", "sasl.username": "bob"},

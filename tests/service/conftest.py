@@ -55,7 +55,10 @@ class Stack:
         self.logs.setdefault(sid, []).extend(events)
 
     def produce_raw(
-        self, sid: str | None, value: bytes | None, headers: dict[str, bytes] | None = None
+        self,
+        sid: str | None,
+        value: bytes | None,
+        headers: dict[str, str | bytes | None] | None = None,
     ) -> None:
         producer = self.producer()
         producer.produce(
@@ -72,7 +75,7 @@ class Stack:
         producer.produce(self.config.topics.control, key=sid.encode() if sid else None, value=value)
         assert producer.flush(30) == 0
 
-    def expected(self, sid: str, upto: int | None = None) -> dict[str, Any]:
+    def expected(self, sid: str, upto: int | None = None) -> Any:
         events = self.logs[sid] if upto is None else self.logs[sid][: upto + 1]
         return as_json(offline_equivalent(session_output(fold_events(events))))
 

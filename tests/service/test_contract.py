@@ -1,13 +1,15 @@
-"""One set of scenarios, two transports (issue 11's contract suite, first step).
+"""One set of scenarios, three runs (issue 11's contract suite).
 
 Each scenario is a sequence of inputs — events (as produced or rewritten),
 raw bytes, redrive commands — and what must come out: per session its
 ``status`` (state, last seq), views equal to the offline fold of the events
-it applied, and its dead letters by rule.  ``memory`` runs the scenarios
-through the engine alone (no broker: part of the fast run); ``kafka`` runs
-the same scenarios through a real ``Processor`` on the local broker.  A
-scenario that passes on one and fails on the other is a bug in the loop,
-not in the rules.
+it applied, and its dead letters by rule.  The scenarios run through the
+engine alone; through the ``Processor`` loop on the in-memory transport
+(``processor/service/memory.py``: no broker, part of the fast run); and
+through the same loop on the local broker (marker ``kafka``).  A scenario
+that passes on the engine and fails on the loop is a bug in the loop; one
+that passes in memory and fails on the broker is a difference between the
+memory transport and Kafka.
 
 Barriers mirror an operator: a redrive is sent once the quarantine it names
 is committed, and events after it once the command is.
@@ -19,19 +21,21 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from confluent_kafka import TopicPartition
 
-from processor.codec import default_codec
+from processor.codec import DeadLetter, default_codec
 from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.engine.commands import partition_of, redrive
 from processor.offline import fold_events, session_output
 from processor.service import clients
+from processor.service.memory import MemoryBroker, MemoryTransport
 from processor.service.runner import Processor
 from processor.service.views_reader import (
+    _Materializer,
     materialize_views,
     offline_equivalent,
     read_dead_letters,
@@ -173,39 +177,117 @@ def test_contract_on_the_engine_alone(scenario: Scenario) -> None:
     _check(scenario, h.views(), letters)
 
 
-# ------------------------------------------------------------------ broker
+# ------------------------------------------------------------------ the loop
 
 
-def _committed_to_end(config: ServiceConfig) -> bool:
-    consumer = clients.plain_consumer(config, "contract-check")
-    group = clients.group_consumer(config, "contract-offsets")
-    try:
-        for topic in (config.topics.events, config.topics.control):
-            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-            committed = {tp.partition: tp.offset for tp in group.committed(tps, timeout=30)}
+class Side(Protocol):
+    """Where the ``Processor`` loop runs: an in-memory cluster or the broker."""
+
+    config: ServiceConfig
+
+    def processor(self) -> Processor: ...
+    def produce(self, topic: str, key: bytes, value: bytes) -> None: ...
+    def flush(self) -> None: ...
+    def committed_to_end(self) -> bool: ...
+    def views(self) -> dict[str, Any]: ...
+    def dead_letters(self) -> list[DeadLetter]: ...
+
+
+class MemorySide:
+    """The same loop on ``processor.service.memory``: no broker, part of the fast run."""
+
+    def __init__(self) -> None:
+        self.config = ServiceConfig(partitions=PARTITIONS, topic_prefix="contract")
+        self.broker = MemoryBroker()
+        self.broker.create_topics(self.config)
+
+    def processor(self) -> Processor:
+        return Processor(self.config, transport=MemoryTransport(self.broker, self.config))
+
+    def produce(self, topic: str, key: bytes, value: bytes) -> None:
+        self.broker.produce(topic, key, value)
+
+    def flush(self) -> None:
+        pass  # written when produced
+
+    def committed_to_end(self) -> bool:
+        offsets = self.broker.group_offsets
+        group = self.config.group_id
+        for topic in (self.config.topics.events, self.config.topics.control):
             for p in range(PARTITIONS):
-                high = consumer.get_watermark_offsets(tps[p], timeout=30)[1]
-                if high > 0 and committed[p] < high:
+                high = self.broker.log(topic, p).stable
+                if high > 0 and offsets.get((group, topic, p), -1) < high:
                     return False
         return True
-    finally:
-        group.close()
-        consumer.close()
+
+    def views(self) -> dict[str, Any]:
+        reader = _Materializer(codec, None, None)
+        for _, msg in self.broker.committed_records(self.config.topics.views):
+            reader.apply(msg.key(), msg.value())
+        return reader.views
+
+    def dead_letters(self) -> list[DeadLetter]:
+        return [
+            codec.decode_dead_letter(msg.value() or b"")
+            for _, msg in self.broker.committed_records(self.config.topics.dlq)
+        ]
 
 
-def _barrier(config: ServiceConfig, errors: list[BaseException]) -> None:
+class BrokerSide:
+    """The same loop on the local broker."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.config = stack.config
+        self.producer = stack.producer()
+
+    def processor(self) -> Processor:
+        return Processor(self.config)
+
+    def produce(self, topic: str, key: bytes, value: bytes) -> None:
+        self.producer.produce(topic, key=key, value=value)
+
+    def flush(self) -> None:
+        assert self.producer.flush(30) == 0
+
+    def committed_to_end(self) -> bool:
+        config = self.config
+        consumer = clients.plain_consumer(config, "contract-check")
+        group = clients.group_consumer(config, "contract-offsets")
+        try:
+            for topic in (config.topics.events, config.topics.control):
+                tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+                committed = {tp.partition: tp.offset for tp in group.committed(tps, timeout=30)}
+                for p in range(PARTITIONS):
+                    high = consumer.get_watermark_offsets(tps[p], timeout=30)[1]
+                    if high > 0 and committed[p] < high:
+                        return False
+            return True
+        finally:
+            group.close()
+            consumer.close()
+
+    def views(self) -> dict[str, Any]:
+        return materialize_views(self.config)
+
+    def dead_letters(self) -> list[DeadLetter]:
+        return list(read_dead_letters(self.config))
+
+
+def _barrier(side: Side, errors: list[BaseException]) -> None:
+    side.flush()
     deadline = time.monotonic() + 120
-    while not _committed_to_end(config):
+    while not side.committed_to_end():
         assert not errors, f"the processor died: {errors[0]!r}"
         assert time.monotonic() < deadline, "the processor did not commit everything"
-        time.sleep(0.2)
+        time.sleep(0.05)
 
 
-@pytest.mark.kafka
-def test_contract_on_the_broker(stack: Stack) -> None:
-    cfg = stack.config
+def _run_on(side: Side) -> None:
+    """Every scenario through one running ``Processor``, then each outcome checked."""
+    cfg = side.config
     assert cfg.partitions == PARTITIONS
-    proc = Processor(cfg)
+    proc = side.processor()
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -216,33 +298,39 @@ def test_contract_on_the_broker(stack: Stack) -> None:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    producer = stack.producer()
     try:
         for scenario in SCENARIOS:
             for step in scenario.steps:
                 sid = _sid(scenario, step.sid)
                 if isinstance(step, Ev):
-                    producer.produce(
-                        cfg.topics.events,
-                        key=sid.encode(),
-                        value=codec.encode_parsed_event(sid, step.event()),
-                    )
+                    value = codec.encode_parsed_event(sid, step.event())
+                    side.produce(cfg.topics.events, sid.encode(), value)
                 elif isinstance(step, Raw):
-                    producer.produce(cfg.topics.events, key=sid.encode(), value=step.value)
+                    side.produce(cfg.topics.events, sid.encode(), step.value)
                 else:
-                    assert producer.flush(30) == 0
-                    _barrier(cfg, errors)  # the operator saw the quarantine
-                    stack.produce_control(sid, redrive(sid, LOG[step.index].seq).encode())
-                    _barrier(cfg, errors)  # ... and the command was taken
-            assert producer.flush(30) == 0
-        _barrier(cfg, errors)
+                    _barrier(side, errors)  # the operator saw the quarantine
+                    command = redrive(sid, LOG[step.index].seq).encode()
+                    side.produce(cfg.topics.control, sid.encode(), command)
+                    _barrier(side, errors)  # ... and the command was taken
+            side.flush()
+        _barrier(side, errors)
     finally:
         proc.stop()
         thread.join(60)
+    assert not thread.is_alive(), "the processor did not stop"
     assert not errors, errors
-    views = materialize_views(cfg)
+    views = side.views()
     letters: dict[str, Counter[str]] = {}
-    for d in read_dead_letters(cfg):
+    for d in side.dead_letters():
         letters.setdefault(d.session_id or "", Counter())[d.rule] += 1
     for scenario in SCENARIOS:
         _check(scenario, views, letters)
+
+
+def test_contract_on_the_loop_in_memory() -> None:
+    _run_on(MemorySide())
+
+
+@pytest.mark.kafka
+def test_contract_on_the_broker(stack: Stack) -> None:
+    _run_on(BrokerSide(stack))

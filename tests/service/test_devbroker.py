@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from processor import devbroker, kafka_dist
 from tests.kafka_fixtures import unique_prefix

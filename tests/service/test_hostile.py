@@ -67,7 +67,7 @@ class Bad:
     key: bytes | None
     value: bytes | None
     rule: str | None  # expected DLQ rule; None: a counted exact duplicate
-    headers: list[tuple[str, bytes]] | None = None
+    headers: list[tuple[str, str | bytes | None]] | None = None
     where: tuple[int, int] | None = None  # (partition, offset) once delivered
     partition: int | None = None  # produce here instead of the key's partition
 
@@ -135,7 +135,7 @@ def build_plan(events_topic: str, control_topic: str, good: dict[str, list[Event
         envelope: dict[str, Any] | None = None,
         data_text: str | None = None,
         key: bytes | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
         prefix: list[Event] | None = None,
     ) -> None:
         sid = f"v-{kind}"
@@ -297,7 +297,7 @@ def produce_all(stack: Stack, plan: Plan, good: dict[str, list[Event]]) -> None:
             assert err is None, f"{record.kind}: {err}"
             record.where = (msg.partition() or 0, msg.offset() or 0)
 
-        extra = {} if record.partition is None else {"partition": record.partition}
+        extra: dict[str, Any] = {} if record.partition is None else {"partition": record.partition}
         producer.produce(
             record.topic,
             key=record.key,
@@ -322,7 +322,7 @@ def produce_all(stack: Stack, plan: Plan, good: dict[str, list[Event]]) -> None:
         deliver(record)
     # valid events carrying forged control headers, and an exact duplicate
     for i, (sid, events) in enumerate(good.items()):
-        forged = [
+        forged: list[tuple[str, str | bytes | None]] = [
             (CONTROL_HEADER, b"redrive" if i % 2 else b"nuke"),
             *((f"h{j}", b"x" * 1000) for j in range(50)),
         ]
@@ -384,7 +384,7 @@ def dead_letters(stack: Stack) -> list[Any]:
         )
     finally:
         consumer.close()
-    return [codec.decode_dead_letter(m.value()) for p in sorted(parts) for m in parts[p]]
+    return [codec.decode_dead_letter(m.value() or b"") for p in sorted(parts) for m in parts[p]]
 
 
 def test_hostile_producer_two_processors_nothing_stops_nothing_lies(stack: Stack) -> None:

@@ -314,7 +314,7 @@ def test_metrics_endpoint_exposes_the_design_guide_metrics(stack: Stack) -> None
 
 def _bumped_registry() -> Any:
     """The built-ins plus `userTurns` at stateVersion 2 with new semantics."""
-    from processor.offline import default_registry
+    from processor.core.builtin import default_registry
 
     registry = default_registry()
     registry.register(_user_turns(2))
@@ -343,7 +343,7 @@ def _user_turns(version: int) -> Any:
 
 
 def _registry_v1() -> Any:
-    from processor.offline import default_registry
+    from processor.core.builtin import default_registry
 
     registry = default_registry()
     registry.register(_user_turns(1))
@@ -403,7 +403,11 @@ def test_replay_into_fresh_topics_leaves_the_old_ones(stack: Stack) -> None:
 
 
 def test_compaction_keeps_only_the_last_view_and_checkpoint(stack: Stack) -> None:
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
 
     logs = sessions(2, 200, seed=21)
     for step in range(4):  # several committed versions of every view and checkpoint

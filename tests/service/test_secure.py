@@ -180,7 +180,7 @@ def ends_with_one_line(proc: subprocess.Popen[str], timeout: float = 60) -> str:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        _, err = proc.communicate(10)
+        _, err = proc.communicate(timeout=10)
         raise AssertionError(f"still running after {timeout}s: {err[-2000:]}") from None
     assert proc.returncode == 1, (proc.returncode, err[-2000:])
     assert "Traceback" not in err, err
@@ -369,7 +369,7 @@ def test_write_revoked_while_running_ends_run_with_one_line(
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate(10)
+            proc.communicate(timeout=10)
     assert f"WRITE on Topic '{cfg.topics.views}'" in line and "checkpoints" not in line, line
 
 

@@ -1,0 +1,287 @@
+"""The in-memory transport keeps the Kafka semantics the loop relies on (no broker).
+
+First its own rules (read_committed visibility, markers, offsets committed
+with a transaction, fencing, the group's hand-over), then the ``Processor``
+loop on it through what the contract suite does not reach: a restart that
+restores from checkpoints, and the transaction error model (a retriable
+commit retried, an abortable one aborted and refolded, a fenced producer
+ending the run).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+
+from processor.codec import default_codec
+from processor.config import ServiceConfig
+from processor.offline import fold_events, session_output
+from processor.service.kafka_errors import KafkaFatal
+from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
+from processor.service.metrics import Metrics
+from processor.service.runner import Processor
+from processor.service.views_reader import (
+    _Materializer,
+    offline_equivalent,
+    session_fold_equivalent,
+)
+from tests.engine.kit import session_log
+from tests.service.conftest import as_json
+
+CODEC = default_codec()
+CONFIG = ServiceConfig(partitions=2, topic_prefix="mem")
+T = "t"
+
+
+def _broker(partitions: int = 1) -> MemoryBroker:
+    broker = MemoryBroker()
+    broker.create_topic(T, partitions)
+    return broker
+
+
+def _read(consumer: MemoryConsumer, n: int = 100) -> list[tuple[int | None, bytes | None]]:
+    """(offset, value) of the records ready now; ``None`` value: a partition EOF."""
+    return [
+        (m.offset(), m.value() if m.error() is None else None)
+        for m in consumer.consume(n, timeout=0)
+    ]
+
+
+def _txn_producer(broker: MemoryBroker, txn_id: str = "x") -> MemoryProducer:
+    producer = MemoryProducer(broker, txn_id)
+    producer.init_transactions()
+    return producer
+
+
+def test_open_transaction_is_invisible_and_holds_the_stable_offset() -> None:
+    broker = _broker()
+    broker.produce(T, b"k", b"before")
+    producer = _txn_producer(broker)
+    producer.begin_transaction()
+    producer.produce(T, b"open", b"k", partition=0)
+    broker.produce(T, b"k", b"after")  # behind the open transaction
+    reader = MemoryConsumer(broker, "g", eof=True)
+    reader.assign([TopicPartition(T, 0, OFFSET_BEGINNING)])
+    assert _read(reader) == [(0, b"before"), (1, None)]
+    assert reader.get_watermark_offsets(TopicPartition(T, 0)) == (0, 1)
+    producer.commit_transaction()  # the marker takes offset 3
+    assert _read(reader) == [(1, b"open"), (2, b"after"), (4, None)]
+    assert reader.get_watermark_offsets(TopicPartition(T, 0)) == (0, 4)
+
+
+def test_aborted_records_are_skipped_but_keep_their_offsets() -> None:
+    broker = _broker()
+    producer = _txn_producer(broker)
+    producer.begin_transaction()
+    producer.produce(T, b"gone", b"k", partition=0)
+    producer.abort_transaction()
+    broker.produce(T, b"k", b"kept")
+    reader = MemoryConsumer(broker, "g", eof=False)
+    reader.assign([TopicPartition(T, 0, OFFSET_BEGINNING)])
+    assert _read(reader) == [(2, b"kept")]
+    assert reader.position([TopicPartition(T, 0)])[0].offset == 3
+
+
+def test_offsets_sent_to_a_transaction_are_committed_with_it() -> None:
+    broker = _broker()
+    member = MemoryConsumer(broker, "g", eof=False)
+    tp = [TopicPartition(T, 0)]
+    producer = _txn_producer(broker)
+    for commit, expected in ((False, -1001), (True, 7)):
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [TopicPartition(T, 0, 7)], member.consumer_group_metadata()
+        )
+        assert member.committed(tp)[0].offset == -1001  # not before the commit
+        producer.commit_transaction() if commit else producer.abort_transaction()
+        assert member.committed(tp)[0].offset == expected
+
+
+def test_a_new_producer_with_the_same_id_fences_the_old_one() -> None:
+    broker = _broker()
+    old = _txn_producer(broker)
+    old.begin_transaction()
+    old.produce(T, b"zombie", b"k", partition=0)
+    _txn_producer(broker)  # the restarted instance
+    reader = MemoryConsumer(broker, "g", eof=False)
+    reader.assign([TopicPartition(T, 0, OFFSET_BEGINNING)])
+    assert _read(reader) == []  # its open transaction was aborted
+    with pytest.raises(KafkaException) as raised:
+        old.commit_transaction()
+    err = raised.value.args[0]
+    assert err.code() == KafkaError._FENCED and err.fatal()
+
+
+def test_admin_end_offsets_by_isolation_level() -> None:
+    broker = _broker()
+    broker.produce(T, b"k", b"v")
+    producer = _txn_producer(broker)
+    producer.begin_transaction()
+    producer.produce(T, b"open", b"k", partition=0)
+    admin = MemoryTransport(broker, CONFIG).admin()
+    tp = TopicPartition(T, 0)
+    ends = {
+        level: admin.list_offsets({tp: None}, isolation_level=level)[tp].result().offset
+        for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
+    }
+    assert ends == {IsolationLevel.READ_COMMITTED: 1, IsolationLevel.READ_UNCOMMITTED: 2}
+
+
+def test_the_group_hands_partitions_over_when_a_member_leaves() -> None:
+    broker = _broker(partitions=2)
+    calls: list[tuple[str, str, list[int]]] = []
+
+    def member(name: str) -> MemoryConsumer:
+        consumer = MemoryConsumer(broker, "g", eof=False)
+
+        def callback(kind: str) -> Callable[[Any, list[TopicPartition]], None]:
+            def cb(c: Any, tps: list[TopicPartition]) -> None:
+                calls.append((name, kind, [tp.partition for tp in tps]))
+                if kind == "assign":
+                    c.incremental_assign(tps)
+
+            return cb
+
+        consumer.subscribe([T], on_assign=callback("assign"), on_revoke=callback("revoke"))
+        return consumer
+
+    first, second = member("first"), member("second")
+    broker.produce(T, b"a", b"1")
+    assert [m.value() for m in first.consume(10, timeout=0)] == [b"1"]
+    first.commit(offsets=[TopicPartition(T, p, 1) for p in range(2)], asynchronous=False)
+    assert second.consume(10, timeout=0) == []  # one active member: the second waits
+    broker.produce(T, b"a", b"2")
+    first.close()
+    assert [m.value() for m in second.consume(10, timeout=0)] == [b"2"]  # from the commit on
+    assert calls == [
+        ("first", "assign", [0, 1]),
+        ("first", "revoke", [0, 1]),
+        ("second", "assign", [0, 1]),
+    ]
+
+
+# ------------------------------------------------------------------ the loop on it
+
+
+class Loop:
+    """A ``Processor`` thread on one in-memory cluster."""
+
+    def __init__(self, broker: MemoryBroker, config: ServiceConfig = CONFIG) -> None:
+        self.metrics = Metrics()
+        self.proc = Processor(
+            config, metrics=self.metrics, transport=MemoryTransport(broker, config)
+        )
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.proc.run()
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def stop(self) -> None:
+        self.proc.stop()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+
+    def sample(self, name: str) -> float:
+        return self.metrics.registry.get_sample_value(name) or 0.0
+
+
+def _wait(done: Callable[[], bool], loop: Loop, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not done():
+        assert not loop.errors, loop.errors
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _committed(broker: MemoryBroker, config: ServiceConfig = CONFIG) -> bool:
+    events = config.topics.events
+    return all(
+        broker.group_offsets.get((config.group_id, events, p), 0) >= broker.log(events, p).high
+        for p in range(config.partitions)
+    )
+
+
+def _views(broker: MemoryBroker, config: ServiceConfig = CONFIG) -> dict[str, Any]:
+    reader = _Materializer(CODEC, None, None)
+    for _, msg in broker.committed_records(config.topics.views):
+        reader.apply(msg.key(), msg.value())
+    return reader.views
+
+
+LOG = session_log(20, seed=5)
+
+
+def _produce(broker: MemoryBroker, sid: str, start: int, end: int) -> None:
+    for event in LOG[start:end]:
+        broker.produce(CONFIG.topics.events, sid.encode(), CODEC.encode_parsed_event(sid, event))
+
+
+def _expect(views: dict[str, Any], sid: str, n: int) -> None:
+    expected = as_json(offline_equivalent(session_output(fold_events(LOG[:n]))))
+    assert as_json(session_fold_equivalent(views[sid])) == expected, sid
+
+
+def test_a_restarted_loop_restores_from_its_checkpoints() -> None:
+    broker = MemoryBroker()
+    broker.create_topics(CONFIG)
+    _produce(broker, "s", 0, 10)
+    first = Loop(broker)
+    _wait(lambda: _committed(broker), first, "first run commits")
+    first.stop()
+    _produce(broker, "s", 10, 20)
+    second = Loop(broker)
+    _wait(lambda: _committed(broker), second, "second run commits")
+    second.stop()
+    assert not first.errors and not second.errors
+    assert second.sample("processor_restored_checkpoints_total") == 1
+    assert second.sample("processor_records_consumed_total") == 10  # only the tail
+    _expect(_views(broker), "s", 20)
+
+
+@pytest.mark.parametrize(
+    ("error", "aborts"),
+    [
+        (KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE, "moving", retriable=True), 0),
+        (KafkaError(KafkaError._TIMED_OUT, "commit lost", txn_requires_abort=True), 1),
+    ],
+    ids=["retriable-retried", "abortable-aborted-and-refolded"],
+)
+def test_commit_errors_follow_the_transaction_model(error: KafkaError, aborts: int) -> None:
+    broker = MemoryBroker()
+    broker.create_topics(CONFIG)
+    broker.fail("commit_transaction", error)
+    _produce(broker, "s", 0, 12)
+    loop = Loop(broker)
+    _wait(lambda: _committed(broker), loop, "the batch commits in the end")
+    loop.stop()
+    assert not loop.errors
+    assert loop.sample("processor_transaction_aborts_total") == aborts
+    _expect(_views(broker), "s", 12)  # an aborted batch is refolded, never half-published
+
+
+def test_a_fenced_producer_ends_the_run_with_one_line() -> None:
+    broker = MemoryBroker()
+    broker.create_topics(CONFIG)
+    broker.fail("commit_transaction", KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+    _produce(broker, "s", 0, 3)
+    loop = Loop(broker)
+    loop.thread.join(60)
+    assert len(loop.errors) == 1 and isinstance(loop.errors[0], KafkaFatal)
+    assert "\n" not in str(loop.errors[0])
+    assert broker.committed_records(CONFIG.topics.views) == []
