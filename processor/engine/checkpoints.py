@@ -20,8 +20,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from processor.codec import CHECKPOINT, Anchor, Checkpoint, Codec, CodecError
-from processor.codec.parted import decode_checkpoint_record, decode_part, split_part_key
+from processor.codec import (
+    CHECKPOINT,
+    Anchor,
+    Checkpoint,
+    Codec,
+    CodecError,
+    decode_checkpoint_record,
+    decode_part,
+    split_part_key,
+)
 from processor.protocol import SERVICE_STATE_VERSION
 
 

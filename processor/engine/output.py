@@ -19,12 +19,14 @@ from processor.codec import (
     Checkpoint,
     Codec,
     View,
+    encode_head,
+    encode_part,
+    part_key,
     session_key,
     split_view,
     stale_part_keys,
     view_key,
 )
-from processor.codec.parted import encode_head, encode_part, part_key
 from processor.config import ServiceConfig
 from processor.core.session import CHECKPOINT_VERSION
 from processor.engine.checkpoint_parts import checkpoint_writes

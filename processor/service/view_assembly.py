@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from processor.codec import View
+from processor.core.errors import InvalidInput
 from processor.protocol import (
     CHUNK_ITEMS,
     VIEW_HEAD,
@@ -31,7 +32,7 @@ from processor.protocol import (
 )
 
 
-class Incomplete(Exception):
+class Incomplete(InvalidInput):
     """A head names a record the reader does not hold (at that version)."""
 
 
