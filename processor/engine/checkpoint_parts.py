@@ -8,8 +8,9 @@ head stops naming it — so the compacted topic keeps only live state:
 - ``e.<seq>``: the event of a surface node or a kept request/header;
 - ``o.<seq>.<generation>``: a projected override message;
 - ``u.<key>``: a projection row ``{ver, val}``, rewritten when it changed;
-- ``n.<i>`` / ``h.<i>`` / ``r.<i>``: closed chunks of the node list, the
-  header seqs and the replacements (chunks.py);
+- ``n.<i>`` / ``h.<i>``: closed chunks of the node list and the header
+  seqs (chunks.py);
+- ``r.<i>``: replacement ``i`` of the replace history (G-5), written once;
 - ``d.<b>``: a closed block of the duplicate-digest window;
 - ``hdr``: the session header.
 
@@ -60,7 +61,7 @@ class PartLedger:
     units: dict[str, tuple[int, Any]] = field(default_factory=dict)  # key -> (version, row)
     nodes: ChunkLedger = field(default_factory=ChunkLedger)
     headers: ChunkLedger = field(default_factory=ChunkLedger)
-    replacements: ChunkLedger = field(default_factory=ChunkLedger)
+    replacements: int = 0  # parts ``r.<i>`` written
     digest_blocks: list[int] = field(default_factory=list)
     header: Any = None  # the header object written as ``hdr``
 
@@ -69,8 +70,9 @@ class PartLedger:
         names = [event_part(s) for s in sorted(self.events)]
         names += [override_part(s, g) for s, g in sorted(self.overrides.items())]
         names += [unit_part(k) for k in sorted(self.units)]
-        for kind, chunks in (("n", self.nodes), ("h", self.headers), ("r", self.replacements)):
+        for kind, chunks in (("n", self.nodes), ("h", self.headers)):
             names += [chunk_part(kind, i) for i in range(len(chunks.closed))]
+        names += [chunk_part("r", i) for i in range(self.replacements)]
         names += [digest_part(b) for b in self.digest_blocks]
         if self.header is not None:
             names.append(HEADER_PART)
@@ -141,8 +143,12 @@ def checkpoint_writes(
         "overrides": [{"seq": s, "generation": g} for s, g in sorted(generations.items())],
         "units": [{"key": k, "version": v} for k, (v, _) in ledger.units.items()],
     }
-    replacements = [r.to_json() for r in state.replacements]
-    out.head["replacements"] = _chunks("r", ledger.replacements, replacements, last, out)
+    # the replace history only grows and each entry can be long (its shadowed
+    # seqs): one part per replacement, written once; the head holds the count
+    for i in range(ledger.replacements, len(state.replacements)):
+        out.parts.append((chunk_part("r", i), 0, state.replacements[i].to_json()))
+    ledger.replacements = len(state.replacements)
+    out.head["replacements"] = ledger.replacements
     _digests(last, digests, window, ledger, out)
     return out
 

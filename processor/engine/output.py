@@ -195,9 +195,7 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts.units = {k: (int(v), rows[k]) for k, v in parted["units"] if k in rows}
     parts.nodes = ChunkLedger.restored(state.nodes, parted["nodeChunks"])
     parts.headers = ChunkLedger.restored(list(state.headers), parted["headerChunks"])
-    parts.replacements = ChunkLedger.restored(
-        [r.to_json() for r in state.replacements], parted["replacementChunks"]
-    )
+    parts.replacements = len(state.replacements)
     parts.digest_blocks = list(parted["digestBlocks"])
     parts.header = session.header
     v = parted["views"]
