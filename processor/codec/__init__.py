@@ -85,6 +85,17 @@ the newest seen are stale and ignored.  When a view shrinks from ``N`` to
 the writer tombstones its part keys too).  Keys are for compaction only; the
 record fields are authoritative.
 
+Parted format (format 2, issue 12)
+----------------------------------
+The core views and the checkpoints are written in parts so a batch writes
+what changed: on the views topic, ``View`` records whose names start with
+``~`` (``processor.protocol``; assembled by
+``processor.service.view_assembly``); on the checkpoints topic a typed
+``CheckpointHead`` under the session id plus ``CheckpointPart`` records
+under :func:`part_key` (``0xFF`` + session + ``0x00`` + name; assembled by
+``processor.engine.checkpoints.latest_checkpoints``).  A format-1
+``Checkpoint`` record still decodes and restores.
+
 Schema folder
 -------------
 The repository's ``schemas/`` next to the ``processor`` package (source
