@@ -37,7 +37,7 @@ __all__ = [
 # language" describes how a reader assembles them.
 
 #: Items per closed chunk of a list (node refs, transcript seqs, checkpoint lists).
-CHUNK_ITEMS: Final = 32
+CHUNK_ITEMS: Final = 16
 #: Digests per closed block of the checkpoint's duplicate window.
 DIGEST_BLOCK: Final = 16
 #: One per session, rewritten per batch: status, generations, chunk versions, tails.

@@ -7,7 +7,8 @@ head stops naming it — so the compacted topic keeps only live state:
 
 - ``e.<seq>``: the event of a surface node or a kept request/header;
 - ``o.<seq>.<generation>``: a projected override message;
-- ``u.<key>``: a projection row ``{ver, val}``, rewritten when it changed;
+- ``u.<key>``: a projection row ``{ver, val}``, rewritten when it changed
+  (a small row that changed in this batch rides in the head instead);
 - ``n.<i>`` / ``h.<i>``: closed chunks of the node list and the header
   seqs (chunks.py);
 - ``r.<i>``: replacement ``i`` of the replace history (G-5), written once;
@@ -24,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from processor.codec import encode_json_payload
 from processor.core.session import Session
 from processor.engine.chunks import ChunkLedger
 from processor.protocol import DIGEST_BLOCK
@@ -50,6 +52,12 @@ def digest_part(block: int) -> str:
 
 
 HEADER_PART = "hdr"
+#: A row that changed in this checkpoint and in the one before, and encodes
+#: to at most this many bytes, rides in the head instead of a part: rows that
+#: change with every event (counters) then cost no record of their own.  A
+#: row that changes now and then stays a part; once an inline row stops
+#: changing it is written out as a part, so the head does not carry it.
+INLINE_ROW_BYTES = 512
 
 
 @dataclass(slots=True)
@@ -58,18 +66,20 @@ class PartLedger:
 
     events: set[int] = field(default_factory=set)
     overrides: dict[int, int] = field(default_factory=dict)  # seq -> generation
-    units: dict[str, tuple[int, Any]] = field(default_factory=dict)  # key -> (version, row)
+    #: key -> (version, row, inline in the head rather than a part)
+    units: dict[str, tuple[int, Any, bool]] = field(default_factory=dict)
     nodes: ChunkLedger = field(default_factory=ChunkLedger)
     headers: ChunkLedger = field(default_factory=ChunkLedger)
     replacements: int = 0  # parts ``r.<i>`` written
     digest_blocks: list[int] = field(default_factory=list)
     header: Any = None  # the header object written as ``hdr``
+    last_write: int = -1  # lastSeq of the previous checkpoint of this session
 
     def names(self) -> list[str]:
         """Every live part (a session tombstone removes them all)."""
         names = [event_part(s) for s in sorted(self.events)]
         names += [override_part(s, g) for s, g in sorted(self.overrides.items())]
-        names += [unit_part(k) for k in sorted(self.units)]
+        names += [unit_part(k) for k in sorted(self.units) if not self.units[k][2]]
         for kind, chunks in (("n", self.nodes), ("h", self.headers)):
             names += [chunk_part(kind, i) for i in range(len(chunks.closed))]
         names += [chunk_part("r", i) for i in range(self.replacements)]
@@ -123,13 +133,28 @@ def checkpoint_writes(
             out.tombstones.append(override_part(seq, generation))
     ledger.overrides = dict(generations)
     rows = session.projections.checkpoint(detached=False)
+    inline: dict[str, bytes] = {}
     for key, row in rows.items():
         known = ledger.units.get(key)
-        if known is None or not _same_row(known[1], row):
-            out.parts.append((unit_part(key), last, {"ver": row["ver"], "val": row["val"]}))
-            ledger.units[key] = (last, row)
+        value = {"ver": row["ver"], "val": row["val"]}
+        if known is not None and _same_row(known[1], row):
+            if known[2]:  # inline while it kept changing; now settled: a part again
+                out.parts.append((unit_part(key), last, value))
+                ledger.units[key] = (last, row, False)
+            continue
+        if known is not None and known[0] == ledger.last_write:  # changed twice in a row: hot
+            blob = encode_json_payload(value, threshold=1 << 62)[1]
+            if len(blob) <= INLINE_ROW_BYTES:
+                if not known[2]:
+                    out.tombstones.append(unit_part(key))  # superseded by the inline row
+                inline[key] = blob
+                ledger.units[key] = (last, row, True)
+                continue
+        out.parts.append((unit_part(key), last, value))
+        ledger.units[key] = (last, row, False)
     for key in sorted(set(ledger.units) - set(rows)):
-        out.tombstones.append(unit_part(key))
+        if not ledger.units[key][2]:
+            out.tombstones.append(unit_part(key))
         del ledger.units[key]
     if session.header is not ledger.header:
         out.parts.append((HEADER_PART, 0, session.header))
@@ -141,7 +166,9 @@ def checkpoint_writes(
         "nodes": _chunks("n", ledger.nodes, state.nodes, last, out),
         "headers": _chunks("h", ledger.headers, list(state.headers), last, out),
         "overrides": [{"seq": s, "generation": g} for s, g in sorted(generations.items())],
-        "units": [{"key": k, "version": v} for k, (v, _) in ledger.units.items()],
+        "units": [
+            {"key": k, "version": v, "row": inline.get(k)} for k, (v, _, _) in ledger.units.items()
+        ],
     }
     # the replace history only grows and each entry can be long (its shadowed
     # seqs): one part per replacement, written once; the head holds the count
@@ -150,6 +177,7 @@ def checkpoint_writes(
     ledger.replacements = len(state.replacements)
     out.head["replacements"] = ledger.replacements
     _digests(last, digests, window, ledger, out)
+    ledger.last_write = last
     return out
 
 
@@ -187,4 +215,4 @@ def _digests(
             out.parts.append((digest_part(block), 0, base64.b64encode(blob).decode()))
     out.tombstones.extend(digest_part(b) for b in ledger.digest_blocks if b not in live)
     ledger.digest_blocks = blocks
-    out.head["digestBlocks"] = blocks
+    out.head["digestFirstBlock"] = blocks[0] if blocks else tail_block

@@ -27,10 +27,11 @@ from processor.codec import (
     Codec,
     CodecError,
     decode_checkpoint_record,
+    decode_json_payload,
     decode_part,
     split_part_key,
 )
-from processor.protocol import SERVICE_STATE_VERSION
+from processor.protocol import DIGEST_BLOCK, SERVICE_STATE_VERSION
 
 
 @dataclass
@@ -141,9 +142,15 @@ def _assemble(
     overrides = [[o["seq"], parts.get(f"o.{o['seq']}.{o['generation']}")] for o in h["overrides"]]
     rows = {}
     for unit in h["units"]:
-        row = parts.get(f"u.{unit['key']}", unit["version"])
+        inline = unit["row"]
+        row = (
+            decode_json_payload("JSON", inline)
+            if inline is not None
+            else parts.get(f"u.{unit['key']}", unit["version"])
+        )
         rows[unit["key"]] = {"ver": row["ver"], "seq": last, "val": row["val"]}
-    digests = b"".join(base64.b64decode(parts.get(f"d.{b}")) for b in h["digestBlocks"])
+    blocks = list(range(h["digestFirstBlock"], (last + 1) // DIGEST_BLOCK))
+    digests = b"".join(base64.b64decode(parts.get(f"d.{b}")) for b in blocks)
     surface = {
         "nextSeq": last + 1,
         "nodes": nodes,
@@ -175,10 +182,10 @@ def _assemble(
         "published": {"transcript": views["transcriptTotal"]},
         "parted": {
             "overrides": [[o["seq"], o["generation"]] for o in h["overrides"]],
-            "units": [[u["key"], u["version"]] for u in h["units"]],
+            "units": [[u["key"], u["version"], u["row"] is not None] for u in h["units"]],
             "nodeChunks": h["nodes"]["chunks"],
             "headerChunks": h["headers"]["chunks"],
-            "digestBlocks": h["digestBlocks"],
+            "digestBlocks": blocks,
             "views": views,
             "partNames": sorted(set(parts.names)),
         },

@@ -192,12 +192,13 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts.events = set(state.nodes) | set(state.headers)
     parts.overrides = dict(generations)
     rows = session.projections.checkpoint(detached=False)
-    parts.units = {k: (int(v), rows[k]) for k, v in parted["units"] if k in rows}
+    parts.units = {k: (int(v), rows[k], bool(i)) for k, v, i in parted["units"] if k in rows}
     parts.nodes = ChunkLedger.restored(state.nodes, parted["nodeChunks"])
     parts.headers = ChunkLedger.restored(list(state.headers), parted["headerChunks"])
     parts.replacements = len(state.replacements)
     parts.digest_blocks = list(parted["digestBlocks"])
     parts.header = session.header
+    parts.last_write = session.last_seq
     v = parted["views"]
     views.as_of = int(v["asOfSeq"])
     views.transcript_total = int(v["transcriptTotal"])

@@ -77,13 +77,16 @@ def compacted(outs: list[Out], topic: str) -> list[tuple[bytes | None, bytes | N
 
 
 def append_cost(log: list[Event]) -> list[Out]:
+    """The records of the second of two batches that each append one event
+    (the first one settles the rows that changed while the log was folded)."""
     h = Harness()
     h.fold_events("s", log)
     h.commit()
-    event = LogBuilder(start_seq=len(log)).user("one more line")
-    h.fold_events("s", [event])
-    out = h.commit()
-    assert h.fold_equivalent("s") == expected([*log, event])
+    b = LogBuilder(start_seq=len(log))
+    for text in ("one more line", "and another one"):
+        h.fold_events("s", [b.user(text)])
+        out = h.commit()
+    assert h.fold_equivalent("s") == expected([*log, *b.events])
     return out
 
 
