@@ -13,7 +13,9 @@ head stops naming it — so the compacted topic keeps only live state:
   seqs (chunks.py);
 - ``r.<i>``: replacement ``i`` of the replace history (G-5), written once;
 - ``d.<b>``: a closed block of the duplicate-digest window;
-- ``hdr``: the session header.
+- ``hdr``: the session header;
+- ``t.<seq>``: a transcript message the views have not published yet (held
+  back by an in-place replay; none otherwise).
 
 The transcript is not in the checkpoint: the views hold it (view_parts.py).
 """
@@ -51,6 +53,10 @@ def digest_part(block: int) -> str:
     return f"d.{block}"
 
 
+def pending_part(seq: int) -> str:
+    return f"t.{seq}"
+
+
 HEADER_PART = "hdr"
 #: A row that changed in this checkpoint and in the one before, and encodes
 #: to at most this many bytes, rides in the head instead of a part: rows that
@@ -74,6 +80,8 @@ class PartLedger:
     digest_blocks: list[int] = field(default_factory=list)
     header: Any = None  # the header object written as ``hdr``
     last_write: int = -1  # lastSeq of the previous checkpoint of this session
+    #: transcript entries folded while the views were held back: parts ``t.<seq>``
+    pending: list[int] = field(default_factory=list)
 
     def names(self) -> list[str]:
         """Every live part (a session tombstone removes them all)."""
@@ -86,6 +94,7 @@ class PartLedger:
         names += [digest_part(b) for b in self.digest_blocks]
         if self.header is not None:
             names.append(HEADER_PART)
+        names += [pending_part(s) for s in self.pending]
         return names
 
 
@@ -111,8 +120,12 @@ def checkpoint_writes(
     generations: Mapping[int, int],
     digests: Sequence[bytes],
     window: int,
+    published: int,
 ) -> PartWrites:
-    """The parts that bring the checkpoints topic from ``ledger`` to ``session``."""
+    """The parts that bring the checkpoints topic from ``ledger`` to ``session``.
+
+    ``published``: transcript entries the views topic holds.
+    """
     out = PartWrites()
     state = session.surface.state
     last = session.last_seq
@@ -177,8 +190,25 @@ def checkpoint_writes(
     ledger.replacements = len(state.replacements)
     out.head["replacements"] = ledger.replacements
     _digests(last, digests, window, ledger, out)
+    _pending(session, published, ledger, out)
     ledger.last_write = last
     return out
+
+
+def _pending(session: Session, published: int, ledger: PartLedger, out: PartWrites) -> None:
+    """Transcript entries the views have not published (held back) are kept as
+    parts, so a restore can still publish them; published ones are tombstoned."""
+    entries = session.transcript_slice(published, session.transcript_count)
+    seqs = [int(e["seq"]) for e in entries]
+    known = set(ledger.pending)
+    out.parts.extend(
+        (pending_part(int(e["seq"])), 0, e["message"])
+        for e in entries
+        if int(e["seq"]) not in known
+    )
+    live = set(seqs)
+    out.tombstones.extend(pending_part(s) for s in ledger.pending if s not in live)
+    ledger.pending = seqs
 
 
 def _same_row(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -126,14 +126,16 @@ def _checkpoint(
 ) -> Iterator[Out]:
     topic, partition, sid = config.topics.checkpoints, rt.partition, rt.session_id
     session = rt.session
-    writes = checkpoint_writes(session, rt.part_ledger, generations, rt.digests, rt.window)
+    views = rt.view_ledger
+    writes = checkpoint_writes(
+        session, rt.part_ledger, generations, rt.digests, rt.window, views.transcript_total
+    )
     for name, version, value in writes.parts:
         yield Out(topic, partition, part_key(sid, name), encode_part(codec, name, version, value))
     for name in writes.tombstones:
         yield Out(topic, partition, part_key(sid, name), None)
     digest = session.last_digest
     q = rt.quarantine
-    views = rt.view_ledger
     head: dict[str, Any] = {
         "sessionId": sid,
         "lastSeq": session.last_seq,
@@ -153,6 +155,7 @@ def _checkpoint(
         "liftedAt": rt.lifted_at,
         "views": {
             "asOfSeq": views.as_of,
+            "pending": list(rt.part_ledger.pending),
             "transcriptTotal": views.transcript_total,
             "transcriptBase": views.transcript_base,
             "transcriptTail": list(views.transcript_tail),
@@ -200,11 +203,14 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts.header = session.header
     parts.last_write = session.last_seq
     v = parted["views"]
-    views.as_of = int(v["asOfSeq"])
+    parts.pending = [int(s) for s in v["pending"]]
     views.transcript_total = int(v["transcriptTotal"])
     views.transcript_base = int(v["transcriptBase"])
     views.transcript_tail = [int(s) for s in v["transcriptTail"]]
     views.content_floor = int(v["contentFloor"])
+    if int(v["asOfSeq"]) != session.last_seq:
+        return  # views held back: the rest is written whole when they are published
+    views.as_of = int(v["asOfSeq"])
     views.nodes = ChunkLedger.restored(node_refs(session, generations), v["nodeChunks"])
     views.owned = {s for s in state.nodes if views.owns(session, s, s in generations)}
     views.overrides = dict(generations)

@@ -305,3 +305,24 @@ def test_a_reader_starting_mid_history_never_sees_an_inconsistent_snapshot() -> 
         reader_saw_skips |= m.parted.sessions["s"].skipped > 0
         assert session_fold_equivalent(m.views["s"]) == expected(log)
     assert reader_saw_skips  # the case under test happened
+
+
+def test_a_checkpoint_taken_while_the_views_are_held_back_restores_and_publishes_later() -> None:
+    log = session_log(90, seed=6)
+    floor = {"s": log[59].seq}  # an in-place replay: the old views reach seq 59
+    h = Harness(publish_floor=floor)
+    h.fold_events("s", log[:30])
+    out = h.commit()
+    assert {o.topic for o in out} == {CHECKPOINTS}
+    assert any(n.startswith("t.") for n in part_names(out)[0])  # unpublished transcript kept
+    r = Harness(checkpoints={0: h.checkpoints()}, publish_floor=floor)
+    r.produced, r.offsets = list(h.produced), dict(h.offsets)
+    r.fold_events("s", log[30:])
+    out = r.commit()
+    assert r.fold_equivalent("s") == expected(log)
+    assert {f"t.{s}" for s in range(90)} & part_names(out)[1]  # published now: tombstoned
+    assert not any(
+        split_part_key(k or b"")[1].startswith("t.")
+        for k, _ in compacted(r.produced, CHECKPOINTS)
+        if split_part_key(k or b"")
+    )
