@@ -58,6 +58,7 @@ def pending_part(seq: int) -> str:
 
 
 HEADER_PART = "hdr"
+UNIT_KEYS_PART = "k"
 #: A row that changed in this checkpoint and in the one before, and encodes
 #: to at most this many bytes, rides in the head instead of a part: rows that
 #: change with every event (counters) then cost no record of their own.  A
@@ -74,6 +75,7 @@ class PartLedger:
     overrides: dict[int, int] = field(default_factory=dict)  # seq -> generation
     #: key -> (version, row, inline in the head rather than a part)
     units: dict[str, tuple[int, Any, bool]] = field(default_factory=dict)
+    unit_keys: tuple[list[str], int] | None = None  # part ``k``: (keys, version)
     nodes: ChunkLedger = field(default_factory=ChunkLedger)
     headers: ChunkLedger = field(default_factory=ChunkLedger)
     replacements: int = 0  # parts ``r.<i>`` written
@@ -88,6 +90,8 @@ class PartLedger:
         names = [event_part(s) for s in sorted(self.events)]
         names += [override_part(s, g) for s, g in sorted(self.overrides.items())]
         names += [unit_part(k) for k in sorted(self.units) if not self.units[k][2]]
+        if self.unit_keys is not None:
+            names.append(UNIT_KEYS_PART)
         for kind, chunks in (("n", self.nodes), ("h", self.headers)):
             names += [chunk_part(kind, i) for i in range(len(chunks.closed))]
         names += [chunk_part("r", i) for i in range(self.replacements)]
@@ -179,9 +183,8 @@ def checkpoint_writes(
         "nodes": _chunks("n", ledger.nodes, state.nodes, last, out),
         "headers": _chunks("h", ledger.headers, list(state.headers), last, out),
         "overrides": [{"seq": s, "generation": g} for s, g in sorted(generations.items())],
-        "units": [
-            {"key": k, "version": v, "row": inline.get(k)} for k, (v, _, _) in ledger.units.items()
-        ],
+        "unitKeys": _unit_keys(list(rows), ledger, last, out),
+        "units": [{"age": last - ledger.units[k][0], "row": inline.get(k)} for k in rows],
     }
     # the replace history only grows and each entry can be long (its shadowed
     # seqs): one part per replacement, written once; the head holds the count
@@ -209,6 +212,14 @@ def _pending(session: Session, published: int, ledger: PartLedger, out: PartWrit
     live = set(seqs)
     out.tombstones.extend(pending_part(s) for s in ledger.pending if s not in live)
     ledger.pending = seqs
+
+
+def _unit_keys(keys: list[str], ledger: PartLedger, last: int, out: PartWrites) -> int:
+    """The version of part ``k`` naming ``keys`` (written when the keys change)."""
+    if ledger.unit_keys is None or ledger.unit_keys[0] != keys:
+        out.parts.append((UNIT_KEYS_PART, last, keys))
+        ledger.unit_keys = (keys, last)
+    return ledger.unit_keys[1]
 
 
 def _same_row(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

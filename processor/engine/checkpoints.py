@@ -136,14 +136,17 @@ def _assemble(
     headers = parts.chunked("h", h["headers"])
     overrides = [[o["seq"], parts.get(f"o.{o['seq']}.{o['generation']}")] for o in h["overrides"]]
     rows = {}
-    for unit in h["units"]:
+    keys = parts.get("k", h["unitKeys"])
+    if len(keys) != len(h["units"]):
+        raise CodecError(f"checkpoint part k names {len(keys)} units, the head {len(h['units'])}")
+    for key, unit in zip(keys, h["units"], strict=True):
         inline = unit["row"]
         row = (
             decode_json_payload("JSON", inline)
             if inline is not None
-            else parts.get(f"u.{unit['key']}", unit["version"])
+            else parts.get(f"u.{key}", last - unit["age"])
         )
-        rows[unit["key"]] = {"ver": row["ver"], "seq": last, "val": row["val"]}
+        rows[key] = {"ver": row["ver"], "seq": last, "val": row["val"]}
     blocks = list(range(h["digestFirstBlock"], (last + 1) // DIGEST_BLOCK))
     digests = b"".join(base64.b64decode(parts.get(f"d.{b}")) for b in blocks)
     surface = {
@@ -177,7 +180,11 @@ def _assemble(
         "published": {"transcript": views["transcriptTotal"]},
         "parted": {
             "overrides": [[o["seq"], o["generation"]] for o in h["overrides"]],
-            "units": [[u["key"], u["version"], u["row"] is not None] for u in h["units"]],
+            "units": [
+                [k, last - u["age"], u["row"] is not None]
+                for k, u in zip(keys, h["units"], strict=True)
+            ],
+            "unitKeys": h["unitKeys"],
             "nodeChunks": h["nodes"]["chunks"],
             "headerChunks": h["headers"]["chunks"],
             "digestBlocks": blocks,

@@ -196,6 +196,7 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts.overrides = dict(generations)
     rows = session.projections.checkpoint(detached=False)
     parts.units = {k: (int(v), rows[k], bool(i)) for k, v, i in parted["units"] if k in rows}
+    parts.unit_keys = ([k for k, _, _ in parted["units"]], int(parted["unitKeys"]))
     parts.nodes = ChunkLedger.restored(state.nodes, parted["nodeChunks"])
     parts.headers = ChunkLedger.restored(list(state.headers), parted["headerChunks"])
     parts.replacements = len(state.replacements)
