@@ -106,7 +106,7 @@ def view_writes(
         "ps": page_size,
         "rg": state.replace_generation,
         "cg": state.content_generation,
-        "nc": ledger.nodes.versions,
+        "nc": [session.last_seq - v for v in ledger.nodes.versions],  # ages: short
         "nt": ChunkLedger.tail(refs),
         "tn": ledger.transcript_total,
         "tt": list(ledger.transcript_tail),

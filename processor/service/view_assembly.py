@@ -75,8 +75,8 @@ def assemble(parts: SessionParts, head: View) -> dict[str, Any] | None:
     h: Mapping[str, Any] = head.json_value()
     try:
         refs: list[Any] = []
-        for i, version in enumerate(h["nc"]):
-            refs.extend(parts.value(node_chunk_view(i), version))
+        for i, age in enumerate(h["nc"]):
+            refs.extend(parts.value(node_chunk_view(i), head.as_of_seq - age))
         refs.extend(h["nt"])
         nodes: list[int] = []
         messages: list[Any] = []
