@@ -452,7 +452,5 @@ def test_compaction_keeps_only_the_last_view_and_checkpoint(stack: Stack) -> Non
         if cps[key] == 1 and vws[b"s000/~h"] == 1:
             break
     else:
-        raise AssertionError(
-            f"not compacted: checkpoints {cps[key]}, views {vws[b's000/~h']}"
-        )
+        raise AssertionError(f"not compacted: checkpoints {cps[key]}, views {vws[b's000/~h']}")
     wait_for_views(stack, {sid: stack.expected(sid) for sid in logs}, timeout=20)
