@@ -9,18 +9,26 @@ can be added.  Runs against any checkout whose tests/engine/kit.py has the
 Harness (so the same command measures the format before and after):
 
     PYTHONPATH=<checkout> python3 bench/parts_sizes.py --length 100 --length 2000
+    PYTHONPATH=<checkout> python3 bench/parts_sizes.py --big-ratio 0.2
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 from collections import Counter
 
-from tests.engine.kit import CODEC, CONFIG, Harness, session_log
+from processor.workload import generate_session
+from tests.engine.kit import CODEC, CONFIG, Harness
 
 
-def measure(length: int, sessions: int, batches: int) -> dict[str, float]:
-    logs = {f"session-{i:02d}": session_log(length + batches, seed=i) for i in range(sessions)}
+def measure(length: int, sessions: int, batches: int, big_ratio: float) -> dict[str, float]:
+    logs = {
+        f"session-{i:02d}": generate_session(
+            random.Random(i), length + batches, big_ratio=big_ratio
+        )
+        for i in range(sessions)
+    }
     h = Harness()
     for sid, log in logs.items():
         h.fold_events(sid, log[:length])
@@ -53,9 +61,10 @@ def main() -> None:
     parser.add_argument("--length", type=int, action="append", help="events before measuring")
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--batches", type=int, default=50)
+    parser.add_argument("--big-ratio", type=float, default=0.02, help="share of 10 KB tool results")
     args = parser.parse_args()
     for length in args.length or [100, 2000]:
-        result = measure(length, args.sessions, args.batches)
+        result = measure(length, args.sessions, args.batches, args.big_ratio)
         print(f"length {length}: " + ", ".join(f"{k} {v:,.2f}" for k, v in result.items()))
     assert CONFIG.topics.views
 
