@@ -326,3 +326,22 @@ def test_a_checkpoint_taken_while_the_views_are_held_back_restores_and_publishes
         for k, _ in compacted(r.produced, CHECKPOINTS)
         if split_part_key(k or b"")
     )
+
+
+def test_rows_that_change_every_batch_ride_in_the_head_and_restore() -> None:
+    log = session_log(60, seed=8)
+    h = Harness()
+    h.fold_events("s", log[:40])
+    h.commit()
+    for event in log[40:43]:
+        h.fold_events("s", [event])
+        out = h.commit()
+    [head] = [o for o in out if o.key == b"s"]
+    _, datum = CODEC.decode_record(head.value or b"")
+    assert any(u["row"] is not None for u in datum["units"])  # e.g. the session's counters
+    assert not any(n.startswith("u.") for n in part_names(out)[0])
+    r = Harness(checkpoints={0: h.checkpoints()})
+    r.produced, r.offsets = list(h.produced), dict(h.offsets)
+    r.fold_events("s", log[43:])
+    r.commit()
+    assert r.fold_equivalent("s") == expected(log)
