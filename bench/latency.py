@@ -71,7 +71,7 @@ class ViewWatcher(threading.Thread):
                         continue
                     key = (msg.key() or b"").decode()
                     sid, _, view = key.partition("/")
-                    if view != "status":
+                    if view not in ("status", "~h"):  # the head carries the status (format 2)
                         continue
                     as_of = codec.decode_view(msg.value() or b"").as_of_seq
                     last = self.seen.get(sid, -1)

@@ -8,8 +8,9 @@ session's records afresh (``decode_event`` + ``to_event``: new objects per
 session, as the Processor gets from the consumer) and folds them through a
 :class:`~processor.engine.runtime.SessionRuntime` exactly as the runner does
 (``Session.append``, ``record_applied``, ``log.trim_before``, then one
-``view_changes`` drain as at a commit, which hands off closed transcript
-pages), keeps every runtime alive, and reads VmRSS again after a full GC.
+commit's ``session_output``, which hands the transcript off to the views and
+fills the ledgers of what the topics hold), keeps every runtime alive, and
+reads VmRSS again after a full GC.
 Bytes per session = RSS growth / N.  Pool logs are reused round-robin across
 session ids (``N / pool`` sessions share a log's content, never its objects).
 """
@@ -42,6 +43,8 @@ def child(n: int, length: int, trace: bool = False) -> dict[str, Any]:
     from processor.core.builtin import default_registry
     from processor.core.defaults import default_message_projections
     from processor.core.session import Session, synthetic_header
+    from processor.engine.output import session_output
+    from processor.engine.records import Tally
     from processor.engine.runtime import SessionRuntime
 
     codec = default_codec()
@@ -69,7 +72,9 @@ def child(n: int, length: int, trace: bool = False) -> dict[str, Any]:
             session.append(event)
             rt.record_applied(event, offset)
             session.log.trim_before(event.seq + 1)
-        for _ in rt.view_changes(cfg.transcript_page_size):
+        for _ in session_output(  # one commit: hands the transcript off, fills the ledgers
+            rt, rt.view_changes(), {}, config=cfg, codec=codec, tally=Tally()
+        ):
             pass
         runtimes[sid] = rt
     gc.collect()

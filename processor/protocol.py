@@ -15,15 +15,55 @@ from processor.core.session import CHECKPOINT_VERSION
 
 __all__ = [
     "CHECKPOINT_VERSION",
+    "CHUNK_ITEMS",
     "CONTROL_HEADER",
     "CONTROL_VERSION",
     "CORE_STATE_VERSION",
     "CORE_VIEWS",
+    "DIGEST_BLOCK",
     "SERVICE_STATE_VERSION",
     "TOPIC_SUFFIXES",
+    "VIEW_HEAD",
+    "content_view",
+    "is_internal_view",
     "is_transcript_page",
+    "node_chunk_view",
+    "transcript_chunk_view",
     "transcript_page",
 ]
+
+# The parted format (format 2, issue 12): names of the views topic's records
+# besides the domain units; README "Reading the views topic from another
+# language" describes how a reader assembles them.
+
+#: Items per closed chunk of a list (node refs, transcript seqs, checkpoint lists).
+CHUNK_ITEMS: Final = 16
+#: Digests per closed block of the checkpoint's duplicate window.
+DIGEST_BLOCK: Final = 16
+#: One per session, rewritten per batch: status, generations, chunk versions, tails.
+VIEW_HEAD: Final = "~h"
+_INTERNAL: Final = "~"
+
+
+def content_view(seq: int, generation: int | None = None) -> str:
+    """The record holding the message of ``seq`` (an override at ``generation``)."""
+    return f"~m{seq}" if generation is None else f"~m{seq}.{generation}"
+
+
+def node_chunk_view(index: int) -> str:
+    """Closed chunk ``index`` of the head's node refs (rewritten, versioned)."""
+    return f"~n{index}"
+
+
+def transcript_chunk_view(index: int) -> str:
+    """Closed chunk ``index`` of the transcript's seqs (written once)."""
+    return f"~t{index}"
+
+
+def is_internal_view(view: str) -> bool:
+    """A record of the parted format, not a view a subscriber shows as such."""
+    return view.startswith(_INTERNAL)
+
 
 #: ``<prefix>.<suffix>``: events in, views and checkpoints (compacted) and
 #: dead letters out, operator commands in.

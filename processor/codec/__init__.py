@@ -85,6 +85,17 @@ the newest seen are stale and ignored.  When a view shrinks from ``N`` to
 the writer tombstones its part keys too).  Keys are for compaction only; the
 record fields are authoritative.
 
+Parted format (format 2, issue 12)
+----------------------------------
+The core views and the checkpoints are written in parts so a batch writes
+what changed: on the views topic, ``View`` records whose names start with
+``~`` (``processor.protocol``; assembled by
+``processor.service.view_assembly``); on the checkpoints topic a typed
+``CheckpointHead`` under the session id plus ``CheckpointPart`` records
+under :func:`part_key` (``0xFF`` + session + ``0x00`` + name; assembled by
+``processor.engine.checkpoints.latest_checkpoints``).  A format-1
+``Checkpoint`` record still decodes and restores.
+
 Schema folder
 -------------
 The repository's ``schemas/`` next to the ``processor`` package (source
@@ -113,6 +124,14 @@ from processor.codec.names import (
     CodecError,
     Framing,
     ViewEncoding,
+)
+from processor.codec.parted import (
+    decode_checkpoint_record,
+    decode_part,
+    encode_head,
+    encode_part,
+    part_key,
+    split_part_key,
 )
 from processor.codec.payload import (
     decode_json_payload,
@@ -167,22 +186,28 @@ __all__ = [
     "ViewAssembler",
     "ViewEncoding",
     "decode_checkpoint",
+    "decode_checkpoint_record",
     "decode_dead_letter",
     "decode_event",
     "decode_events_batch",
     "decode_json_payload",
+    "decode_part",
     "decode_view",
     "default_codec",
     "encode_checkpoint",
     "encode_dead_letter",
     "encode_event",
+    "encode_head",
     "encode_json_payload",
     "encode_parsed_event",
+    "encode_part",
     "encode_view",
     "find_schema_dir",
     "join_view_parts",
+    "part_key",
     "schema_fingerprint",
     "session_key",
+    "split_part_key",
     "split_view",
     "stale_part_keys",
     "view_key",

@@ -4,14 +4,34 @@ One place turns the (key, value) records of a checkpoints partition, read
 from the start, into the newest usable checkpoint per session: the Kafka
 restore and the broker-less tests (compaction simulated) call the same
 function, so a format change cannot split them.
+
+Two formats: a format-1 ``Checkpoint`` record holds a whole session; a
+format-2 ``CheckpointHead`` names the parts it is made of (checkpoint_parts.py,
+keys ``0xFF + session + 0x00 + name``).  A head is assembled from the newest
+record of every part it names; a part that is missing, unreadable or at
+another version than the head names makes that session's checkpoint
+unusable: it is reported like an unreadable record and the session refolds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import base64
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from processor.codec import Checkpoint, Codec, CodecError
+from processor.codec import (
+    CHECKPOINT,
+    Anchor,
+    Checkpoint,
+    Codec,
+    CodecError,
+    decode_checkpoint_record,
+    decode_json_payload,
+    decode_part,
+    split_part_key,
+)
+from processor.protocol import DIGEST_BLOCK, SERVICE_STATE_VERSION
 
 
 @dataclass
@@ -28,23 +48,155 @@ def latest_checkpoints(
 ) -> RestoredCheckpoints:
     """Newest checkpoint per session of ``records`` in log order (tombstones remove).
 
-    An unreadable record drops its session's checkpoint (it is refolded) and
-    is reported through ``on_bad``; it never stops the restore.
+    An unreadable record, or a head whose parts are not all readable, drops
+    its session's checkpoint (it is refolded) and is reported through
+    ``on_bad``; it never stops the restore.
     """
     result = RestoredCheckpoints()
+    heads: dict[str, Checkpoint | dict[str, Any]] = {}
+    parts: dict[tuple[str, str], bytes] = {}
+
+    def bad(sid: str, exc: CodecError) -> None:
+        result.bad_records += 1
+        if on_bad is not None:
+            on_bad(sid, exc)
+
     for key, value in records:
         result.records_read += 1
         if key is None:
             continue
+        ident = split_part_key(key)
+        if ident is not None:
+            if value is None:
+                parts.pop(ident, None)
+            else:
+                parts[ident] = value
+            continue
         sid = key.decode("utf-8", "replace")
         if value is None:
-            result.checkpoints.pop(sid, None)
+            heads.pop(sid, None)
             continue
         try:
-            result.checkpoints[sid] = codec.decode_checkpoint(value)
+            name, datum = decode_checkpoint_record(codec, value)
+            heads[sid] = codec.decode_checkpoint(value) if name == CHECKPOINT else datum
         except CodecError as exc:
-            result.bad_records += 1
-            if on_bad is not None:
-                on_bad(sid, exc)
-            result.checkpoints.pop(sid, None)
+            bad(sid, exc)
+            heads.pop(sid, None)
+    for sid, head in heads.items():
+        if isinstance(head, Checkpoint):
+            result.checkpoints[sid] = head
+            continue
+        try:
+            result.checkpoints[sid] = _assemble(codec, sid, head, parts)
+        except CodecError as exc:
+            bad(sid, exc)
+        except (KeyError, TypeError, ValueError) as exc:  # a part of the wrong shape
+            bad(sid, CodecError(f"malformed checkpoint part: {type(exc).__name__}: {exc}"))
     return result
+
+
+class _Parts:
+    """The parts of one session, decoded on demand; remembers every name read."""
+
+    def __init__(self, codec: Codec, sid: str, parts: Mapping[tuple[str, str], bytes]) -> None:
+        self.codec, self.sid, self.parts = codec, sid, parts
+        self.names: list[str] = []
+
+    def get(self, name: str, version: int | None = None) -> Any:
+        raw = self.parts.get((self.sid, name))
+        if raw is None:
+            raise CodecError(f"checkpoint part {name} is missing")
+        _, have, value = decode_part(self.codec, raw)
+        if version is not None and have != version:
+            raise CodecError(
+                f"checkpoint part {name} is at version {have}, the head needs {version}"
+            )
+        self.names.append(name)
+        return value
+
+    def chunked(self, kind: str, spec: Mapping[str, Any]) -> list[Any]:
+        items: list[Any] = []
+        for i, version in enumerate(spec["chunks"]):
+            chunk = self.get(f"{kind}.{i}", version)
+            if not isinstance(chunk, list):
+                raise CodecError(f"checkpoint part {kind}.{i} is not a list")
+            items.extend(chunk)
+        items.extend(spec["tail"])
+        return items
+
+
+def _assemble(
+    codec: Codec, sid: str, h: Mapping[str, Any], stored: Mapping[tuple[str, str], bytes]
+) -> Checkpoint:
+    """A format-2 head and its parts as the checkpoint the engine restores from."""
+    last = int(h["lastSeq"])
+    views = h["views"]
+    parts = _Parts(codec, sid, stored)
+    nodes = parts.chunked("n", h["nodes"])
+    headers = parts.chunked("h", h["headers"])
+    overrides = [[o["seq"], parts.get(f"o.{o['seq']}.{o['generation']}")] for o in h["overrides"]]
+    rows = {}
+    keys = parts.get("k", h["unitKeys"])
+    if len(keys) != len(h["units"]):
+        raise CodecError(f"checkpoint part k names {len(keys)} units, the head {len(h['units'])}")
+    for key, unit in zip(keys, h["units"], strict=True):
+        inline = unit["row"]
+        row = (
+            decode_json_payload("JSON", inline)
+            if inline is not None
+            else parts.get(f"u.{key}", last - unit["age"])
+        )
+        rows[key] = {"ver": row["ver"], "seq": last, "val": row["val"]}
+    blocks = list(range(h["digestFirstBlock"], (last + 1) // DIGEST_BLOCK))
+    digests = b"".join(base64.b64decode(parts.get(f"d.{b}")) for b in blocks)
+    surface = {
+        "nextSeq": last + 1,
+        "nodes": nodes,
+        "nodeEvents": [parts.get(f"e.{s}") for s in nodes],
+        "headers": [parts.get(f"e.{s}") for s in headers],
+        "overrides": overrides,
+        "replacements": [parts.get(f"r.{i}") for i in range(h["replacements"])],
+        "projectionTypesUsed": list(h["projectionTypesUsed"]),
+        "replaceGeneration": h["replaceGeneration"],
+        "contentGeneration": h["contentGeneration"],
+    }
+    header = parts.get("hdr")
+    a = h["anchor"]
+    core = {
+        "version": h["coreVersion"],
+        "lastSeq": last,
+        "lastDigest": a["digest"].hex() if a["digest"] else None,
+        "surface": surface,
+        "transcriptBase": views["transcriptTotal"],
+        "transcript": [{"seq": s, "message": parts.get(f"t.{s}")} for s in views["pending"]],
+    }
+    service = {
+        "version": SERVICE_STATE_VERSION,
+        "lastOffset": h["lastOffset"],
+        "quarantine": h["quarantine"],
+        "redriveAt": h["redriveAt"],
+        "liftedAt": h["liftedAt"],
+        "digests": base64.b64encode(digests + h["digestTail"]).decode(),
+        "published": {"transcript": views["transcriptTotal"]},
+        "parted": {
+            "overrides": [[o["seq"], o["generation"]] for o in h["overrides"]],
+            "units": [
+                [k, last - u["age"], u["row"] is not None]
+                for k, u in zip(keys, h["units"], strict=True)
+            ],
+            "unitKeys": h["unitKeys"],
+            "nodeChunks": h["nodes"]["chunks"],
+            "headerChunks": h["headers"]["chunks"],
+            "digestBlocks": blocks,
+            "views": views,
+            "partNames": sorted(set(parts.names)),
+        },
+    }
+    return Checkpoint(
+        sid,
+        last,
+        Anchor(a["partition"], a["offset"], a["seq"], a["digest"]),
+        rows,
+        {"core": core, "service": service, "header": header},
+        h["coreVersion"],
+    )

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
-from processor.codec import Checkpoint, Codec, CodecError, DeadLetter, session_key, view_key
+from processor.codec import Checkpoint, Codec, CodecError, DeadLetter, session_key
 from processor.config import ServiceConfig
 from processor.core.errors import SessionError
 from processor.core.message_projections import MessageProjectionRegistry
@@ -32,14 +32,11 @@ from processor.engine.commands import Command, CommandError, apply_command, pars
 from processor.engine.dead_letters import MAX_KEY_BYTES, bounded
 from processor.engine.errors import AnchorError
 from processor.engine.gate import Gate, judge, refusal
-from processor.engine.output import session_output
+from processor.engine.output import restore_ledgers, session_output, session_tombstones
 from processor.engine.records import Batch, Fate, Out, Outcome, Record, Tally
 from processor.engine.runtime import Quarantine, SessionRuntime, ViewChange
-from processor.protocol import transcript_page
 
 log = logging.getLogger("processor.runner")
-
-CORE_VIEW_NAMES = ("messages", "surface", "transcript", "status")
 
 
 class Feeds(Protocol):
@@ -159,7 +156,9 @@ class Engine:
             session = self._session_from_checkpoint(cp)
         rt = SessionRuntime(sid, part.number, session, window=self.config.duplicate_window)
         if cp is not None:
-            rt.load_service_state(cp.surface.get("service", {}))
+            service = cp.surface.get("service", {})
+            rt.load_service_state(service)
+            restore_ledgers(rt, service.get("parted"), self.config.transcript_page_size)
         if part.maybe_stale:
             part.fresh.add(sid)  # without a checkpoint: its first one may be the hidden one
         part.sessions[sid] = rt
@@ -196,21 +195,14 @@ class Engine:
         return None
 
     def tombstone_session(self, partition: int, sid: str, cp: Checkpoint) -> None:
-        """Remove a session's checkpoint and views before it is rebuilt from zero.
+        """Remove a session's checkpoint (head and parts) and views before it is
+        rebuilt from zero.
 
         Its views are about to restart at a lower ``asOfSeq`` (the log
         changed), which readers would otherwise ignore as stale.
         """
-        pending = self.batch.tombstones
-        pending.append((self.topics.checkpoints, partition, session_key(sid)))
-        published = cp.surface.get("service", {}).get("published", {})
-        pages = -(-int(published.get("transcript", 0)) // self.config.transcript_page_size)
-        names = [
-            *CORE_VIEW_NAMES,
-            *(d.key for d in self.registry.definitions() if d.wire),
-            *(transcript_page(n) for n in range(pages)),
-        ]
-        pending.extend((self.topics.views, partition, view_key(sid, name)) for name in names)
+        units = [d.key for d in self.registry.definitions() if d.wire]
+        self.batch.tombstones.extend(session_tombstones(partition, sid, cp, units, self.config))
 
     def sessions_held(self) -> int:
         return sum(len(p.sessions) + len(p.checkpoints) for p in self.partitions.values())
@@ -467,9 +459,9 @@ class Engine:
                     tally=self.tally,
                 )
 
-    def _changes(self, rt: SessionRuntime) -> Iterable[ViewChange]:
+    def _changes(self, rt: SessionRuntime) -> Iterable[ViewChange] | None:
         floor = self._publish_floor.get(rt.session_id)
         if floor is not None and rt.last_seq < floor and rt.quarantine is None:
-            return ()  # held back until the old asOfSeq
+            return None  # held back until the old asOfSeq
         self._publish_floor.pop(rt.session_id, None)
         return rt.view_changes(self.config.transcript_page_size)

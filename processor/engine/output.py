@@ -1,21 +1,27 @@
-"""What a changed session publishes: its changed views, then its checkpoint.
+"""What a changed session publishes, in the parted format (issue 12).
 
-Views are coalesced (one record per session and view per batch, only those
-whose value changed, ``SessionRuntime.view_changes``); a view too large for
-one record is split into parts, written parts first and head last, so a
-reader that sees the head has every part.  Parts a shrunk view no longer
-has are tombstoned, so a compacted topic does not keep them forever.
+Per changed session and batch, in produce order: its new view records
+(messages, transcript chunks, rewritten node chunks, changed unit views),
+the tombstones of view records nothing names any more, the views head; then
+its new checkpoint parts, their tombstones, the checkpoint head.  Parts come
+before the head that names them, all in the runner's one transaction, so a
+``read_committed`` reader that sees a head can read everything it names.
+view_parts.py and checkpoint_parts.py decide what changed; this module
+frames it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from processor.codec import (
-    Anchor,
     Checkpoint,
     Codec,
     View,
+    encode_head,
+    encode_part,
+    part_key,
     session_key,
     split_view,
     stale_part_keys,
@@ -23,67 +29,219 @@ from processor.codec import (
 )
 from processor.config import ServiceConfig
 from processor.core.session import CHECKPOINT_VERSION
+from processor.engine.checkpoint_parts import checkpoint_writes
+from processor.engine.chunks import ChunkLedger
 from processor.engine.records import Out, Tally
 from processor.engine.runtime import SessionRuntime, ViewChange
-
-
-def checkpoint_of(rt: SessionRuntime) -> Checkpoint:
-    """The checkpoint record of a session: the core's state, the service's, the anchor."""
-    session = rt.session
-    core = session.checkpoint(detached=False)  # encoded at once: no thawed copy (issue 15)
-    rows = core.pop("rows")
-    digest = session.last_digest
-    return Checkpoint(
-        session_id=rt.session_id,
-        last_seq=session.last_seq,
-        anchor=Anchor(
-            rt.partition, rt.last_offset, session.last_seq, bytes.fromhex(digest) if digest else b""
-        ),
-        rows=rows,
-        surface={"core": core, "service": rt.service_state(), "header": session.header},
-        core_version=CHECKPOINT_VERSION,
-    )
+from processor.engine.view_parts import node_refs, view_writes
+from processor.protocol import (
+    CHUNK_ITEMS,
+    CORE_STATE_VERSION,
+    CORE_VIEWS,
+    VIEW_HEAD,
+    content_view,
+    node_chunk_view,
+    transcript_chunk_view,
+    transcript_page,
+)
 
 
 def session_output(
     rt: SessionRuntime,
-    changes: Iterable[ViewChange],
+    changes: Iterable[ViewChange] | None,
     view_parts: dict[tuple[str, str], int],
     *,
     config: ServiceConfig,
     codec: Codec,
     tally: Tally,
 ) -> Iterator[Out]:
-    """The records of ``changes`` and the session's checkpoint, in produce order.
+    """The records of one changed session, in produce order.
 
-    ``view_parts``: (session, view) -> parts last published, updated here.
+    ``changes``: its unit view changes, or None while its views are held
+    back (publish floor).  ``view_parts``: (session, unit view) -> parts last
+    published, updated here.
     """
-    views, partition, sid = config.topics.views, rt.partition, rt.session_id
-    as_of = rt.last_seq
-    for change in changes:
+    generations = rt.override_generations()
+    if changes is not None:
+        yield from _views(
+            rt, changes, view_parts, generations, config=config, codec=codec, tally=tally
+        )
+    yield from _checkpoint(rt, generations, config=config, codec=codec, tally=tally)
+
+
+def _views(
+    rt: SessionRuntime,
+    changes: Iterable[ViewChange],
+    view_parts: dict[tuple[str, str], int],
+    generations: dict[int, int],
+    *,
+    config: ServiceConfig,
+    codec: Codec,
+    tally: Tally,
+) -> Iterator[Out]:
+    topic, partition, sid, as_of = config.topics.views, rt.partition, rt.session_id, rt.last_seq
+    quarantine = rt.quarantine.to_json() if rt.quarantine else None
+    writes = view_writes(
+        rt.session, rt.view_ledger, generations, quarantine, page_size=config.transcript_page_size
+    )
+    threshold = codec.compress_threshold
+    for name, value in writes.records:
+        record = View.of(sid, name, as_of, CORE_STATE_VERSION, value, threshold=threshold)
+        yield Out(topic, partition, view_key(sid, name), codec.encode_view(record))
+    tally.views_published += len(writes.records)
+    for change in changes:  # domain units: one record per unit, split when too large
         ident = (sid, change.name)
         old_parts = view_parts.get(ident, 1)
         if change.removed:
             for k in stale_part_keys(sid, change.name, old_parts, 0):
-                yield Out(views, partition, k, None)
+                yield Out(topic, partition, k, None)
             view_parts.pop(ident, None)
             continue
         records = split_view(
-            View.of(sid, change.name, as_of, change.state_version, change.value),
+            View.of(
+                sid, change.name, as_of, change.state_version, change.value, threshold=threshold
+            ),
             config.max_view_bytes,
         )
         for k in stale_part_keys(sid, change.name, old_parts, len(records)):
-            yield Out(views, partition, k, None)
+            yield Out(topic, partition, k, None)
         for record in sorted(records, key=lambda r: -r.part):  # parts first, head last
-            yield Out(
-                views, partition, view_key(sid, change.name, record.part), codec.encode_view(record)
-            )
+            yield Out(topic, partition, record.key, codec.encode_view(record))
         view_parts[ident] = len(records)
         tally.views_published += len(records)
-    yield Out(
-        config.topics.checkpoints,
-        partition,
-        session_key(sid),
-        codec.encode_checkpoint(checkpoint_of(rt)),
+    for name in writes.tombstones:
+        yield Out(topic, partition, view_key(sid, name), None)
+    head = View.of(sid, VIEW_HEAD, as_of, CORE_STATE_VERSION, writes.head, threshold=threshold)
+    yield Out(topic, partition, view_key(sid, VIEW_HEAD), codec.encode_view(head))
+    tally.views_published += 1
+
+
+def _checkpoint(
+    rt: SessionRuntime,
+    generations: dict[int, int],
+    *,
+    config: ServiceConfig,
+    codec: Codec,
+    tally: Tally,
+) -> Iterator[Out]:
+    topic, partition, sid = config.topics.checkpoints, rt.partition, rt.session_id
+    session = rt.session
+    views = rt.view_ledger
+    writes = checkpoint_writes(
+        session, rt.part_ledger, generations, rt.digests, rt.window, views.transcript_total
     )
-    tally.checkpoints_published += 1
+    for name, version, value in writes.parts:
+        yield Out(topic, partition, part_key(sid, name), encode_part(codec, name, version, value))
+    for name in writes.tombstones:
+        yield Out(topic, partition, part_key(sid, name), None)
+    digest = session.last_digest
+    q = rt.quarantine
+    head: dict[str, Any] = {
+        "sessionId": sid,
+        "lastSeq": session.last_seq,
+        "anchor": {
+            "partition": rt.partition,
+            "offset": rt.last_offset,
+            "seq": session.last_seq,
+            "digest": bytes.fromhex(digest) if digest else b"",
+        },
+        "coreVersion": CHECKPOINT_VERSION,
+        **writes.head,
+        "lastOffset": rt.last_offset,
+        "quarantine": None
+        if q is None
+        else {"seq": q.seq, "rule": q.rule, "reason": q.reason, "offset": q.offset},
+        "redriveAt": rt.redrive_at,
+        "liftedAt": rt.lifted_at,
+        "views": {
+            "asOfSeq": views.as_of,
+            "pending": list(rt.part_ledger.pending),
+            "transcriptTotal": views.transcript_total,
+            "transcriptBase": views.transcript_base,
+            "transcriptTail": list(views.transcript_tail),
+            "contentFloor": views.content_floor,
+            "nodeChunks": views.nodes.versions,
+        },
+    }
+    yield Out(topic, partition, session_key(sid), encode_head(codec, head))
+    tally.checkpoints_published += len(writes.parts) + 1
+
+
+def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
+    """What the two topics hold for a restored session (see ``latest_checkpoints``).
+
+    ``parted``: the format-2 facts of its checkpoint, or None for a format-1
+    checkpoint — then every part is written on the first batch, and the
+    format-1 core view records are tombstoned but its closed transcript
+    pages kept (the new transcript continues after them).
+    """
+    session = rt.session
+    state = session.surface.state
+    views = rt.view_ledger
+    if parted is None:
+        base = session.transcript_base
+        retained = session.transcript()
+        views.transcript_base = views.transcript_total = base
+        views.content_floor = int(retained[0]["seq"]) if retained else session.last_seq + 1
+        published = int(rt.published_transcript)
+        views.legacy = [
+            *CORE_VIEWS,
+            *(transcript_page(n) for n in range(base // page_size, -(-published // page_size))),
+        ]
+        return
+    generations = {int(s): int(g) for s, g in parted["overrides"]}
+    rt.adopt_override_generations(generations)
+    parts = rt.part_ledger
+    parts.events = set(state.nodes) | set(state.headers)
+    parts.overrides = dict(generations)
+    rows = session.projections.checkpoint(detached=False)
+    parts.units = {k: (int(v), rows[k], bool(i)) for k, v, i in parted["units"] if k in rows}
+    parts.unit_keys = ([k for k, _, _ in parted["units"]], int(parted["unitKeys"]))
+    parts.nodes = ChunkLedger.restored(state.nodes, parted["nodeChunks"])
+    parts.headers = ChunkLedger.restored(list(state.headers), parted["headerChunks"])
+    parts.replacements = len(state.replacements)
+    parts.digest_blocks = list(parted["digestBlocks"])
+    parts.header = session.header
+    parts.last_write = session.last_seq
+    v = parted["views"]
+    parts.pending = [int(s) for s in v["pending"]]
+    views.transcript_total = int(v["transcriptTotal"])
+    views.transcript_base = int(v["transcriptBase"])
+    views.transcript_tail = [int(s) for s in v["transcriptTail"]]
+    views.content_floor = int(v["contentFloor"])
+    if int(v["asOfSeq"]) != session.last_seq:
+        return  # views held back: the rest is written whole when they are published
+    views.as_of = int(v["asOfSeq"])
+    views.nodes = ChunkLedger.restored(node_refs(session, generations), v["nodeChunks"])
+    views.owned = {s for s in state.nodes if views.owns(session, s, s in generations)}
+    views.overrides = dict(generations)
+
+
+def session_tombstones(
+    partition: int, sid: str, cp: Checkpoint, units: Iterable[str], config: ServiceConfig
+) -> list[tuple[str, int, bytes]]:
+    """Every record a session has in both topics, as tombstones (head keys first).
+
+    A format-2 session's messages are tombstoned for every seq up to its
+    watermark: the checkpoint does not list the transcript's seqs, and a
+    tombstone of a key that holds nothing costs one small record once.
+    """
+    cps, views, ps = config.topics.checkpoints, config.topics.views, config.transcript_page_size
+    out = [(cps, partition, session_key(sid))]
+    service = cp.surface.get("service", {})
+    parted = service.get("parted")
+    names = [*units, *CORE_VIEWS]
+    if parted is None:
+        published = int(service.get("published", {}).get("transcript", 0))
+        names += [transcript_page(n) for n in range(-(-published // ps))]
+    else:
+        out += [(cps, partition, part_key(sid, name)) for name in parted["partNames"]]
+        v = parted["views"]
+        chunks = (int(v["transcriptTotal"]) - int(v["transcriptBase"])) // CHUNK_ITEMS
+        names += [transcript_page(n) for n in range(-(-int(v["transcriptBase"]) // ps))]
+        names += [VIEW_HEAD, *(node_chunk_view(i) for i in range(len(v["nodeChunks"])))]
+        names += [transcript_chunk_view(i) for i in range(chunks)]
+        names += [content_view(int(s), int(g)) for s, g in parted["overrides"]]
+        names += [content_view(seq) for seq in range(cp.last_seq + 1)]
+    out += [(views, partition, view_key(sid, name)) for name in names]
+    return out

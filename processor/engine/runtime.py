@@ -5,19 +5,11 @@ quarantine, where in the events topic the last folded event sits (the
 anchor), and which views were already published (only changes are
 published, one record per session and view per batch).
 
-Views a session publishes (names are the record's ``view`` field):
-
-- every wire unit of the domain projections under its key
-  (``stateVersion`` = the unit's version);
-- ``messages`` — the derived model context (G-2), a list of messages;
-- ``surface`` — ``{nodes, replaceGeneration, contentGeneration}``;
-- ``transcript`` — an index ``{total, pageSize, pages}``; the entries live in
-  ``transcript.<n>`` pages of ``pageSize`` entries (G-4).  Closed pages never
-  change again, so a long session republishes only its last page and the
-  checkpoint carries only that open page;
-- ``status`` — ``{state: "ok" | "quarantined", lastSeq, quarantine?}``.
-
-The core views carry ``stateVersion`` -1.
+Views a session publishes: every wire unit of the domain projections under
+its key (``stateVersion`` = the unit's version), and the core views
+(messages, surface, transcript, status) in parts (view_parts.py), which the
+readers assemble into whole views.  ``view_ledger`` and ``part_ledger`` are
+what the two topics hold, so a batch writes only what changed.
 """
 
 from __future__ import annotations
@@ -30,7 +22,9 @@ from typing import Any
 
 from processor.core.events import Event
 from processor.core.session import Session, event_digest
-from processor.protocol import CORE_STATE_VERSION, SERVICE_STATE_VERSION, transcript_page
+from processor.engine.checkpoint_parts import PartLedger
+from processor.engine.view_parts import ViewLedger
+from processor.protocol import SERVICE_STATE_VERSION
 
 
 def _short_digest(event: Event) -> bytes:
@@ -61,15 +55,18 @@ class SessionRuntime:
 
     __slots__ = (
         "_digests",
+        "_overrides",
         "_published",
         "_window",
         "last_offset",
         "lifted_at",
+        "part_ledger",
         "partition",
         "quarantine",
         "redrive_at",
         "session",
         "session_id",
+        "view_ledger",
     )
 
     def __init__(
@@ -91,6 +88,10 @@ class SessionRuntime:
         self._digests: deque[bytes] = deque(maxlen=window)
         # view name -> marker of what was published last (identity or tuple)
         self._published: dict[str, Any] = {}
+        self._overrides: dict[int, tuple[int, Any]] = {}
+        #: what the views and checkpoints topics hold for this session (parted format)
+        self.view_ledger = ViewLedger()
+        self.part_ledger = PartLedger()
 
     @property
     def last_seq(self) -> int:
@@ -116,8 +117,12 @@ class SessionRuntime:
 
     # ------------------------------------------------------------ views
 
-    def view_changes(self, page_size: int) -> Iterator[ViewChange]:
-        """Views whose value changed since the last call (coalesced)."""
+    def view_changes(self, page_size: int = 0) -> Iterator[ViewChange]:
+        """Unit views whose value changed since the last call (coalesced).
+
+        The core views (messages, surface, transcript, status) are written in
+        parts (view_parts.py); ``page_size`` is unused and kept for callers.
+        """
         session = self.session
         pub = self._published
         registry = session.projections.registry
@@ -130,46 +135,41 @@ class SessionRuntime:
                 yield ViewChange(key[5:], 0, None, removed=True)
         for key in session.projections.wire_keys():
             pub.setdefault(f"unit:{key}", True)
-        state = session.surface.state
-        marker = (
-            state.content_generation,
-            len(state.nodes),
-            state.nodes[-1] if state.nodes else None,
-        )
-        if pub.get("messages") != marker:
-            pub["messages"] = marker
-            yield ViewChange("messages", CORE_STATE_VERSION, session.derive_messages())
-        surface = (state.replace_generation, state.content_generation, len(state.nodes), marker[2])
-        if pub.get("surface") != surface:
-            pub["surface"] = surface
-            yield ViewChange("surface", CORE_STATE_VERSION, session.surface_view())
-        total = session.transcript_count
-        if pub.get("transcript") != total:
-            published_total = pub.get("transcript", session.transcript_base)
-            first_page = min(published_total, total) // page_size
-            last_page = max(total - 1, 0) // page_size
-            for page in range(first_page, last_page + 1):
-                start = page * page_size
-                yield ViewChange(
-                    transcript_page(page),
-                    CORE_STATE_VERSION,
-                    session.transcript_slice(start, min(start + page_size, total)),
-                )
-            pub["transcript"] = total
-            yield ViewChange(
-                "transcript",
-                CORE_STATE_VERSION,
-                {
-                    "total": total,
-                    "pageSize": page_size,
-                    "pages": (total + page_size - 1) // page_size,
-                },
-            )
-            session.drop_transcript_before(last_page * page_size)
-        status = self.status()
-        if pub.get("status") != status:
-            pub["status"] = status
-            yield ViewChange("status", CORE_STATE_VERSION, status)
+
+    def override_generations(self) -> dict[int, int]:
+        """Node seq -> the ``contentGeneration`` its current override was first seen at.
+
+        Both topics key an override by it, so a superseded override is a
+        different record (tombstoned) and an unchanged one is never rewritten.
+        """
+        overrides = self.session.surface.state.overrides
+        known = self._overrides
+        for seq, message in overrides.items():
+            seen = known.get(seq)
+            if seen is None or seen[1] is not message:
+                known[seq] = (self.session.surface.state.content_generation, message)
+        for seq in [s for s in known if s not in overrides]:
+            del known[seq]
+        return {seq: generation for seq, (generation, _) in known.items()}
+
+    def adopt_override_generations(self, generations: Mapping[int, int]) -> None:
+        """After a restore: the generations the restored overrides were written at."""
+        overrides = self.session.surface.state.overrides
+        self._overrides = {s: (g, overrides[s]) for s, g in generations.items() if s in overrides}
+
+    @property
+    def published_transcript(self) -> int:
+        """Transcript entries a format-1 checkpoint says were published."""
+        return int(self._published.get("transcript", self.session.transcript_base))
+
+    @property
+    def digests(self) -> list[bytes]:
+        """8-byte digests of the last folded events (contiguous, ending at last_seq)."""
+        return list(self._digests)
+
+    @property
+    def window(self) -> int:
+        return self._window
 
     def status(self) -> dict[str, Any]:
         if self.quarantine is None:

@@ -314,8 +314,9 @@ class InspectorState:
         with self._lock:
             for m in msgs:
                 self.records += 1
+                self._assembler.last = None  # assembled (parted) views are not packed
                 try:
-                    update = self._mat.apply(m.key(), m.value())
+                    updates = self._mat.apply_all(m.key(), m.value())
                 except CodecError as exc:
                     log.warning(
                         "inspector: view record %s[%s]@%s unreadable: %s",
@@ -325,19 +326,17 @@ class InspectorState:
                         exc,
                     )
                     continue
-                if update is None:
-                    continue  # a part of a view still waiting for its other parts
-                sid = update.session_id
-                summary = self._summary(sid)
-                summary.partition = m.partition()
-                ts = m.timestamp()[1]
-                if ts > summary.last_activity:
-                    summary.last_activity = ts
-                self._pack(summary, update)
-                self._refresh(
-                    summary, update.view, update.record.value if update.record is not None else None
-                )
-                changed.add(sid)
+                for update in updates:  # none: a part still waiting for the others
+                    sid = update.session_id
+                    summary = self._summary(sid)
+                    summary.partition = m.partition()
+                    ts = m.timestamp()[1]
+                    if ts > summary.last_activity:
+                        summary.last_activity = ts
+                    self._pack(summary, update)
+                    value = update.record.value if update.record is not None else None
+                    self._refresh(summary, update.view, value)
+                    changed.add(sid)
 
     def _pack(self, summary: Summary, update: ViewUpdate) -> None:
         """Keep the view as its wire payload (decoded again only when asked for) and

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 
-from processor.codec import session_key
+from processor.codec import part_key, session_key
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.errors import Unavailable
@@ -151,10 +151,11 @@ def _tombstone_checkpoints(config: ServiceConfig, partitions: list[int]) -> dict
         ).items():
             for sid, cp in restore.checkpoints.items():
                 floors[sid] = cp.last_seq
-                producer.produce(
-                    config.topics.checkpoints, key=session_key(sid), value=None, partition=p
-                )
-                producer.poll(0)
+                parted = cp.surface.get("service", {}).get("parted") or {}
+                keys = [session_key(sid), *(part_key(sid, n) for n in parted.get("partNames", ()))]
+                for key in keys:  # the head and its parts (format 2)
+                    producer.produce(config.topics.checkpoints, key=key, value=None, partition=p)
+                    producer.poll(0)
         if producer.flush(60):
             raise ReplayError("could not deliver checkpoint tombstones")
     finally:

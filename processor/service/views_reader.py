@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,11 +39,6 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
 )
 
 from processor.codec import (
@@ -56,9 +50,25 @@ from processor.codec import (
     default_codec,
 )
 from processor.config import ServiceConfig
-from processor.protocol import CORE_VIEWS, is_transcript_page, transcript_page
+from processor.protocol import (
+    CORE_STATE_VERSION,
+    CORE_VIEWS,
+    VIEW_HEAD,
+    is_internal_view,
+    is_transcript_page,
+    transcript_page,
+)
 from processor.service import clients
-from processor.service.restore import read_partitions
+from processor.service.topic_reader import (
+    _partitions as _partitions,
+)
+from processor.service.topic_reader import (
+    _resume_offsets,
+    _snapshot,
+    _tail,
+    read_committed_records,
+)
+from processor.service.view_assembly import PartedViews
 
 __all__ = [
     "CORE_VIEWS",
@@ -134,9 +144,13 @@ class _Materializer:
     """Views of all (filtered) sessions, fed records in partition order.
 
     Session and view come from the decoded record (authoritative: ids may
-    contain ``/``); a tombstone has only its key, so head keys seen are
+    contain ``/``); a tombstone has only its key, so keys seen are
     remembered to know what a tombstone removes.  Tombstones of part keys
-    (a shrunk split view) need no action.
+    (a shrunk split view) need no action.  Records of the parted format
+    (``~h`` heads and what they name) are assembled by
+    :class:`~processor.service.view_assembly.PartedViews` into the core
+    views; a head that names a record not held yet is skipped, so every
+    snapshot is consistent.
     """
 
     def __init__(self, codec: Codec, session: str | None, view: str | None) -> None:
@@ -145,6 +159,8 @@ class _Materializer:
         self.view = view
         self.views: dict[str, SessionViews] = {}
         self.assembler = ViewAssembler()
+        self.parted = PartedViews()
+        self._assembled: set[str] = set()  # sessions whose core views are parted
         self._heads: dict[bytes, tuple[str, str]] = {}
         # highest asOfSeq read per (session, view), to see a record go backwards
         self._seen: dict[tuple[str, str], int] = {}
@@ -158,142 +174,105 @@ class _Materializer:
         partition: int | None = None,
         offset: int | None = None,
     ) -> ViewUpdate | None:
+        """:meth:`apply_all`'s last update (a parted head may yield several)."""
+        updates = self.apply_all(key, value, partition, offset)
+        return updates[-1] if updates else None
+
+    def apply_all(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> list[ViewUpdate]:
+        """Take one record; the view updates it completes, in order."""
         if value is None:
-            ident = self._heads.pop(key, None) if key is not None else None
-            if ident is None:
-                return None
-            sid, name = ident
-            self.assembler.forget(sid, name)
-            self._seen.pop(ident, None)  # a removed view may start again lower
-            existed = self.views.get(sid, {}).pop(name, None) is not None
-            return ViewUpdate(sid, name, None) if existed else None
+            return self._tombstone(key) if key is not None else []
         part = self.codec.decode_view(value)
-        if (self.session is not None and part.session_id != self.session) or (
-            self.view is not None and part.view != self.view
-        ):
-            return None
+        if self.session is not None and part.session_id != self.session:
+            return []
+        if is_internal_view(part.view):
+            views = self.parted.put(key, part)
+            return [] if views is None else self._assembled_updates(part, views, partition, offset)
+        if self.view is not None and part.view != self.view:
+            return []
         if part.part == 0 and key is not None:
             self._heads[key] = (part.session_id, part.view)
         ident = (part.session_id, part.view)
-        seen = self._seen.get(ident)
-        if seen is not None and part.as_of_seq < seen:
-            # the latest record wins: let the assembler take the lower version
-            self.assembler.forget(*ident)
-            self._regressed[ident] = seen
-            regression = ViewRegression(
-                part.session_id, part.view, part.as_of_seq, seen, partition, offset
-            )
-            self.regressions.append(regression)
-            log.warning(
-                "view %s/%s went back from asOfSeq %d to %d (%s@%s): a processor "
-                "published from a stale state",
-                part.session_id,
-                part.view,
-                seen,
-                part.as_of_seq,
-                partition,
-                offset,
-            )
-        self._seen[ident] = part.as_of_seq
+        self._check_regression(ident, part.as_of_seq, partition, offset)
         whole: View | None = self.assembler.add(part)
         if whole is None:
-            return None  # waiting for the other parts of a split view
+            return []  # waiting for the other parts of a split view
         record = ViewRecord(whole.view, whole.as_of_seq, whole.state_version, whole.json_value())
         self.views.setdefault(whole.session_id, {})[whole.view] = record
-        return ViewUpdate(whole.session_id, whole.view, record, self._regressed.pop(ident, None))
+        return [ViewUpdate(whole.session_id, whole.view, record, self._regressed.pop(ident, None))]
 
+    def _tombstone(self, key: bytes) -> list[ViewUpdate]:
+        parted = self.parted.remove(key)
+        if parted is not None:
+            sid, name = parted
+            if name != VIEW_HEAD:
+                return []
+            # the session is rebuilt from zero: its assembled views go
+            self._assembled.discard(sid)
+            self._seen.pop(parted, None)
+            views = self.views.get(sid, {})
+            gone = [n for n in views if n in CORE_VIEWS or is_transcript_page(n)]
+            for name in gone:
+                del views[name]
+            return [ViewUpdate(sid, n, None) for n in gone if self.view in (None, n)]
+        ident = self._heads.pop(key, None)
+        if ident is None:
+            return []
+        sid, name = ident
+        if sid in self._assembled and (name in CORE_VIEWS or is_transcript_page(name)):
+            return []  # a format-1 record the parted format took over
+        self.assembler.forget(sid, name)
+        self._seen.pop(ident, None)  # a removed view may start again lower
+        existed = self.views.get(sid, {}).pop(name, None) is not None
+        return [ViewUpdate(sid, name, None)] if existed else []
 
-def _partitions(consumer: Consumer, topic: str, timeout: float) -> list[int]:
-    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
-        raise RuntimeError(f"topic {topic} does not exist (run `processor topics create`)")
-    return sorted(meta.partitions)
+    def _check_regression(
+        self, ident: tuple[str, str], as_of: int, partition: int | None, offset: int | None
+    ) -> int | None:
+        seen = self._seen.get(ident)
+        self._seen[ident] = as_of
+        if seen is None or as_of >= seen:
+            return None
+        # the latest record wins: let the assembler take the lower version
+        self.assembler.forget(*ident)
+        self._regressed[ident] = seen
+        self.regressions.append(ViewRegression(*ident, as_of, seen, partition, offset))
+        log.warning(
+            "view %s/%s went back from asOfSeq %d to %d (%s@%s): a processor "
+            "published from a stale state",
+            *ident,
+            seen,
+            as_of,
+            partition,
+            offset,
+        )
+        return seen
 
-
-#: Errors of a topic that exists but whose leaders are not known yet (just
-#: created, or a broker restarting): worth a retry, not a failure.
-_TRANSIENT = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-    }
-)
-
-
-def _snapshot(
-    consumer: Consumer,
-    topic: str,
-    timeout: float,
-) -> tuple[list[int], dict[int, list[Any]]]:
-    """All committed records of every partition, from the beginning to the end."""
-    deadline = time.monotonic() + timeout
-    delay = 0.05
-    while True:
-        parts = _partitions(consumer, topic, timeout)
-        try:
-            msgs = read_partitions(
-                consumer,
-                topic,
-                {p: OFFSET_BEGINNING for p in parts},
-                timeout=max(deadline - time.monotonic(), 1.0),
-            )
-            return parts, msgs
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            transient = isinstance(err, KafkaError) and (
-                err.retriable() or err.code() in _TRANSIENT
-            )
-            if not transient or time.monotonic() + delay > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-
-def read_committed_records(
-    config: ServiceConfig, topic: str, *, timeout: float = 60.0, purpose: str = "reader"
-) -> list[Message]:
-    """Every committed record of ``topic`` (all partitions, partition by partition).
-
-    Retries the transient "no leader yet" errors of a just-created topic, so
-    tools and tests can read right after ``processor topics create``.
-    """
-    consumer = clients.plain_consumer(config, purpose)
-    try:
-        parts, msgs = _snapshot(consumer, topic, timeout)
-    finally:
-        consumer.close()
-    return [m for p in parts for m in msgs[p]]
-
-
-def _resume_offsets(parts: list[int], msgs: dict[int, list[Any]]) -> list[tuple[int, int]]:
-    """Where tailing continues after a snapshot: one past its last record."""
-    out = []
-    for p in parts:
-        last = msgs[p][-1].offset() if msgs[p] else None
-        out.append((p, OFFSET_BEGINNING if last is None else last + 1))
-    return out
-
-
-def _tail(
-    consumer: Consumer, topic: str, starts: list[tuple[int, int]], stop_after_s: float | None
-) -> Iterator[Any]:
-    """Committed records from ``starts`` on, until ``stop_after_s`` (or forever)."""
-    consumer.assign([TopicPartition(topic, p, o) for p, o in starts])
-    deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
-    while deadline is None or time.monotonic() < deadline:
-        for m in consumer.consume(500, timeout=0.2):
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if err.fatal():
-                    raise RuntimeError(f"{topic}: {err}")
-                log.warning("%s: %s", topic, err)
+    def _assembled_updates(
+        self, head: View, views: dict[str, Any], partition: int | None, offset: int | None
+    ) -> list[ViewUpdate]:
+        sid = head.session_id
+        regressed = self._check_regression((sid, VIEW_HEAD), head.as_of_seq, partition, offset)
+        self._regressed.pop((sid, VIEW_HEAD), None)
+        self._assembled.add(sid)
+        current = self.views.setdefault(sid, {})
+        out = []
+        for name, value in views.items():
+            if self.view is not None and name != self.view:
                 continue
-            yield m
+            old = current.get(name)
+            if old is not None and old.value == value and regressed is None:
+                continue
+            record = ViewRecord(name, head.as_of_seq, CORE_STATE_VERSION, value)
+            current[name] = record
+            out.append(ViewUpdate(sid, name, record, regressed if name == "status" else None))
+        return out
 
 
 # --------------------------------------------------------------------------
@@ -375,9 +354,7 @@ def follow_views(
         else:
             starts = [(p, OFFSET_END) for p in _partitions(consumer, topic, timeout)]
         for m in _tail(consumer, topic, starts, stop_after_s):
-            update = state.apply(m.key(), m.value(), m.partition(), m.offset())
-            if update is not None:
-                yield update
+            yield from state.apply_all(m.key(), m.value(), m.partition(), m.offset())
     finally:
         consumer.close()
 

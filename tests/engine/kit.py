@@ -12,6 +12,7 @@ from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.events import Event
 from processor.engine import Batch, Engine, NoFeeds, Out, PartitionState, Record
+from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.commands import Command, redrive
 from processor.service.views_reader import _Materializer, session_fold_equivalent
 from processor.workload import generate_session
@@ -138,8 +139,9 @@ class Harness:
         return session_fold_equivalent(self.views()[sid])
 
     def checkpoints(self) -> dict[str, Checkpoint]:
-        latest: dict[bytes, bytes | None] = {}
-        for o in self.topic(CONFIG.topics.checkpoints):
-            assert o.key is not None
-            latest[o.key] = o.value
-        return {k.decode(): CODEC.decode_checkpoint(v) for k, v in latest.items() if v is not None}
+        """The newest checkpoint per session, assembled as a restore would (compaction
+        is invisible to it: the last record per key wins either way)."""
+        records = [(o.key, o.value) for o in self.topic(CONFIG.topics.checkpoints)]
+        restored = latest_checkpoints(CODEC, records)
+        assert restored.bad_records == 0
+        return restored.checkpoints

@@ -135,6 +135,8 @@ def test_schema_store_indexes_current_and_history() -> None:
         (SESSION_EVENT, False),
         (VIEW, True),
         (CHECKPOINT, True),
+        ("processor.v1.CheckpointHead", True),
+        ("processor.v1.CheckpointPart", True),
         (DEAD_LETTER, True),
     }
     v1 = json.loads(V1_PATH.read_text("utf-8"))

@@ -1,0 +1,259 @@
+"""What a changed session writes to the checkpoints topic, in the parted format.
+
+The head (schemas/checkpoint_head.avsc) is small and rewritten per batch;
+what grows with the session is in parts (schemas/checkpoint_part.avsc),
+written once or when it changed, and tombstoned in the transaction whose
+head stops naming it — so the compacted topic keeps only live state:
+
+- ``e.<seq>``: the event of a surface node or a kept request/header;
+- ``o.<seq>.<generation>``: a projected override message;
+- ``u.<key>``: a projection row ``{ver, val}``, rewritten when it changed
+  (a small row that changed in this batch rides in the head instead);
+- ``n.<i>`` / ``h.<i>``: closed chunks of the node list and the header
+  seqs (chunks.py);
+- ``r.<i>``: replacement ``i`` of the replace history (G-5), written once;
+- ``d.<b>``: a closed block of the duplicate-digest window;
+- ``hdr``: the session header;
+- ``t.<seq>``: a transcript message the views have not published yet (held
+  back by an in-place replay; none otherwise).
+
+The transcript is not in the checkpoint: the views hold it (view_parts.py).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from processor.codec import encode_json_payload
+from processor.core.session import Session
+from processor.engine.chunks import ChunkLedger
+from processor.protocol import DIGEST_BLOCK
+
+
+def event_part(seq: int) -> str:
+    return f"e.{seq}"
+
+
+def override_part(seq: int, generation: int) -> str:
+    return f"o.{seq}.{generation}"
+
+
+def unit_part(key: str) -> str:
+    return f"u.{key}"
+
+
+def chunk_part(kind: str, index: int) -> str:
+    return f"{kind}.{index}"
+
+
+def digest_part(block: int) -> str:
+    return f"d.{block}"
+
+
+def pending_part(seq: int) -> str:
+    return f"t.{seq}"
+
+
+HEADER_PART = "hdr"
+UNIT_KEYS_PART = "k"
+#: A row that changed in this checkpoint and in the one before, and encodes
+#: to at most this many bytes, rides in the head instead of a part: rows that
+#: change with every event (counters) then cost no record of their own.  A
+#: row that changes now and then stays a part; once an inline row stops
+#: changing it is written out as a part, so the head does not carry it.
+INLINE_ROW_BYTES = 512
+
+
+@dataclass(slots=True)
+class PartLedger:
+    """The parts the checkpoints topic holds for one session."""
+
+    events: set[int] = field(default_factory=set)
+    overrides: dict[int, int] = field(default_factory=dict)  # seq -> generation
+    #: key -> (version, row, inline in the head rather than a part)
+    units: dict[str, tuple[int, Any, bool]] = field(default_factory=dict)
+    unit_keys: tuple[list[str], int] | None = None  # part ``k``: (keys, version)
+    nodes: ChunkLedger = field(default_factory=ChunkLedger)
+    headers: ChunkLedger = field(default_factory=ChunkLedger)
+    replacements: int = 0  # parts ``r.<i>`` written
+    digest_blocks: list[int] = field(default_factory=list)
+    header: Any = None  # the header object written as ``hdr``
+    last_write: int = -1  # lastSeq of the previous checkpoint of this session
+    #: transcript entries folded while the views were held back: parts ``t.<seq>``
+    pending: list[int] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        """Every live part (a session tombstone removes them all)."""
+        names = [event_part(s) for s in sorted(self.events)]
+        names += [override_part(s, g) for s, g in sorted(self.overrides.items())]
+        names += [unit_part(k) for k in sorted(self.units) if not self.units[k][2]]
+        if self.unit_keys is not None:
+            names.append(UNIT_KEYS_PART)
+        for kind, chunks in (("n", self.nodes), ("h", self.headers)):
+            names += [chunk_part(kind, i) for i in range(len(chunks.closed))]
+        names += [chunk_part("r", i) for i in range(self.replacements)]
+        names += [digest_part(b) for b in self.digest_blocks]
+        if self.header is not None:
+            names.append(HEADER_PART)
+        names += [pending_part(s) for s in self.pending]
+        return names
+
+
+@dataclass(slots=True)
+class PartWrites:
+    parts: list[tuple[str, int, Any]] = field(default_factory=list)  # (name, version, value)
+    tombstones: list[str] = field(default_factory=list)
+    head: dict[str, Any] = field(default_factory=dict)  # the surface-side head fields
+
+
+def _chunks(
+    kind: str, ledger: ChunkLedger, items: Sequence[Any], version: int, out: PartWrites
+) -> dict[str, Any]:
+    writes = ledger.update(items, version)
+    out.parts.extend((chunk_part(kind, i), version, chunk) for i, chunk in writes.writes)
+    out.tombstones.extend(chunk_part(kind, i) for i in writes.removed)
+    return {"chunks": ledger.versions, "tail": ChunkLedger.tail(items)}
+
+
+def checkpoint_writes(
+    session: Session,
+    ledger: PartLedger,
+    generations: Mapping[int, int],
+    digests: Sequence[bytes],
+    window: int,
+    published: int,
+) -> PartWrites:
+    """The parts that bring the checkpoints topic from ``ledger`` to ``session``.
+
+    ``published``: transcript entries the views topic holds.
+    """
+    out = PartWrites()
+    state = session.surface.state
+    last = session.last_seq
+    kept = set(state.nodes) | set(state.headers)
+    for seq in [*state.nodes, *state.headers]:
+        if seq not in ledger.events:
+            event = state.node_events.get(seq) or state.headers[seq]
+            out.parts.append((event_part(seq), 0, event.to_json()))
+            ledger.events.add(seq)
+    for seq in sorted(ledger.events - kept):
+        out.tombstones.append(event_part(seq))
+        ledger.events.discard(seq)
+    for seq, generation in generations.items():
+        if ledger.overrides.get(seq) != generation:
+            out.parts.append((override_part(seq, generation), 0, state.overrides[seq]))
+    for seq, generation in sorted(ledger.overrides.items()):
+        if generations.get(seq) != generation:
+            out.tombstones.append(override_part(seq, generation))
+    ledger.overrides = dict(generations)
+    rows = session.projections.checkpoint(detached=False)
+    inline: dict[str, bytes] = {}
+    for key, row in rows.items():
+        known = ledger.units.get(key)
+        value = {"ver": row["ver"], "val": row["val"]}
+        if known is not None and _same_row(known[1], row):
+            if known[2]:  # inline while it kept changing; now settled: a part again
+                out.parts.append((unit_part(key), last, value))
+                ledger.units[key] = (last, row, False)
+            continue
+        if known is not None and known[0] == ledger.last_write:  # changed twice in a row: hot
+            blob = encode_json_payload(value, threshold=1 << 62)[1]
+            if len(blob) <= INLINE_ROW_BYTES:
+                if not known[2]:
+                    out.tombstones.append(unit_part(key))  # superseded by the inline row
+                inline[key] = blob
+                ledger.units[key] = (last, row, True)
+                continue
+        out.parts.append((unit_part(key), last, value))
+        ledger.units[key] = (last, row, False)
+    for key in sorted(set(ledger.units) - set(rows)):
+        if not ledger.units[key][2]:
+            out.tombstones.append(unit_part(key))
+        del ledger.units[key]
+    if session.header is not ledger.header:
+        out.parts.append((HEADER_PART, 0, session.header))
+        ledger.header = session.header
+    out.head = {
+        "replaceGeneration": state.replace_generation,
+        "contentGeneration": state.content_generation,
+        "projectionTypesUsed": sorted(state.projection_types_used),
+        "nodes": _chunks("n", ledger.nodes, state.nodes, last, out),
+        "headers": _chunks("h", ledger.headers, list(state.headers), last, out),
+        "overrides": [{"seq": s, "generation": g} for s, g in sorted(generations.items())],
+        "unitKeys": _unit_keys(list(rows), ledger, last, out),
+        "units": [{"age": last - ledger.units[k][0], "row": inline.get(k)} for k in rows],
+    }
+    # the replace history only grows and each entry can be long (its shadowed
+    # seqs): one part per replacement, written once; the head holds the count
+    for i in range(ledger.replacements, len(state.replacements)):
+        out.parts.append((chunk_part("r", i), 0, state.replacements[i].to_json()))
+    ledger.replacements = len(state.replacements)
+    out.head["replacements"] = ledger.replacements
+    _digests(last, digests, window, ledger, out)
+    _pending(session, published, ledger, out)
+    ledger.last_write = last
+    return out
+
+
+def _pending(session: Session, published: int, ledger: PartLedger, out: PartWrites) -> None:
+    """Transcript entries the views have not published (held back) are kept as
+    parts, so a restore can still publish them; published ones are tombstoned."""
+    entries = session.transcript_slice(published, session.transcript_count)
+    seqs = [int(e["seq"]) for e in entries]
+    known = set(ledger.pending)
+    out.parts.extend(
+        (pending_part(int(e["seq"])), 0, e["message"])
+        for e in entries
+        if int(e["seq"]) not in known
+    )
+    live = set(seqs)
+    out.tombstones.extend(pending_part(s) for s in ledger.pending if s not in live)
+    ledger.pending = seqs
+
+
+def _unit_keys(keys: list[str], ledger: PartLedger, last: int, out: PartWrites) -> int:
+    """The version of part ``k`` naming ``keys`` (written when the keys change)."""
+    if ledger.unit_keys is None or ledger.unit_keys[0] != keys:
+        out.parts.append((UNIT_KEYS_PART, last, keys))
+        ledger.unit_keys = (keys, last)
+    return ledger.unit_keys[1]
+
+
+def _same_row(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    return old["ver"] == new["ver"] and (old["val"] is new["val"] or old["val"] == new["val"])
+
+
+def _digests(
+    last: int, digests: Sequence[bytes], window: int, ledger: PartLedger, out: PartWrites
+) -> None:
+    """Closed blocks of the duplicate window as parts, the open block in the head.
+
+    ``digests`` are the 8-byte digests of contiguous seqs ending at ``last``.
+    """
+    first = last - len(digests) + 1
+    tail_block = (last + 1) // DIGEST_BLOCK
+    start = max(first, tail_block * DIGEST_BLOCK)
+    out.head["digestTail"] = b"".join(digests[start - first :])
+    blocks: list[int] = []
+    if first <= tail_block * DIGEST_BLOCK:
+        block = tail_block - 1
+        while (
+            block >= 0
+            and block * DIGEST_BLOCK >= first
+            and (block + 1) * DIGEST_BLOCK - 1 >= last - window + 1
+        ):
+            blocks.append(block)
+            block -= 1
+    blocks.reverse()
+    live = set(blocks)
+    for block in blocks:
+        if block not in ledger.digest_blocks:
+            lo = block * DIGEST_BLOCK - first
+            blob = b"".join(digests[lo : lo + DIGEST_BLOCK])
+            out.parts.append((digest_part(block), 0, base64.b64encode(blob).decode()))
+    out.tombstones.extend(digest_part(b) for b in ledger.digest_blocks if b not in live)
+    ledger.digest_blocks = blocks
+    out.head["digestFirstBlock"] = blocks[0] if blocks else tail_block

@@ -1,0 +1,166 @@
+"""Whole core views out of the parted views records (format 2, issue 12).
+
+The writer (engine/view_parts.py) publishes per session a head ``~h`` plus
+content records ``~m<seq>[.<generation>]``, node chunks ``~n<i>`` and
+transcript chunks ``~t<i>``.  :class:`PartedViews` keeps the newest record
+of each (tombstones remove them) and, when a head arrives, assembles the
+session's ``messages``, ``surface``, ``status``, ``transcript`` index and
+``transcript.<n>`` pages — exactly the values format 1 published whole.
+
+Consistency rule: a head is assembled only when every record it names is
+held, a node chunk at the version (``asOfSeq``) the head names.  A head that
+is missing one (a reader starting mid-history of a compacted topic, whose
+older versions are gone) is skipped; a later head will be complete, since
+the writer commits the records a head names in the head's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from processor.codec import View
+from processor.core.errors import InvalidInput
+from processor.protocol import (
+    CHUNK_ITEMS,
+    VIEW_HEAD,
+    content_view,
+    node_chunk_view,
+    transcript_chunk_view,
+    transcript_page,
+)
+
+
+class Incomplete(InvalidInput):
+    """A head names a record the reader does not hold (at that version)."""
+
+
+@dataclass
+class SessionParts:
+    """The newest parted records of one session, and what was assembled last."""
+
+    records: dict[str, View] = field(default_factory=dict)
+    decoded: dict[str, Any] = field(default_factory=dict)
+    total: int | None = None  # transcript total of the last assembled head
+    as_of: int | None = None  # asOfSeq of the last assembled head
+    skipped: int = 0  # heads not assembled for want of a record
+
+    def put(self, view: View) -> None:
+        self.records[view.view] = view
+        self.decoded.pop(view.view, None)
+
+    def drop(self, name: str) -> None:
+        self.records.pop(name, None)
+        self.decoded.pop(name, None)
+
+    def value(self, name: str, version: int | None = None) -> Any:
+        record = self.records.get(name)
+        if record is None or (version is not None and record.as_of_seq != version):
+            raise Incomplete(name)
+        if name not in self.decoded:
+            self.decoded[name] = record.json_value()
+        return self.decoded[name]
+
+    def has(self, name: str) -> bool:
+        return name in self.records
+
+
+def assemble(parts: SessionParts, head: View) -> dict[str, Any] | None:
+    """The core views a complete ``head`` describes (changed pages only), else None.
+
+    Pages before the page of the last assembled total are unchanged (the
+    transcript only grows), so they are not rebuilt.
+    """
+    h: Mapping[str, Any] = head.json_value()
+    try:
+        refs: list[Any] = []
+        for i, age in enumerate(h["nc"]):
+            refs.extend(parts.value(node_chunk_view(i), head.as_of_seq - age))
+        refs.extend(h["nt"])
+        nodes: list[int] = []
+        messages: list[Any] = []
+        for ref in refs:
+            if isinstance(ref, int):
+                nodes.append(ref)
+                messages.append(parts.value(content_view(ref)))
+            elif len(ref) == 2:
+                nodes.append(ref[0])
+                messages.append(parts.value(content_view(ref[0], ref[1])))
+            else:
+                nodes.append(ref[0])
+        base, total, page_size = int(h.get("tb", 0)), int(h["tn"]), int(h["ps"])
+        seqs: list[int] = []
+        for i in range((total - base) // CHUNK_ITEMS):
+            seqs.extend(parts.value(transcript_chunk_view(i)))
+        seqs.extend(h["tt"])
+        if len(seqs) != total - base:
+            raise Incomplete(f"transcript holds {len(seqs)} of {total - base} seqs")
+        for seq in seqs:
+            if not parts.has(content_view(seq)):
+                raise Incomplete(content_view(seq))
+        previous = parts.total if parts.total is not None and parts.total <= total else 0
+        first_page = max(previous, base) // page_size
+        views: dict[str, Any] = {}
+        for page in range(first_page, -(-total // page_size)):
+            start, stop = page * page_size, min((page + 1) * page_size, total)
+            views[transcript_page(page)] = [
+                {"seq": s, "message": parts.value(content_view(s))}
+                for s in seqs[start - base : stop - base]
+            ]
+    except Incomplete:
+        parts.skipped += 1
+        return None
+    status: dict[str, Any] = {"state": "ok", "lastSeq": head.as_of_seq}
+    if "q" in h:
+        status = {"state": "quarantined", "lastSeq": head.as_of_seq, "quarantine": h["q"]}
+    views["messages"] = messages
+    views["surface"] = {
+        "nodes": nodes,
+        "replaceGeneration": h["rg"],
+        "contentGeneration": h["cg"],
+    }
+    views["transcript"] = {
+        "total": total,
+        "pageSize": page_size,
+        "pages": -(-total // page_size),
+    }
+    views["status"] = status
+    parts.total = total
+    parts.as_of = head.as_of_seq
+    return views
+
+
+class PartedViews:
+    """The parted records of every session, by key (a tombstone has only its key)."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, SessionParts] = {}
+        self._keys: dict[bytes, tuple[str, str]] = {}
+
+    def put(self, key: bytes | None, view: View) -> dict[str, Any] | None:
+        """Keep ``view``; for a head, the assembled views (None when incomplete)."""
+        parts = self.sessions.setdefault(view.session_id, SessionParts())
+        if key is not None:
+            self._keys[key] = (view.session_id, view.view)
+        parts.put(view)
+        if view.view != VIEW_HEAD:
+            return None
+        return assemble(parts, view)
+
+    def remove(self, key: bytes) -> tuple[str, str] | None:
+        """Forget the record under ``key``: its (session, name), None if unknown.
+
+        A head tombstone forgets the whole session (it is being rebuilt).
+        """
+        ident = self._keys.pop(key, None)
+        if ident is None:
+            return None
+        sid, name = ident
+        parts = self.sessions.get(sid)
+        if parts is not None:
+            if name == VIEW_HEAD:
+                del self.sessions[sid]
+            else:
+                parts.drop(name)
+        return ident
