@@ -300,6 +300,9 @@ class _Walker:
         nodes = self.state.nodes
         lo = 1 if nodes and self.state.node_events[nodes[0]].type == "system/message" else 0
         keep = self.rng.randint(4, 12)
+        if len(nodes) - lo < 3:
+            return self.user()
+        keep = min(keep, len(nodes) - lo - 2)  # a small budget still shrinks the surface
         shadowed = nodes[lo : len(nodes) - keep]
         self.b.add_raw("compaction/start", {"trigger": "auto"})
         self.b.summary(
@@ -309,6 +312,7 @@ class _Walker:
             "compaction/summary", {"tokensBefore": 100 * len(shadowed), "tokensAfter": 100}
         )
         self.b.add_raw("compaction/end", {"ok": True})
+        return None
 
     def ignorable(self) -> None:
         self.b.add_raw("vendor/telemetry", {"n": self.rng.randint(0, 9)}, ignorable=True)
