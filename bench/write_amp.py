@@ -359,6 +359,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--result-bytes", type=int, default=RESULT_BYTES)
     ap.add_argument("--context", type=int, default=CONTEXT, help="surface nodes at compaction")
     ap.add_argument("--no-write", action="store_true", help="print, do not write results")
+    ap.add_argument("--no-report", action="store_true", help="do not re-render BENCHMARKS.md")
     ap.add_argument(
         "--baseline",
         action="store_true",
@@ -386,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
         BEFORE.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     elif not args.no_write:
         write_result(ctx, doc)
+    if not args.no_write and not args.no_report:
+        from bench import report
+
+        report.write()
     for name, value in doc["rows"]:
         print(f"{name}: {value}")
     print(json.dumps(doc["targets"]))
