@@ -163,7 +163,8 @@ def offline_fold(events: list[Event]) -> dict[str, Any]:
     from processor.offline import fold_events, session_output
     from processor.service.views_reader import offline_equivalent
 
-    return plain(offline_equivalent(session_output(fold_events(events))))
+    doc: dict[str, Any] = plain(offline_equivalent(session_output(fold_events(events))))
+    return doc
 
 
 def plain(value: Any) -> Any:
