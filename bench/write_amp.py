@@ -48,6 +48,7 @@ EVENTS = 5_000
 RESULT_BYTES = 10_000
 CONTEXT = 200
 FIRST = 100  # the short-session point of the "flat in session length" quotient
+TAIL = 100  # the steady state: what the last this-many events cost alone
 TARGET_RATIO = 2.0
 TARGET_FLAT = 1.5
 #: The figure as measured before the parted format (the report's "before" column).
@@ -220,16 +221,18 @@ def measure(
     t0 = time.perf_counter()
     logs = session_logs(sessions, events, result_bytes, context)
     generated = time.perf_counter() - t0
-    marks = sorted({min(FIRST, events), max(events - 100, 1), events})
+    first_mark, tail_mark = min(FIRST, events), max(events - TAIL, 0)
+    marks = sorted({first_mark, tail_mark, events} - {0})
 
     def progress(i: int) -> None:
         if verbose and i % 250 == 0:
             print(f"[write_amp] {i}/{events} events per session", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    points = simulate(logs, marks, compress=compress, progress=progress)
+    points = {p.events: p for p in simulate(logs, marks, compress=compress, progress=progress)}
     simulated = time.perf_counter() - t0
-    first, before_last, last = points[0], points[-2] if len(points) > 1 else points[0], points[-1]
+    first, last = points[first_mark], points[events]
+    before_last = points.get(tail_mark, Point(0))
     tail = _delta(before_last, last)
     return {
         "sessions": sessions,
@@ -239,7 +242,7 @@ def measure(
         "compression": codec_name,
         "seconds": {"generate": round(generated, 1), "simulate": round(simulated, 1)},
         "points": {
-            str(p.events): {k: vars(v) for k, v in sorted(p.topics.items())} for p in points
+            str(n): {k: vars(v) for k, v in sorted(p.topics.items())} for n, p in points.items()
         },
         "amp": {
             "first": round(first.amp(), 3),
@@ -350,6 +353,26 @@ def run(ctx: Context) -> dict[str, Any]:
     return figure(ctx, measure(verbose=True))
 
 
+def _broker(args: argparse.Namespace) -> dict[str, Any]:
+    import os
+
+    from bench.write_amp_broker import cross_check
+    from processor.devbroker import LocalBroker
+
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
+    broker = None
+    if not bootstrap:
+        broker = LocalBroker()
+        bootstrap = broker.start()
+    try:
+        return cross_check(
+            bootstrap, args.broker_sessions, args.broker_events, args.result_bytes, args.context
+        )
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m bench.write_amp", description=__doc__.split("\n")[0]
@@ -360,6 +383,14 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--context", type=int, default=CONTEXT, help="surface nodes at compaction")
     ap.add_argument("--no-write", action="store_true", help="print, do not write results")
     ap.add_argument("--no-report", action="store_true", help="do not re-render BENCHMARKS.md")
+    ap.add_argument(
+        "--broker-events",
+        type=int,
+        default=0,
+        help="also cross-check on a real broker with this many events per session "
+        "(bench/write_amp_broker.py; a local broker unless KAFKA_BOOTSTRAP_SERVERS is set)",
+    )
+    ap.add_argument("--broker-sessions", type=int, default=SESSIONS)
     ap.add_argument(
         "--baseline",
         action="store_true",
@@ -380,6 +411,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     m = measure(args.sessions, args.events, args.result_bytes, args.context, verbose=True)
     doc = figure(ctx, m)
+    if args.broker_events:
+        doc["broker"] = _broker(args)
+        from bench.write_amp_broker import describe
+
+        doc["rows"] += describe(doc["broker"])
     doc["duration_s"] = round(time.perf_counter() - t0, 1)
     if args.baseline:
         RESULTS.mkdir(parents=True, exist_ok=True)
