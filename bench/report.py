@@ -193,6 +193,14 @@ def _amp_values(doc: dict[str, Any] | None) -> dict[str, str]:
         if tb:
             out[topic] = f"{tb['records']:,} records, {tb['raw'] / 1e6:,.1f} MB"
     out["compression"] = str(m.get("compression", ""))
+    seconds = m.get("seconds") or {}
+    out["seconds"] = f"{seconds.get('generate', '?')} + {seconds.get('simulate', '?')} s"
+    broker = doc.get("broker")
+    if broker:
+        out["broker"] = (
+            f"{broker['amp_broker']} broker / {broker['amp_simulated']} simulated "
+            f"({broker['sessions']} x {broker['events']} events)"
+        )
     out["revision"] = f"`{doc.get('revision')}`, {doc.get('date')}"
     return out
 
@@ -224,6 +232,10 @@ def _before_after(before: dict[str, Any], after: dict[str, Any] | None) -> list[
     for topic in ("events", "checkpoints", "views"):
         out.append(f"| {topic} written at N | {b.get(topic, '')} | {a.get(topic, '')} |")
     out += [
+        f"| real-broker cross-check (`--broker-events`) | {b.get('broker', '')} | "
+        f"{a.get('broker', '')} |",
+        f"| bench time: generate + fold and count | {b.get('seconds', '')} | "
+        f"{a.get('seconds', '')} |",
         f"| revision, date | {b.get('revision', '')} | {a.get('revision', '')} |",
         "",
         f"- before: `{before.get('command')}` (with `--baseline`, which writes "
