@@ -147,14 +147,10 @@ class _Follower:
 
     def read(self, records: list[Out]) -> None:
         """Apply one transaction's (or a compacted topic's) views records, then check."""
-        touched: set[str] = set()
         for o in records:
-            if o.topic != VIEWS:
-                continue
-            update = self.reader.apply(o.key, o.value)
-            if update is not None:
-                touched.add(update.session_id)
-        for sid in sorted(touched):
+            if o.topic == VIEWS:
+                self.reader.apply(o.key, o.value)
+        for sid in sorted(self.reader.views):  # every session the reader holds
             self.check(sid)
 
     def check(self, sid: str) -> None:
