@@ -240,7 +240,8 @@ def _before_after(before: dict[str, Any], after: dict[str, Any] | None) -> list[
         "",
         f"- before: `{before.get('command')}` (with `--baseline`, which writes "
         "`bench/results/write_amp_before.json`)",
-        "- after: `python -m bench.write_amp` (writes `bench/results/write_amp.json` and "
+        "- after: `python -m bench.write_amp --broker-events 150 --broker-sessions 2` (writes "
+        "`bench/results/write_amp.json` and "
         "re-renders this file)",
         "",
     ]
