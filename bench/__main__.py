@@ -37,6 +37,7 @@ FIGURES: dict[str, tuple[str, bool]] = {
     "memory": ("bench.memory", False),
     "scaleout": ("bench.scaleout", True),
     "profile": ("bench.profile", True),
+    "write_amp": ("bench.write_amp", False),
 }
 
 

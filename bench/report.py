@@ -20,6 +20,7 @@ ORDER = (
     "latency",
     "memory",
     "scaleout",
+    "write_amp",
     "fold_speed",
 )
 NUMBER = {
@@ -30,6 +31,7 @@ NUMBER = {
     "latency": "5",
     "memory": "6",
     "scaleout": "7",
+    "write_amp": "8",
     "fold_speed": "core",
 }
 PROFILE_ROWS = 15
@@ -160,6 +162,92 @@ def _profile(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+#: (label, key in ``measured.amp`` or a callable of ``measured``) of the before/after table
+_AMP_ROWS: tuple[tuple[str, str], ...] = (
+    ("ratio at 100 events (key + value)", "first"),
+    ("ratio at N events (key + value)", "last"),
+    ("ratio at N / ratio at 100", "flat"),
+    ("ratio of the last 100 events alone", "tail"),
+    ("compressed: ratio at 100 events", "first_compressed"),
+    ("compressed: ratio at N events", "last_compressed"),
+    ("compressed: at N / at 100", "flat_compressed"),
+    ("compressed: the last 100 events alone", "tail_compressed"),
+)
+
+
+def _amp_values(doc: dict[str, Any] | None) -> dict[str, str]:
+    if doc is None:
+        return {}
+    if doc.get("error"):
+        return {"first": f"failed: {doc['error'][:60]}"}
+    m = doc.get("measured") or {}
+    a = dict(m.get("amp") or {})
+    if a.get("first"):
+        a["flat"] = round(a["last"] / a["first"], 3)
+    if a.get("first_compressed"):
+        a["flat_compressed"] = round(a["last_compressed"] / a["first_compressed"], 3)
+    out = {k: _num(v) for k, v in a.items()}
+    last = (m.get("points") or {}).get(str(m.get("events")), {})
+    for topic in ("events", "checkpoints", "views"):
+        tb = last.get(topic)
+        if tb:
+            out[topic] = f"{tb['records']:,} records, {tb['raw'] / 1e6:,.1f} MB"
+    out["compression"] = str(m.get("compression", ""))
+    seconds = m.get("seconds") or {}
+    out["seconds"] = f"{seconds.get('generate', '?')} + {seconds.get('simulate', '?')} s"
+    broker = doc.get("broker")
+    if broker:
+        out["broker"] = (
+            f"{broker['amp_broker']} broker / {broker['amp_simulated']} simulated "
+            f"({broker['sessions']} x {broker['events']} events)"
+        )
+    out["revision"] = f"`{doc.get('revision')}`, {doc.get('date')}"
+    return out
+
+
+def _before_after(before: dict[str, Any], after: dict[str, Any] | None) -> list[str]:
+    """Issue 12's before/after table: ``write_amp_before.json`` next to ``write_amp.json``."""
+    b, a = _amp_values(before), _amp_values(after)
+    n = (before.get("measured") or {}).get("events", "N")
+    out = [
+        "### Write amplification before / after the parted format (issue 12)",
+        "",
+        f"N = {_num(n)} events per session; compressed = {b.get('compression', '')} per "
+        "batch and topic (the producer's compression.type). Target: ratio at N <= 2.0, "
+        "at N / at 100 <= 1.5.",
+        "",
+        f"Workload: {before.get('workload', '')}. Bytes are key + value of every record "
+        "produced (a tombstone counts its key); events are the encoded event records. "
+        "Checkpoint and view values are already zstd-compressed by the codec above 1 KiB, "
+        "events are not, so lz4 shrinks the events more than the output.",
+        "",
+        "| | before | after |",
+        "|---|---:|---:|",
+    ]
+    for label, key in _AMP_ROWS:
+        out.append(
+            f"| {label.replace(' N ', f' {_num(n)} ')} | {b.get(key, '')} | "
+            f"{a.get(key, 'not measured yet')} |"
+        )
+    for topic in ("events", "checkpoints", "views"):
+        out.append(f"| {topic} written at N | {b.get(topic, '')} | {a.get(topic, '')} |")
+    out += [
+        f"| real-broker cross-check (`--broker-events`) | {b.get('broker', '')} | "
+        f"{a.get('broker', '')} |",
+        f"| bench time: generate + fold and count | {b.get('seconds', '')} | "
+        f"{a.get('seconds', '')} |",
+        f"| revision, date | {b.get('revision', '')} | {a.get('revision', '')} |",
+        "",
+        f"- before: `{before.get('command')}` (with `--baseline`, which writes "
+        "`bench/results/write_amp_before.json`)",
+        "- after: `python -m bench.write_amp --broker-events 150 --broker-sessions 2` (writes "
+        "`bench/results/write_amp.json` and "
+        "re-renders this file)",
+        "",
+    ]
+    return out
+
+
 def render(results: Path = RESULTS) -> str:
     docs = _load(results)
     summary = docs.pop("summary", {})
@@ -223,6 +311,8 @@ def render(results: Path = RESULTS) -> str:
     for name in ORDER:
         if name in docs:
             out += _figure(docs[name])
+        if name == "write_amp" and "write_amp_before" in docs:
+            out += _before_after(docs["write_amp_before"], docs.get("write_amp"))
     if "profile" in docs:
         out += _profile(docs["profile"])
     analysis = REPO / "bench" / "analysis.md"

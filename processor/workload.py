@@ -25,9 +25,43 @@ from processor.core.surface import SurfaceState, commit_plan, plan_event
 TOOL_NAMES = ("read", "grep", "edit", "shell", "search", "fetch")
 
 
+_VOCABULARY: list[str] = []
+
+
+def vocabulary() -> list[str]:
+    """A fixed list of 4,096 pseudo-words (2 to 10 letters), the same in every run."""
+    if not _VOCABULARY:
+        r = random.Random(20241203)
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        _VOCABULARY.extend("".join(r.choices(letters, k=r.randint(2, 10))) for _ in range(4096))
+    return _VOCABULARY
+
+
+def prose(rng: random.Random, size: int) -> str:
+    """``size`` characters of pseudo-random words and lines.
+
+    Unlike ``"x" * size`` it does not compress to nothing, so byte counts
+    measured on it (compressed or not) look like those of real tool output.
+    """
+    words = vocabulary()
+    out: list[str] = []
+    length = 0
+    while length < size:
+        line = " ".join(rng.choices(words, k=rng.randint(3, 14)))
+        out.append(line)
+        length += len(line) + 1
+    return "\n".join(out)[:size]
+
+
 class _Walker:
     def __init__(
-        self, rng: random.Random, big_result_bytes: int, big_ratio: float, form: int
+        self,
+        rng: random.Random,
+        big_result_bytes: int,
+        big_ratio: float,
+        form: int,
+        words: bool = False,
+        context_budget: int | None = None,
     ) -> None:
         self.rng = rng
         self.b = LogBuilder(form=form)
@@ -41,7 +75,10 @@ class _Walker:
         self.in_step = False
         self.inbox_pending: list[tuple[str, dict[str, Any]]] = []
         self.inbox_queues: dict[str, list[dict[str, Any]]] = {"next-turn": [], "next-step": []}
+        self.words = words
         self.context_budget = rng.randint(60, 200)  # surface nodes before a compaction
+        if context_budget is not None:
+            self.context_budget = context_budget
 
     # every event goes through the real planner: the generator cannot drift
     def commit(self, event: Event) -> None:
@@ -91,11 +128,14 @@ class _Walker:
         self.b.assistant("answer " * self.rng.randint(0, 20), tool_calls=calls, usage=usage)
         for call in calls:
             ev = self.b.tool_call(call["id"], call["name"], call["arguments"])
-            body = "x" * self.big if self.rng.random() < self.big_ratio else "ok " * 10
+            body = self._big_body() if self.rng.random() < self.big_ratio else "ok " * 10
             error = {"name": "ToolError", "code": "E1"} if self.rng.random() < 0.1 else None
             res = self.b.tool_result(call["id"], body, call_seq=ev.seq, error=error)
             if self.rng.random() < 0.05:
                 self._with_image(res)
+
+    def _big_body(self) -> str:
+        return prose(self.rng, self.big) if self.words else "x" * self.big
 
     def _with_image(self, res: Event) -> None:
         """Swap a just-written tool result for one that also returns an image."""
@@ -260,6 +300,9 @@ class _Walker:
         nodes = self.state.nodes
         lo = 1 if nodes and self.state.node_events[nodes[0]].type == "system/message" else 0
         keep = self.rng.randint(4, 12)
+        if len(nodes) - lo < 3:
+            return self.user()
+        keep = min(keep, len(nodes) - lo - 2)  # a small budget still shrinks the surface
         shadowed = nodes[lo : len(nodes) - keep]
         self.b.add_raw("compaction/start", {"trigger": "auto"})
         self.b.summary(
@@ -269,6 +312,7 @@ class _Walker:
             "compaction/summary", {"tokensBefore": 100 * len(shadowed), "tokensAfter": 100}
         )
         self.b.add_raw("compaction/end", {"ok": True})
+        return None
 
     def ignorable(self) -> None:
         self.b.add_raw("vendor/telemetry", {"n": self.rng.randint(0, 9)}, ignorable=True)
@@ -305,13 +349,21 @@ def generate_session(
     big_result_bytes: int = 10_000,
     big_ratio: float = 0.02,
     form: int = 4,
+    words: bool = False,
+    context_budget: int | None = None,
 ) -> list[Event]:
     """A valid session log of at least ``n_events`` events (cut to exactly n).
 
     ``form`` picks the message shapes of session format 4 (the runtime's
     newest) or 3 (its released v3 form); see :class:`LogBuilder`.
+    ``big_ratio`` is the share of tool results that are ``big_result_bytes``
+    long (1.0: every one).  ``words``: big results are pseudo-random words
+    (:func:`prose`) instead of ``"x" * n``, for byte counts that survive
+    compression.  ``context_budget``: surface nodes at which the agent
+    compacts (default: drawn from 60..200 per session).  The defaults keep
+    the output of every seed as it was.
     """
-    w = _Walker(rng, big_result_bytes, big_ratio, form)
+    w = _Walker(rng, big_result_bytes, big_ratio, form, words, context_budget)
     w.b.system("You are a careful coding agent.")
     w.commit(w.b.events[0])
     names = [a for a, _ in w.ACTIONS]
