@@ -83,10 +83,6 @@ def record_digest(key: bytes, value: bytes | None) -> bytes:
     return h.digest()
 
 
-class StoreError(Exception):
-    """The store file cannot be used (corrupt, unreadable); the caller refills it."""
-
-
 class LocalStore:
     """See the module docstring.  One instance per member; not thread-safe."""
 
