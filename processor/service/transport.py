@@ -75,20 +75,9 @@ class GroupConsumer(Reader, Protocol):
     ) -> list[TopicPartition]: ...
 
 
-class TxnProducer(Protocol):
+class TxnProducer(clients.Producing, Protocol):
     """The output producer: transactions, and offsets committed inside them."""
 
-    def produce(
-        self,
-        topic: str,
-        value: str | bytes | None = None,
-        key: str | bytes | None = None,
-        partition: int = -1,
-        *,
-        on_delivery: Any = None,
-        headers: Any = None,
-    ) -> None: ...
-    def poll(self, timeout: float = -1) -> int: ...
     def flush(self, timeout: float = -1) -> int: ...
     def init_transactions(self, timeout: float = -1) -> None: ...
     def begin_transaction(self) -> None: ...
