@@ -52,6 +52,7 @@ MYPYC_MODULES = [
     "processor/core/log.py",
     "processor/core/messages.py",
     "processor/core/message_projections.py",
+    "processor/core/projection_cell.py",
     "processor/core/projections.py",
     "processor/core/session.py",
     "processor/core/surface.py",

@@ -91,7 +91,7 @@ from processor.agent.prompt import (
     render_contexts,
     render_prompt,
 )
-from processor.agent.repair import interrupted_turn_closers
+from processor.agent.repair import last_turn, resume_closers
 from processor.agent.request import Request, RequestState, build_request
 from processor.agent.stream import failure_stream, reply_stream
 from processor.agent.tools import run_tool
@@ -209,7 +209,7 @@ class StepLoop:
         self.runtime_context = RuntimeContextProjection()
         self.runtime_context.restore(list(session.log), session.surface.state)
         self.system_prompt = SystemPromptProjection(self.new_id)
-        self._turn = _last_turn(session)
+        self._turn = last_turn(session)
 
     # -------------------------------------------------------------- writing
 
@@ -287,37 +287,12 @@ class StepLoop:
 
         A resumed loop must not nest a new turn inside an open one: readers
         (``turnBoundary``, transcripts) would attribute the new turn's events
-        to the old one.  The runtime's closers (:mod:`processor.agent.repair`)
-        are appended with the last event's time: error results for dangling
-        tool calls, ``step/end``, ``turn/end {kind: interrupted}``.  When the
-        retained log no longer holds the turn's start (a restored session),
-        the ``turnBoundary`` unit supplies the open step.
+        to the old one (:func:`processor.agent.repair.resume_closers`).
         """
-        events = list(self.session.log)
-        drafts = interrupted_turn_closers(events)
-        if drafts:
-            for draft in drafts:
-                self.commit(draft, time=events[-1].time)
-            return True
-        boundary = _turn_boundary(self.session)
-        if boundary.get("openTurnStartSeq") is None:
-            return False
-        turn = self._turn
-        last = boundary.get("lastStepBoundary")
-        time = events[-1].time if events else None
-        if isinstance(last, dict) and last.get("kind") == "start":
-            opened = self.session.log.get(last["seq"])
-            step = opened.data.get("step") if opened is not None else last.get("step")
-            self.commit(
-                EventDraft(
-                    "step/end", {"turn": turn, "step": step if isinstance(step, int) else 0}
-                ),
-                time=time,
-            )
-        self.commit(
-            EventDraft("turn/end", {"turn": turn, "reason": {"kind": "interrupted"}}), time=time
-        )
-        return True
+        drafts, time = resume_closers(self.session, self._turn)
+        for draft in drafts:
+            self.commit(draft, time=time)
+        return bool(drafts)
 
     def run_turn(self, *inputs: str | Mapping[str, Any]) -> TurnResult:
         """Send ``inputs`` and drive turns until no input is pending.
@@ -584,33 +559,3 @@ class StepLoop:
         if reply.tool_calls:
             return _StepOutcome(None, logged.data["message"])
         return _StepOutcome({"kind": "completed"}, logged.data["message"])
-
-
-def _turn_boundary(session: Session) -> dict[str, Any]:
-    """The ``turnBoundary`` state (built-in unit), or one scanned from the retained log.
-
-    The unit survives a checkpoint restore (the log prefix may be gone); the
-    scan is the fallback for registries without the built-in units.
-    """
-    state = session.projections.state_of("turnBoundary")
-    if isinstance(state, dict):
-        return state
-    found: dict[str, Any] = {"openTurnStartSeq": None, "lastStepBoundary": None, "lastTurn": None}
-    for event in session.log:
-        if event.type == "turn/start":
-            found["openTurnStartSeq"], found["lastTurn"] = event.seq, event.data.get("turn")
-        elif event.type == "turn/end":
-            found["openTurnStartSeq"] = None
-        elif event.type in ("step/start", "step/end"):
-            kind = "start" if event.type == "step/start" else "end"
-            found["lastStepBoundary"] = {
-                "kind": kind,
-                "seq": event.seq,
-                "step": event.data.get("step"),
-            }
-    return found
-
-
-def _last_turn(session: Session) -> int:
-    turn = _turn_boundary(session).get("lastTurn")
-    return turn if isinstance(turn, int) else 0

@@ -7,6 +7,8 @@ with its timestamp: an error ``tool/result`` for every tool call of the open
 step without one (``TOOL_OUTCOME_UNKNOWN`` when its ``tool/call`` was
 recorded, citing it; ``TOOL_NOT_STARTED`` otherwise), then ``step/end`` for
 an open step, then ``turn/end`` with reason ``{kind: "interrupted"}``.
+When the retained log no longer holds the turn's start (a session restored
+from a checkpoint), the ``turnBoundary`` unit supplies the open turn and step.
 """
 
 from __future__ import annotations
@@ -16,8 +18,16 @@ from typing import Any, Final
 
 from processor.agent.context import EventDraft
 from processor.core.events import ABSENT, Event
+from processor.core.session import Session
 
-__all__ = ["TOOL_NOT_STARTED", "TOOL_OUTCOME_UNKNOWN", "interrupted_turn_closers"]
+__all__ = [
+    "TOOL_NOT_STARTED",
+    "TOOL_OUTCOME_UNKNOWN",
+    "interrupted_turn_closers",
+    "last_turn",
+    "resume_closers",
+    "turn_boundary",
+]
 
 TOOL_NOT_STARTED: Final = "TOOL_NOT_STARTED"
 TOOL_OUTCOME_UNKNOWN: Final = "TOOL_OUTCOME_UNKNOWN"
@@ -101,3 +111,60 @@ def interrupted_turn_closers(events: Sequence[Event]) -> list[EventDraft]:
         drafts.append(EventDraft("step/end", {"turn": open_turn, "step": open_step}))
     drafts.append(EventDraft("turn/end", {"turn": open_turn, "reason": {"kind": "interrupted"}}))
     return drafts
+
+
+def resume_closers(session: Session, turn: int) -> tuple[list[EventDraft], int | None]:
+    """The drafts that close the session's open turn and the time to commit them at.
+
+    From the retained log when it holds the open turn; otherwise (a restored
+    session) from the ``turnBoundary`` state, with ``turn`` the loop's
+    current turn number.  No drafts for a balanced session.
+    """
+    events = list(session.log)
+    time = events[-1].time if events else None
+    drafts = interrupted_turn_closers(events)
+    if drafts:
+        return drafts, time
+    boundary = turn_boundary(session)
+    if boundary.get("openTurnStartSeq") is None:
+        return [], time
+    last = boundary.get("lastStepBoundary")
+    if isinstance(last, dict) and last.get("kind") == "start":
+        opened = session.log.get(last["seq"])
+        step = opened.data.get("step") if opened is not None else last.get("step")
+        drafts.append(
+            EventDraft("step/end", {"turn": turn, "step": step if isinstance(step, int) else 0})
+        )
+    drafts.append(EventDraft("turn/end", {"turn": turn, "reason": {"kind": "interrupted"}}))
+    return drafts, time
+
+
+def turn_boundary(session: Session) -> dict[str, Any]:
+    """The ``turnBoundary`` state (built-in unit), or one scanned from the retained log.
+
+    The unit survives a checkpoint restore (the log prefix may be gone); the
+    scan is the fallback for registries without the built-in units.
+    """
+    state = session.projections.state_of("turnBoundary")
+    if isinstance(state, dict):
+        return state
+    found: dict[str, Any] = {"openTurnStartSeq": None, "lastStepBoundary": None, "lastTurn": None}
+    for event in session.log:
+        if event.type == "turn/start":
+            found["openTurnStartSeq"], found["lastTurn"] = event.seq, event.data.get("turn")
+        elif event.type == "turn/end":
+            found["openTurnStartSeq"] = None
+        elif event.type in ("step/start", "step/end"):
+            kind = "start" if event.type == "step/start" else "end"
+            found["lastStepBoundary"] = {
+                "kind": kind,
+                "seq": event.seq,
+                "step": event.data.get("step"),
+            }
+    return found
+
+
+def last_turn(session: Session) -> int:
+    """The number of the session's last started turn (0 before any)."""
+    turn = turn_boundary(session).get("lastTurn")
+    return turn if isinstance(turn, int) else 0

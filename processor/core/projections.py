@@ -91,6 +91,7 @@ from processor.core.errors import ProjectionError
 from processor.core.events import KNOWN_TYPES, Event
 from processor.core.frozen import freeze
 from processor.core.log import SessionHeader, SessionLog, inherited_event_count
+from processor.core.projection_cell import _Cell
 from processor.core.projection_registry import (
     _UNSET,
     Checkpoint,
@@ -107,7 +108,6 @@ from processor.core.projection_registry import (
     _row,
     _row_state,
     _Unit,
-    _validate_view,
 )
 from processor.core.projection_restore import (
     restore,
@@ -131,53 +131,6 @@ __all__ = [
     "restore_floor",
     "view_checkpoint",
 ]
-
-
-class _Cell:
-    """P-3: state, watermark and the last two views of one (session, key)."""
-
-    __slots__ = (
-        "definition",
-        "observed_seq",
-        "prev_view",
-        "state",
-        "unit",
-        "valid_view",
-        "view",
-        "view_state",
-    )
-
-    def __init__(self, unit: _Unit, state: State, observed_seq: int) -> None:
-        self.unit = unit
-        self.definition = unit.definition
-        self.state = state
-        self.observed_seq = observed_seq
-        self.view_state: Any = _UNSET  # the state object ``view`` was computed from
-        self.view: Any = None
-        self.prev_view: Any = None
-        self.valid_view: Any = _UNSET  # the last view object that passed validation
-
-    def current_view(self) -> Any:
-        """P-1: recompute the view only when the state object changed.
-
-        A recomputed view that is the same object as the current one is not
-        a change: the previous view is kept as ``prev_view``.
-        """
-        wire = self.definition.wire
-        assert wire is not None
-        if self.view_state is not self.state:
-            view = wire.view(self.state)
-            self.view_state = self.state
-            if view is not self.view:
-                self.prev_view, self.view = self.view, view
-        return self.view
-
-    def validated_view(self) -> Any:
-        view = self.current_view()
-        if self.valid_view is not view:
-            _validate_view(self.definition, view, self.observed_seq)
-            self.valid_view = view
-        return view
 
 
 class SessionProjections:
