@@ -26,7 +26,16 @@ from processor.files import read_session_file
 @dataclass(frozen=True, slots=True)
 class FoldResult:
     output: dict[str, Any]
-    session_checkpoint: dict[str, Any]
+    session: Session
+
+    @property
+    def session_checkpoint(self) -> dict[str, Any]:
+        """The full session checkpoint (surface + rows), built when asked.
+
+        ``processor fold`` prints only ``output``; encoding every surface
+        node for a checkpoint nobody writes was wasted work per event.
+        """
+        return self.session.checkpoint()
 
 
 def session_output(
@@ -87,18 +96,18 @@ def fold_file(
     events = file.events if at_seq is None else [e for e in file.events if e.seq <= at_seq]
     if checkpoint_path is None:
         session = fold_events(events, file.header, file.dialect)
-        return FoldResult(session_output(session), session.checkpoint())
+        return FoldResult(session_output(session), session)
     raw = orjson.loads(Path(checkpoint_path).read_bytes())
     if isinstance(raw, dict) and "surface" in raw and "lastSeq" in raw:
         session = restore_session(raw, events, file.header, file.dialect)
-        return FoldResult(session_output(session), session.checkpoint())
+        return FoldResult(session_output(session), session)
     rows = raw["checkpoint"] if isinstance(raw, dict) and "asOfSeq" in raw else raw
     registry = default_registry()
     session = fold_session(
         events, file.header, projections=ProjectionRegistry(), dialect=file.dialect
     )
     values, fresh_rows = _restore_rows(events, file.header, rows, registry)
-    return FoldResult(session_output(session, fresh_rows, values), session.checkpoint())
+    return FoldResult(session_output(session, fresh_rows, values), session)
 
 
 def restore_session(

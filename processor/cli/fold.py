@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
@@ -58,6 +59,12 @@ def fold(
     checkpoint.  An invalid event exits with status 1 and prints
     ``seq N: <reason> (RULE)`` on stderr.
     """
+    # One short-lived process that builds a heap of long-lived, acyclic
+    # objects (frozen events, messages) and exits: every young collection
+    # walks objects that die only at exit, by reference counting (7% of a
+    # 150k-event fold, measured with gc.callbacks).  Nothing is lost:
+    # there is no cyclic garbage to collect.
+    gc.disable()
     try:
         result = fold_file(
             path, at_seq=at_seq, checkpoint_path=checkpoint, drop_torn_tail=drop_torn_tail
