@@ -7,38 +7,46 @@ API and prints; there is no logic here a test could not reach directly.
 from __future__ import annotations
 
 import gc
+import importlib
 import sys
 
 import click
 
-from processor.cli.demo import demo
-from processor.cli.dlq import dlq, redrive
-from processor.cli.fold import fold
-from processor.cli.ingest import ingest
-from processor.cli.inspect import inspect_command
-from processor.cli.replay import replay_command
-from processor.cli.run import run
-from processor.cli.topics import topics
-from processor.cli.views import views
 from processor.core.errors import ProcessorError
 
+#: name -> (module, attribute) of each subcommand.  A command's module is
+#: imported when that command runs (or help lists it): ``processor fold``
+#: need not load the Kafka client, the web inspector and the service
+#: (half of its start-up time).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "fold": ("processor.cli.fold", "fold"),
+    "run": ("processor.cli.run", "run"),
+    "replay": ("processor.cli.replay", "replay_command"),
+    "demo": ("processor.cli.demo", "demo"),
+    "topics": ("processor.cli.topics", "topics"),
+    "ingest": ("processor.cli.ingest", "ingest"),
+    "views": ("processor.cli.views", "views"),
+    "dlq": ("processor.cli.dlq", "dlq"),
+    "redrive": ("processor.cli.dlq", "redrive"),
+    "inspect": ("processor.cli.inspect", "inspect_command"),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            module, attr = COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="processor")
 def cli() -> None:
     """Fold AI-agent session logs into surfaces, transcripts and projections."""
-
-
-cli.add_command(fold)
-cli.add_command(run)
-cli.add_command(replay_command)
-cli.add_command(demo)
-cli.add_command(topics)
-cli.add_command(ingest)
-cli.add_command(views)
-cli.add_command(dlq)
-cli.add_command(redrive)
-cli.add_command(inspect_command)
 
 
 def main() -> None:
