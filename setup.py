@@ -49,14 +49,23 @@ class BuildWithSharedData(build_py):
 #: interpreted: mypyc cannot compile dict/list subclasses.
 MYPYC_MODULES = [
     "processor/core/events.py",
+    "processor/core/event_checks.py",
+    "processor/core/header.py",
     "processor/core/log.py",
     "processor/core/messages.py",
     "processor/core/message_projections.py",
     "processor/core/projection_cell.py",
+    "processor/core/projection_registry.py",
+    "processor/core/projection_restore.py",
     "processor/core/projections.py",
     "processor/core/session.py",
     "processor/core/surface.py",
+    "processor/core/builtin/_common.py",
+    "processor/core/builtin/inbox.py",
+    "processor/core/builtin/request_header.py",
+    "processor/core/builtin/runtime_units.py",
     "processor/core/builtin/session_stats.py",
+    "processor/core/builtin/tool_history.py",
     "processor/core/builtin/turn_boundary.py",
 ]
 

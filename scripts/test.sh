@@ -33,6 +33,9 @@ echo "== ruff"
 echo "== mypy (strict on the pure core; tests checked, less strictly)"
 "$PY" -m mypy processor
 "$PY" -m mypy tests
+echo "== compiled core (mypyc wheel, the same core/agent/cli tests + compiled-vs-pure parity)"
+# PROCESSOR_COMPILED=0 leaves it out (about a minute on 2 cores)
+[ "${PROCESSOR_COMPILED:-1}" = 0 ] || bash scripts/test_compiled.sh
 echo "== pytest"
 # The fault suite (tests/faults, marker `faults`: a local 3-node cluster, members
 # and brokers killed) runs here in its bounded form, 3-4 minutes on 2 cores.
