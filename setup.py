@@ -67,6 +67,8 @@ MYPYC_MODULES = [
     "processor/core/builtin/session_stats.py",
     "processor/core/builtin/tool_history.py",
     "processor/core/builtin/turn_boundary.py",
+    "processor/files.py",
+    "processor/offline.py",
 ]
 
 
