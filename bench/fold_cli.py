@@ -4,7 +4,9 @@ The user-facing offline figure of issue 15: the wall time of the real command
 (``python -m processor fold PATH --compact``, a fresh interpreter, output
 discarded) against parsing the same file's lines with ``orjson.loads`` in this
 process.  Both are timed back to back in every run, so the ratio is immune to
-the machine's drift; the figure is the median of the per-run ratios.
+the machine's drift; the figure is the median of the per-run ratios.  The
+same ratio of CPU times (the child's user+sys, this process's parse) is
+reported too: on a shared, loaded machine it moves much less than wall time.
 
     python -m bench.fold_cli --events 150000 --runs 3
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,17 +31,24 @@ from processor.files import iter_lines, read_bytes, write_session_file
 from processor.workload import generate_session
 
 
-def _parse_lines(path: Path) -> tuple[int, float]:
-    t0 = time.perf_counter()
+def _parse_lines(path: Path) -> tuple[int, float, float]:
+    """(lines, wall seconds, CPU seconds) of parsing every line."""
+    t0, c0 = time.perf_counter(), time.process_time()
     n = 0
     for _, line, _ in iter_lines(read_bytes(path)):
         orjson.loads(line)
         n += 1
-    return n, time.perf_counter() - t0
+    return n, time.perf_counter() - t0, time.process_time() - c0
 
 
-def _fold_cli(path: Path) -> float:
-    t0 = time.perf_counter()
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _fold_cli(path: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of the command."""
+    t0, c0 = time.perf_counter(), _children_cpu()
     subprocess.run(
         [sys.executable, "-m", "processor", "fold", str(path), "--compact"],
         cwd=REPO,
@@ -46,7 +56,7 @@ def _fold_cli(path: Path) -> float:
         stdout=subprocess.DEVNULL,
         check=True,
     )
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, _children_cpu() - c0
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -57,6 +67,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     ap.add_argument("--out", type=Path, default=Path("bench/results/tmp/fold_cli.json"))
     args = ap.parse_args(argv)
     ratios: list[float] = []
+    cpu_ratios: list[float] = []
     fold_rates: list[float] = []
     parse_rates: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,9 +75,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         write_session_file(path, None, generate_session(random.Random(args.seed), args.events))
         size = path.stat().st_size
         for _ in range(args.runs):
-            n, parse_s = _parse_lines(path)
-            fold_s = _fold_cli(path)
+            n, parse_s, parse_cpu = _parse_lines(path)
+            fold_s, fold_cpu = _fold_cli(path)
             ratios.append(parse_s / fold_s)
+            cpu_ratios.append(parse_cpu / fold_cpu)
             fold_rates.append(n / fold_s)
             parse_rates.append(n / parse_s)
     result: dict[str, object] = {
@@ -78,6 +90,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "orjson_lines_events_per_s": [round(r) for r in parse_rates],
         "ratios": [round(r, 4) for r in ratios],
         "ratio_fold_cli_to_parse": round(statistics.median(ratios), 4),
+        "cpu_ratios": [round(r, 4) for r in cpu_ratios],
+        "ratio_fold_cli_to_parse_cpu": round(statistics.median(cpu_ratios), 4),
         "command": f"python -m bench.fold_cli --events {args.events} --runs {args.runs}",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

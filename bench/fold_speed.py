@@ -55,10 +55,11 @@ def _fold(path: Path) -> int:
     return len(file.events)
 
 
-def _time(fn: Callable[[Path], int], path: Path) -> float:
-    t0 = time.perf_counter()
+def _time(fn: Callable[[Path], int], path: Path) -> tuple[float, float]:
+    """(events per wall second, events per CPU second)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     n = fn(path)
-    return n / (time.perf_counter() - t0)
+    return n / (time.perf_counter() - t0), n / (time.process_time() - c0)
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -75,11 +76,14 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         write_session_file(path, None, events)
         size = path.stat().st_size
         rates: dict[str, list[float]] = {"json": [], "envelope": [], "fold": []}
+        cpu: dict[str, list[float]] = {"json": [], "envelope": [], "fold": []}
         for _ in range(args.runs):  # interleaved, so drift hits all three alike
-            rates["json"].append(_time(_json_only, path))
-            rates["envelope"].append(_time(_envelope, path))
-            rates["fold"].append(_time(_fold, path))
+            for name, fn in (("json", _json_only), ("envelope", _envelope), ("fold", _fold)):
+                wall_rate, cpu_rate = _time(fn, path)
+                rates[name].append(wall_rate)
+                cpu[name].append(cpu_rate)
     med = {k: statistics.median(v) for k, v in rates.items()}
+    cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     rev = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -95,6 +99,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         },
         "ratio_fold_to_json": round(med["fold"] / med["json"], 3),
         "ratio_fold_to_envelope": round(med["fold"] / med["envelope"], 3),
+        # the same ratios of CPU time: steadier on a shared, loaded machine
+        "ratio_fold_to_envelope_cpu": round(cpu_med["fold"] / cpu_med["envelope"], 3),
+        "ratio_fold_to_json_cpu": round(cpu_med["fold"] / cpu_med["json"], 3),
         "python": sys.version.split()[0],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
