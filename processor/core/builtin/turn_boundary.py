@@ -49,7 +49,12 @@ def _field(event: Event, key: str) -> int | None:
 
 def _boundary(kind: str, event: Event) -> FrozenDict:
     return FrozenDict(
-        kind=kind, seq=event.seq, turn=_field(event, "turn"), step=_field(event, "step")
+        {
+            "kind": kind,
+            "seq": event.seq,
+            "turn": _field(event, "turn"),
+            "step": _field(event, "step"),
+        }
     )
 
 
@@ -58,15 +63,17 @@ def apply(state: Any, event: Event) -> Any:
     # nothing needs a deep freeze.
     t, seq = event.type, event.seq
     if t == "turn/start":
-        return FrozenDict(state, openTurnStartSeq=seq, lastTurn=_field(event, "turn"))
+        return FrozenDict({**state, "openTurnStartSeq": seq, "lastTurn": _field(event, "turn")})
     if t == "turn/end":
         if state["openTurnStartSeq"] is None:
             return state
-        return FrozenDict(state, openTurnStartSeq=None)
+        return FrozenDict({**state, "openTurnStartSeq": None})
     if t == "step/start":
-        return FrozenDict(state, lastStepStartSeq=seq, lastStepBoundary=_boundary("start", event))
+        return FrozenDict(
+            {**state, "lastStepStartSeq": seq, "lastStepBoundary": _boundary("start", event)}
+        )
     if t == "step/end":
-        return FrozenDict(state, lastStepBoundary=_boundary("end", event))
+        return FrozenDict({**state, "lastStepBoundary": _boundary("end", event)})
     return state
 
 
