@@ -71,6 +71,12 @@ class ServiceConfig:
     inspect: bool = False
     #: Token the inspector's redrive action requires (empty: redrive disabled).
     inspect_token: str = ""
+    #: Serve queries by session (GET /sessions/...) on the metrics port (queries.py).
+    queries: bool = False
+    #: URL other members redirect queries to (default: the bound metrics port).
+    query_advertise: str = ""
+    #: Bytes of view records held for queries (query_cache.py).
+    query_cache_bytes: int = 256 * 1024 * 1024
     schema_registry: str = ""
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
