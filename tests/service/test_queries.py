@@ -269,7 +269,7 @@ def test_commits_during_the_fill_are_applied_after_it_even_when_they_overlap() -
 
 
 def test_a_partition_over_the_budget_is_given_up_not_served_partially() -> None:
-    h, batches, _ = _batches()
+    _, batches, _ = _batches()
     cache = _cache(lambda p: [], budget=20_000)
     cache.assigned([0])
     _wait_ready(cache, "a")
