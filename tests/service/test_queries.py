@@ -122,7 +122,7 @@ def test_another_members_session_is_redirected_to_its_owner() -> None:
     assert _body(r)["owner"] == "http://owner:8080" and _body(r)["partition"] == 2
     # while the group still names this member (or nobody), retry instead of looping
     for owner in ("http://me:1", None):
-        q.owner = lambda sid, o=owner: (2, o)  # type: ignore[misc]
+        q.owner = lambda sid, o=owner: (2, o)
         r = q.handle("/sessions/s%2F1")
         assert r.status == 503 and r.headers["Retry-After"] == "1"
 
@@ -158,7 +158,7 @@ def test_queries_beyond_the_concurrency_bound_get_429() -> None:
     held = threading.Thread(target=q.handle, args=("/sessions/s%2F1",))
     held.start()
     deadline = time.monotonic() + 30
-    while q._slots._value != 0:  # type: ignore[attr-defined]
+    while q._slots._value != 0:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     r = q.handle("/sessions/s%2F1")
