@@ -3,6 +3,8 @@
 Routes (GET only; ``<id>`` percent-encoded, so ids may hold ``/``):
 
 - ``/sessions/<id>``: the session's view names with their ``asOfSeq``;
+- ``/sessions/<id>/views``: every view, ``{name: {asOfSeq, stateVersion,
+  value}}`` (what ``processor views --session`` prints);
 - ``/sessions/<id>/views/<name>``: one view, shaped like a ``processor views
   --follow`` line (``session, view, asOfSeq, stateVersion, value``);
 - ``/sessions/<id>/messages``: the ``messages`` view, same shape;
@@ -169,7 +171,7 @@ class Queries:
                 f"session id of {len(sid.encode())} bytes exceeds {MAX_KEY_BYTES}",
             )
         rest = [unquote(s) for s in segments[2:]]
-        if rest not in ([], ["messages"], ["transcript"]) and not (
+        if rest not in ([], ["views"], ["messages"], ["transcript"]) and not (
             len(rest) == 2 and rest[0] == "views" and rest[1]
         ):
             return _error(404, "not_found", f"no route {url.path!r}")
@@ -194,6 +196,13 @@ class Queries:
                 {
                     "session": sid,
                     "views": {n: r.as_of_seq for n, r in sorted(views.items())},
+                }
+            )
+        if rest == ["views"]:
+            return self._sized(
+                {
+                    n: {"asOfSeq": r.as_of_seq, "stateVersion": r.state_version, "value": r.value}
+                    for n, r in sorted(views.items())
                 }
             )
         if rest == ["transcript"]:
