@@ -85,7 +85,7 @@ def _answer(member: Member, sid: str, route: str) -> tuple[Any, str]:
         time.sleep(0.2)
 
 
-def _topic_json(views: SessionViews) -> dict[str, Any]:
+def _topic_json(views: SessionViews) -> Any:
     return as_json(
         {
             n: {"asOfSeq": r.as_of_seq, "stateVersion": r.state_version, "value": r.value}
