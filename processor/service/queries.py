@@ -20,7 +20,8 @@ answers **307 Temporary Redirect** with ``Location`` at the owner and a JSON
 body naming it (307, not 421: HTTP clients, curl ``-L`` and ``urllib``
 follow it by themselves, and a GET stays a GET).  Every error is one JSON
 line ``{"error": ...}``: 400 a bad id or a response over the size bound,
-404 no such route, session or view, 429 too many queries at once, 503
+404 no such route, session or view, 429 too many queries at once or per
+second, 503
 (with ``Retry-After`` when waiting helps) while the partition is restoring,
 the assignment is moving, or the cache gave it up over its budget.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -46,6 +48,8 @@ log = logging.getLogger("processor.queries")
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 #: Queries answered at once; more wait for nobody: they get 429.
 MAX_CONCURRENT = 4
+#: Queries per second a member answers (a burst of as many); more get 429.
+MAX_RATE = 500.0
 #: Seconds a 503 asks the client to wait while a partition restores.
 RETRY_AFTER_S = 1
 
@@ -117,12 +121,14 @@ class Queries:
         registry: CollectorRegistry | None = None,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         max_concurrent: int = MAX_CONCURRENT,
+        max_rate: float = MAX_RATE,
     ) -> None:
         self.source = source  # set later by the member (it exists after the server)
         self.owner = owner
         self.self_url = self_url
         self.max_response_bytes = max_response_bytes
         self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._rate = _TokenBucket(max_rate)
         self.counter = Counter(
             "processor_queries_total",
             "Session queries by outcome",
@@ -138,10 +144,10 @@ class Queries:
         return r.status, r.body, r.headers
 
     def handle(self, path: str) -> Response:
-        if not self._slots.acquire(blocking=False):
-            response = _error(
-                429, "busy", "too many queries at once; retry", **{"Retry-After": "1"}
-            )
+        if not self._rate.take():
+            response = _error(429, "busy", "too many queries per second; retry", **_retry())
+        elif not self._slots.acquire(blocking=False):
+            response = _error(429, "busy", "too many queries at once; retry", **_retry())
         else:
             try:
                 response = self._route(path)
@@ -287,6 +293,26 @@ def view_json(sid: str, record: ViewRecord) -> dict[str, Any]:
         "stateVersion": record.state_version,
         "value": record.value,
     }
+
+
+class _TokenBucket:
+    """``rate`` tokens a second, at most ``rate`` saved up (thread-safe)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._tokens = rate
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.rate, self._tokens + (now - self._at) * self.rate)
+            self._at = now
+            if self._tokens < 1:
+                return False
+            self._tokens -= 1
+            return True
 
 
 def _retry() -> dict[str, str]:

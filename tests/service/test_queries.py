@@ -168,6 +168,13 @@ def test_queries_beyond_the_concurrency_bound_get_429() -> None:
     assert q.handle("/sessions/s%2F1").status == 200
 
 
+def test_queries_beyond_the_rate_bound_get_429() -> None:
+    q = _queries(Source(_views()), max_rate=3)
+    statuses = [q.handle("/sessions/s%2F1").status for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]
+    assert "per second" in _body(q.handle("/sessions/s%2F1"))["error"]
+
+
 def test_a_failing_source_is_a_500_line_not_a_dead_thread() -> None:
     source = Source({})
     source.raise_ = KeyError("boom")
