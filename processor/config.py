@@ -75,8 +75,10 @@ class ServiceConfig:
     queries: bool = False
     #: URL other members redirect queries to (default: the bound metrics port).
     query_advertise: str = ""
-    #: Bytes of view records held for queries (query_cache.py).
-    query_cache_bytes: int = 256 * 1024 * 1024
+    #: Live bytes of the query cache file (query_cache.py); past it a partition is given up.
+    query_cache_bytes: int = 1024 * 1024 * 1024
+    #: Directory of the query cache file (default: the system's temp dir).
+    query_cache_dir: str = ""
     schema_registry: str = ""
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)

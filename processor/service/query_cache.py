@@ -10,35 +10,46 @@ what the compacted topic holds — and a query feeds the session's records,
 in the order they were written, to the readers' own assembly
 (``views_reader``): the same code, the same records, the same value.
 
+Where: a SQLite file (standard library; WAL, so queries read while the
+loop writes; a fixed page cache, so memory does not grow with the sessions
+held — only the file does, like the compacted topic).  It is rebuilt on
+every start and every assignment, never trusted across runs: nothing here
+needs the store's proof against the topic.
+
 Filled per assigned partition in a background thread from the views topic
 (the session's views live in its events partition number), then kept
 current by the runner handing over the view records of each committed
 transaction (:meth:`QueryCache.committed`).  Commits arriving while a fill
 runs are buffered and applied after it; re-applying records the fill
 already read is harmless, since a key's latest write wins and moves it to
-the end.  Until its fill is done a partition answers "restoring" (503).
+the end (``seq``).  Until its fill is done a partition answers "restoring".
 
 Threads: the loop thread calls :meth:`assigned`, :meth:`revoked` and
-:meth:`committed`; HTTP threads call :meth:`owns` and :meth:`session_views`.
-One lock guards the maps; a query copies its session's records under it and
-decodes them outside it, so a query never holds the poll loop for longer
-than a copy of one session's records.
+:meth:`committed` (one short write transaction per commit); the fill thread
+writes its partition in small chunks; both write under the lock (the
+states and the rows change together); HTTP threads read on their own
+connections, outside it (WAL: a reader sees whole write transactions).
 
-Bounded: the records held are capped at ``budget_bytes``; a partition that
-would pass it is given up (cleared, counted, answered 503 naming the
-bound) rather than served partially — a partial session would assemble a
-wrong value.  Records are bucketed by the key up to its first ``/`` (a
-session id may itself hold ``/``; the decoded record says whose it is).
+Bounded: the live bytes of the file are capped at ``budget_bytes``; a
+partition whose write would pass it is given up (deleted, counted,
+answered 503 naming the bound) rather than served partially — a partial
+session would assemble a wrong value.  Records are bucketed by the key up
+to its first ``/`` (a session id may itself hold ``/``; the decoded record
+says whose it is).
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import queue
+import sqlite3
+import tempfile
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -50,13 +61,28 @@ from processor.service.views_reader import _Materializer as Materializer
 
 log = logging.getLogger("processor.queries")
 
-#: Default bound of the view records held for queries.
-DEFAULT_BUDGET_BYTES = 256 * 1024 * 1024
+#: Default bound of the live bytes of the cache file.
+DEFAULT_BUDGET_BYTES = 1024 * 1024 * 1024
 #: Seconds between attempts to fill a partition whose read failed.
 FILL_RETRY_S = 2.0
+#: Records per fill transaction: the loop's commit waits at most one of them.
+FILL_CHUNK = 500
+#: SQLite page cache per connection (negative: KiB): the memory bound.
+CACHE_KIB = 4 * 1024
+#: Records buffered per partition while its fill runs (past it: given up).
+MAX_BUFFERED = 200_000
 
 #: (partition, key, value) of one committed views record (value None: tombstone).
 ViewWrite = tuple[int, bytes, bytes | None]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS record (
+    partition INTEGER NOT NULL, key BLOB NOT NULL, bucket BLOB NOT NULL,
+    value BLOB NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY (partition, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS record_bucket ON record (partition, bucket, seq);
+"""
 
 
 @dataclass(slots=True)
@@ -64,8 +90,6 @@ class _Partition:
     epoch: int
     ready: bool = False
     buffer: list[tuple[bytes, bytes | None]] = field(default_factory=list)
-    buckets: dict[bytes, OrderedDict[bytes, bytes]] = field(default_factory=dict)
-    size: int = 0
     dropped: str | None = None  # why the partition was given up
 
 
@@ -84,27 +108,36 @@ class QueryCache:
         read_partition: Callable[[int], Iterable[tuple[bytes | None, bytes | None]]],
         partition_count: Callable[[], int],
         budget_bytes: int = DEFAULT_BUDGET_BYTES,
+        directory: str | Path | None = None,
         registry: CollectorRegistry | None = None,
         on_close: Callable[[], None] | None = None,
     ) -> None:
         """``read_partition(p)``: every committed (key, value) of views partition ``p``
-        in offset order; ``partition_count()``: partitions of the events topic;
-        ``on_close``: release what they hold.  All run on the fill thread."""
+        in offset order (streamed); ``partition_count()``: partitions of the events
+        topic; ``on_close``: release what they hold.  All run on the fill thread.
+        ``directory``: where the file lives (default: the system's temp dir)."""
         self.codec = codec
         self._read = read_partition
-        self._on_close = on_close
         self._count_of = partition_count
+        self._on_close = on_close
         self._count: int | None = None
         self.budget_bytes = budget_bytes
+        self._dir = tempfile.mkdtemp(prefix="processor-queries-", dir=directory)
+        self.path = Path(self._dir) / "views.sqlite"
         self._lock = threading.Lock()
         self._parts: dict[int, _Partition] = {}
-        self._size = 0
         self._epoch = 0
+        self._seq = itertools.count()  # next() is atomic: fill and loop both draw
+        self._db = self._connect()  # the loop thread's writer (used under the lock)
+        self._db.executescript(_SCHEMA)
+        self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
+        self._readers = threading.local()
         self._jobs: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
+        self._closed = False
         r = registry if registry is not None else CollectorRegistry()
         self.held_bytes = Gauge(
-            "processor_query_cache_bytes", "View record bytes held for queries", registry=r
+            "processor_query_cache_bytes", "Live bytes of the query cache file", registry=r
         )
         self.dropped = Counter(
             "processor_query_cache_dropped_total",
@@ -117,13 +150,21 @@ class QueryCache:
             registry=r,
         )
 
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=OFF")  # rebuilt on every start: no fsync needed
+        db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        db.execute("PRAGMA busy_timeout=60000")
+        return db
+
     # ------------------------------------------------------------ loop thread
 
     def assigned(self, partitions: Iterable[int]) -> None:
         with self._lock:
             for p in partitions:
                 self._epoch += 1
-                self._drop(p)
+                self._forget(p)
                 self._parts[p] = _Partition(self._epoch)
                 self._jobs.put((p, self._epoch))
         if self._worker is None:
@@ -133,23 +174,34 @@ class QueryCache:
     def revoked(self, partitions: Iterable[int]) -> None:
         with self._lock:
             for p in partitions:
-                self._drop(p)
+                self._forget(p)
 
     def committed(self, writes: Iterable[ViewWrite]) -> None:
         """The views records of a committed transaction, in produce order."""
         with self._lock:
+            ready: dict[int, list[tuple[bytes, bytes | None]]] = {}
             for p, key, value in writes:
                 part = self._parts.get(p)
                 if part is None or part.dropped is not None:
                     continue
-                if not part.ready:
+                if part.ready:
+                    ready.setdefault(p, []).append((key, value))
+                elif len(part.buffer) < MAX_BUFFERED:
                     part.buffer.append((key, value))
                 else:
-                    self._apply(p, part, key, value)
+                    self._give_up(p, part, f"{MAX_BUFFERED} commits buffered during its fill")
+            for p, records in ready.items():
+                self._write(self._db, p, records)
+                self._check_budget(p)
 
     def close(self) -> None:
-        """Stop the fill thread (it releases the reader on its way out)."""
+        """Stop the fill thread; it releases the reader and removes the file."""
+        self._closed = True
         self._jobs.put(None)
+        if self._worker is None:
+            self._remove()
+        elif self._worker is not threading.current_thread():
+            self._worker.join(10)  # a fill in its middle ends at its next chunk
 
     # ------------------------------------------------------------ SessionSource
 
@@ -164,91 +216,182 @@ class QueryCache:
         if count is None:
             raise NotRestored("partition count not known yet")
         p = session_partition(session_id, count)
-        with self._lock:
-            part = self._parts.get(p)
-            if part is None:
-                raise NotRestored(f"partition {p} is not assigned here")
-            if part.dropped is not None:
-                raise Unavailable(part.dropped)
-            if not part.ready:
-                raise NotRestored(f"the views of partition {p} are loading")
-            bucket = part.buckets.get(_bucket(session_id.encode()))
-            records = list(bucket.items()) if bucket else []
+        epoch = self._usable(p).epoch
+        rows = (
+            self._reader()
+            .execute(
+                "SELECT key, value FROM record WHERE partition = ? AND bucket = ? ORDER BY seq",
+                (p, _bucket(session_id.encode())),
+            )
+            .fetchall()
+        )
+        if self._usable(p).epoch != epoch:  # revoked and reassigned while reading
+            raise NotRestored(f"partition {p} was reassigned")
         state = Materializer(self.codec, session_id, None)
-        for key, value in records:
-            state.apply(key, value)
+        for key, value in rows:
+            state.apply(bytes(key), bytes(value))
         return state.views.get(session_id)
 
-    # ------------------------------------------------------------ internals
+    def _usable(self, p: int) -> _Partition:
+        with self._lock:
+            part = self._parts.get(p)
+        if part is None:
+            raise NotRestored(f"partition {p} is not assigned here")
+        if part.dropped is not None:
+            raise Unavailable(part.dropped)
+        if not part.ready:
+            raise NotRestored(f"the views of partition {p} are loading")
+        return part
+
+    def _reader(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._readers, "db", None)
+        if db is None:
+            db = self._readers.db = sqlite3.connect(self.path, isolation_level=None)
+            db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            db.execute("PRAGMA busy_timeout=60000")
+        return db
+
+    # ------------------------------------------------------------ fill thread
 
     def _fill_loop(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                if self._on_close is not None:
-                    self._on_close()
-                return
-            p, epoch = job
+        db = self._connect()
+        try:
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                self._fill(db, *job)
+        finally:
+            db.close()
+            if self._on_close is not None:
+                self._on_close()
+            self._remove()
+
+    def _current(self, p: int, epoch: int) -> _Partition | None:
+        part = self._parts.get(p)
+        return part if part is not None and part.epoch == epoch else None
+
+    def _fill(self, db: sqlite3.Connection, p: int, epoch: int) -> None:
+        with self._lock:
+            if self._current(p, epoch) is None:
+                return  # revoked (or reassigned) before its turn
+        read = 0
+        try:
+            if self._count is None:
+                self._count = self._count_of()
+            for chunk in _chunks(self._read(p), FILL_CHUNK):
+                read += len(chunk)
+                # under the lock, so a revoke cannot land between the check and
+                # the write (stale rows); a chunk is small, the loop waits little
+                with self._lock:
+                    part = self._current(p, epoch)
+                    if part is None or part.dropped is not None or self._closed:
+                        return
+                    self._write(db, p, chunk)
+                    self._check_budget(p)
+        except Exception as exc:
+            self.fill_failures.inc()
+            log.warning("query cache: reading views partition %d failed: %s", p, exc)
             with self._lock:
-                part = self._parts.get(p)
-                if part is None or part.epoch != epoch:
-                    continue  # revoked (or reassigned) before its turn
-            try:
-                if self._count is None:
-                    self._count = self._count_of()
-                records = list(self._read(p))
-            except Exception as exc:
-                self.fill_failures.inc()
-                log.warning("query cache: reading views partition %d failed: %s", p, exc)
+                if self._current(p, epoch) is not None:
+                    self._delete(db, p)
+            if not self._closed:
                 threading.Timer(FILL_RETRY_S, self._jobs.put, ((p, epoch),)).start()
-                continue
-            with self._lock:
-                part = self._parts.get(p)
-                if part is None or part.epoch != epoch:
-                    continue
-                for key, value in records:
-                    if key is not None and part.dropped is None:
-                        self._apply(p, part, key, value)
-                for key, value in part.buffer:
-                    if part.dropped is None:
-                        self._apply(p, part, key, value)
-                part.buffer = []
-                part.ready = True
-            log.info("query cache: views partition %d loaded (%d records read)", p, len(records))
-
-    def _apply(self, p: int, part: _Partition, key: bytes, value: bytes | None) -> None:
-        """Latest write of ``key`` wins and moves to the end (offset order). Lock held."""
-        name = _bucket(key)
-        bucket = part.buckets.get(name)
-        old = bucket.pop(key, None) if bucket is not None else None
-        delta = -(len(key) + len(old)) if old is not None else 0
-        if value is not None:
-            if bucket is None:
-                bucket = part.buckets[name] = OrderedDict()
-            bucket[key] = value
-            delta += len(key) + len(value)
-        elif bucket is not None and not bucket:
-            del part.buckets[name]
-        part.size += delta
-        self._size += delta
-        if self._size > self.budget_bytes:
-            reason = (
-                f"the query cache gave up partition {p}: its view records passed the "
-                f"budget of {self.budget_bytes} bytes (query_cache_bytes); read the views "
-                "topic (`processor views --session`)"
-            )
-            log.warning("%s", reason)
-            self.dropped.inc()
-            self._size -= part.size
-            part.buckets.clear()
+            return
+        with self._lock:
+            part = self._current(p, epoch)
+            if part is None or part.dropped is not None:
+                return
+            self._write(db, p, part.buffer)
             part.buffer = []
-            part.size = 0
-            part.dropped = reason
-        self.held_bytes.set(self._size)
+            part.ready = True
+            self._check_budget(p)
+        log.info("query cache: views partition %d loaded (%d records read)", p, read)
 
-    def _drop(self, p: int) -> None:
+    # ------------------------------------------------------------ storage
+
+    def _write(
+        self, db: sqlite3.Connection, p: int, records: Iterable[tuple[bytes | None, bytes | None]]
+    ) -> None:
+        """Latest write of a key wins and gets the next ``seq`` (one transaction)."""
+        final: dict[bytes, tuple[bytes | None, int]] = {}
+        for key, value in records:
+            if key is not None:
+                final.pop(key, None)  # keep the order of last writes
+                final[key] = (value, next(self._seq))
+        upserts = [(p, k, _bucket(k), v, s) for k, (v, s) in final.items() if v is not None]
+        deletes = [(p, k) for k, (v, _) in final.items() if v is None]
+        with _transaction(db):
+            db.executemany("DELETE FROM record WHERE partition = ? AND key = ?", deletes)
+            db.executemany(
+                "INSERT OR REPLACE INTO record (partition, key, bucket, value, seq) "
+                "VALUES (?, ?, ?, ?, ?)",
+                upserts,
+            )
+
+    def _live_bytes(self) -> int:
+        pages, free = (
+            int(self._db.execute(f"PRAGMA {name}").fetchone()[0])
+            for name in ("page_count", "freelist_count")
+        )
+        return (pages - free) * self._page_size
+
+    def _check_budget(self, p: int) -> None:
+        """Give ``p`` up when the file's live bytes pass the budget (lock held)."""
+        live = self._live_bytes()
+        self.held_bytes.set(live)
+        part = self._parts.get(p)
+        if live > self.budget_bytes and part is not None and part.dropped is None:
+            self._give_up(p, part, f"the cache passed its budget of {self.budget_bytes} bytes")
+
+    def _give_up(self, p: int, part: _Partition, why: str) -> None:
+        part.dropped = (
+            f"the query cache gave up partition {p}: {why} (query_cache_bytes); "
+            "read the views topic (`processor views --session ... --from-topic`)"
+        )
+        log.warning("%s", part.dropped)
+        self.dropped.inc()
+        part.buffer = []
+        self._delete(self._db, p)
+        self.held_bytes.set(self._live_bytes())
+
+    def _forget(self, p: int) -> None:
         """Forget partition ``p`` (lock held)."""
-        part = self._parts.pop(p, None)
-        if part is not None:
-            self._size -= part.size
-            self.held_bytes.set(self._size)
+        if self._parts.pop(p, None) is not None:
+            self._delete(self._db, p)
+
+    def _delete(self, db: sqlite3.Connection, p: int) -> None:
+        with _transaction(db):
+            db.execute("DELETE FROM record WHERE partition = ?", (p,))
+
+    def _remove(self) -> None:
+        with self._lock:
+            self._db.close()
+        for name in ("views.sqlite", "views.sqlite-wal", "views.sqlite-shm"):
+            (Path(self._dir) / name).unlink(missing_ok=True)
+        Path(self._dir).rmdir()
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` .. ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _chunks(
+    records: Iterable[tuple[bytes | None, bytes | None]], size: int
+) -> Iterator[list[tuple[bytes | None, bytes | None]]]:
+    chunk: list[tuple[bytes | None, bytes | None]] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

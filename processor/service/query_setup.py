@@ -10,10 +10,12 @@ runner feeds the cache, the cache answers the :class:`Queries`.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from processor.config import ServiceConfig
 from processor.service import clients
@@ -21,7 +23,8 @@ from processor.service.metrics import Metrics, serve
 from processor.service.owners import OwnerDirectory, describe_group
 from processor.service.queries import Queries
 from processor.service.query_cache import QueryCache
-from processor.service.restore import read_partitions
+from processor.service.restore import watermarks
+from processor.service.retry import is_transient
 from processor.service.runner import Processor
 from processor.service.transport import Reader
 
@@ -50,6 +53,7 @@ def attach_queries(processor: Processor, queries: Queries) -> QueryCache:
         read_partition=reader.read,
         partition_count=reader.partition_count,
         budget_bytes=config.query_cache_bytes,
+        directory=config.query_cache_dir or None,
         registry=processor.metrics.registry,
         on_close=reader.close,
     )
@@ -93,12 +97,32 @@ class _ViewsReader:
             raise RuntimeError(f"topic {topic} does not exist")
         return len(meta.partitions)
 
-    def read(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
-        topic = self._processor.topics.views
-        msgs = read_partitions(
-            self._reader(), topic, {partition: OFFSET_BEGINNING}, timeout=FILL_TIMEOUT_S
-        )
-        return [(m.key(), m.value()) for m in msgs[partition]]
+    def read(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
+        """Committed records of views partition ``partition`` from its start to its
+        end as the read began, streamed (the cache writes them in chunks)."""
+        consumer, topic = self._reader(), self._processor.topics.views
+        low, high = watermarks(consumer, topic, partition)  # high: the stable end
+        if high <= max(low, 0):
+            return
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + FILL_TIMEOUT_S
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"reading {topic}[{partition}] took over {FILL_TIMEOUT_S} s")
+                for m in consumer.consume(num_messages=1_000, timeout=0.1):
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            return
+                        if is_transient(KafkaException(err)):
+                            continue  # librdkafka refetches by itself
+                        raise KafkaException(err)
+                    yield m.key(), m.value()
+                    if (m.offset() or 0) >= high - 1:
+                        return
+        finally:
+            consumer.unassign()
 
     def close(self) -> None:
         with self._lock:
