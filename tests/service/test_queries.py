@@ -243,6 +243,7 @@ def test_the_cache_answers_what_the_views_topic_assembles() -> None:
     _wait_ready(cache, "a")
     for batch in batches:
         cache.committed(_writes(batch))
+    cache.sync()  # the writer thread applies them
     topic = materialize(h.topic(VIEWS))
     for sid in sids:
         assert cache.owns(sid) is True
@@ -265,6 +266,7 @@ def test_commits_during_the_fill_are_applied_after_it_even_when_they_overlap() -
     cache.assigned([0])
     for batch in batches[5:]:  # ... while batches 6.. committed (6-8 seen twice)
         cache.committed(_writes(batch))
+    cache.sync()
     with pytest.raises(NotRestored):
         cache.session_views("a")
     release.set()
@@ -282,6 +284,7 @@ def test_a_partition_over_the_budget_is_given_up_not_served_partially() -> None:
     _wait_ready(cache, "a")
     for batch in batches:
         cache.committed(_writes(batch))
+    cache.sync()  # the writer thread applies them
     with pytest.raises(Unavailable, match="budget of 60000 bytes"):
         cache.session_views("a")
     assert cache.dropped._value.get() == 1
