@@ -7,6 +7,9 @@ session; ``processor views --session`` asks a member and prints the same.
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
 import threading
 import time
 import urllib.error
@@ -74,6 +77,10 @@ def _get(url: str) -> tuple[int, Any, str]:
 
 
 def _answer(member: Member, sid: str, route: str, expected: Any) -> str:
+    return _answer_url(member.url, sid, expected, route)
+
+
+def _answer_url(base: str, sid: str, expected: Any, route: str = "/views") -> str:
     """Wait for the member's answer to equal ``expected``; the URL that served it.
 
     Waits out 503s (restoring, assignment moving) and the cache's writer
@@ -81,11 +88,14 @@ def _answer(member: Member, sid: str, route: str, expected: Any) -> str:
     """
     deadline = time.monotonic() + 90
     while True:
-        status, doc, served_by = _get(f"{member.url}/sessions/{quote(sid, safe='')}{route}")
+        try:
+            status, doc, served_by = _get(f"{base}/sessions/{quote(sid, safe='')}{route}")
+        except urllib.error.URLError:  # a process still starting its server
+            status, doc, served_by = 503, None, base
         assert status in (200, 503), (status, doc)
         if status == 200 and doc == expected:
             return served_by
-        assert time.monotonic() < deadline, f"{member.url} kept answering {str(doc)[:500]}"
+        assert time.monotonic() < deadline, f"{base} kept answering {str(doc)[:500]}"
         time.sleep(0.2)
 
 
@@ -177,3 +187,41 @@ def test_either_member_answers_what_the_views_topic_assembles(stack: Stack) -> N
         a.stop()
         if b is not None:
             b.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_processor_run_with_queries_serves_and_views_finds_it(stack: Stack) -> None:
+    """The CLI wiring: ``processor run --queries`` advertises its port in the group
+    and ``processor views --session`` finds it there without being told."""
+    logs = sessions(4, 30, seed=14)
+    for sid, events in logs.items():
+        stack.produce(sid, events)
+    port = _free_port()
+    proc = stack.spawn("qrun", "--metrics-port", str(port), "--queries")
+    try:
+        wait_for_views(stack, {sid: stack.expected(sid) for sid in logs})
+        topic = materialize_views(stack.config)
+        for sid in logs:
+            url = _answer_url(f"http://127.0.0.1:{port}", sid, _topic_json(topic[sid]))
+            assert url.startswith(f"http://127.0.0.1:{port}/")
+        deadline = time.monotonic() + 60
+        while True:  # the group may still be describing the member as joining
+            result = invoke(stack.config, "views", "--session", "s001")
+            if f"served by http://127.0.0.1:{port}" in result.stderr:
+                break
+            assert time.monotonic() < deadline, result.stderr
+            time.sleep(0.5)
+        assert result.exit_code == 0
+        assert orjson.loads(result.stdout) == {"s001": _topic_json(topic["s001"])}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
