@@ -585,6 +585,9 @@ class Processor:
                     raise KafkaException(
                         KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered")
                     )
+                if self.queries is not None:  # delivered = visible without transactions
+                    self.queries.committed(views)
+                    views = []
                 if offsets:
                     consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
