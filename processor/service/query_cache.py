@@ -37,9 +37,9 @@ newest commit.
 Bounded: the live bytes of the file are capped at ``budget_bytes``; a
 partition whose write would pass it is given up (deleted, counted,
 answered 503 naming the bound) rather than served partially — a partial
-session would assemble a wrong value.  Records are bucketed by the key up
-to its first ``/`` (a session id may itself hold ``/``; the decoded record
-says whose it is).
+session would assemble a wrong value.  A session's records are the keys
+that start with ``<id>/`` (ids extending ``<id>/`` share the range; the
+decoded record says whose it is).
 """
 
 from __future__ import annotations
@@ -84,11 +84,9 @@ ViewWrite = tuple[int, bytes, bytes | None]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS record (
-    partition INTEGER NOT NULL, key BLOB NOT NULL, bucket BLOB NOT NULL,
-    value BLOB NOT NULL, seq INTEGER NOT NULL,
+    partition INTEGER NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, seq INTEGER NOT NULL,
     PRIMARY KEY (partition, key)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS record_bucket ON record (partition, bucket, seq);
 """
 
 
@@ -98,11 +96,6 @@ class _Partition:
     ready: bool = False
     buffer: list[tuple[bytes, bytes | None]] = field(default_factory=list)
     dropped: str | None = None  # why the partition was given up
-
-
-def _bucket(key: bytes) -> bytes:
-    cut = key.find(b"/")
-    return key if cut < 0 else key[:cut]
 
 
 class QueryCache:
@@ -135,7 +128,7 @@ class QueryCache:
         self._parts: dict[int, _Partition] = {}
         self._epoch = 0
         self._seq = itertools.count()  # next() is atomic: fill and loop both draw
-        self._db = self._connect()  # the loop thread's writer (used under the lock)
+        self._db = self._connect()  # writes of the writer and loop threads (under the lock)
         self._db.executescript(_SCHEMA)
         self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
         self._readers = threading.local()
@@ -276,11 +269,15 @@ class QueryCache:
             raise NotRestored("partition count not known yet")
         p = session_partition(session_id, count)
         epoch = self._usable(p).epoch
+        # every key of the session starts with "<id>/": a range of the primary
+        # key ("0" follows "/"), shared only with ids that extend "<id>/"
+        prefix = session_id.encode()
         rows = (
             self._reader()
             .execute(
-                "SELECT key, value FROM record WHERE partition = ? AND bucket = ? ORDER BY seq",
-                (p, _bucket(session_id.encode())),
+                "SELECT key, value FROM record WHERE partition = ? AND key >= ? AND key < ? "
+                "ORDER BY seq",
+                (p, prefix + b"/", prefix + b"0"),
             )
             .fetchall()
         )
@@ -377,13 +374,12 @@ class QueryCache:
             if key is not None:
                 final.pop(key, None)  # keep the order of last writes
                 final[key] = (value, next(self._seq))
-        upserts = [(p, k, _bucket(k), v, s) for k, (v, s) in final.items() if v is not None]
+        upserts = [(p, k, v, s) for k, (v, s) in final.items() if v is not None]
         deletes = [(p, k) for k, (v, _) in final.items() if v is None]
         with _transaction(db):
             db.executemany("DELETE FROM record WHERE partition = ? AND key = ?", deletes)
             db.executemany(
-                "INSERT OR REPLACE INTO record (partition, key, bucket, value, seq) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO record (partition, key, value, seq) VALUES (?, ?, ?, ?)",
                 upserts,
             )
 

@@ -225,7 +225,7 @@ def _wait_ready(cache: QueryCache, sid: str) -> None:
 def _batches() -> tuple[Harness, list[list[Out]], list[str]]:
     """Several sessions (two share a key prefix) committed in several batches."""
     h = Harness()
-    sids = ["a", "a/b", "b", "long"]
+    sids = ["a", "a/b", "ab", "a0", "b", "long"]
     logs = {sid: session_log(300 if sid == "long" else 30, seed=i) for i, sid in enumerate(sids)}
     batches = []
     for start in range(0, 300, 25):
