@@ -18,7 +18,7 @@ from processor.service.kafka_errors import (
     configure_librdkafka_logging,
     one_line,
 )
-from processor.service.metrics import Metrics, serve
+from processor.service.metrics import Metrics, PathHandler, serve
 from processor.service.query_setup import attach_queries, query_endpoint
 from processor.service.restore import AnchorError
 from processor.service.runner import Processor
@@ -150,12 +150,21 @@ def run(
     server: Any = None
     if config.inspect and not (config.metrics_port or metrics_port == 0):
         raise click.UsageError("--inspect serves on the metrics port: give --metrics-port")
-    if config.queries and (config.inspect or not (config.metrics_port or metrics_port == 0)):
-        raise click.UsageError(
-            "--queries serves on the metrics port: give --metrics-port (and no --inspect)"
-        )
+    if config.queries and not (config.metrics_port or metrics_port == 0):
+        raise click.UsageError("--queries serves on the metrics port: give --metrics-port")
     if config.queries:  # the port first: the member advertises its URL when it joins
-        server, endpoint, config = query_endpoint(config, metrics)
+        base = config
+
+        def with_inspector(handler: PathHandler) -> Any:
+            from processor.inspect.mount import serve_with_inspector
+
+            mounted = serve_with_inspector(metrics, base, queries=handler)
+            click.echo(f"inspector on {mounted.url}", err=True)
+            return mounted
+
+        server, endpoint, config = query_endpoint(
+            config, metrics, with_inspector if config.inspect else None
+        )
         click.echo(f"queries on {config.query_advertise}/sessions/", err=True)
         processor = Processor(config, metrics=metrics)
         attach_queries(processor, endpoint)

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from processor.config import ServiceConfig
 from processor.service import clients
-from processor.service.metrics import Metrics, serve
+from processor.service.metrics import Metrics, PathHandler, serve
 from processor.service.owners import OwnerDirectory, describe_group
 from processor.service.queries import Queries
 from processor.service.query_cache import QueryCache
@@ -33,11 +32,20 @@ FILL_TIMEOUT_S = 300.0
 
 
 def query_endpoint(
-    config: ServiceConfig, metrics: Metrics
-) -> tuple[ThreadingHTTPServer, Queries, ServiceConfig]:
-    """The HTTP port with the query routes, and ``config`` advertising its URL."""
+    config: ServiceConfig,
+    metrics: Metrics,
+    serve_with: Callable[[PathHandler], Any] | None = None,
+) -> tuple[Any, Queries, ServiceConfig]:
+    """The HTTP port with the query routes, and ``config`` advertising its URL.
+
+    ``serve_with(handler)``: another server of the port (the inspector's), which
+    must expose ``server_port``; default: ``metrics.serve``.
+    """
     queries = Queries(None, registry=metrics.registry)
-    server = serve(metrics, config.metrics_host, config.metrics_port, queries=queries.http)
+    if serve_with is not None:
+        server = serve_with(queries.http)
+    else:
+        server = serve(metrics, config.metrics_host, config.metrics_port, queries=queries.http)
     url = config.query_advertise or f"http://{config.metrics_host}:{server.server_port}"
     queries.self_url = url
     return server, queries, config.with_overrides(query_advertise=url, queries=True)

@@ -292,3 +292,29 @@ def test_a_partition_over_the_budget_is_given_up_not_served_partially() -> None:
     cache.revoked([0])
     assert cache.owns("a") is False
     cache.close()
+
+
+def test_the_inspector_port_passes_the_raw_path_to_the_queries() -> None:
+    """With ``--inspect`` the port is uvicorn's; ``%2F`` must reach the handler encoded."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from processor.inspect.mount import query_route
+
+    views = _views()
+    q = _queries(Source(views))
+    route = query_route(q.http)
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/sessions/s/1/transcript",  # what the server decoded
+        "raw_path": b"/sessions/s%2F1/transcript",
+        "query_string": b"offset=1&limit=2",
+        "headers": [],
+    }
+    response = asyncio.run(route.endpoint(Request(scope)))
+    assert response.status_code == 200
+    doc = orjson.loads(response.body)
+    assert doc["offset"] == 1 and len(doc["entries"]) == 2
+    assert response.headers["content-type"] == "application/json"
