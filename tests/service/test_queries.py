@@ -318,3 +318,38 @@ def test_the_inspector_port_passes_the_raw_path_to_the_queries() -> None:
     doc = orjson.loads(response.body)
     assert doc["offset"] == 1 and len(doc["entries"]) == 2
     assert response.headers["content-type"] == "application/json"
+
+
+def test_a_fill_that_fails_is_retried_and_a_revoked_fill_is_discarded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("processor.service.query_cache.FILL_RETRY_S", 0.05)
+    h, batches, sids = _batches()
+    topic = [(o.key, o.value) for b in batches for o in b if o.topic == VIEWS]
+    calls: list[int] = []
+    release = threading.Event()
+
+    def read(p: int) -> list[tuple[bytes | None, bytes | None]]:
+        calls.append(p)
+        if len(calls) == 1:
+            raise RuntimeError("broker away")
+        if len(calls) == 2:
+            release.wait(30)  # revoked and reassigned while this read runs
+            return [(b"a/stale", b"not a view record")]
+        return topic
+
+    cache = _cache(read)
+    cache.assigned([0])
+    deadline = time.monotonic() + 30
+    while len(calls) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    cache.revoked([0])
+    cache.assigned([0])
+    release.set()
+    _wait_ready(cache, "a")
+    assert cache.fill_failures._value.get() == 1
+    expected = materialize(h.topic(VIEWS))
+    for sid in sids:
+        assert cache.session_views(sid) == expected[sid]  # the stale read left nothing
+    cache.close()
