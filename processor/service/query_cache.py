@@ -52,6 +52,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -330,7 +331,7 @@ class QueryCache:
         with self._lock:
             if self._current(p, epoch) is None:
                 return  # revoked (or reassigned) before its turn
-        read = 0
+        read, started = 0, time.monotonic()
         try:
             if self._count is None:
                 self._count = self._count_of()
@@ -361,7 +362,12 @@ class QueryCache:
             part.buffer = []
             part.ready = True
             self._check_budget(p)
-        log.info("query cache: views partition %d loaded (%d records read)", p, read)
+        log.info(
+            "query cache: views partition %d loaded (%d records read in %.2f s)",
+            p,
+            read,
+            time.monotonic() - started,
+        )
 
     # ------------------------------------------------------------ storage
 
