@@ -39,6 +39,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
+from processor.core.errors import Unavailable
 from processor.engine.dead_letters import MAX_KEY_BYTES
 from processor.service.views_reader import ViewRecord, assemble_transcript
 
@@ -65,11 +66,11 @@ OUTCOMES = (
 )
 
 
-class NotRestored(Exception):
+class NotRestored(Unavailable):
     """The session's partition is owned but its views are not loaded yet."""
 
 
-class Unavailable(Exception):
+class GivenUp(Unavailable):
     """The views cannot be served here (a bound was hit); the message says which."""
 
 
@@ -83,7 +84,7 @@ class SessionSource(Protocol):
     def session_views(self, session_id: str) -> Mapping[str, ViewRecord] | None:
         """The session's views as the views topic assembles them; None: no views.
 
-        Raises :class:`NotRestored` or :class:`Unavailable`.
+        Raises :class:`NotRestored` or :class:`GivenUp`.
         """
         ...
 
@@ -193,7 +194,7 @@ class Queries:
             views = source.session_views(sid)
         except NotRestored as exc:
             return _error(503, "unavailable", f"restoring: {exc}", **_retry())
-        except Unavailable as exc:
+        except GivenUp as exc:
             return _error(503, "unavailable", str(exc))
         if not views:
             return _error(404, "not_found", f"no views of session {sid!r}")

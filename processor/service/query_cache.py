@@ -61,7 +61,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from processor.codec import Codec
 from processor.service.owners import session_partition
-from processor.service.queries import NotRestored, Unavailable
+from processor.service.queries import GivenUp, NotRestored
 from processor.service.views_reader import ViewRecord
 from processor.service.views_reader import _Materializer as Materializer
 
@@ -295,7 +295,7 @@ class QueryCache:
         if part is None:
             raise NotRestored(f"partition {p} is not assigned here")
         if part.dropped is not None:
-            raise Unavailable(part.dropped)
+            raise GivenUp(part.dropped)
         if not part.ready:
             raise NotRestored(f"the views of partition {p} are loading")
         return part

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from processor.engine.dead_letters import MAX_KEY_BYTES
 from processor.engine.records import Out
 from processor.service.owners import advertised_url, member_client_id, session_partition
-from processor.service.queries import NotRestored, Queries, Unavailable
+from processor.service.queries import GivenUp, NotRestored, Queries
 from processor.service.query_cache import QueryCache
 from processor.service.views_reader import ViewRecord, assemble_transcript
 from tests.engine.kit import CODEC, CONFIG, Harness, materialize, session_log
@@ -136,7 +136,7 @@ def test_restoring_and_unknown_assignment_are_503_with_retry_after() -> None:
     source.raise_ = NotRestored("partition 0 loading")
     r = q.handle("/sessions/a")
     assert r.status == 503 and "Retry-After" in r.headers and "restoring" in _body(r)["error"]
-    source.raise_ = Unavailable("over the budget of 10 bytes")
+    source.raise_ = GivenUp("over the budget of 10 bytes")
     r = q.handle("/sessions/a")
     assert r.status == 503 and "Retry-After" not in r.headers
     assert _body(r)["error"] == "over the budget of 10 bytes"
@@ -285,7 +285,7 @@ def test_a_partition_over_the_budget_is_given_up_not_served_partially() -> None:
     for batch in batches:
         cache.committed(_writes(batch))
     cache.sync()  # the writer thread applies them
-    with pytest.raises(Unavailable, match="budget of 60000 bytes"):
+    with pytest.raises(GivenUp, match="budget of 60000 bytes"):
         cache.session_views("a")
     assert cache.dropped._value.get() == 1
     assert cache.held_bytes._value.get() < 60_000  # its rows are gone
