@@ -181,7 +181,8 @@ def _from_member(
     """The session's views from its owner (query_client.py), None to read the topic."""
     answer = member_views(config, session_id, member, timeout=min(timeout, 10.0))
     if answer.views is None:
-        click.echo(f"processor views: reading the views topic ({answer.reason})", err=True)
+        if member is not None or answer.url is not None:  # quiet when no member serves
+            click.echo(f"processor views: reading the views topic ({answer.reason})", err=True)
         return None
     click.echo(f"processor views: served by {answer.url}", err=True)
     per = {n: r for n, r in answer.views.items() if view_name in (None, n)}
