@@ -260,14 +260,14 @@ class QueryCache:
 
     def owns(self, session_id: str) -> bool | None:
         count = self._count
-        if count is None:
+        if count is None or self._closed:  # closed: the member is leaving
             return None
         return session_partition(session_id, count) in self._parts
 
     def session_views(self, session_id: str) -> Mapping[str, ViewRecord] | None:
         count = self._count
-        if count is None:
-            raise NotRestored("partition count not known yet")
+        if count is None or self._closed:
+            raise NotRestored("partition count not known yet, or the member is stopping")
         p = session_partition(session_id, count)
         epoch = self._usable(p).epoch
         # every key of the session starts with "<id>/": a range of the primary
