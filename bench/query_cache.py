@@ -11,6 +11,15 @@ a batch), the fill rate (records a fill writes per second), the latency of
 the process CPU of the same folds without a cache (the writer thread's
 SQLite work shows there, not on the loop).  Memory is not a figure: SQLite
 holds a fixed page cache (``CACHE_KIB`` per connection), the rows are on disk.
+
+Measured (Dec 3, 2 cores shared with other jobs, load ~5; 5,000 sessions x 12
+events, 200 sessions per batch, 79,540 view records): loop thread +0.7 %
+of fold + output (the records are only queued), process CPU +16-17 % (the
+writer thread's SQLite work), fill 80k-174k records/s, ``session_views``
+median 0.3 ms, p99 5-13 ms, 20.8 MB of cache file.  On the real broker
+(tests' fixture, 2,000 sessions x 12 events, 3 partitions): a fresh member's
+fill from assignment to every partition served 3.2 s (6.0 MB), HTTP
+``GET /sessions/<id>/views`` median 1.7 ms, p99 6.7 ms.
 """
 
 from __future__ import annotations
