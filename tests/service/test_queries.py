@@ -353,3 +353,35 @@ def test_a_fill_that_fails_is_retried_and_a_revoked_fill_is_discarded(
     for sid in sids:
         assert cache.session_views(sid) == expected[sid]  # the stale read left nothing
     cache.close()
+
+
+def test_the_metrics_port_serves_the_routes_with_their_headers() -> None:
+    import http.client
+
+    from processor.service.metrics import Metrics, serve
+
+    metrics = Metrics()
+    source = Source(_views(), owned=False)
+    q = Queries(source, lambda sid: (1, "http://owner:1"), registry=metrics.registry)
+    server = serve(metrics, "127.0.0.1", 0, queries=q.http)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=30)
+        conn.request("GET", "/sessions/s%2F1/views/surface")
+        r = conn.getresponse()
+        assert r.status == 307 and r.getheader("Location") == (
+            "http://owner:1/sessions/s%2F1/views/surface"
+        )
+        assert r.getheader("Content-Type") == "application/json"
+        assert orjson.loads(r.read())["owner"] == "http://owner:1"
+        source.owned = None
+        conn.request("GET", "/sessions/s%2F1")
+        r = conn.getresponse()
+        assert (r.status, r.getheader("Retry-After")) == (503, "1")
+        r.read()
+        conn.request("GET", "/metrics")
+        r = conn.getresponse()
+        assert r.status == 200
+        assert b'processor_queries_total{outcome="redirected"} 1.0' in r.read()
+    finally:
+        server.shutdown()
+        server.server_close()
