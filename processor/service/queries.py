@@ -23,7 +23,9 @@ line ``{"error": ...}``: 400 a bad id or a response over the size bound,
 404 no such route, session or view, 429 too many queries at once or per
 second, 503
 (with ``Retry-After`` when waiting helps) while the partition is restoring,
-the assignment is moving, or the cache gave it up over its budget.
+the assignment is moving (also after ``MAX_HOPS`` redirects, counted in a
+``hops`` query parameter, so members that disagree during a rebalance never
+bounce a client forever), or the cache gave it up over its budget.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter
@@ -51,6 +53,8 @@ MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 MAX_CONCURRENT = 4
 #: Queries per second a member answers (a burst of as many); more get 429.
 MAX_RATE = 500.0
+#: Redirects one query may take (``?hops=``) before members answer 503 instead.
+MAX_HOPS = 3
 #: Seconds a 503 asks the client to wait while a partition restores.
 RETRY_AFTER_S = 1
 
@@ -221,6 +225,18 @@ class Queries:
         return self._sized(view_json(sid, record))
 
     def _redirect(self, sid: str, path: str) -> Response:
+        url_parts = urlsplit(path)
+        query = parse_qs(url_parts.query)
+        try:
+            hops = int(query.get("hops", ["0"])[0])
+        except ValueError:
+            hops = MAX_HOPS
+        if hops >= MAX_HOPS:
+            # members whose views of the group disagree (a rebalance) would
+            # bounce the client between them: let it retry instead
+            return _error(
+                503, "unavailable", f"redirected {hops} times: ownership is moving", **_retry()
+            )
         found = self.owner(sid) if self.owner is not None else None
         if found is None:
             return _error(503, "unavailable", "the group's owners are not known", **_retry())
@@ -241,7 +257,7 @@ class Queries:
                 "partition": partition,
                 "owner": url,
             },
-            Location=url.rstrip("/") + path,
+            Location=url.rstrip("/") + _with_hops(url_parts.path, query, hops + 1),
         )
 
     def _transcript(
@@ -314,6 +330,12 @@ class _TokenBucket:
                 return False
             self._tokens -= 1
             return True
+
+
+def _with_hops(path: str, query: Mapping[str, list[str]], hops: int) -> str:
+    """``path`` with its query and ``hops`` (counted by each redirecting member)."""
+    pairs = [(k, v) for k, vs in query.items() if k != "hops" for v in vs]
+    return f"{path}?{urlencode([*pairs, ('hops', str(hops))])}"
 
 
 def _retry() -> dict[str, str]:

@@ -118,8 +118,12 @@ def test_another_members_session_is_redirected_to_its_owner() -> None:
     q.owner = lambda sid: (2, "http://owner:8080")
     r = q.handle("/sessions/s%2F1/views/surface?x=1")
     assert (r.status, r.outcome) == (307, "redirected")
-    assert r.headers["Location"] == "http://owner:8080/sessions/s%2F1/views/surface?x=1"
+    assert r.headers["Location"] == "http://owner:8080/sessions/s%2F1/views/surface?x=1&hops=1"
     assert _body(r)["owner"] == "http://owner:8080" and _body(r)["partition"] == 2
+    r = q.handle("/sessions/s%2F1/views/surface?hops=2&x=1")
+    assert r.headers["Location"] == "http://owner:8080/sessions/s%2F1/views/surface?x=1&hops=3"
+    r = q.handle("/sessions/s%2F1/views/surface?hops=3")  # members disagree: no loop
+    assert r.status == 503 and "ownership is moving" in _body(r)["error"]
     # while the group still names this member (or nobody), retry instead of looping
     for owner in ("http://me:1", None):
         q.owner = lambda sid, o=owner: (2, o)
@@ -369,7 +373,7 @@ def test_the_metrics_port_serves_the_routes_with_their_headers() -> None:
         conn.request("GET", "/sessions/s%2F1/views/surface")
         r = conn.getresponse()
         assert r.status == 307 and r.getheader("Location") == (
-            "http://owner:1/sessions/s%2F1/views/surface"
+            "http://owner:1/sessions/s%2F1/views/surface?hops=1"
         )
         assert r.getheader("Content-Type") == "application/json"
         assert orjson.loads(r.read())["owner"] == "http://owner:1"
