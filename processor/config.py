@@ -71,6 +71,14 @@ class ServiceConfig:
     inspect: bool = False
     #: Token the inspector's redrive action requires (empty: redrive disabled).
     inspect_token: str = ""
+    #: Serve queries by session (GET /sessions/...) on the metrics port (queries.py).
+    queries: bool = False
+    #: URL other members redirect queries to (default: the bound metrics port).
+    query_advertise: str = ""
+    #: Live bytes of the query cache file (query_cache.py); past it a partition is given up.
+    query_cache_bytes: int = 1024 * 1024 * 1024
+    #: Directory of the query cache file (default: the system's temp dir).
+    query_cache_dir: str = ""
     schema_registry: str = ""
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)

@@ -18,7 +18,8 @@ from processor.service.kafka_errors import (
     configure_librdkafka_logging,
     one_line,
 )
-from processor.service.metrics import Metrics, serve
+from processor.service.metrics import Metrics, PathHandler, serve
+from processor.service.query_setup import attach_queries, query_endpoint
 from processor.service.restore import AnchorError
 from processor.service.runner import Processor
 
@@ -74,6 +75,18 @@ from processor.service.runner import Processor
     default=None,
     help="Token the inspector's redrive action requires (none: redrive off).",
 )
+@click.option(
+    "--queries/--no-queries",
+    "queries",
+    default=None,
+    help="Answer GET /sessions/<id>/... on the metrics port for the owned sessions "
+    "(others are redirected to their owner).",
+)
+@click.option(
+    "--query-advertise",
+    default=None,
+    help="URL other members redirect queries to (default: http://<metrics-host>:<port>).",
+)
 @click.option("--transaction-timeout-ms", type=int, default=None)
 @click.option(
     "--max-idle-s",
@@ -101,6 +114,8 @@ def run(
     metrics_host: str | None,
     inspect: bool | None,
     inspect_token: str | None,
+    queries: bool | None,
+    query_advertise: str | None,
     transaction_timeout_ms: int | None,
     max_idle_s: float | None,
     log_level: str,
@@ -127,14 +142,37 @@ def run(
         transaction_timeout_ms=transaction_timeout_ms,
         inspect=inspect,
         inspect_token=inspect_token,
+        queries=queries,
+        query_advertise=query_advertise,
         exactly_once=False if at_least_once else None,
     )
     metrics = Metrics()
-    processor = Processor(config, metrics=metrics)
     server: Any = None
     if config.inspect and not (config.metrics_port or metrics_port == 0):
         raise click.UsageError("--inspect serves on the metrics port: give --metrics-port")
-    if config.inspect:
+    if config.queries and not (config.metrics_port or metrics_port == 0):
+        raise click.UsageError("--queries serves on the metrics port: give --metrics-port")
+    if config.queries:  # the port first: the member advertises its URL when it joins
+        base = config
+
+        def with_inspector(handler: PathHandler) -> Any:
+            from processor.inspect.mount import serve_with_inspector
+
+            mounted = serve_with_inspector(metrics, base, queries=handler)
+            click.echo(f"inspector on {mounted.url}", err=True)
+            return mounted
+
+        server, endpoint, config = query_endpoint(
+            config, metrics, with_inspector if config.inspect else None
+        )
+        click.echo(f"queries on {config.query_advertise}/sessions/", err=True)
+        processor = Processor(config, metrics=metrics)
+        attach_queries(processor, endpoint)
+    else:
+        processor = Processor(config, metrics=metrics)
+    if server is not None:
+        pass  # serving already (the queries' port)
+    elif config.inspect:
         from processor.inspect.mount import serve_with_inspector
 
         server = serve_with_inspector(metrics, config)

@@ -25,10 +25,12 @@ from confluent_kafka import KafkaException
 
 from processor.cli.common import read_options, service_options
 from processor.config import ServiceConfig
+from processor.service.query_client import member_views
 from processor.service.registry import codec_for
 from processor.service.views_reader import (
     SessionViews,
     ViewRegression,
+    ViewsSnapshot,
     ViewUpdate,
     follow_views,
     read_views,
@@ -106,6 +108,18 @@ def views_json(views: dict[str, SessionViews]) -> dict[str, Any]:
     default=False,
     help="With --follow: only updates committed from now on.",
 )
+@click.option(
+    "--member",
+    default=None,
+    help="With --session: ask this member's query port (http://host:port); default: "
+    "the owner the group names.  Falls back to reading the views topic.",
+)
+@click.option(
+    "--from-topic",
+    is_flag=True,
+    default=False,
+    help="With --session: read the views topic, never a member.",
+)
 @read_options
 def views(
     config: ServiceConfig,
@@ -114,6 +128,8 @@ def views(
     follow: bool,
     fmt: str,
     no_snapshot: bool,
+    member: str | None,
+    from_topic: bool,
     stop_after: float | None,
     timeout: float,
 ) -> None:
@@ -126,9 +142,13 @@ def views(
         if follow:
             _follow(config, session_id, view_name, fmt, not no_snapshot, stop_after, timeout)
             return
-        snapshot = read_views(
-            config, session=session_id, view=view_name, timeout=timeout, codec=codec_for(config)
-        )
+        snapshot = None
+        if session_id is not None and not from_topic:
+            snapshot = _from_member(config, session_id, view_name, member, timeout)
+        if snapshot is None:
+            snapshot = read_views(
+                config, session=session_id, view=view_name, timeout=timeout, codec=codec_for(config)
+            )
     except (RuntimeError, KafkaException) as exc:
         click.echo(f"processor views: {exc}", err=True)
         sys.exit(1)
@@ -149,6 +169,24 @@ def views(
         )
     else:
         click.echo(_dump(views_json(found), pretty=True))
+
+
+def _from_member(
+    config: ServiceConfig,
+    session_id: str,
+    view_name: str | None,
+    member: str | None,
+    timeout: float,
+) -> ViewsSnapshot | None:
+    """The session's views from its owner (query_client.py), None to read the topic."""
+    answer = member_views(config, session_id, member, timeout=min(timeout, 10.0))
+    if answer.views is None:
+        if member is not None or answer.url is not None:  # quiet when no member serves
+            click.echo(f"processor views: reading the views topic ({answer.reason})", err=True)
+        return None
+    click.echo(f"processor views: served by {answer.url}", err=True)
+    per = {n: r for n, r in answer.views.items() if view_name in (None, n)}
+    return ViewsSnapshot({session_id: per} if per else {}, [])
 
 
 def _warn_regressions(regressions: list[ViewRegression], shown: int = 5) -> None:

@@ -9,13 +9,14 @@ functions) and the inspector lives under ``/inspect/``.  Off by default.
 from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from processor.config import ServiceConfig
 from processor.inspect.server import InspectorServer
-from processor.service.metrics import Metrics, liveness, readiness
+from processor.service.metrics import Metrics, PathHandler, liveness, readiness
 
 
 class MountedInspector:
@@ -36,7 +37,27 @@ class MountedInspector:
         self.server.stop()
 
 
-def serve_with_inspector(metrics: Metrics, config: ServiceConfig) -> MountedInspector:
+def query_route(queries: PathHandler) -> Route:
+    """``/sessions/...`` answered by the query handler (queries.py) in a worker thread.
+
+    The raw path is passed on: a session id's ``%2F`` must reach the handler
+    still encoded, or it would split the route.
+    """
+
+    async def sessions(request: Request) -> Response:
+        raw = request.scope.get("raw_path") or request.url.path.encode()
+        path = raw.decode("latin-1")
+        if request.url.query:
+            path = f"{path}?{request.url.query}"
+        status, body, headers = await run_in_threadpool(queries, path)
+        return Response(body, status, headers=dict(headers))
+
+    return Route("/sessions/{rest:path}", sessions)
+
+
+def serve_with_inspector(
+    metrics: Metrics, config: ServiceConfig, queries: PathHandler | None = None
+) -> MountedInspector:
     async def metrics_route(request: Request) -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
@@ -53,6 +74,8 @@ def serve_with_inspector(metrics: Metrics, config: ServiceConfig) -> MountedInsp
         Route("/healthz", healthz),
         Route("/readyz", readyz),
     ]
+    if queries is not None:
+        routes.append(query_route(queries))
     server = InspectorServer(
         config,
         host=config.metrics_host,

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.config import ServiceConfig
 from processor.service.kafka_errors import LIBRDKAFKA_LOGGER, ClientProblems
+from processor.service.owners import member_client_id
 
 
 class Producing(Protocol):
@@ -90,7 +91,8 @@ def group_consumer(
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
         "partition.assignment.strategy": "cooperative-sticky",
-        "client.id": f"processor-{instance_id}",
+        # carries the member's query URL: other members redirect to it (owners.py)
+        "client.id": member_client_id(instance_id, config.query_advertise or None),
     }
     if config.static_membership:
         conf["group.instance.id"] = instance_id

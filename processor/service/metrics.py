@@ -9,6 +9,7 @@ processors can live in one test process.  ``serve`` exposes ``/metrics``,
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -139,13 +140,21 @@ def readiness(m: Metrics) -> tuple[int, bytes]:
     return m.health.readiness()
 
 
+#: A path -> (status, body, headers) answerer mounted under ``/sessions/`` (queries.py).
+PathHandler = Callable[[str], tuple[int, bytes, Mapping[str, str]]]
+
+
 class _Handler(BaseHTTPRequestHandler):
     metrics: Metrics
     liveness_s: float = 60.0
+    queries: PathHandler | None = None
 
     def do_GET(self) -> None:
         m = self.metrics
-        if self.path.startswith("/metrics"):
+        if self.queries is not None and self.path.startswith("/sessions/"):
+            status, body, headers = self.queries(self.path)
+            self._send(status, body, headers=headers)
+        elif self.path.startswith("/metrics"):
             self._send(200, m.exposition(), CONTENT_TYPE_LATEST)
         elif self.path.startswith("/healthz"):
             self._send(*liveness(m, self.liveness_s))
@@ -154,9 +163,19 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b"not found\n")
 
-    def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+    def _send(
+        self,
+        code: int,
+        body: bytes,
+        ctype: str = "text/plain; charset=utf-8",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.send_response(code)
-        self.send_header("Content-Type", ctype)
+        headers = headers or {}
+        self.send_header("Content-Type", headers.get("Content-Type", ctype))
+        for name, value in headers.items():
+            if name != "Content-Type":
+                self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -165,9 +184,15 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
 
-def serve(metrics: Metrics, host: str, port: int) -> ThreadingHTTPServer:
+def serve(
+    metrics: Metrics, host: str, port: int, queries: PathHandler | None = None
+) -> ThreadingHTTPServer:
     """Start the HTTP endpoint in a daemon thread; ``server.server_port`` is the port."""
-    handler = type("Handler", (_Handler,), {"metrics": metrics})
+    handler = type(
+        "Handler",
+        (_Handler,),
+        {"metrics": metrics, "queries": staticmethod(queries) if queries else None},
+    )
     server = ThreadingHTTPServer((host, port), handler)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server

@@ -70,6 +70,7 @@ from processor.service.kafka_errors import (
     message_error,
 )
 from processor.service.metrics import Metrics
+from processor.service.query_cache import QueryCache, ViewWrite
 from processor.service.registry import codec_for
 from processor.service.restore import (
     AnchorError,
@@ -177,6 +178,8 @@ class Processor:
         self.health = self.metrics.health  # the report; never read to decide
         self._assigned_at = 0.0
         self._fatal_budget = FatalBudget()
+        #: views of the owned partitions for queries by session (query_setup.py)
+        self.queries: QueryCache | None = None
 
     @property
     def _partitions(self) -> dict[int, PartitionState]:
@@ -309,6 +312,7 @@ class Processor:
                 ("consumer close", c.close if c else None),  # revoke runs _commit
                 ("producer flush", (lambda: p.flush(0 if self._dead else 10)) if p else None),
                 ("restore consumer close", r.close if r else None),
+                ("query cache close", self.queries.close if self.queries else None),
             ]
         )
         self._consumer = self._producer = self._restore_consumer = None
@@ -328,6 +332,8 @@ class Processor:
                 else TopicPartition(tp.topic, tp.partition, start)
             )
         consumer.incremental_assign(assignment)
+        if self.queries is not None:
+            self.queries.assigned([tp.partition for tp in partitions])
         if self._control is not None:
             self._control.assign(consumer, [tp.partition for tp in partitions])
         self._assigned_at = time.monotonic()
@@ -355,6 +361,8 @@ class Processor:
             self._deadline = None
         for tp in partitions:
             self._partitions.pop(tp.partition, None)
+        if self.queries is not None:
+            self.queries.revoked(tp.partition for tp in partitions)
         consumer.incremental_unassign(partitions)
         if self._control is not None:
             self._control.unassign({tp.partition for tp in partitions})
@@ -366,6 +374,8 @@ class Processor:
         self._abort(lost, rewind=False)
         for p in lost:
             self._partitions.pop(p, None)
+        if self.queries is not None:
+            self.queries.revoked(lost)
         consumer.incremental_unassign(partitions)
         if self._control is not None:
             self._control.unassign(lost)
@@ -544,11 +554,14 @@ class Processor:
         opened = time.monotonic()  # counts a SIGSTOP too, as the coordinator's timeout does
         producer, consumer = self._producer, self._consumer
         eos = self.config.exactly_once
+        views: list[ViewWrite] = []  # for the query cache once committed
         try:
             if eos:
                 producer.begin_transaction()
             for out in self.engine.output():
                 self._produce(out.topic, out.partition, out.key, out.value)
+                if self.queries is not None and out.topic == self.topics.views and out.key:
+                    views.append((out.partition, out.key, out.value))
             offsets = [TopicPartition(self.topics.events, p, o) for p, o in pending.offsets.items()]
             offsets += [
                 TopicPartition(self.topics.control, p, o)
@@ -572,6 +585,9 @@ class Processor:
                     raise KafkaException(
                         KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered")
                     )
+                if self.queries is not None:  # delivered = visible without transactions
+                    self.queries.committed(views)
+                    views = []
                 if offsets:
                     consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
@@ -603,6 +619,8 @@ class Processor:
                 self._stop.wait(backoff)
             return
         self._flush_tally()
+        if self.queries is not None:
+            self.queries.committed(views)
         self._failures.succeeded()
         self.metrics.commits.inc()
         self.metrics.batch_events.observe(pending.events)
