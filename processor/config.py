@@ -72,6 +72,15 @@ class ServiceConfig:
     #: Token the inspector's redrive action requires (empty: redrive disabled).
     inspect_token: str = ""
     schema_registry: str = ""
+    #: Directory of the local state store (SQLite, a cache of the checkpoints
+    #: of the owned partitions); "" means ``./state/<group_id>``; "none": no
+    #: file, every assignment reads its checkpoints from the topic.
+    state_dir: str = ""
+    #: Session state held in memory (estimated bytes); least recently used
+    #: idle sessions beyond it are evicted and reloaded on their next event.
+    state_budget_bytes: int = 128 * 1024 * 1024
+    #: Sessions with no event for this long are evicted (0: only the budget evicts).
+    idle_evict_s: int = 600
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -99,6 +108,19 @@ class ServiceConfig:
         if self.transaction_timeout_ms > 0:
             return self.transaction_timeout_ms
         return self.revoke_budget_ms + 2 * self.commit_interval_ms + 5_000
+
+    @property
+    def state_path(self) -> Path | None:
+        """The store's file (None: an in-memory store, ``state_dir = "none"``)."""
+        if self.state_dir.strip().lower() == "none":
+            return None
+        base = Path(self.state_dir) if self.state_dir else Path("state") / self.group_id
+        return base / f"{self.effective_instance_id_stable}.sqlite"
+
+    @property
+    def effective_instance_id_stable(self) -> str:
+        """The store file's name: the instance id when set, else one per host."""
+        return self.instance_id or socket.gethostname()
 
     def with_overrides(self, **values: Any) -> ServiceConfig:
         clean = {k: v for k, v in values.items() if v is not None}

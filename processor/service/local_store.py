@@ -32,7 +32,7 @@ from pathlib import Path
 log = logging.getLogger("processor.store")
 
 #: Layout version of the SQLite file; another version is dropped and refilled.
-STORE_VERSION = 1
+STORE_VERSION = 2
 #: SQLite page cache per connection (negative: KiB), a fixed memory bound.
 CACHE_KIB = 8 * 1024
 
@@ -49,9 +49,12 @@ CREATE TABLE IF NOT EXISTS position (
 CREATE TABLE IF NOT EXISTS record (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, key BLOB NOT NULL,
     session TEXT NOT NULL, value BLOB NOT NULL, offset INTEGER NOT NULL,
+    quarantined INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (topic, partition, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS record_session ON record (topic, partition, session);
+CREATE INDEX IF NOT EXISTS record_offset ON record (topic, partition, offset);
+CREATE INDEX IF NOT EXISTS record_quarantined ON record (topic, partition) WHERE quarantined = 1;
 """
 
 
@@ -62,6 +65,9 @@ class StoredRecord:
     offset: int
     key: bytes
     value: bytes | None
+    #: the record is the head of a quarantined session's checkpoint (the
+    #: gauge counts them without loading the session)
+    quarantined: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +92,11 @@ def record_digest(key: bytes, value: bytes | None) -> bytes:
 class LocalStore:
     """See the module docstring.  One instance per member; not thread-safe."""
 
-    def __init__(self, path: Path, cluster_id: str, session_of: Callable[[bytes], str]) -> None:
+    def __init__(
+        self, path: Path | None, cluster_id: str, session_of: Callable[[bytes], str]
+    ) -> None:
+        """``path`` None: an in-memory database (``state_dir = "none"``), filled
+        from the topic on every assignment as the store-less restore was."""
         self.path = path
         self.cluster_id = cluster_id
         self._session_of = session_of
@@ -119,6 +129,10 @@ class LocalStore:
     # ------------------------------------------------------------ file
 
     def _open(self) -> sqlite3.Connection:
+        if self.path is None:
+            db = sqlite3.connect(":memory:")
+            db.executescript(_SCHEMA)
+            return db
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path)  # "with db:" below is one transaction
         db.execute("PRAGMA journal_mode=WAL")
@@ -130,6 +144,8 @@ class LocalStore:
         return db
 
     def _remove_files(self) -> None:
+        if self.path is None:
+            return
         for suffix in ("", "-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
@@ -201,19 +217,23 @@ class LocalStore:
         pos = self.position(topic, partition)
         last_offset, last_digest = (pos.last_offset, pos.last_digest) if pos else (-1, b"")
         final: dict[bytes, StoredRecord] = {}  # the last record of a key wins
+        done = pos.next_offset if pos else 0
         for rec in records:
+            if rec.offset < done:
+                continue  # already applied: a late writer never moves the store back
             final[rec.key] = rec
             last_offset, last_digest = rec.offset, record_digest(rec.key, rec.value)
         upserts = [
-            (topic, partition, r.key, self._session_of(r.key), r.value, r.offset)
+            (topic, partition, r.key, self._session_of(r.key), r.value, r.offset, r.quarantined)
             for r in final.values()
             if r.value is not None
         ]
         deletes = [(topic, partition, r.key) for r in final.values() if r.value is None]
+        next_offset = max(next_offset, done)
         with self._db:
             self._db.executemany(
-                "INSERT OR REPLACE INTO record "
-                "(topic, partition, key, session, value, offset) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO record (topic, partition, key, session, value, "
+                "offset, quarantined) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 upserts,
             )
             self._db.executemany(
@@ -263,3 +283,27 @@ class LocalStore:
             (topic, partition),
         ).fetchone()
         return int(row[0])
+
+    def keys(self, topic: str, partition: int) -> Iterator[bytes]:
+        """Every stored key of a partition (a rebuild tombstones them all)."""
+        cur = self._db.execute(
+            "SELECT key FROM record WHERE topic = ? AND partition = ?", (topic, partition)
+        )
+        for (key,) in cur:
+            yield bytes(key)
+
+    def newest(self, topic: str, partition: int, below: bytes) -> tuple[bytes, bytes] | None:
+        """The most recently written record whose key sorts below ``below``."""
+        row = self._db.execute(
+            "SELECT key, value FROM record WHERE topic = ? AND partition = ? AND key < ? "
+            "ORDER BY offset DESC LIMIT 1",
+            (topic, partition, below),
+        ).fetchone()
+        return None if row is None else (bytes(row[0]), bytes(row[1]))
+
+    def quarantined_sessions(self, topic: str, partition: int) -> set[str]:
+        rows = self._db.execute(
+            "SELECT session FROM record WHERE topic = ? AND partition = ? AND quarantined = 1",
+            (topic, partition),
+        ).fetchall()
+        return {str(r[0]) for r in rows}
