@@ -73,9 +73,9 @@ class ServiceConfig:
     inspect_token: str = ""
     schema_registry: str = ""
     #: Directory of the local state store (SQLite, a cache of the checkpoints
-    #: of the owned partitions); "" means ``./state/<group_id>``; "none": no
-    #: file, every assignment reads its checkpoints from the topic.
-    state_dir: str = ""
+    #: of the owned partitions), under which ``<group_id>/<instance>.sqlite``;
+    #: "none" or "": no file, every assignment reads its checkpoints from the topic.
+    state_dir: str = "state"
     #: Session state held in memory (estimated bytes); least recently used
     #: idle sessions beyond it are evicted and reloaded on their next event.
     state_budget_bytes: int = 128 * 1024 * 1024
@@ -112,13 +112,12 @@ class ServiceConfig:
     @property
     def state_path(self) -> Path | None:
         """The store's file (None: an in-memory store, ``state_dir = "none"``)."""
-        if self.state_dir.strip().lower() == "none":
+        if self.state_dir.strip().lower() in ("", "none"):
             return None
-        base = Path(self.state_dir) if self.state_dir else Path("state") / self.group_id
-        return base / f"{self.effective_instance_id_stable}.sqlite"
+        return Path(self.state_dir) / self.group_id / f"{self.store_name}.sqlite"
 
     @property
-    def effective_instance_id_stable(self) -> str:
+    def store_name(self) -> str:
         """The store file's name: the instance id when set, else one per host."""
         return self.instance_id or socket.gethostname()
 

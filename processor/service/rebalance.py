@@ -226,6 +226,7 @@ class Rebalance:
             held = store.sessions(number)
             self.metrics.restored_checkpoints.inc(held)
             f = filled[number]
+            self.metrics.store_records_read.inc(f.records_read)
             log.info(
                 "restored partition %d: %d sessions in the store (%s, %d records read), "
                 "resuming at %s",

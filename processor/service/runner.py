@@ -217,6 +217,7 @@ class Processor:
                 self.health.tick()
                 brokers.tick()
                 if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S:
+                    self._evict()  # idle sessions go even when nothing commits
                     self._update_gauges()
                 # A batch consume returns only when it is full or its timeout is
                 # over, so poll in short slices and date the batch from the poll
@@ -355,6 +356,10 @@ class Processor:
             m.views_published.inc(tally.views_published)
         if tally.checkpoints_published:
             m.checkpoints_published.inc(tally.checkpoints_published)
+        if tally.loads:
+            m.session_loads.inc(tally.loads)
+        if tally.evictions:
+            m.evictions.inc(tally.evictions)
 
     # ------------------------------------------------------------ engine feeds
 
@@ -410,6 +415,9 @@ class Processor:
                 self.metrics.lag.remove(str(gone))
         self._lag_labels &= set(self._partitions)
         self.metrics.sessions.set(self.engine.sessions_held())
+        self.metrics.state_bytes.set(self.engine.held.bytes)
+        if self.store.problem != self.health.store:
+            self.health.set_store(self.store.problem)
         self.metrics.quarantined.set(self.engine.sessions_quarantined())
         if self._consumer is None:
             return

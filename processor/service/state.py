@@ -46,6 +46,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from processor.codec import CHECKPOINT, Checkpoint, Codec, CodecError, split_part_key
 from processor.codec.parted import decode_checkpoint_record
 from processor.config import ServiceConfig
+from processor.core.errors import Unavailable
 from processor.engine.checkpoints import latest_checkpoints
 from processor.service.local_store import LocalStore, StoredRecord
 from processor.service.restore import watermarks
@@ -82,6 +83,10 @@ def head_quarantined(codec: Codec, key: bytes, value: bytes | None) -> bool:
         return False  # reported when the session is loaded
 
 
+class StoreUnusable(Unavailable):
+    """The local store failed while filling: its sessions cannot be trusted."""
+
+
 @dataclass
 class Filled:
     """What an assignment found in the store for one partition."""
@@ -99,10 +104,10 @@ class CheckpointStore:
         self.topic = config.topics.checkpoints
         self.store: LocalStore | None = None
         self._lock: IO[bytes] | None = None
-        #: why the store is unusable (reported on /readyz); None: healthy
-        self.problem: str | None = None
-        #: partitions whose store took no write since a failed one
-        self.broken: set[int] = set()
+        #: why the store file could not be opened (an in-memory one serves instead)
+        self.open_problem: str | None = None
+        #: partitions whose store took no write since a failed one, and why
+        self.broken: dict[int, str] = {}
         self._deliveries: list[tuple[int, StoredRecord]] = []
         self._partitions: dict[int, int] = {}  # partition -> records produced in the txn
         self._topic_id = ""
@@ -120,8 +125,8 @@ class CheckpointStore:
                 path = self._claim(path)
             self.store = LocalStore(path, cluster_id, session_of)
         except (OSError, sqlite3.Error) as exc:
-            self.problem = f"local store {path} cannot be opened: {exc}"
-            log.error("%s; checkpoints are kept in memory instead", self.problem)
+            self.open_problem = f"local store {path} cannot be opened: {exc}"
+            log.error("%s; checkpoints are kept in memory instead", self.open_problem)
             self.store = LocalStore(None, cluster_id, session_of)
         if self.store.reset_reason is not None:
             log.warning("local store %s emptied: %s", path, self.store.reset_reason)
@@ -162,7 +167,7 @@ class CheckpointStore:
         highs: dict[int, int] = {}
         kept: dict[int, int | None] = {}
         for p in partitions:
-            self.broken.discard(p)
+            self.broken.pop(p, None)
             highs[p] = watermarks(reader, topic, p)[1]
             read_at = functools.partial(_read_at, reader, topic, p)
             pos = store.verify(topic, p, self._topic_id, highs[p], read_at)
@@ -180,7 +185,11 @@ class CheckpointStore:
                 for m in batch
                 if m.key() is not None
             ]
-            self._apply(p, records, next_offset)
+            try:
+                store.apply(topic, p, self._topic_id, records, next_offset)
+            except sqlite3.Error as exc:
+                # sessions would load from a store missing records: stop, do not guess
+                raise StoreUnusable(f"local store {store.path}: write failed: {exc}") from exc
             read[p] += len(batch)
         return {p: Filled(kept[p], read[p]) for p in partitions}
 
@@ -257,9 +266,15 @@ class CheckpointStore:
             self._break(partition, f"write failed: {exc}")
 
     def _break(self, partition: int, why: str) -> None:
-        self.broken.add(partition)
-        self.problem = f"local store partition {partition}: {why}"
-        log.error("%s; it takes no more writes until reassigned", self.problem)
+        self.broken[partition] = line = f"local store partition {partition}: {why}"
+        log.error("%s; it takes no more writes until reassigned", line)
+
+    @property
+    def problem(self) -> str | None:
+        """What /readyz reports (None: the store works)."""
+        if self.open_problem is not None:
+            return self.open_problem
+        return next(iter(self.broken.values()), None)
 
 
 def _read_at(reader: Reader, topic: str, partition: int, offset: int) -> StoredRecord | None:
