@@ -198,6 +198,22 @@ class Engine:
         self.held.add(rt, size)
         return rt
 
+    def lookup(self, part: PartitionState, sid: str) -> SessionRuntime | None:
+        """A session's runtime for a reader (a query): held, or loaded from its
+        checkpoint; None when the session has no state (nothing is created)."""
+        if sid in part.sessions or sid in part.checkpoints:
+            return self.runtime(part, sid)
+        if part.source is None:
+            return None
+        cp, size = part.source.load(part.number, sid)
+        if cp is None:
+            return None
+        part.checkpoints[sid] = cp
+        rt = self.runtime(part, sid)
+        self.held.add(rt, size)
+        self.tally.loads += 1
+        return rt
+
     def _session_from_checkpoint(self, cp: Checkpoint) -> Session:
         core = dict(cp.surface["core"])
         core["rows"] = cp.rows

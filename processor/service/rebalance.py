@@ -82,6 +82,8 @@ class Rebalance:
         self.consumer: GroupConsumer | None = None
         self.reader: Reader | None = None  # the restore consumer
         self.assigned_at = 0.0
+        #: partitions of the events topic (co-partitioned with the checkpoints)
+        self.partition_count = 0
         committer.rewind = self.rewind
 
     # ------------------------------------------------------------ callbacks
@@ -189,6 +191,9 @@ class Rebalance:
         consumer, checkpoints = self.consumer, self.topics.checkpoints
         cluster = retry(lambda: consumer.list_topics(checkpoints, timeout=10), "cluster metadata")
         cluster_id = str(getattr(cluster, "cluster_id", "") or "")
+        meta = cluster.topics.get(checkpoints) if hasattr(cluster, "topics") else None
+        if meta is not None and meta.partitions:
+            self.partition_count = len(meta.partitions)
         store.open(cluster_id, self.transport.topic_id(checkpoints))
         for number in numbers:
             self.engine.drop_partition(number)
