@@ -17,10 +17,14 @@ from collections.abc import Callable, Iterator
 
 from processor.engine.runtime import SessionRuntime
 
-#: Resident bytes per encoded byte (checkpoint parts and event values), measured.
-BYTES_FACTOR = 6
-#: Fixed resident cost of a session (runtime, core session, registries), measured.
-BASE_BYTES = 12_000
+#: Resident bytes per encoded byte (checkpoint parts and event values): fitted to
+#: BENCHMARKS.md figure 6 (20,426 B/session at 12 events of 2,654 encoded bytes,
+#: 70,030 at 60 events of 13,736): 4.5 per byte plus 8,500 per session.  A
+#: session loaded from its checkpoint (4,083 / 11,502 encoded bytes at 12 / 60
+#: events) is then over-estimated by ~30% at 12 events, under by ~14% at 60.
+BYTES_FACTOR = 4.5
+#: Fixed resident cost of a session (runtime, core session, registries).
+BASE_BYTES = 8_500
 
 
 class HeldSessions:
@@ -39,7 +43,7 @@ class HeldSessions:
         old = self._lru.pop(key, None)
         if old is not None:
             self.bytes -= old.held_bytes
-        rt.held_bytes = BASE_BYTES + BYTES_FACTOR * encoded_bytes
+        rt.held_bytes = BASE_BYTES + int(BYTES_FACTOR * encoded_bytes)
         rt.last_used = self.clock()
         self._lru[key] = rt
         self.bytes += rt.held_bytes
@@ -53,7 +57,7 @@ class HeldSessions:
     def grow(self, rt: SessionRuntime, encoded_bytes: int) -> None:
         """A folded event of ``encoded_bytes`` added to the session."""
         if self._lru.get((rt.partition, rt.session_id)) is rt:
-            extra = BYTES_FACTOR * encoded_bytes
+            extra = int(BYTES_FACTOR * encoded_bytes)
             rt.held_bytes += extra
             self.bytes += extra
 

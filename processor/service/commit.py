@@ -108,10 +108,12 @@ class Committer:
             and key is not None
             and key.decode("utf-8", "replace") in part.quarantined
         )
-        store = self.store
+        store, problems = self.store, self.problems
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
             store.delivered(err, msg, quarantined)
+            if err is not None:  # this callback replaces the producer's: pass failures on
+                problems.on_delivery(err, msg)
 
         store.produced(partition)
         clients.produce(

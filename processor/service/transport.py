@@ -134,8 +134,9 @@ class KafkaTransport:
     def topic_id(self, topic: str) -> str:
         """From DescribeTopics; "" when the broker does not say (the local store
         then relies on its last-record digest to notice a recreated topic)."""
+        admin = clients.admin(self.config)  # kept: its futures fail once it is collected
         try:
-            futures = clients.admin(self.config).describe_topics(TopicCollection([topic]))
+            futures = admin.describe_topics(TopicCollection([topic]))
             return str(futures[topic].result(timeout=30).topic_id)
         except (KafkaException, TimeoutError, ValueError) as exc:
             log.warning("topic id of %s unknown (%s)", topic, exc)
