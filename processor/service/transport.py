@@ -118,6 +118,7 @@ class KafkaTransport:
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
+        self._admin: Any = None
 
     def group_consumer(self, instance_id: str, problems: ClientProblems) -> GroupConsumer:
         return clients.group_consumer(self.config, instance_id, problems)
@@ -134,7 +135,11 @@ class KafkaTransport:
     def topic_id(self, topic: str) -> str:
         """From DescribeTopics; "" when the broker does not say (the local store
         then relies on its last-record digest to notice a recreated topic)."""
-        admin = clients.admin(self.config)  # kept: its futures fail once it is collected
+        # one client for the whole run: an admin client collected with an event
+        # unserved aborts the process (confluent-kafka's CallState assertion)
+        if self._admin is None:
+            self._admin = clients.admin(self.config)
+        admin = self._admin
         try:
             futures = admin.describe_topics(TopicCollection([topic]))
             return str(futures[topic].result(timeout=30).topic_id)

@@ -1,0 +1,187 @@
+"""Issue 13: resident memory with the session budget, many sessions seen, few active.
+
+Each configuration runs in its own child process (``python -m
+bench.state_budget --child N BUDGET``).  The child drives the service's own
+pieces without a broker: an :class:`~processor.engine.Engine` owning one
+partition whose checkpoint source is the member's
+:class:`~processor.service.state.CheckpointStore` (SQLite in a temp dir).
+For each of ``N`` session ids it folds ``EVENTS`` events (decoded afresh,
+as from the consumer), turns the batch into its records (``Engine.output``),
+"commits" them — the checkpoint records reach the store with increasing
+offsets, exactly the delivery-report path of ``commit.py`` — and every
+``BATCH`` sessions runs the eviction as the loop does after a commit.
+The last ``ACTIVE`` sessions are then folded once more (reloaded from the
+store if evicted).  RSS is read before and after (full GC).
+
+Budget ``0`` means no budget (the engine as before issue 13: every session
+seen stays in memory); A and B alternate, one child each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, Context, python_env, result, rss_bytes
+
+EVENTS = 12
+ACTIVE = 2_000
+BATCH = 500
+POOL = 300
+#: scaled down with the session counts so the 2-core box folds them in minutes;
+#: the budget is what bounds the growth, the counts only have to exceed it
+BUDGET = 16 * 1024 * 1024
+CONFIGS = (5_000, 20_000)  # sessions seen
+
+
+def child(n: int, budget: int) -> dict[str, Any]:
+    from bench.workload import session_logs
+    from processor.codec import default_codec
+    from processor.config import ServiceConfig
+    from processor.core.builtin import default_registry
+    from processor.core.defaults import default_message_projections
+    from processor.engine import Engine, PartitionState, Record
+    from processor.engine.records import Batch
+    from processor.service.memory import MemoryMessage
+    from processor.service.state import CheckpointStore
+
+    codec = default_codec()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-state-"))
+    cfg = ServiceConfig(state_dir=str(tmp), partitions=1)
+    pool = [list(events) for _, events in session_logs(POOL, EVENTS + 2, seed=43, tag="bud")]
+    engine = Engine(cfg, codec, default_registry(), default_message_projections())
+    store = CheckpointStore(cfg, codec)
+    store.open("bench-cluster", "bench-topic")
+    engine.partitions[0] = PartitionState(0, source=store)
+    cp_topic, events_topic = cfg.topics.checkpoints, cfg.topics.events
+    offsets = {"events": 0, "cp": 0}
+    gc.collect()
+    before = rss_bytes()
+    t0 = time.perf_counter()
+
+    def fold(sid: str, lo: int, hi: int) -> None:
+        part = engine.partitions[0]
+        for event in pool[int(sid[-7:]) % POOL][lo:hi]:
+            value = codec.encode_parsed_event(sid, event)
+            engine.fold(part, Record(events_topic, 0, offsets["events"], sid.encode(), value, 0))
+            offsets["events"] += 1
+
+    def commit() -> None:
+        for out in engine.output():
+            if out.topic != cp_topic:
+                continue
+            store.produced(0)
+            msg = MemoryMessage(cp_topic, 0, offsets["cp"], out.key, out.value, 0)
+            store.delivered(None, msg, False)
+            offsets["cp"] += 1
+        store.committed(engine.partitions)
+        engine.batch = Batch()
+        if budget > 0:
+            engine.evict(budget, 0, time.monotonic())
+
+    peak = before
+    for i in range(n):
+        fold(f"bud-{i:07d}", 0, EVENTS)
+        if i % BATCH == BATCH - 1:
+            commit()
+            peak = max(peak, rss_bytes())
+    commit()
+    seen_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    for i in range(n - ACTIVE, n):  # the active ones: one more event each
+        fold(f"bud-{i:07d}", EVENTS, EVENTS + 1)
+        if i % BATCH == BATCH - 1:
+            commit()
+    commit()
+    active_s = time.perf_counter() - t1
+    gc.collect()
+    after = rss_bytes()
+    held = engine.held
+    out = {
+        "sessions": n,
+        "budget": budget,
+        "rss_before": before,
+        "rss_after": after,
+        "rss_growth": after - before,
+        "rss_peak_growth": max(peak, after) - before,
+        "held_sessions": len(held),
+        "held_estimate": held.bytes,
+        "fold_s": seen_s,
+        "active_fold_s": active_s,
+        "store_bytes": sum(f.stat().st_size for f in tmp.rglob("*.sqlite*")),
+        "evictions": engine.tally.evictions,
+        "loads": engine.tally.loads,
+    }
+    store.close()
+    return out
+
+
+def _run_child(n: int, budget: int) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "bench.state_budget", "--child", str(n), str(budget)]
+    done = subprocess.run(
+        argv, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=3600
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"state_budget child {n}/{budget} failed: {done.stderr[-2000:]}")
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    raw: list[dict[str, Any]] = []
+    rows: list[list[Any]] = []
+    for n in CONFIGS:
+        for budget in (BUDGET, 0):  # A/B alternate
+            if budget == 0 and n > CONFIGS[0]:
+                continue  # linear without a budget (figure 6: ~20 KB/session): shown once
+            out = _run_child(n, budget)
+            raw.append(out)
+            label = f"{budget // 2**20} MiB budget" if budget else "no budget (before)"
+            rows.append(
+                [
+                    f"{n:,} sessions seen, {ACTIVE:,} active, {label}: RSS growth / peak (MiB)",
+                    f"{out['rss_growth'] / 2**20:,.0f} / {out['rss_peak_growth'] / 2**20:,.0f}"
+                    f" (held {out['held_sessions']:,}, est. {out['held_estimate'] / 2**20:,.0f}"
+                    f" MiB, fold {out['fold_s']:.0f} s, store {out['store_bytes'] / 2**20:,.0f}"
+                    " MiB on disk)",
+                ]
+            )
+    budgeted = [r for r in raw if r["budget"]]
+    worst = max(r["rss_peak_growth"] for r in budgeted)
+    return result(
+        ctx,
+        "state_budget",
+        "Memory with the session budget: sessions seen vs resident bytes",
+        workload=f"{', '.join(f'{n:,}' for n in CONFIGS)} sessions x {EVENTS} events seen, "
+        f"the last {ACTIVE:,} folded again; budget {BUDGET // 2**20} MiB vs none",
+        value={
+            "label": "worst peak RSS growth with the budget",
+            "unit": "MiB",
+            "median": round(worst / 2**20, 1),
+        },
+        baseline={"label": "budget", "unit": "MiB", "median": BUDGET / 2**20},
+        ratio={"label": "peak growth / budget", "median": round(worst / BUDGET, 3)},
+        targets=[
+            {"text": "RSS growth within the budget + fixed overhead", "met": worst <= 1.5 * BUDGET}
+        ],
+        rows=rows,
+        raw={"children": raw},
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "BUDGET"), required=True)
+    args = ap.parse_args()
+    print(json.dumps(child(*args.child)))
+
+
+if __name__ == "__main__":
+    main()
