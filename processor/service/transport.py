@@ -118,7 +118,6 @@ class KafkaTransport:
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
-        self._admin: Any = None
 
     def group_consumer(self, instance_id: str, problems: ClientProblems) -> GroupConsumer:
         return clients.group_consumer(self.config, instance_id, problems)
@@ -135,11 +134,11 @@ class KafkaTransport:
     def topic_id(self, topic: str) -> str:
         """From DescribeTopics; "" when the broker does not say (the local store
         then relies on its last-record digest to notice a recreated topic)."""
-        # one client for the whole run: an admin client collected with an event
-        # unserved aborts the process (confluent-kafka's CallState assertion)
-        if self._admin is None:
-            self._admin = clients.admin(self.config)
-        admin = self._admin
+        # a client per call, as restore.wait_stable does, released in this thread
+        # once its answer is served: one collected later (by the cyclic GC, in
+        # another client's callback) with an event unserved aborts the process
+        # (confluent-kafka's CallState assertion, seen in test_revoke)
+        admin = clients.admin(self.config)
         try:
             futures = admin.describe_topics(TopicCollection([topic]))
             return str(futures[topic].result(timeout=30).topic_id)
