@@ -188,8 +188,11 @@ class Rebalance:
             )
         else:
             unstable = set()
-        consumer, checkpoints = self.consumer, self.topics.checkpoints
-        cluster = retry(lambda: consumer.list_topics(checkpoints, timeout=10), "cluster metadata")
+        # the restore consumer's metadata, not the group consumer's: a call on the
+        # group consumer inside its own rebalance callback clears its call state
+        # and librdkafka's next callback aborts the process (seen in test_revoke)
+        checkpoints = self.topics.checkpoints
+        cluster = retry(lambda: rc.list_topics(checkpoints, timeout=10), "cluster metadata")
         cluster_id = str(getattr(cluster, "cluster_id", "") or "")
         meta = cluster.topics.get(checkpoints) if hasattr(cluster, "topics") else None
         if meta is not None and meta.partitions:
