@@ -39,6 +39,7 @@ POOL = 300
 #: the budget is what bounds the growth, the counts only have to exceed it
 BUDGET = 16 * 1024 * 1024
 CONFIGS = (5_000, 20_000)  # sessions seen
+FILL_SESSIONS = 5_000
 
 
 def child(n: int, budget: int) -> dict[str, Any]:
@@ -123,8 +124,9 @@ def child(n: int, budget: int) -> dict[str, Any]:
     return out
 
 
-def _run_child(n: int, budget: int) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "bench.state_budget", "--child", str(n), str(budget)]
+def _run_child(n: int, budget: int, *, fill: bool = False) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "bench.state_budget"]
+    argv += ["--fill", str(n)] if fill else ["--child", str(n), str(budget)]
     done = subprocess.run(
         argv, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=3600
     )
@@ -153,7 +155,17 @@ def run(ctx: Context) -> dict[str, Any]:
                     " MiB on disk)",
                 ]
             )
-    budgeted = [r for r in raw if r["budget"]]
+    fill = _run_child(FILL_SESSIONS, 0, fill=True)
+    raw.append(fill)
+    rows.append(
+        [
+            f"fresh-host fill, {fill['records']:,} checkpoint records of {FILL_SESSIONS:,} "
+            "sessions: fill / decode-every-record rate",
+            f"{fill['fill_over_decode']:.2f} ({fill['fill_records_per_s']:,.0f} vs "
+            f"{fill['decode_records_per_s']:,.0f} records/s)",
+        ]
+    )
+    budgeted = [r for r in raw if r.get("budget")]
     worst = max(r["rss_peak_growth"] for r in budgeted)
     return result(
         ctx,
@@ -176,11 +188,69 @@ def run(ctx: Context) -> dict[str, Any]:
     )
 
 
+def fill_child(n: int) -> dict[str, Any]:
+    """Fresh-host fill rate: checkpoint records of ``n`` sessions copied into the
+    store (the fill: heads' quarantine flag decoded, bytes stored in batches)
+    vs decoding every record (the consume-and-decode reference, consume left
+    out on both sides)."""
+    from bench.workload import session_logs
+    from processor.codec import default_codec
+    from processor.config import ServiceConfig
+    from processor.core.builtin import default_registry
+    from processor.core.defaults import default_message_projections
+    from processor.engine import Engine, PartitionState, Record
+    from processor.service.local_store import LocalStore, StoredRecord
+    from processor.service.state import FILL_BATCH, head_quarantined, session_of
+
+    codec = default_codec()
+    cfg = ServiceConfig(partitions=1)
+    engine = Engine(cfg, codec, default_registry(), default_message_projections())
+    engine.partitions[0] = PartitionState(0)
+    pool = [list(events) for _, events in session_logs(POOL, EVENTS, seed=47, tag="fill")]
+    records: list[tuple[bytes, bytes]] = []
+    for i in range(n):
+        sid = f"fill-{i:07d}"
+        for off, event in enumerate(pool[i % POOL]):
+            value = codec.encode_parsed_event(sid, event)
+            engine.fold(engine.partitions[0], Record("e", 0, off, sid.encode(), value, 0))
+        if i % BATCH == BATCH - 1 or i == n - 1:
+            for out in engine.output():
+                if out.topic == cfg.topics.checkpoints and out.key and out.value:
+                    records.append((out.key, out.value))
+            engine.batch = type(engine.batch)()
+            engine.partitions[0].sessions.clear()
+    t0 = time.perf_counter()
+    for _, value in records:
+        codec.decode_record(value)
+    decode_s = time.perf_counter() - t0
+    tmp = Path(tempfile.mkdtemp(prefix="bench-fill-"))
+    store = LocalStore(tmp / "s.sqlite", "c", session_of)
+    t1 = time.perf_counter()
+    for start in range(0, len(records), FILL_BATCH):
+        chunk = records[start : start + FILL_BATCH]
+        batch = [
+            StoredRecord(start + j, k, v, head_quarantined(codec, k, v))
+            for j, (k, v) in enumerate(chunk)
+        ]
+        store.apply("cp", 0, "t", batch, start + len(chunk))
+    fill_s = time.perf_counter() - t1
+    store.close()
+    return {
+        "sessions": n,
+        "records": len(records),
+        "bytes": sum(len(k) + len(v) for k, v in records),
+        "decode_records_per_s": len(records) / decode_s,
+        "fill_records_per_s": len(records) / fill_s,
+        "fill_over_decode": decode_s / fill_s,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "BUDGET"), required=True)
+    ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "BUDGET"))
+    ap.add_argument("--fill", type=int, metavar="SESSIONS", help="fresh-host fill rate child")
     args = ap.parse_args()
-    print(json.dumps(child(*args.child)))
+    print(json.dumps(fill_child(args.fill) if args.fill else child(*args.child)))
 
 
 if __name__ == "__main__":
