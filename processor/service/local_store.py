@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS position (
     next_offset INTEGER NOT NULL,
     last_offset INTEGER NOT NULL,
     last_digest BLOB NOT NULL,
+    heads INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (topic, partition)
 );
 CREATE TABLE IF NOT EXISTS record (
@@ -230,6 +231,9 @@ class LocalStore:
         ]
         deletes = [(topic, partition, r.key) for r in final.values() if r.value is None]
         next_offset = max(next_offset, done)
+        heads = (self.heads(topic, partition) if pos else 0) + self._heads_delta(
+            topic, partition, final.values()
+        )
         with self._db:
             self._db.executemany(
                 "INSERT OR REPLACE INTO record (topic, partition, key, session, value, "
@@ -241,10 +245,39 @@ class LocalStore:
             )
             self._db.execute(
                 "INSERT OR REPLACE INTO position "
-                "(topic, partition, topic_id, next_offset, last_offset, last_digest) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (topic, partition, topic_id, next_offset, last_offset, last_digest),
+                "(topic, partition, topic_id, next_offset, last_offset, last_digest, heads) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (topic, partition, topic_id, next_offset, last_offset, last_digest, heads),
             )
+
+    def _is_head(self, key: bytes) -> bool:
+        """A head: the record keyed by its session id itself (not one of its parts)."""
+        try:
+            return self._session_of(key).encode() == key
+        except UnicodeError:
+            return False
+
+    def _heads_delta(self, topic: str, partition: int, records: Iterable[StoredRecord]) -> int:
+        """How many heads these records add (new keys) or remove (tombstoned ones)."""
+        heads = {r.key: r.value is not None for r in records if self._is_head(r.key)}
+        found: set[bytes] = set()
+        keys = list(heads)
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            rows = self._db.execute(
+                "SELECT key FROM record WHERE topic = ? AND partition = ? AND key IN "
+                f"({','.join('?' * len(chunk))})",
+                (topic, partition, *chunk),
+            ).fetchall()
+            found.update(bytes(r[0]) for r in rows)
+        return sum((1 if live else 0) - (1 if key in found else 0) for key, live in heads.items())
+
+    def heads(self, topic: str, partition: int) -> int:
+        """Sessions with a head record in the partition (kept as records are applied)."""
+        row = self._db.execute(
+            "SELECT heads FROM position WHERE topic = ? AND partition = ?", (topic, partition)
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def drop(self, topic: str, partition: int) -> None:
         with self._db:
@@ -297,15 +330,16 @@ class LocalStore:
     def newest(self, topic: str, partition: int, below: bytes) -> tuple[bytes, bytes] | None:
         """The most recently written record whose key sorts below ``below``."""
         row = self._db.execute(
-            "SELECT key, value FROM record WHERE topic = ? AND partition = ? AND key < ? "
-            "ORDER BY offset DESC LIMIT 1",
+            "SELECT key, value FROM record INDEXED BY record_offset "
+            "WHERE topic = ? AND partition = ? AND key < ? ORDER BY offset DESC LIMIT 1",
             (topic, partition, below),
         ).fetchone()
         return None if row is None else (bytes(row[0]), bytes(row[1]))
 
     def quarantined_sessions(self, topic: str, partition: int) -> set[str]:
         rows = self._db.execute(
-            "SELECT session FROM record WHERE topic = ? AND partition = ? AND quarantined = 1",
+            "SELECT session FROM record INDEXED BY record_quarantined "
+            "WHERE topic = ? AND partition = ? AND quarantined = 1",
             (topic, partition),
         ).fetchall()
         return {str(r[0]) for r in rows}

@@ -223,7 +223,8 @@ class CheckpointStore:
         return self._db().quarantined_sessions(self.topic, partition)
 
     def sessions(self, partition: int) -> int:
-        return self._db().sessions(self.topic, partition)
+        """Sessions with a checkpoint head in the store (O(1): kept on apply)."""
+        return self._db().heads(self.topic, partition)
 
     # ------------------------------------------------------------ commit
 

@@ -165,3 +165,17 @@ def test_an_in_memory_store_needs_no_file(tmp_path: Path) -> None:
     s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1")], t.end)
     assert s.session_records(TOPIC, 0, "a") == [(b"a", b"1")]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_head_count_follows_new_and_tombstoned_heads(tmp_path: Path) -> None:
+    """The restore reports sessions without counting the partition (O(1) at a million)."""
+    from processor.service.state import session_of as checkpoint_session
+
+    s, t = LocalStore(tmp_path / "s.sqlite", "c1", checkpoint_session), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"\xffa\x00p", b"x")], t.end)
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"2"), t.append(b"b", b"1")], t.end)
+    assert s.heads(TOPIC, 0) == 2
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", None), t.append(b"c", None)], t.end)
+    assert s.heads(TOPIC, 0) == 1
+    s.drop(TOPIC, 0)
+    assert s.heads(TOPIC, 0) == 0
