@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,20 +219,23 @@ class LocalStore:
         last_offset, last_digest = (pos.last_offset, pos.last_digest) if pos else (-1, b"")
         final: dict[bytes, StoredRecord] = {}  # the last record of a key wins
         done = pos.next_offset if pos else 0
+        last: StoredRecord | None = None
         for rec in records:
             if rec.offset < done:
                 continue  # already applied: a late writer never moves the store back
-            final[rec.key] = rec
-            last_offset, last_digest = rec.offset, record_digest(rec.key, rec.value)
+            final[rec.key] = last = rec
+        if last is not None:
+            last_offset, last_digest = last.offset, record_digest(last.key, last.value)
+        sessions = {key: self._session_of(key) for key in final}
         upserts = [
-            (topic, partition, r.key, self._session_of(r.key), r.value, r.offset, r.quarantined)
+            (topic, partition, r.key, sessions[r.key], r.value, r.offset, r.quarantined)
             for r in final.values()
             if r.value is not None
         ]
         deletes = [(topic, partition, r.key) for r in final.values() if r.value is None]
         next_offset = max(next_offset, done)
         heads = (self.heads(topic, partition) if pos else 0) + self._heads_delta(
-            topic, partition, final.values()
+            topic, partition, final.values(), sessions
         )
         with self._db:
             self._db.executemany(
@@ -250,16 +253,22 @@ class LocalStore:
                 (topic, partition, topic_id, next_offset, last_offset, last_digest, heads),
             )
 
-    def _is_head(self, key: bytes) -> bool:
-        """A head: the record keyed by its session id itself (not one of its parts)."""
-        try:
-            return self._session_of(key).encode() == key
-        except UnicodeError:
-            return False
+    def _heads_delta(
+        self,
+        topic: str,
+        partition: int,
+        records: Iterable[StoredRecord],
+        sessions: Mapping[bytes, str],
+    ) -> int:
+        """How many heads these records add (new keys) or remove (tombstoned ones).
 
-    def _heads_delta(self, topic: str, partition: int, records: Iterable[StoredRecord]) -> int:
-        """How many heads these records add (new keys) or remove (tombstoned ones)."""
-        heads = {r.key: r.value is not None for r in records if self._is_head(r.key)}
+        A head is the record keyed by its session id itself (not one of its parts).
+        """
+        heads = {
+            r.key: r.value is not None
+            for r in records
+            if sessions[r.key].encode("utf-8", "surrogateescape") == r.key
+        }
         found: set[bytes] = set()
         keys = list(heads)
         for i in range(0, len(keys), 500):
