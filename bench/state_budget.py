@@ -40,6 +40,7 @@ POOL = 300
 BUDGET = 16 * 1024 * 1024
 CONFIGS = (5_000, 20_000)  # sessions seen
 FILL_SESSIONS = 5_000
+RESTART_SESSIONS = (5_000, 500_000)
 
 
 def child(n: int, budget: int) -> dict[str, Any]:
@@ -124,9 +125,9 @@ def child(n: int, budget: int) -> dict[str, Any]:
     return out
 
 
-def _run_child(n: int, budget: int, *, fill: bool = False) -> dict[str, Any]:
+def _run_child(n: int, budget: int, *, mode: str = "child") -> dict[str, Any]:
     argv = [sys.executable, "-m", "bench.state_budget"]
-    argv += ["--fill", str(n)] if fill else ["--child", str(n), str(budget)]
+    argv += [f"--{mode}", str(n)] + ([str(budget)] if mode == "child" else [])
     done = subprocess.run(
         argv, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=3600
     )
@@ -155,7 +156,18 @@ def run(ctx: Context) -> dict[str, Any]:
                     " MiB on disk)",
                 ]
             )
-    fill = _run_child(FILL_SESSIONS, 0, fill=True)
+    restarts = {n: _run_child(n, 0, mode="restart") for n in RESTART_SESSIONS}
+    small, big = (restarts[n] for n in RESTART_SESSIONS)
+    raw.extend(restarts.values())
+    rows.append(
+        [
+            f"same-host restart, store side, {RESTART_SESSIONS[1]:,} vs {RESTART_SESSIONS[0]:,}"
+            " sessions: assignment (open, verify, newest head, counts) / first load (ms)",
+            f"{big['assign_s'] * 1e3:.2f} vs {small['assign_s'] * 1e3:.2f} / "
+            f"{big['load_s'] * 1e3:.3f} vs {small['load_s'] * 1e3:.3f}",
+        ]
+    )
+    fill = _run_child(FILL_SESSIONS, 0, mode="fill")
     raw.append(fill)
     rows.append(
         [
@@ -245,12 +257,58 @@ def fill_child(n: int) -> dict[str, Any]:
     }
 
 
+def restart_child(n: int) -> dict[str, Any]:
+    """Same-host restart, the store's side: a store of ``n`` sessions (a head and
+    two parts each) is reopened and does what an assignment does — verify the
+    position, read the newest head, the head count and the quarantined sessions
+    — then loads 100 sessions by key (their first events).  The Kafka side of a
+    restart (group join, the tail) does not depend on ``n``."""
+    import random
+
+    from processor.service.local_store import LocalStore, StoredRecord
+    from processor.service.state import session_of
+
+    path = Path(tempfile.mkdtemp(prefix="bench-restart-")) / "s.sqlite"
+    store = LocalStore(path, "c", session_of)
+    offset = 0
+    value = b"v" * 300
+    for start in range(0, n, 10_000):
+        batch = []
+        for i in range(start, min(n, start + 10_000)):
+            sid = f"r-{i:08d}".encode()
+            for key in (b"\xff" + sid + b"\x00n.0", b"\xff" + sid + b"\x00hdr", sid):
+                batch.append(StoredRecord(offset, key, value))
+                offset += 1
+        store.apply("cp", 0, "t", batch, offset)
+    last = batch[-1]
+    store.close()
+    t0 = time.perf_counter()
+    again = LocalStore(path, "c", session_of)
+    pos = again.verify("cp", 0, "t", offset, lambda o: last if o == last.offset else None)
+    assert pos is not None
+    again.newest("cp", 0, b"\xff")
+    heads = again.heads("cp", 0)
+    again.quarantined_sessions("cp", 0)
+    assign_s = time.perf_counter() - t0
+    rng = random.Random(5)
+    t1 = time.perf_counter()
+    for _ in range(100):
+        again.session_records("cp", 0, f"r-{rng.randrange(n):08d}")
+    load_s = (time.perf_counter() - t1) / 100
+    again.close()
+    return {"sessions": n, "heads": heads, "assign_s": assign_s, "load_s": load_s}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "BUDGET"))
     ap.add_argument("--fill", type=int, metavar="SESSIONS", help="fresh-host fill rate child")
+    ap.add_argument("--restart", type=int, metavar="SESSIONS", help="same-host restart child")
     args = ap.parse_args()
-    print(json.dumps(fill_child(args.fill) if args.fill else child(*args.child)))
+    if args.restart:
+        print(json.dumps(restart_child(args.restart)))
+    else:
+        print(json.dumps(fill_child(args.fill) if args.fill else child(*args.child)))
 
 
 if __name__ == "__main__":
