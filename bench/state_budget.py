@@ -81,7 +81,7 @@ def child(n: int, budget: int) -> dict[str, Any]:
                 continue
             store.produced(0)
             msg = MemoryMessage(cp_topic, 0, offsets["cp"], out.key, out.value, 0)
-            store.delivered(None, msg, False)
+            store.delivered(None, msg)
             offsets["cp"] += 1
         store.committed(engine.partitions)
         engine.batch = Batch()

@@ -102,23 +102,16 @@ class Committer:
         if topic != self.config.topics.checkpoints:
             clients.produce(self.producer, topic, key, value, partition=partition)
             return
-        part = self.engine.partitions.get(partition)
-        quarantined = (
-            part is not None
-            and key is not None
-            and key.decode("utf-8", "replace") in part.quarantined
-        )
-        store, problems = self.store, self.problems
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            store.delivered(err, msg, quarantined)
-            if err is not None:  # this callback replaces the producer's: pass failures on
-                problems.on_delivery(err, msg)
-
-        store.produced(partition)
+        self.store.produced(partition)
         clients.produce(
-            self.producer, topic, key, value, partition=partition, on_delivery=delivered
+            self.producer, topic, key, value, partition=partition, on_delivery=self._delivered
         )
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        """A checkpoint record's delivery report: its offset is what the store gets."""
+        self.store.delivered(err, msg)
+        if err is not None:  # this callback replaces the producer's: pass failures on
+            self.problems.on_delivery(err, msg)
 
     def commit(self) -> None:
         pending = self.engine.batch

@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
@@ -47,6 +47,7 @@ from processor.codec import CHECKPOINT, Checkpoint, Codec, CodecError, split_par
 from processor.codec.parted import decode_checkpoint_record
 from processor.config import ServiceConfig
 from processor.core.errors import Unavailable
+from processor.engine import PartitionState
 from processor.engine.checkpoints import latest_checkpoints
 from processor.service.local_store import LocalStore, StoredRecord
 from processor.service.restore import watermarks
@@ -108,7 +109,7 @@ class CheckpointStore:
         self.open_problem: str | None = None
         #: partitions whose store took no write since a failed one, and why
         self.broken: dict[int, str] = {}
-        self._deliveries: list[tuple[int, StoredRecord]] = []
+        self._deliveries: list[tuple[int, int, bytes, bytes | None]] = []
         self._partitions: dict[int, int] = {}  # partition -> records produced in the txn
         self._topic_id = ""
 
@@ -232,21 +233,32 @@ class CheckpointStore:
         """A checkpoints record was produced in the open transaction."""
         self._partitions[partition] = self._partitions.get(partition, 0) + 1
 
-    def delivered(self, err: KafkaError | None, msg: Msg, quarantined: bool) -> None:
+    def delivered(self, err: KafkaError | None, msg: Msg) -> None:
         """Its delivery report: the offset it got (applied once committed)."""
-        if err is None and msg.offset() is not None and msg.key() is not None:
-            rec = StoredRecord(msg.offset() or 0, msg.key() or b"", msg.value(), quarantined)
-            self._deliveries.append((msg.partition() or 0, rec))
+        offset, key = msg.offset(), msg.key()
+        if err is None and offset is not None and key is not None:
+            self._deliveries.append((msg.partition() or 0, offset, key, msg.value()))
 
     def aborted(self) -> None:
         self._deliveries.clear()
         self._partitions.clear()
 
-    def committed(self, owned: Mapping[int, Any]) -> None:
-        """The transaction committed: apply what it wrote, by partition, in offset order."""
+    def committed(self, owned: Mapping[int, PartitionState]) -> None:
+        """The transaction committed: apply what it wrote, by partition, in offset order.
+
+        A head carries its session's quarantine (the gauge counts them at the
+        next assignment without loading the sessions).
+        """
         by_partition: dict[int, list[StoredRecord]] = {}
-        for p, rec in self._deliveries:
-            by_partition.setdefault(p, []).append(rec)
+        for p, offset, key, value in self._deliveries:
+            part = owned.get(p)
+            quarantined = (
+                part is not None
+                and value is not None
+                and not key.startswith(PART_MARK)
+                and key.decode("utf-8", "replace") in part.quarantined
+            )
+            by_partition.setdefault(p, []).append(StoredRecord(offset, key, value, quarantined))
         expected, self._partitions = self._partitions, {}
         self._deliveries = []
         for p, n in expected.items():

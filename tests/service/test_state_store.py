@@ -218,3 +218,25 @@ def test_a_query_reads_an_evicted_session_from_the_store(tmp_path: Path) -> None
         _wait(lambda: loop.sample("processor_session_loads_total") >= len(LOGS), loop, "loads")
     finally:
         loop.stop()
+
+
+def test_quarantined_sessions_are_counted_without_loading_them(tmp_path: Path) -> None:
+    """The quarantine gauge after a restart comes from the store's head flags:
+    the quarantined session is known, and nothing was materialised to know it."""
+    broker = MemoryBroker()
+    config = _config(tmp_path)
+    broker.create_topics(config)
+    _produce(broker, config, 0, 4)
+    sid, log = "s1", LOGS["s1"]
+    broker.produce(config.topics.events, sid.encode(), CODEC.encode_parsed_event(sid, log[6]))
+    first = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), first, "committed")
+    assert first.proc.engine.sessions_quarantined() == 1
+    first.stop()
+    second = Loop(broker, config)
+    try:
+        _wait(lambda: len(second.proc.engine.partitions) == 2, second, "assigned")
+        assert second.proc.engine.sessions_quarantined() == 1
+        assert second.proc.engine.sessions_held() == 0
+    finally:
+        second.stop()
