@@ -38,6 +38,7 @@ FIGURES: dict[str, tuple[str, bool]] = {
     "scaleout": ("bench.scaleout", True),
     "profile": ("bench.profile", True),
     "write_amp": ("bench.write_amp", False),
+    "state_budget": ("bench.state_budget", False),
 }
 
 

@@ -80,6 +80,15 @@ class ServiceConfig:
     #: Directory of the query cache file (default: the system's temp dir).
     query_cache_dir: str = ""
     schema_registry: str = ""
+    #: Directory of the local state store (SQLite, a cache of the checkpoints
+    #: of the owned partitions), under which ``<group_id>/<instance>.sqlite``;
+    #: "none" or "": no file, every assignment reads its checkpoints from the topic.
+    state_dir: str = "state"
+    #: Session state held in memory (estimated bytes); least recently used
+    #: idle sessions beyond it are evicted and reloaded on their next event.
+    state_budget_bytes: int = 128 * 1024 * 1024
+    #: Sessions with no event for this long are evicted (0: only the budget evicts).
+    idle_evict_s: int = 600
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -107,6 +116,18 @@ class ServiceConfig:
         if self.transaction_timeout_ms > 0:
             return self.transaction_timeout_ms
         return self.revoke_budget_ms + 2 * self.commit_interval_ms + 5_000
+
+    @property
+    def state_path(self) -> Path | None:
+        """The store's file (None: an in-memory store, ``state_dir = "none"``)."""
+        if self.state_dir.strip().lower() in ("", "none"):
+            return None
+        return Path(self.state_dir) / self.group_id / f"{self.store_name}.sqlite"
+
+    @property
+    def store_name(self) -> str:
+        """The store file's name: the instance id when set, else one per host."""
+        return self.instance_id or socket.gethostname()
 
     def with_overrides(self, **values: Any) -> ServiceConfig:
         clean = {k: v for k, v in values.items() if v is not None}

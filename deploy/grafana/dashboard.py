@@ -141,9 +141,23 @@ def build() -> Builder[Any]:
         .with_panel(_series("Restore time per partition", "s", "Checkpoint restore of a "
                             "newly assigned partition",
                             *_quantiles("processor_restore_seconds")))
-        .with_panel(_series("Checkpoints restored", "ops", "Checkpoints read by restores",
+        .with_panel(_series("Checkpoints restored", "ops", "Sessions found by restores, and "
+                            "checkpoint records read into the local store",
                             (f"sum(rate(processor_restored_checkpoints_total{SEL}{RATE}))",
-                             "checkpoints")))
+                             "sessions"),
+                            (f"sum(rate(processor_store_records_read_total{SEL}{RATE}))",
+                             "records read into the store")))
+        .with_row(Row("Session state"))
+        .with_panel(_series("Session state held", "bytes", "Estimated bytes of the sessions "
+                            "in memory (state_budget_bytes bounds it)",
+                            (f"sum by (instance) (processor_session_state_bytes{SEL})",
+                             "{{instance}}")))
+        .with_panel(_series("Evictions and loads", "ops", "Sessions evicted (budget or idle) "
+                            "and loaded from the local store on their next event",
+                            (f"sum(rate(processor_session_evictions_total{SEL}{RATE}))",
+                             "evicted"),
+                            (f"sum(rate(processor_session_loads_total{SEL}{RATE}))",
+                             "loaded")))
     )
 
 

@@ -32,6 +32,7 @@ from processor.engine.commands import Command, CommandError, apply_command, pars
 from processor.engine.dead_letters import MAX_KEY_BYTES, bounded
 from processor.engine.errors import AnchorError
 from processor.engine.gate import Gate, judge, refusal
+from processor.engine.held import HeldSessions
 from processor.engine.output import restore_ledgers, session_output, session_tombstones
 from processor.engine.records import Batch, Fate, Out, Outcome, Record, Tally
 from processor.engine.runtime import Quarantine, SessionRuntime, ViewChange
@@ -72,18 +73,43 @@ class NoFeeds:
         return None
 
 
-class PartitionState:
-    """Sessions of one assigned events partition."""
+class CheckpointSource(Protocol):
+    """Where a session's checkpoint is loaded from when its first event arrives
+    (the local store, ``service/state.py``)."""
 
-    def __init__(self, number: int, checkpoints: dict[str, Checkpoint]) -> None:
+    def load(self, partition: int, session_id: str) -> tuple[Checkpoint | None, int]:
+        """The session's newest checkpoint (None: it has none) and its encoded size."""
+        ...
+
+
+class PartitionState:
+    """Sessions of one assigned events partition.
+
+    A session is materialised when its first event (or command) arrives:
+    from ``checkpoints`` (given in full, the broker-less tests) or else from
+    ``source`` — so an assignment costs nothing per session it holds.
+    """
+
+    def __init__(
+        self,
+        number: int,
+        checkpoints: dict[str, Checkpoint] | None = None,
+        *,
+        source: CheckpointSource | None = None,
+        quarantined: set[str] | None = None,
+    ) -> None:
         self.number = number
-        self.checkpoints = checkpoints  # not yet materialised sessions
+        self.checkpoints = checkpoints or {}  # not yet materialised sessions
+        self.source = source
         # quarantined session ids, kept as they change so the gauge is O(partitions)
-        self.quarantined = {
+        self.quarantined = set(quarantined or ()) | {
             sid
-            for sid, cp in checkpoints.items()
+            for sid, cp in self.checkpoints.items()
             if (cp.surface.get("service") or {}).get("quarantine")
         }
+        #: no session of this partition may be evicted (its store stopped
+        #: taking writes, so the newest checkpoint may exist only in memory)
+        self.pinned = False
         self.sessions: dict[str, SessionRuntime] = {}
         self.view_parts: dict[tuple[str, str], int] = {}
         # Restored while a transaction was still open on the checkpoints
@@ -137,14 +163,21 @@ class Engine:
         self.tally = Tally()
         self.replaying = False  # refolding history another owner already committed
         self._publish_floor = dict(publish_floor or {})
+        #: sessions held in memory, least recently used first (memory.py)
+        self.held = HeldSessions()
 
     # ------------------------------------------------------------ sessions
 
     def runtime(self, part: PartitionState, sid: str) -> SessionRuntime:
         rt = part.sessions.get(sid)
         if rt is not None:
+            self.held.touch(rt)
             return rt
         cp = part.checkpoints.pop(sid, None)
+        size = 0
+        if cp is None and part.source is not None:
+            cp, size = part.source.load(part.number, sid)
+            self.tally.loads += cp is not None
         session: Session
         if cp is None:
             session = Session(
@@ -162,6 +195,23 @@ class Engine:
         if part.maybe_stale:
             part.fresh.add(sid)  # without a checkpoint: its first one may be the hidden one
         part.sessions[sid] = rt
+        self.held.add(rt, size)
+        return rt
+
+    def lookup(self, part: PartitionState, sid: str) -> SessionRuntime | None:
+        """A session's runtime for a reader (a query): held, or loaded from its
+        checkpoint; None when the session has no state (nothing is created)."""
+        if sid in part.sessions or sid in part.checkpoints:
+            return self.runtime(part, sid)
+        if part.source is None:
+            return None
+        cp, size = part.source.load(part.number, sid)
+        if cp is None:
+            return None
+        part.checkpoints[sid] = cp
+        rt = self.runtime(part, sid)
+        self.held.add(rt, size)
+        self.tally.loads += 1
         return rt
 
     def _session_from_checkpoint(self, cp: Checkpoint) -> Session:
@@ -206,6 +256,45 @@ class Engine:
 
     def sessions_held(self) -> int:
         return sum(len(p.sessions) + len(p.checkpoints) for p in self.partitions.values())
+
+    def drop_partition(self, number: int) -> None:
+        """Forget a partition (revoked, lost, or restored anew after an abort)."""
+        part = self.partitions.pop(number, None)
+        if part is not None:
+            for rt in part.sessions.values():
+                self.held.remove(rt)
+
+    def evict(self, budget_bytes: int, idle_s: float, now: float) -> int:
+        """Evict least recently used sessions while over budget, and idle ones.
+
+        Only a session whose state is in its committed checkpoint may go: not
+        one changed in the open batch, not one that never had an event (it has
+        no checkpoint), not one of a partition whose store stopped taking writes.
+        """
+        evicted = 0
+        dirty = self.batch.dirty
+        for rt in self.held.oldest():
+            over = self.held.bytes > budget_bytes
+            idle = idle_s > 0 and now - rt.last_used > idle_s
+            if not over and not idle:
+                break
+            part = self.partitions.get(rt.partition)
+            if part is None or part.sessions.get(rt.session_id) is not rt:
+                self.held.remove(rt)  # a partition no longer ours: not held anyway
+                continue
+            if (
+                part.source is None  # nowhere to reload it from
+                or part.pinned
+                or rt.last_seq < 0
+                or (rt.partition, rt.session_id) in dirty
+            ):
+                continue
+            del part.sessions[rt.session_id]
+            part.fresh.discard(rt.session_id)
+            self.held.remove(rt)
+            evicted += 1
+        self.tally.evictions += evicted
+        return evicted
 
     def sessions_quarantined(self) -> int:
         return sum(len(p.quarantined) for p in self.partitions.values())
@@ -275,6 +364,7 @@ class Engine:
         except SessionError as exc:
             return self.reject(part, sid, rec, event.seq, exc.rule, str(exc), rt)
         rt.record_applied(event, rec.offset)
+        self.held.grow(rt, len(value))
         if part.fresh:
             part.fresh.discard(sid)
         rt.session.log.trim_before(event.seq + 1)

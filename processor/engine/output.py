@@ -107,7 +107,10 @@ def _views(
             yield Out(topic, partition, k, None)
         for record in sorted(records, key=lambda r: -r.part):  # parts first, head last
             yield Out(topic, partition, record.key, codec.encode_view(record))
-        view_parts[ident] = len(records)
+        if len(records) > 1:  # one part is the default: a dict entry per session and
+            view_parts[ident] = len(records)  # unit would outgrow the memory budget
+        else:
+            view_parts.pop(ident, None)
         tally.views_published += len(records)
     for name in writes.tombstones:
         yield Out(topic, partition, view_key(sid, name), None)

@@ -69,6 +69,8 @@ class Tally:
     control: Counter[str] = field(default_factory=Counter)
     views_published: int = 0
     checkpoints_published: int = 0
+    loads: int = 0  # sessions loaded from the store (first event since assign or eviction)
+    evictions: int = 0  # sessions evicted (memory budget or idle)
 
 
 @dataclass

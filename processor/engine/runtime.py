@@ -58,7 +58,9 @@ class SessionRuntime:
         "_overrides",
         "_published",
         "_window",
+        "held_bytes",
         "last_offset",
+        "last_used",
         "lifted_at",
         "part_ledger",
         "partition",
@@ -82,6 +84,9 @@ class SessionRuntime:
         #: is a no-op, not a redrive held for a future quarantine (commands.py)
         self.lifted_at: int | None = None
         self.last_offset = -1
+        #: estimated resident bytes and last use (held.py: the memory budget)
+        self.held_bytes = 0
+        self.last_used = 0.0
         self._window = window
         # 8-byte digests of the last ``window`` folded events (contiguous seqs
         # ending at last_seq), enough to tell a retry from a conflicting rewrite

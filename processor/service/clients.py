@@ -149,6 +149,9 @@ def output_producer(
     conf = _observed(conf, problems, "WRITE")
     if problems is not None:
         conf.update(problems.producer_settings())
+    # the local store is written from the offsets checkpoint records got, which
+    # only a successful delivery report carries (state.py)
+    conf["delivery.report.only.error"] = False
     return Producer(conf)
 
 

@@ -22,6 +22,9 @@ _ARM = os.environ.get("PROCESSOR_FAULTPOINT_ARM", "")
 #: Points the runner passes: the transaction's records are produced, its
 #: offsets not yet sent.
 BEFORE_SEND_OFFSETS = "before-send-offsets"
+#: The transaction committed, the local store not yet written (it is then
+#: behind the topic: the next assignment catches it up).
+AFTER_COMMIT = "after-commit"
 
 
 def hit(name: str, prepare: Callable[[], object] | None = None) -> None:

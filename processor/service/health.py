@@ -8,7 +8,8 @@ unreachable); nothing reads a health field to decide what to do next.
   fatal happened — a restart helps only then.
 * ``/readyz`` (readiness): assigned partitions restored, nothing fatal,
   transactions not failing past their bound (``failures.py``) and a broker
-  answering (``broker_watch.py``); the body names the first cause.
+  answering (``broker_watch.py``), the local store usable (``state.py``);
+  the body names the first cause.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Health:
         self.degraded: str | None = None
         #: set while no broker has answered past a bound
         self.unreachable: str | None = None
+        #: why the local state store cannot be opened or written (state.py)
+        self.store: str | None = None
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()
@@ -40,16 +43,22 @@ class Health:
         self.unreachable = cause
         self._report()
 
+    def set_store(self, cause: str | None) -> None:
+        self.store = cause
+        self._report()
+
     def _report(self) -> None:
         if self._on_degraded is not None:
-            self._on_degraded(0 if self.degraded is None and self.unreachable is None else 1)
+            ok = self.degraded is None and self.unreachable is None and self.store is None
+            self._on_degraded(0 if ok else 1)
 
     def liveness(self, liveness_s: float = 60.0) -> tuple[int, bytes]:
         alive = self.fatal is None and time.monotonic() - self.last_tick < liveness_s
         return (200, b"ok\n") if alive else (503, b"stalled\n")
 
     def readiness(self) -> tuple[int, bytes]:
-        if self.ready and self.fatal is None and self.degraded is None and self.unreachable is None:
+        cause = self.fatal or self.degraded or self.unreachable or self.store
+        if self.ready and cause is None:
             return 200, b"ready\n"
-        cause = self.fatal or self.degraded or self.unreachable or "restoring"
+        cause = cause or "restoring"
         return 503, f"not ready: {cause}\n".encode()

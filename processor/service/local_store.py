@@ -25,14 +25,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("processor.store")
 
 #: Layout version of the SQLite file; another version is dropped and refilled.
-STORE_VERSION = 1
+STORE_VERSION = 2
 #: SQLite page cache per connection (negative: KiB), a fixed memory bound.
 CACHE_KIB = 8 * 1024
 
@@ -44,14 +44,18 @@ CREATE TABLE IF NOT EXISTS position (
     next_offset INTEGER NOT NULL,
     last_offset INTEGER NOT NULL,
     last_digest BLOB NOT NULL,
+    heads INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (topic, partition)
 );
 CREATE TABLE IF NOT EXISTS record (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, key BLOB NOT NULL,
     session TEXT NOT NULL, value BLOB NOT NULL, offset INTEGER NOT NULL,
+    quarantined INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (topic, partition, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS record_session ON record (topic, partition, session);
+CREATE INDEX IF NOT EXISTS record_offset ON record (topic, partition, offset);
+CREATE INDEX IF NOT EXISTS record_quarantined ON record (topic, partition) WHERE quarantined = 1;
 """
 
 
@@ -62,6 +66,9 @@ class StoredRecord:
     offset: int
     key: bytes
     value: bytes | None
+    #: the record is the head of a quarantined session's checkpoint (the
+    #: gauge counts them without loading the session)
+    quarantined: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +93,11 @@ def record_digest(key: bytes, value: bytes | None) -> bytes:
 class LocalStore:
     """See the module docstring.  One instance per member; not thread-safe."""
 
-    def __init__(self, path: Path, cluster_id: str, session_of: Callable[[bytes], str]) -> None:
+    def __init__(
+        self, path: Path | None, cluster_id: str, session_of: Callable[[bytes], str]
+    ) -> None:
+        """``path`` None: an in-memory database (``state_dir = "none"``), filled
+        from the topic on every assignment as the store-less restore was."""
         self.path = path
         self.cluster_id = cluster_id
         self._session_of = session_of
@@ -119,6 +130,10 @@ class LocalStore:
     # ------------------------------------------------------------ file
 
     def _open(self) -> sqlite3.Connection:
+        if self.path is None:
+            db = sqlite3.connect(":memory:")
+            db.executescript(_SCHEMA)
+            return db
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path)  # "with db:" below is one transaction
         db.execute("PRAGMA journal_mode=WAL")
@@ -130,6 +145,8 @@ class LocalStore:
         return db
 
     def _remove_files(self) -> None:
+        if self.path is None:
+            return
         for suffix in ("", "-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
@@ -201,19 +218,29 @@ class LocalStore:
         pos = self.position(topic, partition)
         last_offset, last_digest = (pos.last_offset, pos.last_digest) if pos else (-1, b"")
         final: dict[bytes, StoredRecord] = {}  # the last record of a key wins
+        done = pos.next_offset if pos else 0
+        last: StoredRecord | None = None
         for rec in records:
-            final[rec.key] = rec
-            last_offset, last_digest = rec.offset, record_digest(rec.key, rec.value)
+            if rec.offset < done:
+                continue  # already applied: a late writer never moves the store back
+            final[rec.key] = last = rec
+        if last is not None:
+            last_offset, last_digest = last.offset, record_digest(last.key, last.value)
+        sessions = {key: self._session_of(key) for key in final}
         upserts = [
-            (topic, partition, r.key, self._session_of(r.key), r.value, r.offset)
+            (topic, partition, r.key, sessions[r.key], r.value, r.offset, r.quarantined)
             for r in final.values()
             if r.value is not None
         ]
         deletes = [(topic, partition, r.key) for r in final.values() if r.value is None]
+        next_offset = max(next_offset, done)
+        heads = (self.heads(topic, partition) if pos else 0) + self._heads_delta(
+            topic, partition, final.values(), sessions
+        )
         with self._db:
             self._db.executemany(
-                "INSERT OR REPLACE INTO record "
-                "(topic, partition, key, session, value, offset) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO record (topic, partition, key, session, value, "
+                "offset, quarantined) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 upserts,
             )
             self._db.executemany(
@@ -221,10 +248,45 @@ class LocalStore:
             )
             self._db.execute(
                 "INSERT OR REPLACE INTO position "
-                "(topic, partition, topic_id, next_offset, last_offset, last_digest) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (topic, partition, topic_id, next_offset, last_offset, last_digest),
+                "(topic, partition, topic_id, next_offset, last_offset, last_digest, heads) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (topic, partition, topic_id, next_offset, last_offset, last_digest, heads),
             )
+
+    def _heads_delta(
+        self,
+        topic: str,
+        partition: int,
+        records: Iterable[StoredRecord],
+        sessions: Mapping[bytes, str],
+    ) -> int:
+        """How many heads these records add (new keys) or remove (tombstoned ones).
+
+        A head is the record keyed by its session id itself (not one of its parts).
+        """
+        heads = {
+            r.key: r.value is not None
+            for r in records
+            if sessions[r.key].encode("utf-8", "surrogateescape") == r.key
+        }
+        found: set[bytes] = set()
+        keys = list(heads)
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            rows = self._db.execute(
+                "SELECT key FROM record WHERE topic = ? AND partition = ? AND key IN "
+                f"({','.join('?' * len(chunk))})",
+                (topic, partition, *chunk),
+            ).fetchall()
+            found.update(bytes(r[0]) for r in rows)
+        return sum((1 if live else 0) - (1 if key in found else 0) for key, live in heads.items())
+
+    def heads(self, topic: str, partition: int) -> int:
+        """Sessions with a head record in the partition (kept as records are applied)."""
+        row = self._db.execute(
+            "SELECT heads FROM position WHERE topic = ? AND partition = ?", (topic, partition)
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def drop(self, topic: str, partition: int) -> None:
         with self._db:
@@ -251,8 +313,10 @@ class LocalStore:
     ) -> list[tuple[bytes, bytes]]:
         """The stored (key, value) records of one session, in offset order."""
         rows = self._db.execute(
-            "SELECT key, value FROM record WHERE topic = ? AND partition = ? AND session = ? "
-            "ORDER BY offset",
+            # the session index, not the offset one the ORDER BY would tempt the
+            # planner into (a scan of the whole partition per session: measured)
+            "SELECT key, value FROM record INDEXED BY record_session "
+            "WHERE topic = ? AND partition = ? AND session = ? ORDER BY offset",
             (topic, partition, session),
         ).fetchall()
         return [(bytes(k), bytes(v)) for k, v in rows]
@@ -263,3 +327,28 @@ class LocalStore:
             (topic, partition),
         ).fetchone()
         return int(row[0])
+
+    def keys(self, topic: str, partition: int) -> Iterator[bytes]:
+        """Every stored key of a partition (a rebuild tombstones them all)."""
+        cur = self._db.execute(
+            "SELECT key FROM record WHERE topic = ? AND partition = ?", (topic, partition)
+        )
+        for (key,) in cur:
+            yield bytes(key)
+
+    def newest(self, topic: str, partition: int, below: bytes) -> tuple[bytes, bytes] | None:
+        """The most recently written record whose key sorts below ``below``."""
+        row = self._db.execute(
+            "SELECT key, value FROM record INDEXED BY record_offset "
+            "WHERE topic = ? AND partition = ? AND key < ? ORDER BY offset DESC LIMIT 1",
+            (topic, partition, below),
+        ).fetchone()
+        return None if row is None else (bytes(row[0]), bytes(row[1]))
+
+    def quarantined_sessions(self, topic: str, partition: int) -> set[str]:
+        rows = self._db.execute(
+            "SELECT session FROM record INDEXED BY record_quarantined "
+            "WHERE topic = ? AND partition = ? AND quarantined = 1",
+            (topic, partition),
+        ).fetchall()
+        return {str(r[0]) for r in rows}

@@ -21,13 +21,15 @@ contract scenarios without a broker (issue 11).  What it keeps of Kafka:
 What it leaves out: compaction and retention (logs only grow), more than
 one active member per group (a second member waits for the first to leave),
 lost partitions, broker faults unless injected (:meth:`MemoryBroker.fail`),
-ACLs (no authorizer: nothing to check), headers and delivery reports.
+ACLs (no authorizer: nothing to check) and headers; a delivery report is
+served at once, inside ``produce``.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -137,11 +139,15 @@ class MemoryBroker:
         self.open_txns: dict[str, _Txn] = {}
         self.members: dict[str, list[MemoryConsumer]] = {}
         self._faults: dict[str, list[KafkaError]] = {}
+        self.cluster_id = uuid.uuid4().hex
+        self.topic_ids: dict[str, str] = {}
 
     # ------------------------------------------------------------ admin
 
     def create_topic(self, name: str, partitions: int) -> None:
         with self.cond:
+            if name not in self.topics:
+                self.topic_ids[name] = uuid.uuid4().hex
             self.topics.setdefault(name, [_Log() for _ in range(partitions)])
 
     def create_topics(self, config: ServiceConfig) -> None:
@@ -214,6 +220,7 @@ class MemoryBroker:
         with self.cond:
             names = [topic] if topic is not None else list(self.topics)
             return SimpleNamespace(
+                cluster_id=self.cluster_id,
                 topics={
                     n: SimpleNamespace(
                         topic=n,
@@ -221,7 +228,7 @@ class MemoryBroker:
                     )
                     for n in names
                     if n in self.topics
-                }
+                },
             )
 
 
@@ -443,7 +450,7 @@ class MemoryProducer:
         key: str | bytes | None = None,
         partition: int = -1,
         *,
-        on_delivery: Any = None,  # no delivery reports: a write here cannot fail
+        on_delivery: Any = None,  # called at once: a write here cannot fail
         headers: Any = None,  # the processor writes none
     ) -> None:
         k = key.encode() if isinstance(key, str) else key
@@ -453,13 +460,15 @@ class MemoryProducer:
             if partition < 0:
                 partition = partition_of(k, len(self.broker.topics[topic])) if k is not None else 0
             if self.txn_id is None:
-                self.broker.append(topic, partition, k, v, "committed")
-                return
-            if self.txn is None:
-                raise _state_error("produce outside a transaction")
-            entry = self.broker.append(topic, partition, k, v, "open")
-            self.txn.entries.append((topic, partition, entry))
-            self.txn.touched.add((topic, partition))
+                entry = self.broker.append(topic, partition, k, v, "committed")
+            else:
+                if self.txn is None:
+                    raise _state_error("produce outside a transaction")
+                entry = self.broker.append(topic, partition, k, v, "open")
+                self.txn.entries.append((topic, partition, entry))
+                self.txn.touched.add((topic, partition))
+        if on_delivery is not None:  # the offset the record got, as a delivery report
+            on_delivery(None, MemoryMessage(topic, partition, entry.offset, k, v, entry.timestamp))
 
     def poll(self, timeout: float = -1) -> int:
         return 0
@@ -553,6 +562,10 @@ class MemoryTransport:
 
     def admin(self) -> MemoryAdmin:
         return MemoryAdmin(self.broker)
+
+    def topic_id(self, topic: str) -> str:
+        with self.broker.cond:
+            return self.broker.topic_ids.get(topic, "")
 
     def require_permissions(self, problems: ClientProblems, metrics: Metrics) -> None:
         """No authorizer in memory: nothing to check (as a broker without one)."""

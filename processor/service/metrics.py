@@ -73,6 +73,26 @@ class Metrics:
         self.quarantined = Gauge(
             "processor_sessions_quarantined", "Quarantined sessions", registry=r
         )
+        self.state_bytes = Gauge(
+            "processor_session_state_bytes",
+            "Estimated bytes of the sessions held in memory (state_budget_bytes bounds it)",
+            registry=r,
+        )
+        self.evictions = Counter(
+            "processor_session_evictions_total",
+            "Sessions evicted from memory (over the budget or idle)",
+            registry=r,
+        )
+        self.session_loads = Counter(
+            "processor_session_loads_total",
+            "Sessions loaded from the local store (first event since assign or eviction)",
+            registry=r,
+        )
+        self.store_records_read = Counter(
+            "processor_store_records_read_total",
+            "Checkpoint records read from the topic into the local store on assignments",
+            registry=r,
+        )
         self.restore_seconds = Histogram(
             "processor_restore_seconds",
             "Restore time per assigned partition",

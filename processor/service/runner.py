@@ -36,65 +36,39 @@ process with one line (:class:`KafkaFatal`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    KafkaError,
-    KafkaException,
-    TopicPartition,
-)
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from processor.codec import Codec
+from processor.codec import Codec, session_key
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.errors import ProcessorError
 from processor.core.projections import ProjectionRegistry
 from processor.engine import Batch, Engine, PartitionState, Record, Tally
-from processor.engine.commands import Command
-from processor.gcpolicy import settle_heap
-from processor.service import clients, faultpoints, preflight, transactions
+from processor.engine.commands import Command, partition_of
+from processor.engine.runtime import SessionRuntime
 from processor.service.broker_watch import BrokerWatch
+from processor.service.commit import Committer
 from processor.service.control import ControlChannel
-from processor.service.failures import FailureTracker
-from processor.service.kafka_errors import (
-    ClientProblems,
-    KafkaFatal,
-    Kind,
-    error_of,
-    message_error,
-)
+from processor.service.kafka_errors import ClientProblems, message_error
+from processor.service.loop_calls import LoopCalls
 from processor.service.metrics import Metrics
-from processor.service.query_cache import QueryCache, ViewWrite
+from processor.service.query_cache import QueryCache
+from processor.service.rebalance import Rebalance
 from processor.service.registry import codec_for
-from processor.service.restore import (
-    AnchorError,
-    check_anchor,
-    committed_offsets,
-    fetch_events,
-    load_checkpoints,
-    newest_anchor,
-    read_key_range,
-    stable_bound_s,
-    wait_stable,
-)
-from processor.service.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
-from processor.service.retry import FENCED, FatalBudget, retry, run_all
-from processor.service.transport import (
-    GroupConsumer,
-    KafkaTransport,
-    Msg,
-    Reader,
-    Transport,
-    TxnProducer,
-)
+from processor.service.restore import AnchorError, read_key_range
+from processor.service.retry import run_all
+from processor.service.state import CheckpointStore
+from processor.service.transport import GroupConsumer, KafkaTransport, Msg, Transport
 
 log = logging.getLogger("processor.runner")
+T = TypeVar("T")
 GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
 
 #: Header name the old protocol read as a command; it is now ignored on events
@@ -161,25 +135,84 @@ class Processor:
         )
         self._stop = threading.Event()
         self._consumer: GroupConsumer | None = None
-        self._producer: TxnProducer | None = None
-        self._restore_consumer: Reader | None = None
         self.problems = ClientProblems()
-        self._failures = FailureTracker(self.metrics)
         self._control: ControlChannel | None = None
         self._dead = False  # a KafkaFatal ended the run: close without committing
         self._gauges_at = 0.0
         self._lag_labels: set[int] = set()
-        self._leaving: set[int] = set()  # partitions being revoked (during _on_revoke)
-        #: while revoking: the monotonic time the revoke's commit must end by
-        #: (``revoke_budget_ms``; the derived transaction timeout assumes it)
-        self._deadline: float | None = None
         #: what ended the run, when it was found in a callback (re-raised by the loop)
         self._fatal: ProcessorError | None = None
         self.health = self.metrics.health  # the report; never read to decide
-        self._assigned_at = 0.0
-        self._fatal_budget = FatalBudget()
-        #: views of the owned partitions for queries by session (query_setup.py)
-        self.queries: QueryCache | None = None
+        #: functions other threads run on the loop's thread (queries)
+        self.calls = LoopCalls()
+        #: the checkpoints of the owned partitions on local disk (state.py)
+        self.store = CheckpointStore(config, self.codec)
+        #: the transaction of the open batch (commit.py)
+        self.txn = Committer(
+            config,
+            self.transport,
+            self.engine,
+            self.store,
+            self.metrics,
+            self.problems,
+            instance_id=self.instance_id,
+            fail=self._fail,
+            flush_tally=self._flush_tally,
+            stop=self._stop,
+        )
+        #: the rebalance callbacks and the restore (rebalance.py)
+        self.rebalance = Rebalance(
+            config,
+            self.transport,
+            self.codec,
+            self.engine,
+            self.store,
+            self.txn,
+            self.metrics,
+            fail=self._fail,
+            control=lambda: self._control,
+            dead=lambda: self._dead,
+            changed=self._update_gauges,
+        )
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def queries(self) -> QueryCache | None:
+        """The committed views of the owned partitions, for queries (query_setup.py)."""
+        return self.txn.queries
+
+    @queries.setter
+    def queries(self, cache: QueryCache | None) -> None:
+        self.txn.queries = cache
+
+    def owned_partitions(self) -> frozenset[int]:
+        """The events partitions this member owns now (any thread; a snapshot)."""
+        return frozenset(self.engine.partitions)
+
+    def partition_of(self, session_id: str) -> int | None:
+        """The partition a session's events go to (None before the first assignment)."""
+        n = self.rebalance.partition_count
+        return partition_of(session_key(session_id), n) if n else None
+
+    def with_session(
+        self, session_id: str, fn: Callable[[SessionRuntime], T], timeout_s: float = 5.0
+    ) -> T | None:
+        """``fn`` applied to a session's current state, on the loop's thread (any thread).
+
+        The session is loaded from the local store when it is not held (an
+        evicted one too); None when this member does not own its partition
+        or the session has no state.  ``fn`` must only read.  Raises
+        :class:`~processor.service.loop_calls.Busy` when the loop is too busy.
+        """
+
+        def run() -> T | None:
+            number = self.partition_of(session_id)
+            part = self.engine.partitions.get(number) if number is not None else None
+            rt = self.engine.lookup(part, session_id) if part is not None else None
+            return fn(rt) if rt is not None else None
+
+        return self.calls.call(run, timeout_s)
 
     @property
     def _partitions(self) -> dict[int, PartitionState]:
@@ -203,30 +236,25 @@ class Processor:
         problems = self.problems
         transport = self.transport
         self._consumer = consumer = transport.group_consumer(self.instance_id, problems)
-        self._producer = producer = transport.output_producer(self.instance_id, problems)
+        producer = transport.output_producer(self.instance_id, problems)
         own = cfg.group_id  # covered by the group's READ ACL
-        self._restore_consumer = transport.plain_consumer("restore", problems, own)
+        self.rebalance.consumer = consumer
+        self.rebalance.reader = transport.plain_consumer("restore", problems, own)
         self._control = ControlChannel(
             transport.plain_consumer("control", problems, own),
             self.topics.control,
             cfg.group_id,
         )
-        if cfg.exactly_once:
-            transactions.init(
-                producer,
-                problems,
-                f"{cfg.group_id}-{self.instance_id}",
-                deadline_s=RETRY_DEADLINE_S,
-            )
+        self.txn.start(producer, consumer)
         transport.require_permissions(self.problems, self.metrics)
         brokers = BrokerWatch(
             problems, self.metrics, lambda: consumer.list_topics(self.topics.events, timeout=2)
         )
         consumer.subscribe(
             [self.topics.events],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_assign=self.rebalance.on_assign,
+            on_revoke=self.rebalance.on_revoke,
+            on_lost=self.rebalance.on_lost,
         )
         idle_since = time.monotonic()
         interval = cfg.commit_interval_ms / 1000
@@ -235,6 +263,7 @@ class Processor:
                 self.health.tick()
                 brokers.tick()
                 if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S:
+                    self._evict()  # idle sessions go even when nothing commits
                     self._update_gauges()
                 # A batch consume returns only when it is full or its timeout is
                 # over, so poll in short slices and date the batch from the poll
@@ -252,7 +281,7 @@ class Processor:
                     self._apply_commands(commands)
                 if msgs or commands or not self._partitions:
                     idle_since = time.monotonic()  # idle counts from the assignment on
-                idle_since = max(idle_since, self._assigned_at)
+                idle_since = max(idle_since, self.rebalance.assigned_at)
                 if msgs:
                     self._fold_batch(msgs, polled_at)
                 elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
@@ -262,6 +291,8 @@ class Processor:
                     p.events >= cfg.max_batch_events or time.monotonic() - p.started >= interval
                 ):
                     self._commit()
+                if self.calls.serve():
+                    self._flush_tally()  # sessions the queries loaded
                 if until_offsets is not None and self._reached(until_offsets):
                     break
             self._commit()
@@ -274,14 +305,6 @@ class Processor:
             raise
         finally:
             self._close()
-
-    def _timeout(self, default_s: float) -> float:
-        """A transaction step's timeout: ``default_s``, or what is left of the
-        revoke budget while revoking (a shutdown revokes too), so a revoke
-        never outlasts the budget the transaction timeout was sized for."""
-        if self._deadline is None:
-            return default_s
-        return max(0.1, min(default_s, self._deadline - time.monotonic()))
 
     def _fail(self, error: ProcessorError) -> ProcessorError:
         """Remember what ends the run (a callback cannot end it) and report it."""
@@ -304,149 +327,19 @@ class Processor:
         return all(positions[p] >= target or target <= 0 for p, target in targets.items())
 
     def _close(self) -> None:
-        c, k, p, r = self._consumer, self._control, self._producer, self._restore_consumer
+        c, k, p, r = self._consumer, self._control, self.txn.producer, self.rebalance.reader
         self._control = None
         run_all(
             [
                 ("control consumer close", k.close if k else None),
-                ("consumer close", c.close if c else None),  # revoke runs _commit
+                ("consumer close", c.close if c else None),  # revoke runs the commit
                 ("producer flush", (lambda: p.flush(0 if self._dead else 10)) if p else None),
                 ("restore consumer close", r.close if r else None),
+                ("local store close", self.store.close),
                 ("query cache close", self.queries.close if self.queries else None),
             ]
         )
-        self._consumer = self._producer = self._restore_consumer = None
-
-    # ------------------------------------------------------------ rebalance
-
-    def _on_assign(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
-        self.metrics.rebalances.labels("assign").inc()
-        self.health.ready = False
-        starts = self._restore_partitions([tp.partition for tp in partitions])
-        assignment = []
-        for tp in partitions:
-            start = starts.get(tp.partition)
-            assignment.append(
-                TopicPartition(tp.topic, tp.partition)
-                if start is None
-                else TopicPartition(tp.topic, tp.partition, start)
-            )
-        consumer.incremental_assign(assignment)
-        if self.queries is not None:
-            self.queries.assigned([tp.partition for tp in partitions])
-        if self._control is not None:
-            self._control.assign(consumer, [tp.partition for tp in partitions])
-        self._assigned_at = time.monotonic()
-        # the restored sessions are long-lived and cycle-free: keep the cyclic
-        # collector from walking them again (a full pass over 100k sessions
-        # stalls every partition ~6 s; gcpolicy.py, BENCHMARKS.md)
-        settle_heap()
-        self.health.ready = True
-
-    def _on_revoke(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
-        self.metrics.rebalances.labels("revoke").inc()
-        # A failing commit here aborts the batch and rewinds only the partitions
-        # we keep: the revoked ones are the next owner's to restore, and a
-        # back-off would only delay the whole group's rebalance.
-        self._leaving = {tp.partition for tp in partitions}
-        self._deadline = time.monotonic() + self.config.revoke_budget_ms / 1000
-        try:
-            if not self._dead:
-                self._commit()  # finish the open batch while we still own the partitions
-        except KafkaException as exc:
-            log.warning("commit on revoke failed (%s); aborting the batch", exc)
-            self._abort(set())
-        finally:
-            self._leaving = set()
-            self._deadline = None
-        for tp in partitions:
-            self._partitions.pop(tp.partition, None)
-        if self.queries is not None:
-            self.queries.revoked(tp.partition for tp in partitions)
-        consumer.incremental_unassign(partitions)
-        if self._control is not None:
-            self._control.unassign({tp.partition for tp in partitions})
-        self._update_gauges()
-
-    def _on_lost(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
-        self.metrics.rebalances.labels("lost").inc()
-        lost = {tp.partition for tp in partitions}
-        self._abort(lost, rewind=False)
-        for p in lost:
-            self._partitions.pop(p, None)
-        if self.queries is not None:
-            self.queries.revoked(lost)
-        consumer.incremental_unassign(partitions)
-        if self._control is not None:
-            self._control.unassign(lost)
-        self._update_gauges()
-
-    def _restore_partitions(self, numbers: list[int]) -> dict[int, int | None]:
-        """Load the checkpoints of newly owned partitions; returns start-offset overrides.
-
-        All partitions are read in one assignment of the restore consumer, so
-        the cost is one pass over the (compacted) checkpoints, not one per
-        partition — and never the events behind them.
-        """
-        assert self._consumer is not None and self._restore_consumer is not None
-        if not numbers:
-            return {}
-        t0 = time.monotonic()
-        rc, events = self._restore_consumer, self.topics.events
-        if self.config.exactly_once:
-            # never restore behind a zombie's open transaction (see restore.py)
-            unstable = set(
-                wait_stable(
-                    self.transport.admin,
-                    self.topics.checkpoints,
-                    numbers,
-                    stable_bound_s(self.config),
-                )
-            )
-        else:
-            unstable = set()
-        restores = load_checkpoints(rc, self.codec, self.topics.checkpoints, numbers)
-        committed = committed_offsets(self._consumer, events, numbers)
-        anchors = {
-            p: cp.anchor.offset for p, r in restores.items() if (cp := newest_anchor(r)) is not None
-        }
-        found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
-        starts: dict[int, int | None] = {}
-        for number in numbers:
-            restore = restores[number]
-            problem = check_anchor(
-                rc, events, restore, committed[number], found.get(number)
-            ) or self.engine.unusable_rows(restore.checkpoints.values())
-            starts[number] = None
-            if problem is not None:
-                if self.config.anchor_policy == "fail":
-                    error = self._fail(AnchorError(f"anchor check failed: {problem}"))
-                    log.error("%s", error)
-                    raise error
-                log.warning(
-                    "anchor check failed (%s); rebuilding partition %d from offset zero",
-                    problem,
-                    number,
-                )
-                for sid, cp in restore.checkpoints.items():
-                    self.engine.tombstone_session(number, sid, cp)
-                restore.checkpoints.clear()
-                starts[number] = OFFSET_BEGINNING
-            part = self._partitions[number] = PartitionState(number, restore.checkpoints)
-            part.maybe_stale = number in unstable and starts[number] is None
-            part.resumed_at = committed[number]
-            self.metrics.restored_checkpoints.inc(len(restore.checkpoints))
-            log.info(
-                "restored partition %d: %d checkpoints from %d records, resuming at %s",
-                number,
-                len(restore.checkpoints),
-                restore.records_read,
-                "offset 0"
-                if starts[number] is not None
-                else f"committed offset {committed[number]}",
-            )
-        self.metrics.restore_seconds.observe(time.monotonic() - t0)
-        return starts
+        self._consumer = self.txn.producer = self.txn.consumer = self.rebalance.reader = None
 
     # ------------------------------------------------------------ folding
 
@@ -512,6 +405,10 @@ class Processor:
             m.views_published.inc(tally.views_published)
         if tally.checkpoints_published:
             m.checkpoints_published.inc(tally.checkpoints_published)
+        if tally.loads:
+            m.session_loads.inc(tally.loads)
+        if tally.evictions:
+            m.evictions.inc(tally.evictions)
 
     # ------------------------------------------------------------ engine feeds
 
@@ -526,13 +423,12 @@ class Processor:
         self, partition: int, start: int, end: int, key: bytes
     ) -> list[Record] | None:
         """Feeds: a session's events in [start, end), to repair a stale restore."""
-        if self._restore_consumer is None:
+        reader = self.rebalance.reader
+        if reader is None:
             return None
         return [
             _record(m)
-            for m in read_key_range(
-                self._restore_consumer, self.topics.events, partition, start, end, key
-            )
+            for m in read_key_range(reader, self.topics.events, partition, start, end, key)
         ]
 
     def check_route(self, command: Command, partition: int) -> None:
@@ -542,159 +438,21 @@ class Processor:
 
     # ------------------------------------------------------------ output
 
-    def _produce(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
-        assert self._producer is not None
-        clients.produce(self._producer, topic, key, value, partition=partition)
-
     def _commit(self) -> None:
-        pending = self._pending
-        if pending.empty() or self._producer is None or self._consumer is None:
-            return
-        t0 = time.perf_counter()
-        opened = time.monotonic()  # counts a SIGSTOP too, as the coordinator's timeout does
-        producer, consumer = self._producer, self._consumer
-        eos = self.config.exactly_once
-        views: list[ViewWrite] = []  # for the query cache once committed
-        try:
-            if eos:
-                producer.begin_transaction()
-            for out in self.engine.output():
-                self._produce(out.topic, out.partition, out.key, out.value)
-                if self.queries is not None and out.topic == self.topics.views and out.key:
-                    views.append((out.partition, out.key, out.value))
-            offsets = [TopicPartition(self.topics.events, p, o) for p, o in pending.offsets.items()]
-            offsets += [
-                TopicPartition(self.topics.control, p, o)
-                for p, o in pending.control_offsets.items()
-            ]
-            if eos:
-                faultpoints.hit(faultpoints.BEFORE_SEND_OFFSETS, lambda: producer.flush(30))
-                if offsets:
-                    transactions.retrying(
-                        lambda: producer.send_offsets_to_transaction(
-                            offsets, consumer.consumer_group_metadata(), self._timeout(30)
-                        ),
-                        self.metrics,
-                    )
-                transactions.retrying(
-                    lambda: producer.commit_transaction(self._timeout(60)), self.metrics
-                )
-            else:
-                remaining = producer.flush(self._timeout(60))
-                if remaining:
-                    raise KafkaException(
-                        KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered")
-                    )
-                if self.queries is not None:  # delivered = visible without transactions
-                    self.queries.committed(views)
-                    views = []
-                if offsets:
-                    consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            self._flush_tally()
-            # serve the delivery reports of failed records (poll re-raises a fatal
-            # error, classified just below)
-            with contextlib.suppress(KafkaException):
-                producer.poll(0)
-            verdict = transactions.verdict(exc, self.problems, self.config.group_id)
-            self.metrics.txn_failures.labels(verdict.kind.value).inc()
-            err = error_of(exc)
-            if (
-                verdict.kind is Kind.FATAL
-                and eos
-                and err is not None
-                and self._replace_producer(err, time.monotonic() - opened)
-            ):
-                pass  # the new producer fenced the broken one; refold below
-            elif verdict.kind in (Kind.FATAL, Kind.DENIED):
-                line = verdict.line
-                if verdict.kind is Kind.DENIED:  # the broker rarely says which ACL
-                    line = "; ".join(preflight.missing_or_fatal(self.config, self.problems)) or line
-                raise self._fail(KafkaFatal(line)) from None
-            else:
-                log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
-            self._abort(pending.partitions())
-            backoff = self._failures.failed(verdict.line)
-            if not self._leaving:
-                self._stop.wait(backoff)
-            return
+        """Commit the open batch (commit.py), then keep the sessions within budget."""
+        self.txn.commit()
+        if self.engine.batch.empty():
+            self._evict()
+            self._update_gauges()
+
+    def _evict(self) -> None:
+        cfg = self.config
+        for number in self.store.broken:  # its newest checkpoints may be in memory only
+            part = self._partitions.get(number)
+            if part is not None:
+                part.pinned = True
+        self.engine.evict(cfg.state_budget_bytes, cfg.idle_evict_s, time.monotonic())
         self._flush_tally()
-        if self.queries is not None:
-            self.queries.committed(views)
-        self._failures.succeeded()
-        self.metrics.commits.inc()
-        self.metrics.batch_events.observe(pending.events)
-        self.metrics.commit_seconds.observe(time.perf_counter() - t0)
-        self.engine.batch = Batch()
-        self._update_gauges()
-
-    def _replace_producer(self, err: KafkaError, open_s: float) -> bool:
-        """Survive a fatal producer error that a broker fault caused.
-
-        A coordinator moving during a commit can leave librdkafka's
-        transactional producer fatally broken (INVALID_TXN_STATE, seen in the
-        fault suite); a new producer with the same transactional id fences
-        the old one and aborts its open transaction, and the batch is then
-        refolded from the checkpoints.  A fence within the transaction
-        timeout (``open_s``: how long the failed transaction was open) while
-        every broker answers means another live member has our instance id:
-        that ends the process (``FENCED``).  Shortly after a broker went away
-        a coordinator fails over and may fence the transaction itself (seen
-        in the fault suite): that is answered with a new producer.  Bounded
-        (FatalBudget): a cause that persists — missing ACLs — still ends the
-        process.
-        """
-        timeout_s = self.config.effective_transaction_timeout_ms / 1000
-        trouble = self.problems.broker_trouble_at
-        cluster_fault = trouble is not None and time.monotonic() - trouble < 2 * timeout_s
-        if err.code() in FENCED and open_s < timeout_s and not cluster_fault:
-            log.error(
-                "producer fenced after %.1f s, within the transaction timeout (%.1f s) "
-                "and with every broker answering: another member runs with instance "
-                "id %r",
-                open_s,
-                timeout_s,
-                self.instance_id,
-            )
-            return False
-        if not self._fatal_budget.allow(err):
-            return False
-        log.error("producer fatal error (%s); replacing the producer", err)
-        self._producer = producer = self.transport.output_producer(self.instance_id, self.problems)
-        transactions.init(
-            producer,
-            self.problems,
-            f"{self.config.group_id}-{self.instance_id}",
-            deadline_s=RETRY_DEADLINE_S,
-        )
-        return True
-
-    def _abort(self, partitions: set[int], *, rewind: bool = True) -> None:
-        """Drop the open batch; restore touched partitions from the checkpoints."""
-        if self.config.exactly_once and self._producer is not None:
-            producer = self._producer
-            try:
-                retry(lambda: producer.abort_transaction(30), "abort_transaction")
-            except KafkaException as exc:
-                log.debug("abort_transaction: %s", exc)
-        self.metrics.aborts.inc()
-        touched = self._pending.partitions() | partitions
-        self.engine.batch = Batch()
-        if not rewind or self._consumer is None:
-            return
-        numbers = sorted(touched & set(self._partitions) - self._leaving)
-        if not numbers:  # all revoked (a shutdown): nothing of ours to rewind
-            return
-        starts = self._restore_partitions(numbers)
-        committed = committed_offsets(self._consumer, self.topics.events, numbers)
-        for number in numbers:
-            start = starts.get(number)
-            at = committed[number]
-            offset = start if start is not None else (at if at is not None else OFFSET_BEGINNING)
-            tp = TopicPartition(self.topics.events, number, offset)
-            retry(functools.partial(self._consumer.seek, tp), f"seek {tp.topic}[{number}]")
-        if self._control is not None:
-            self._control.rewind(self._consumer, set(numbers))
 
     def _update_gauges(self) -> None:
         """Sessions, quarantines and lag; called after commits and rebalances, and
@@ -706,6 +464,9 @@ class Processor:
                 self.metrics.lag.remove(str(gone))
         self._lag_labels &= set(self._partitions)
         self.metrics.sessions.set(self.engine.sessions_held())
+        self.metrics.state_bytes.set(self.engine.held.bytes)
+        if self.store.problem != self.health.store:
+            self.health.set_store(self.store.problem)
         self.metrics.quarantined.set(self.engine.sessions_quarantined())
         if self._consumer is None:
             return

@@ -16,15 +16,18 @@ implementations:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 
 from processor.config import ServiceConfig
 from processor.service import clients, preflight
 from processor.service.kafka_errors import ClientProblems
 from processor.service.metrics import Metrics
+
+log = logging.getLogger("processor.transport")
 
 
 class Msg(Protocol):
@@ -103,6 +106,10 @@ class Transport(Protocol):
     def plain_consumer(self, purpose: str, problems: ClientProblems, group: str) -> Reader: ...
     def output_producer(self, instance_id: str, problems: ClientProblems) -> TxnProducer: ...
     def admin(self) -> OffsetsAdmin: ...
+    def topic_id(self, topic: str) -> str:
+        """The topic's id ("" when unknown): a recreated topic has a new one."""
+        ...
+
     def require_permissions(self, problems: ClientProblems, metrics: Metrics) -> None: ...
 
 
@@ -123,6 +130,21 @@ class KafkaTransport:
 
     def admin(self) -> OffsetsAdmin:
         return clients.admin(self.config)
+
+    def topic_id(self, topic: str) -> str:
+        """From DescribeTopics; "" when the broker does not say (the local store
+        then relies on its last-record digest to notice a recreated topic)."""
+        # a client per call, as restore.wait_stable does, released in this thread
+        # once its answer is served: one collected later (by the cyclic GC, in
+        # another client's callback) with an event unserved aborts the process
+        # (confluent-kafka's CallState assertion, seen in test_revoke)
+        admin = clients.admin(self.config)
+        try:
+            futures = admin.describe_topics(TopicCollection([topic]))
+            return str(futures[topic].result(timeout=30).topic_id)
+        except (KafkaException, TimeoutError, ValueError) as exc:
+            log.warning("topic id of %s unknown (%s)", topic, exc)
+            return ""
 
     def require_permissions(self, problems: ClientProblems, metrics: Metrics) -> None:
         preflight.require_permissions(self.config, problems, metrics)

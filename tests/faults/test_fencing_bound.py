@@ -59,14 +59,14 @@ def test_a_fence_within_the_transaction_timeout_is_another_member_not_a_fault() 
     proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1"))
     timeout_s = proc.config.effective_transaction_timeout_ms / 1000
     for code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
-        assert proc._replace_producer(KafkaError(code), open_s=timeout_s / 2) is False
-    assert proc._producer is None  # nothing was replaced
+        assert proc.txn.replace_producer(KafkaError(code), open_s=timeout_s / 2) is False
+    assert proc.txn.producer is None  # nothing was replaced
     # a broker failing moments ago explains a fence (a coordinator failover):
     # then it is not taken for another member (the replacement path is the
     # fault suite's, it needs a cluster)
     proc.problems.error_cb(KafkaError(KafkaError._TRANSPORT, "Connect failed"))
     assert proc.problems.broker_trouble_at is not None
-    assert proc._fatal_budget.allow(KafkaError(KafkaError.INVALID_TXN_STATE))  # budget unspent
+    assert proc.txn.fatal_budget.allow(KafkaError(KafkaError.INVALID_TXN_STATE))  # budget unspent
 
 
 def test_a_revoke_commits_within_the_revoke_budget_the_timeout_was_sized_for() -> None:
@@ -77,9 +77,9 @@ def test_a_revoke_commits_within_the_revoke_budget_the_timeout_was_sized_for() -
     from processor.service.runner import Processor
 
     proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1", revoke_budget_ms=2_000))
-    assert proc._timeout(60) == 60  # not revoking: the step's own timeout
-    proc._deadline = time.monotonic() + 2.0
-    assert 0.1 <= proc._timeout(60) <= 2.0
-    assert proc._timeout(0.5) == 0.5
-    proc._deadline = time.monotonic() - 1
-    assert proc._timeout(60) == 0.1  # spent: fail fast, abort, let the next owner restore
+    assert proc.txn.timeout(60) == 60  # not revoking: the step's own timeout
+    proc.txn.deadline = time.monotonic() + 2.0
+    assert 0.1 <= proc.txn.timeout(60) <= 2.0
+    assert proc.txn.timeout(0.5) == 0.5
+    proc.txn.deadline = time.monotonic() - 1
+    assert proc.txn.timeout(60) == 0.1  # spent: fail fast, abort, let the next owner restore

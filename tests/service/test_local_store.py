@@ -129,3 +129,53 @@ def test_partitions_are_independent(tmp_path: Path) -> None:
     s.apply(TOPIC, 1, "id1", [t1.append(b"b", b"1")], t1.end)
     s.drop(TOPIC, 0)
     assert list(s.records(TOPIC, 0)) == [] and list(s.records(TOPIC, 1)) == [(b"b", b"1")]
+
+
+def test_a_late_writer_never_moves_the_store_back(tmp_path: Path) -> None:
+    """Records below the stored position are already applied (a member paused
+    between its commit and its store write must not undo a newer owner's)."""
+    s, t = store(tmp_path), Topic()
+    old = t.append(b"a", b"old")
+    new = t.append(b"a", b"new")
+    s.apply(TOPIC, 0, "id1", [old, new], t.end)
+    s.apply(TOPIC, 0, "id1", [old], old.offset + 1)
+    assert list(s.records(TOPIC, 0)) == [(b"a", b"new")]
+    pos = s.position(TOPIC, 0)
+    assert pos is not None and pos.next_offset == t.end
+
+
+def test_newest_keys_and_quarantined_sessions(tmp_path: Path) -> None:
+    from processor.service.state import session_of as checkpoint_session
+
+    s, t = LocalStore(tmp_path / "s.sqlite", "c1", checkpoint_session), Topic()
+    recs = [
+        t.append(b"a", b"1"),
+        t.append(b"\xffb\x00p", b"x"),
+        StoredRecord(len(t.log), b"b", b"1", quarantined=True),
+    ]
+    t.log.append(recs[-1])
+    s.apply(TOPIC, 0, "id1", recs, t.end)
+    assert s.newest(TOPIC, 0, b"\xff") == (b"b", b"1")  # parts (0xFF keys) skipped
+    assert sorted(s.keys(TOPIC, 0)) == [b"a", b"b", b"\xffb\x00p"]
+    assert s.quarantined_sessions(TOPIC, 0) == {"b"}
+
+
+def test_an_in_memory_store_needs_no_file(tmp_path: Path) -> None:
+    s, t = LocalStore(None, "c1", session_of), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1")], t.end)
+    assert s.session_records(TOPIC, 0, "a") == [(b"a", b"1")]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_head_count_follows_new_and_tombstoned_heads(tmp_path: Path) -> None:
+    """The restore reports sessions without counting the partition (O(1) at a million)."""
+    from processor.service.state import session_of as checkpoint_session
+
+    s, t = LocalStore(tmp_path / "s.sqlite", "c1", checkpoint_session), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"\xffa\x00p", b"x")], t.end)
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"2"), t.append(b"b", b"1")], t.end)
+    assert s.heads(TOPIC, 0) == 2
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", None), t.append(b"c", None)], t.end)
+    assert s.heads(TOPIC, 0) == 1
+    s.drop(TOPIC, 0)
+    assert s.heads(TOPIC, 0) == 0

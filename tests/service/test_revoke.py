@@ -1,6 +1,6 @@
 """A revoke during a failing commit leaves the revoked partitions alone (real broker).
 
-The commit in ``_on_revoke`` finishes the open batch while the member still
+The commit in ``Rebalance.on_revoke`` finishes the open batch while the member still
 owns its partitions; when that commit fails, the abort must rewind only the
 partitions the member keeps — restoring and seeking the revoked ones would
 read checkpoints for a partition the next owner is already restoring — and
@@ -45,19 +45,19 @@ def test_a_revoke_during_a_failing_commit_does_not_touch_the_revoked_partitions(
     first = Processor(cfg.with_overrides(instance_id="r1", commit_interval_ms=20_000))
     restores: list[tuple[list[int], set[int]]] = []
     revoke_aborts: list[set[int]] = []
-    restore, abort = first._restore_partitions, first._abort
+    restore, abort = first.rebalance.restore, first.txn.abort
 
     def spy_restore(numbers: list[int]) -> Any:
-        restores.append((list(numbers), set(first._leaving)))
+        restores.append((list(numbers), set(first.txn.leaving)))
         return restore(numbers)
 
     def spy_abort(partitions: set[int], **kw: Any) -> None:
-        if first._leaving:
-            revoke_aborts.append(set(first._leaving))
+        if first.txn.leaving:
+            revoke_aborts.append(set(first.txn.leaving))
         abort(partitions, **kw)
 
-    first._restore_partitions = spy_restore  # type: ignore[method-assign]
-    first._abort = spy_abort  # type: ignore[method-assign]
+    first.rebalance.restore = spy_restore  # type: ignore[method-assign]
+    first.txn.abort = spy_abort  # type: ignore[method-assign]
     t1 = threading.Thread(target=first.run, daemon=True)
     t1.start()
     try:

@@ -1,0 +1,315 @@
+"""Issue 13: resident memory with the session budget, many sessions seen, few active.
+
+Each configuration runs in its own child process (``python -m
+bench.state_budget --child N BUDGET``).  The child drives the service's own
+pieces without a broker: an :class:`~processor.engine.Engine` owning one
+partition whose checkpoint source is the member's
+:class:`~processor.service.state.CheckpointStore` (SQLite in a temp dir).
+For each of ``N`` session ids it folds ``EVENTS`` events (decoded afresh,
+as from the consumer), turns the batch into its records (``Engine.output``),
+"commits" them — the checkpoint records reach the store with increasing
+offsets, exactly the delivery-report path of ``commit.py`` — and every
+``BATCH`` sessions runs the eviction as the loop does after a commit.
+The last ``ACTIVE`` sessions are then folded once more (reloaded from the
+store if evicted).  RSS is read before and after (full GC).
+
+Budget ``0`` means no budget (the engine as before issue 13: every session
+seen stays in memory); A and B alternate, one child each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, Context, python_env, result, rss_bytes
+
+EVENTS = 12
+ACTIVE = 2_000
+BATCH = 500
+POOL = 300
+#: scaled down with the session counts so the 2-core box folds them in minutes;
+#: the budget is what bounds the growth, the counts only have to exceed it
+BUDGET = 16 * 1024 * 1024
+CONFIGS = (5_000, 20_000)  # sessions seen
+FILL_SESSIONS = 5_000
+RESTART_SESSIONS = (5_000, 500_000)
+
+
+def child(n: int, budget: int) -> dict[str, Any]:
+    from bench.workload import session_logs
+    from processor.codec import default_codec
+    from processor.config import ServiceConfig
+    from processor.core.builtin import default_registry
+    from processor.core.defaults import default_message_projections
+    from processor.engine import Engine, PartitionState, Record
+    from processor.engine.records import Batch
+    from processor.service.memory import MemoryMessage
+    from processor.service.state import CheckpointStore
+
+    codec = default_codec()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-state-"))
+    cfg = ServiceConfig(state_dir=str(tmp), partitions=1)
+    pool = [list(events) for _, events in session_logs(POOL, EVENTS + 2, seed=43, tag="bud")]
+    engine = Engine(cfg, codec, default_registry(), default_message_projections())
+    store = CheckpointStore(cfg, codec)
+    store.open("bench-cluster", "bench-topic")
+    engine.partitions[0] = PartitionState(0, source=store)
+    cp_topic, events_topic = cfg.topics.checkpoints, cfg.topics.events
+    offsets = {"events": 0, "cp": 0}
+    gc.collect()
+    before = rss_bytes()
+    t0 = time.perf_counter()
+
+    def fold(sid: str, lo: int, hi: int) -> None:
+        part = engine.partitions[0]
+        for event in pool[int(sid[-7:]) % POOL][lo:hi]:
+            value = codec.encode_parsed_event(sid, event)
+            engine.fold(part, Record(events_topic, 0, offsets["events"], sid.encode(), value, 0))
+            offsets["events"] += 1
+
+    def commit() -> None:
+        for out in engine.output():
+            if out.topic != cp_topic:
+                continue
+            store.produced(0)
+            msg = MemoryMessage(cp_topic, 0, offsets["cp"], out.key, out.value, 0)
+            store.delivered(None, msg)
+            offsets["cp"] += 1
+        store.committed(engine.partitions)
+        engine.batch = Batch()
+        if budget > 0:
+            engine.evict(budget, 0, time.monotonic())
+
+    peak = before
+    for i in range(n):
+        fold(f"bud-{i:07d}", 0, EVENTS)
+        if i % BATCH == BATCH - 1:
+            commit()
+            peak = max(peak, rss_bytes())
+    commit()
+    seen_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    for i in range(n - ACTIVE, n):  # the active ones: one more event each
+        fold(f"bud-{i:07d}", EVENTS, EVENTS + 1)
+        if i % BATCH == BATCH - 1:
+            commit()
+    commit()
+    active_s = time.perf_counter() - t1
+    gc.collect()
+    after = rss_bytes()
+    held = engine.held
+    out = {
+        "sessions": n,
+        "budget": budget,
+        "rss_before": before,
+        "rss_after": after,
+        "rss_growth": after - before,
+        "rss_peak_growth": max(peak, after) - before,
+        "held_sessions": len(held),
+        "held_estimate": held.bytes,
+        "fold_s": seen_s,
+        "active_fold_s": active_s,
+        "store_bytes": sum(f.stat().st_size for f in tmp.rglob("*.sqlite*")),
+        "evictions": engine.tally.evictions,
+        "loads": engine.tally.loads,
+    }
+    store.close()
+    return out
+
+
+def _run_child(n: int, budget: int, *, mode: str = "child") -> dict[str, Any]:
+    argv = [sys.executable, "-m", "bench.state_budget"]
+    argv += [f"--{mode}", str(n)] + ([str(budget)] if mode == "child" else [])
+    done = subprocess.run(
+        argv, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=3600
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"state_budget child {n}/{budget} failed: {done.stderr[-2000:]}")
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    raw: list[dict[str, Any]] = []
+    rows: list[list[Any]] = []
+    for n in CONFIGS:
+        for budget in (BUDGET, 0):  # A/B alternate
+            if budget == 0 and n > CONFIGS[0]:
+                continue  # linear without a budget (figure 6: ~20 KB/session): shown once
+            out = _run_child(n, budget)
+            raw.append(out)
+            label = f"{budget // 2**20} MiB budget" if budget else "no budget (before)"
+            rows.append(
+                [
+                    f"{n:,} sessions seen, {ACTIVE:,} active, {label}: RSS growth / peak (MiB)",
+                    f"{out['rss_growth'] / 2**20:,.0f} / {out['rss_peak_growth'] / 2**20:,.0f}"
+                    f" (held {out['held_sessions']:,}, est. {out['held_estimate'] / 2**20:,.0f}"
+                    f" MiB, fold {out['fold_s']:.0f} s, store {out['store_bytes'] / 2**20:,.0f}"
+                    " MiB on disk)",
+                ]
+            )
+    restarts = {n: _run_child(n, 0, mode="restart") for n in RESTART_SESSIONS}
+    small, big = (restarts[n] for n in RESTART_SESSIONS)
+    raw.extend(restarts.values())
+    rows.append(
+        [
+            f"same-host restart, store side, {RESTART_SESSIONS[1]:,} vs {RESTART_SESSIONS[0]:,}"
+            " sessions: assignment (open, verify, newest head, counts) / first load (ms)",
+            f"{big['assign_s'] * 1e3:.2f} vs {small['assign_s'] * 1e3:.2f} / "
+            f"{big['load_s'] * 1e3:.3f} vs {small['load_s'] * 1e3:.3f}",
+        ]
+    )
+    fill = _run_child(FILL_SESSIONS, 0, mode="fill")
+    raw.append(fill)
+    rows.append(
+        [
+            f"fresh-host fill, {fill['records']:,} checkpoint records of {FILL_SESSIONS:,} "
+            "sessions: fill / decode-every-record rate",
+            f"{fill['fill_over_decode']:.2f} ({fill['fill_records_per_s']:,.0f} vs "
+            f"{fill['decode_records_per_s']:,.0f} records/s)",
+        ]
+    )
+    budgeted = [r for r in raw if r.get("budget")]
+    worst = max(r["rss_peak_growth"] for r in budgeted)
+    return result(
+        ctx,
+        "state_budget",
+        "Memory with the session budget: sessions seen vs resident bytes",
+        workload=f"{', '.join(f'{n:,}' for n in CONFIGS)} sessions x {EVENTS} events seen, "
+        f"the last {ACTIVE:,} folded again; budget {BUDGET // 2**20} MiB vs none",
+        value={
+            "label": "worst peak RSS growth with the budget",
+            "unit": "MiB",
+            "median": round(worst / 2**20, 1),
+        },
+        baseline={"label": "budget", "unit": "MiB", "median": BUDGET / 2**20},
+        ratio={"label": "peak growth / budget", "median": round(worst / BUDGET, 3)},
+        targets=[
+            {"text": "RSS growth within the budget + fixed overhead", "met": worst <= 1.5 * BUDGET}
+        ],
+        rows=rows,
+        raw={"children": raw},
+    )
+
+
+def fill_child(n: int) -> dict[str, Any]:
+    """Fresh-host fill rate: checkpoint records of ``n`` sessions copied into the
+    store (the fill: heads' quarantine flag decoded, bytes stored in batches)
+    vs decoding every record (the consume-and-decode reference, consume left
+    out on both sides)."""
+    from bench.workload import session_logs
+    from processor.codec import default_codec
+    from processor.config import ServiceConfig
+    from processor.core.builtin import default_registry
+    from processor.core.defaults import default_message_projections
+    from processor.engine import Engine, PartitionState, Record
+    from processor.service.local_store import LocalStore, StoredRecord
+    from processor.service.state import FILL_BATCH, head_quarantined, session_of
+
+    codec = default_codec()
+    cfg = ServiceConfig(partitions=1)
+    engine = Engine(cfg, codec, default_registry(), default_message_projections())
+    engine.partitions[0] = PartitionState(0)
+    pool = [list(events) for _, events in session_logs(POOL, EVENTS, seed=47, tag="fill")]
+    records: list[tuple[bytes, bytes]] = []
+    for i in range(n):
+        sid = f"fill-{i:07d}"
+        for off, event in enumerate(pool[i % POOL]):
+            value = codec.encode_parsed_event(sid, event)
+            engine.fold(engine.partitions[0], Record("e", 0, off, sid.encode(), value, 0))
+        if i % BATCH == BATCH - 1 or i == n - 1:
+            for out in engine.output():
+                if out.topic == cfg.topics.checkpoints and out.key and out.value:
+                    records.append((out.key, out.value))
+            engine.batch = type(engine.batch)()
+            engine.partitions[0].sessions.clear()
+    t0 = time.perf_counter()
+    for _, value in records:
+        codec.decode_record(value)
+    decode_s = time.perf_counter() - t0
+    tmp = Path(tempfile.mkdtemp(prefix="bench-fill-"))
+    store = LocalStore(tmp / "s.sqlite", "c", session_of)
+    t1 = time.perf_counter()
+    for start in range(0, len(records), FILL_BATCH):
+        chunk = records[start : start + FILL_BATCH]
+        batch = [
+            StoredRecord(start + j, k, v, head_quarantined(codec, k, v))
+            for j, (k, v) in enumerate(chunk)
+        ]
+        store.apply("cp", 0, "t", batch, start + len(chunk))
+    fill_s = time.perf_counter() - t1
+    store.close()
+    return {
+        "sessions": n,
+        "records": len(records),
+        "bytes": sum(len(k) + len(v) for k, v in records),
+        "decode_records_per_s": len(records) / decode_s,
+        "fill_records_per_s": len(records) / fill_s,
+        "fill_over_decode": decode_s / fill_s,
+    }
+
+
+def restart_child(n: int) -> dict[str, Any]:
+    """Same-host restart, the store's side: a store of ``n`` sessions (a head and
+    two parts each) is reopened and does what an assignment does — verify the
+    position, read the newest head, the head count and the quarantined sessions
+    — then loads 100 sessions by key (their first events).  The Kafka side of a
+    restart (group join, the tail) does not depend on ``n``."""
+    import random
+
+    from processor.service.local_store import LocalStore, StoredRecord
+    from processor.service.state import session_of
+
+    path = Path(tempfile.mkdtemp(prefix="bench-restart-")) / "s.sqlite"
+    store = LocalStore(path, "c", session_of)
+    offset = 0
+    value = b"v" * 300
+    for start in range(0, n, 10_000):
+        batch = []
+        for i in range(start, min(n, start + 10_000)):
+            sid = f"r-{i:08d}".encode()
+            for key in (b"\xff" + sid + b"\x00n.0", b"\xff" + sid + b"\x00hdr", sid):
+                batch.append(StoredRecord(offset, key, value))
+                offset += 1
+        store.apply("cp", 0, "t", batch, offset)
+    last = batch[-1]
+    store.close()
+    t0 = time.perf_counter()
+    again = LocalStore(path, "c", session_of)
+    pos = again.verify("cp", 0, "t", offset, lambda o: last if o == last.offset else None)
+    assert pos is not None
+    again.newest("cp", 0, b"\xff")
+    heads = again.heads("cp", 0)
+    again.quarantined_sessions("cp", 0)
+    assign_s = time.perf_counter() - t0
+    rng = random.Random(5)
+    t1 = time.perf_counter()
+    for _ in range(100):
+        again.session_records("cp", 0, f"r-{rng.randrange(n):08d}")
+    load_s = (time.perf_counter() - t1) / 100
+    again.close()
+    return {"sessions": n, "heads": heads, "assign_s": assign_s, "load_s": load_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "BUDGET"))
+    ap.add_argument("--fill", type=int, metavar="SESSIONS", help="fresh-host fill rate child")
+    ap.add_argument("--restart", type=int, metavar="SESSIONS", help="same-host restart child")
+    args = ap.parse_args()
+    if args.restart:
+        print(json.dumps(restart_child(args.restart)))
+    else:
+        print(json.dumps(fill_child(args.fill) if args.fill else child(*args.child)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""The commit protocol: one transaction per batch, or its abort and rewind.
+
+``commit`` produces what the engine's open batch turned into (views,
+checkpoints, dead letters, tombstones), sends the consumer offsets into
+the transaction and commits — all visible together or not at all.  Only
+then are the checkpoint records applied to the local store, with the
+offsets their delivery reports gave (``state.py``): a crash in between
+leaves the store behind, never ahead.
+
+Errors follow confluent-kafka's model (``kafka_errors.py``): retriable
+steps are retried, abortable ones abort, rewind and back off (bounded,
+``failures.py``), fatal ones end the run with one line — except a fatal
+producer error a broker fault explains, answered with a new producer
+(``replace_producer``).  While revoking, every step's timeout is what is
+left of ``revoke_budget_ms`` (:meth:`timeout`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from processor.config import ServiceConfig
+from processor.core.errors import ProcessorError
+from processor.engine import Batch, Engine
+from processor.service import clients, faultpoints, preflight, transactions
+from processor.service.failures import FailureTracker
+from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, error_of
+from processor.service.metrics import Metrics
+from processor.service.query_cache import QueryCache, ViewWrite
+from processor.service.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
+from processor.service.retry import FENCED, FatalBudget, retry
+from processor.service.state import CheckpointStore
+from processor.service.transport import GroupConsumer, Transport, TxnProducer
+
+log = logging.getLogger("processor.runner")
+
+
+class Committer:
+    """The output producer and the transaction of the open batch."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        transport: Transport,
+        engine: Engine,
+        store: CheckpointStore,
+        metrics: Metrics,
+        problems: ClientProblems,
+        *,
+        instance_id: str,
+        fail: Callable[[ProcessorError], ProcessorError],
+        flush_tally: Callable[[], None],
+        stop: threading.Event,
+    ) -> None:
+        self.config = config
+        self.transport = transport
+        self.engine = engine
+        self.store = store
+        self.metrics = metrics
+        self.problems = problems
+        self.instance_id = instance_id
+        self._fail = fail
+        self._flush_tally = flush_tally
+        self._stop = stop
+        self.producer: TxnProducer | None = None
+        self.consumer: GroupConsumer | None = None
+        #: rewinds partitions after an abort (rebalance.py); set by the processor
+        self.rewind: Callable[[list[int]], None] = lambda numbers: None
+        self.failures = FailureTracker(metrics)
+        self.fatal_budget = FatalBudget()
+        self.leaving: set[int] = set()  # partitions being revoked (during on_revoke)
+        #: while revoking: the monotonic time the revoke's commit must end by
+        #: (``revoke_budget_ms``; the derived transaction timeout assumes it)
+        self.deadline: float | None = None
+        #: views of the owned partitions for queries by session (query_setup.py)
+        self.queries: QueryCache | None = None
+
+    @property
+    def txn_id(self) -> str:
+        return f"{self.config.group_id}-{self.instance_id}"
+
+    def start(self, producer: TxnProducer, consumer: GroupConsumer) -> None:
+        self.producer, self.consumer = producer, consumer
+        if self.config.exactly_once:
+            transactions.init(producer, self.problems, self.txn_id, deadline_s=RETRY_DEADLINE_S)
+
+    def timeout(self, default_s: float) -> float:
+        """A transaction step's timeout: ``default_s``, or what is left of the
+        revoke budget while revoking (a shutdown revokes too), so a revoke
+        never outlasts the budget the transaction timeout was sized for."""
+        if self.deadline is None:
+            return default_s
+        return max(0.1, min(default_s, self.deadline - time.monotonic()))
+
+    # ------------------------------------------------------------ commit
+
+    def _produce(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
+        assert self.producer is not None
+        if topic != self.config.topics.checkpoints:
+            clients.produce(self.producer, topic, key, value, partition=partition)
+            return
+        self.store.produced(partition)
+        clients.produce(
+            self.producer, topic, key, value, partition=partition, on_delivery=self._delivered
+        )
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        """A checkpoint record's delivery report: its offset is what the store gets."""
+        self.store.delivered(err, msg)
+        if err is not None:  # this callback replaces the producer's: pass failures on
+            self.problems.on_delivery(err, msg)
+
+    def commit(self) -> None:
+        pending = self.engine.batch
+        if pending.empty() or self.producer is None or self.consumer is None:
+            return
+        t0 = time.perf_counter()
+        opened = time.monotonic()  # counts a SIGSTOP too, as the coordinator's timeout does
+        producer, consumer = self.producer, self.consumer
+        topics = self.config.topics
+        eos = self.config.exactly_once
+        views: list[ViewWrite] = []  # for the query cache once committed
+        try:
+            if eos:
+                producer.begin_transaction()
+            for out in self.engine.output():
+                self._produce(out.topic, out.partition, out.key, out.value)
+                if self.queries is not None and out.topic == topics.views and out.key:
+                    views.append((out.partition, out.key, out.value))
+            offsets = [TopicPartition(topics.events, p, o) for p, o in pending.offsets.items()]
+            offsets += [
+                TopicPartition(topics.control, p, o) for p, o in pending.control_offsets.items()
+            ]
+            if eos:
+                faultpoints.hit(faultpoints.BEFORE_SEND_OFFSETS, lambda: producer.flush(30))
+                if offsets:
+                    transactions.retrying(
+                        lambda: producer.send_offsets_to_transaction(
+                            offsets, consumer.consumer_group_metadata(), self.timeout(30)
+                        ),
+                        self.metrics,
+                    )
+                transactions.retrying(
+                    lambda: producer.commit_transaction(self.timeout(60)), self.metrics
+                )
+            else:
+                remaining = producer.flush(self.timeout(60))
+                if remaining:
+                    raise KafkaException(
+                        KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered")
+                    )
+                if self.queries is not None:  # delivered = visible without transactions
+                    self.queries.committed(views)
+                    views = []
+                if offsets:
+                    consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            self._failed(exc, opened, pending)
+            return
+        # committed: every record is delivered, flush serves the reports the
+        # store is written from
+        producer.flush(self.timeout(10))
+        faultpoints.hit(faultpoints.AFTER_COMMIT)
+        self.store.committed(self.engine.partitions)
+        if self.queries is not None:
+            self.queries.committed(views)
+        self._flush_tally()
+        self.failures.succeeded()
+        self.metrics.commits.inc()
+        self.metrics.batch_events.observe(pending.events)
+        self.metrics.commit_seconds.observe(time.perf_counter() - t0)
+        self.engine.batch = Batch()
+
+    def _failed(self, exc: KafkaException, opened: float, pending: Batch) -> None:
+        assert self.producer is not None
+        self._flush_tally()
+        # serve the delivery reports of failed records (poll re-raises a fatal
+        # error, classified just below)
+        with contextlib.suppress(KafkaException):
+            self.producer.poll(0)
+        self.store.aborted()
+        eos = self.config.exactly_once
+        verdict = transactions.verdict(exc, self.problems, self.config.group_id)
+        self.metrics.txn_failures.labels(verdict.kind.value).inc()
+        err = error_of(exc)
+        if (
+            verdict.kind is Kind.FATAL
+            and eos
+            and err is not None
+            and self.replace_producer(err, time.monotonic() - opened)
+        ):
+            pass  # the new producer fenced the broken one; refold below
+        elif verdict.kind in (Kind.FATAL, Kind.DENIED):
+            line = verdict.line
+            if verdict.kind is Kind.DENIED:  # the broker rarely says which ACL
+                line = "; ".join(preflight.missing_or_fatal(self.config, self.problems)) or line
+            raise self._fail(KafkaFatal(line)) from None
+        else:
+            log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
+        self.abort(pending.partitions())
+        backoff = self.failures.failed(verdict.line)
+        if not self.leaving:
+            self._stop.wait(backoff)
+
+    def replace_producer(self, err: KafkaError, open_s: float) -> bool:
+        """Survive a fatal producer error that a broker fault caused.
+
+        A coordinator moving during a commit can leave librdkafka's
+        transactional producer fatally broken (INVALID_TXN_STATE, seen in the
+        fault suite); a new producer with the same transactional id fences
+        the old one and aborts its open transaction, and the batch is then
+        refolded from the checkpoints.  A fence within the transaction
+        timeout (``open_s``: how long the failed transaction was open) while
+        every broker answers means another live member has our instance id:
+        that ends the process (``FENCED``).  Shortly after a broker went away
+        a coordinator fails over and may fence the transaction itself (seen
+        in the fault suite): that is answered with a new producer.  Bounded
+        (FatalBudget): a cause that persists — missing ACLs — still ends the
+        process.
+        """
+        timeout_s = self.config.effective_transaction_timeout_ms / 1000
+        trouble = self.problems.broker_trouble_at
+        cluster_fault = trouble is not None and time.monotonic() - trouble < 2 * timeout_s
+        if err.code() in FENCED and open_s < timeout_s and not cluster_fault:
+            log.error(
+                "producer fenced after %.1f s, within the transaction timeout (%.1f s) "
+                "and with every broker answering: another member runs with instance "
+                "id %r",
+                open_s,
+                timeout_s,
+                self.instance_id,
+            )
+            return False
+        if not self.fatal_budget.allow(err):
+            return False
+        log.error("producer fatal error (%s); replacing the producer", err)
+        self.producer = producer = self.transport.output_producer(self.instance_id, self.problems)
+        transactions.init(producer, self.problems, self.txn_id, deadline_s=RETRY_DEADLINE_S)
+        return True
+
+    def abort(self, partitions: set[int], *, rewind: bool = True) -> None:
+        """Drop the open batch; restore touched partitions from the checkpoints."""
+        if self.config.exactly_once and self.producer is not None:
+            producer = self.producer
+            try:
+                retry(lambda: producer.abort_transaction(30), "abort_transaction")
+            except KafkaException as exc:
+                log.debug("abort_transaction: %s", exc)
+        self.store.aborted()
+        self.metrics.aborts.inc()
+        touched = self.engine.batch.partitions() | partitions
+        self.engine.batch = Batch()
+        if not rewind or self.consumer is None:
+            return
+        numbers = sorted(touched & set(self.engine.partitions) - self.leaving)
+        if numbers:  # all revoked (a shutdown): nothing of ours to rewind
+            self.rewind(numbers)

@@ -1,0 +1,367 @@
+"""The checkpoints of the owned partitions in the local store (issue 13).
+
+Three moments:
+
+- **assign** (:meth:`CheckpointStore.fill`): the stored position of each
+  new partition is verified against the checkpoints topic (``local_store.
+  verify``: another cluster, a recreated topic, a store ahead of the
+  committed end or one whose last record the topic no longer holds is
+  dropped), then the store catches up from its next offset to the topic's
+  committed end in bounded batches — a restart on the same host reads what
+  changed since its last run, a fresh host the compacted partition once.
+  Nothing is decoded but the heads' quarantine flag: sessions are loaded
+  one by one when their first event arrives (:meth:`load`).
+- **commit** (:meth:`produced`, :meth:`committed`): every checkpoint record
+  the transaction produced is applied with the offset its delivery report
+  gave, and only after the commit succeeded; an abort discards them.  A
+  crash between the commit and the store write leaves the store behind the
+  topic, which the next assign catches up; never ahead.
+- **failure**: a store that cannot be opened or written is reported on
+  ``/readyz`` (``health.degraded``), its partitions stop taking writes
+  (a later write would move the position past the missing one) and their
+  sessions are never evicted; folding goes on.
+
+Why a fill inside the assignment rather than in the background: the fill
+copies records without decoding them (fast: bench/restore.py), the
+assignment's anchor check needs the newest checkpoint, and a session whose
+checkpoint is still being read cannot be folded correctly — holding its
+events or pausing its partition is what a background fill would add, for
+the cost of one sequential read of the compacted partition.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import logging
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+from processor.codec import CHECKPOINT, Checkpoint, Codec, CodecError, split_part_key
+from processor.codec.parted import decode_checkpoint_record
+from processor.config import ServiceConfig
+from processor.core.errors import Unavailable
+from processor.engine import PartitionState
+from processor.engine.checkpoints import latest_checkpoints
+from processor.service.local_store import LocalStore, StoredRecord
+from processor.service.restore import watermarks
+from processor.service.retry import is_transient, retry
+from processor.service.transport import Msg, Reader
+
+log = logging.getLogger("processor.state")
+
+#: Records applied per store transaction while filling (bounded memory).
+FILL_BATCH = 5_000
+#: Files tried per state directory: members on one host without an instance
+#: id each take the first one no other live process holds (flock).
+MAX_STORE_FILES = 16
+PART_MARK = b"\xff"
+
+
+def session_of(key: bytes) -> str:
+    """The session a checkpoints record belongs to (a part key or a head key)."""
+    ident = split_part_key(key)
+    return ident[0] if ident is not None else key.decode("utf-8", "replace")
+
+
+def head_quarantined(codec: Codec, key: bytes, value: bytes | None) -> bool:
+    """True when the record is the head of a quarantined session's checkpoint."""
+    if value is None or key.startswith(PART_MARK):
+        return False
+    try:
+        name, datum = decode_checkpoint_record(codec, value)
+        if name == CHECKPOINT:
+            service = codec.decode_checkpoint(value).surface.get("service") or {}
+            return bool(service.get("quarantine"))
+        return bool(datum.get("quarantine"))
+    except CodecError:
+        return False  # reported when the session is loaded
+
+
+class StoreUnusable(Unavailable):
+    """The local store failed while filling: its sessions cannot be trusted."""
+
+
+@dataclass
+class Filled:
+    """What an assignment found in the store for one partition."""
+
+    kept_from: int | None  # the verified stored position (None: filled from zero)
+    records_read: int  # records read from the topic to catch up
+
+
+class CheckpointStore:
+    """The member's local store of its checkpoints partitions; see the module docstring."""
+
+    def __init__(self, config: ServiceConfig, codec: Codec) -> None:
+        self.config = config
+        self.codec = codec
+        self.topic = config.topics.checkpoints
+        self.store: LocalStore | None = None
+        self._lock: IO[bytes] | None = None
+        #: why the store file could not be opened (an in-memory one serves instead)
+        self.open_problem: str | None = None
+        #: partitions whose store took no write since a failed one, and why
+        self.broken: dict[int, str] = {}
+        self._deliveries: list[tuple[int, int, bytes, bytes | None]] = []
+        self._partitions: dict[int, int] = {}  # partition -> records produced in the txn
+        self._topic_id = ""
+
+    # ------------------------------------------------------------ open
+
+    def open(self, cluster_id: str, topic_id: str) -> None:
+        """Open (or create) the store file; a failure is reported, not fatal."""
+        self._topic_id = topic_id
+        if self.store is not None:
+            return
+        path = self.config.state_path
+        try:
+            if path is not None:
+                path = self._claim(path)
+            self.store = LocalStore(path, cluster_id, session_of)
+        except (OSError, sqlite3.Error) as exc:
+            self.open_problem = f"local store {path} cannot be opened: {exc}"
+            log.error("%s; checkpoints are kept in memory instead", self.open_problem)
+            self.store = LocalStore(None, cluster_id, session_of)
+        if self.store.reset_reason is not None:
+            log.warning("local store %s emptied: %s", path, self.store.reset_reason)
+
+    def _claim(self, path: Path) -> Path:
+        """The first file of ``path``'s series no other process holds."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for i in range(MAX_STORE_FILES):
+            candidate = path if i == 0 else path.with_name(f"{path.stem}-{i}{path.suffix}")
+            lock = open(f"{candidate}.lock", "wb")  # noqa: SIM115 - held while the store is open
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                lock.close()
+                continue
+            self._lock = lock
+            return candidate
+        raise OSError(f"{MAX_STORE_FILES} store files in {path.parent} are all in use")
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def _db(self) -> LocalStore:
+        assert self.store is not None, "CheckpointStore.open first"
+        return self.store
+
+    # ------------------------------------------------------------ assign
+
+    def fill(self, reader: Reader, partitions: list[int]) -> dict[int, Filled]:
+        """Verify each partition's stored position, then catch up to the topic's end."""
+        store, topic = self._db(), self.topic
+        starts: dict[int, int] = {}
+        highs: dict[int, int] = {}
+        kept: dict[int, int | None] = {}
+        for p in partitions:
+            self.broken.pop(p, None)
+            highs[p] = watermarks(reader, topic, p)[1]
+            read_at = functools.partial(_read_at, reader, topic, p)
+            pos = store.verify(topic, p, self._topic_id, highs[p], read_at)
+            kept[p] = pos.next_offset if pos is not None else None
+            starts[p] = pos.next_offset if pos is not None else 0
+        read = {p: 0 for p in partitions}
+        for p, batch, next_offset in _stream(reader, topic, starts, highs):
+            records = [
+                StoredRecord(
+                    m.offset() or 0,
+                    m.key() or b"",
+                    m.value(),
+                    head_quarantined(self.codec, m.key() or b"", m.value()),
+                )
+                for m in batch
+                if m.key() is not None
+            ]
+            try:
+                store.apply(topic, p, self._topic_id, records, next_offset)
+            except sqlite3.Error as exc:
+                # sessions would load from a store missing records: stop, do not guess
+                raise StoreUnusable(f"local store {store.path}: write failed: {exc}") from exc
+            read[p] += len(batch)
+        return {p: Filled(kept[p], read[p]) for p in partitions}
+
+    def load(self, partition: int, session_id: str) -> tuple[Checkpoint | None, int]:
+        """CheckpointSource: a session's newest checkpoint from the store, and its size."""
+        records = self._db().session_records(self.topic, partition, session_id)
+        if not records:
+            return None, 0
+
+        def bad(sid: str, exc: CodecError) -> None:
+            log.error(
+                "checkpoint of %s in %s[%d] is unreadable (%s); it will be refolded",
+                sid,
+                self.topic,
+                partition,
+                exc,
+            )
+
+        found = latest_checkpoints(self.codec, records, bad).checkpoints.get(session_id)
+        return found, sum(len(v) for _, v in records)
+
+    def newest(self, partition: int) -> Checkpoint | None:
+        """The most recently written checkpoint of the partition (its anchor is checked)."""
+        head = self._db().newest(self.topic, partition, PART_MARK)
+        return None if head is None else self.load(partition, session_of(head[0]))[0]
+
+    def keys(self, partition: int) -> Iterator[bytes]:
+        return self._db().keys(self.topic, partition)
+
+    def quarantined(self, partition: int) -> set[str]:
+        return self._db().quarantined_sessions(self.topic, partition)
+
+    def sessions(self, partition: int) -> int:
+        """Sessions with a checkpoint head in the store (O(1): kept on apply)."""
+        return self._db().heads(self.topic, partition)
+
+    # ------------------------------------------------------------ commit
+
+    def produced(self, partition: int) -> None:
+        """A checkpoints record was produced in the open transaction."""
+        self._partitions[partition] = self._partitions.get(partition, 0) + 1
+
+    def delivered(self, err: KafkaError | None, msg: Msg) -> None:
+        """Its delivery report: the offset it got (applied once committed)."""
+        offset, key = msg.offset(), msg.key()
+        if err is None and offset is not None and key is not None:
+            self._deliveries.append((msg.partition() or 0, offset, key, msg.value()))
+
+    def aborted(self) -> None:
+        self._deliveries.clear()
+        self._partitions.clear()
+
+    def committed(self, owned: Mapping[int, PartitionState]) -> None:
+        """The transaction committed: apply what it wrote, by partition, in offset order.
+
+        A head carries its session's quarantine (the gauge counts them at the
+        next assignment without loading the sessions).
+        """
+        by_partition: dict[int, list[StoredRecord]] = {}
+        for p, offset, key, value in self._deliveries:
+            part = owned.get(p)
+            quarantined = (
+                part is not None
+                and value is not None
+                and not key.startswith(PART_MARK)
+                and key.decode("utf-8", "replace") in part.quarantined
+            )
+            by_partition.setdefault(p, []).append(StoredRecord(offset, key, value, quarantined))
+        expected, self._partitions = self._partitions, {}
+        self._deliveries = []
+        for p, n in expected.items():
+            got = sorted(by_partition.get(p, []), key=lambda r: r.offset)
+            if p not in owned or p in self.broken:
+                continue
+            if len(got) != n:  # a report missing: the store cannot say what it reflects
+                self._break(p, f"{n - len(got)} delivery reports missing")
+                continue
+            self._apply(p, got, got[-1].offset + 1)
+
+    def _apply(self, partition: int, records: list[StoredRecord], next_offset: int) -> None:
+        if partition in self.broken:
+            return
+        try:
+            self._db().apply(self.topic, partition, self._topic_id, records, next_offset)
+        except sqlite3.Error as exc:
+            self._break(partition, f"write failed: {exc}")
+
+    def _break(self, partition: int, why: str) -> None:
+        self.broken[partition] = line = f"local store partition {partition}: {why}"
+        log.error("%s; it takes no more writes until reassigned", line)
+
+    @property
+    def problem(self) -> str | None:
+        """What /readyz reports (None: the store works)."""
+        if self.open_problem is not None:
+            return self.open_problem
+        return next(iter(self.broken.values()), None)
+
+
+def _read_at(reader: Reader, topic: str, partition: int, offset: int) -> StoredRecord | None:
+    """The topic's record at ``offset`` (None: compacted away, a marker, or beyond the end)."""
+    for p, batch, _ in _stream(reader, topic, {partition: offset}, None, limit=1):
+        for m in batch:
+            if p == partition and m.offset() == offset and m.key() is not None:
+                return StoredRecord(offset, m.key() or b"", m.value())
+    return None
+
+
+def _stream(
+    reader: Reader,
+    topic: str,
+    starts: Mapping[int, int],
+    highs: Mapping[int, int] | None,
+    *,
+    limit: int | None = None,
+    timeout_s: float = 120.0,
+) -> Iterator[tuple[int, list[Msg], int]]:
+    """Committed records of several partitions from ``starts`` to their end, in batches.
+
+    Yields ``(partition, records, next offset)`` with at most ``FILL_BATCH``
+    records each; the last batch of a partition carries its end as next offset.
+    """
+    ends = (
+        dict(highs) if highs is not None else {p: watermarks(reader, topic, p)[1] for p in starts}
+    )
+    todo = {p for p, s in starts.items() if ends[p] > s}
+    if not todo:
+        return
+    reader.assign(
+        [TopicPartition(topic, p, starts[p] if starts[p] > 0 else OFFSET_BEGINNING) for p in todo]
+    )
+    pending: dict[int, list[Msg]] = {p: [] for p in todo}
+    count = dict.fromkeys(todo, 0)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while todo:
+            if time.monotonic() > deadline:
+                raise KafkaException(
+                    KafkaError(KafkaError._TIMED_OUT, f"reading {topic} {sorted(todo)} timed out")
+                )
+            msgs = retry(
+                lambda: reader.consume(num_messages=FILL_BATCH, timeout=0.05), f"reading {topic}"
+            )
+            for m in msgs:
+                p = m.partition() or 0
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if p in todo:
+                            todo.discard(p)
+                            yield p, pending.pop(p), ends[p]
+                        continue
+                    exc = KafkaException(err)
+                    if is_transient(exc):
+                        continue
+                    raise exc
+                if p not in todo:
+                    continue
+                deadline = time.monotonic() + timeout_s  # progress
+                pending[p].append(m)
+                count[p] += 1
+                offset = m.offset() or 0
+                if offset >= ends[p] - 1 or (limit is not None and count[p] >= limit):
+                    todo.discard(p)
+                    yield (
+                        p,
+                        pending.pop(p),
+                        max(offset + 1, ends[p]) if limit is None else offset + 1,
+                    )
+                elif len(pending[p]) >= FILL_BATCH:
+                    batch, pending[p] = pending[p], []
+                    yield p, batch, offset + 1
+    finally:
+        reader.unassign()

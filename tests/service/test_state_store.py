@@ -1,0 +1,242 @@
+"""The local store wired into the loop, lazy restore and the memory budget (issue 13).
+
+Broker-less: the ``Processor`` loop on the in-memory cluster (``memory.py``),
+each member with its own state directory.  Every scenario ends with the
+views of every session equal to the offline fold of its events.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from processor.codec import default_codec
+from processor.config import ServiceConfig
+from processor.offline import fold_events, session_output
+from processor.service.memory import MemoryBroker
+from processor.service.views_reader import offline_equivalent, session_fold_equivalent
+from tests.engine.kit import session_log
+from tests.service.conftest import as_json
+from tests.service.test_memory_transport import Loop, _committed, _views, _wait
+
+CODEC = default_codec()
+LOGS = {f"s{i}": session_log(12, seed=100 + i) for i in range(8)}
+
+
+def _config(state: Path | str, **kw: Any) -> ServiceConfig:
+    return ServiceConfig(partitions=2, topic_prefix="st", state_dir=str(state), **kw)
+
+
+def _produce(broker: MemoryBroker, config: ServiceConfig, start: int, end: int) -> None:
+    for sid, log in LOGS.items():
+        for event in log[start:end]:
+            broker.produce(
+                config.topics.events, sid.encode(), CODEC.encode_parsed_event(sid, event)
+            )
+
+
+def _run(broker: MemoryBroker, config: ServiceConfig, start: int, end: int) -> Loop:
+    """Produce events [start, end) of every session, run one member until committed."""
+    _produce(broker, config, start, end)
+    loop = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), loop, "committed")
+    loop.stop()
+    assert not loop.errors, loop.errors
+    return loop
+
+
+def _assert_folded(broker: MemoryBroker, config: ServiceConfig, n: int) -> None:
+    views = _views(broker, config)
+    for sid, log in LOGS.items():
+        expected = as_json(offline_equivalent(session_output(fold_events(log[:n]))))
+        assert as_json(session_fold_equivalent(views[sid])) == expected, sid
+
+
+def _store_file(state: Path, config: ServiceConfig) -> Path:
+    path = config.state_path
+    assert path is not None and path.is_relative_to(state)
+    return path
+
+
+def test_a_restart_catches_up_from_the_store_not_from_offset_zero(tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    config = _config(tmp_path)
+    broker.create_topics(config)
+    first = _run(broker, config, 0, 6)
+    assert first.sample("processor_store_records_read_total") == 0  # nothing to read yet
+    second = _run(broker, config, 6, 12)
+    # the store reflected every committed checkpoint: nothing read again
+    assert second.sample("processor_store_records_read_total") == 0
+    assert second.sample("processor_restored_checkpoints_total") == len(LOGS)
+    _assert_folded(broker, config, 12)
+
+
+def test_without_a_store_file_every_assignment_reads_the_topic(tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    config = _config("none")
+    broker.create_topics(config)
+    _run(broker, config, 0, 6)
+    second = _run(broker, config, 6, 12)
+    assert second.sample("processor_store_records_read_total") > 0
+    _assert_folded(broker, config, 12)
+
+
+def test_a_deleted_store_is_refilled_from_the_topic(tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    config = _config(tmp_path)
+    broker.create_topics(config)
+    _run(broker, config, 0, 6)
+    shutil.rmtree(tmp_path / config.group_id)
+    second = _run(broker, config, 6, 12)
+    assert second.sample("processor_store_records_read_total") > 0
+    _assert_folded(broker, config, 12)
+
+
+def test_a_store_of_another_cluster_is_never_served(tmp_path: Path) -> None:
+    """A copied store (another run, another cluster) is emptied and refilled: its
+    checkpoints would otherwise be folded onto as this cluster's."""
+    config = _config(tmp_path)
+    other = MemoryBroker()
+    other.create_topics(config)
+    _run(other, config, 0, 12)  # a whole other history in the store
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    _run(broker, config, 0, 4)
+    second = _run(broker, config, 4, 12)
+    assert second.sample("processor_store_records_read_total") == 0
+    _assert_folded(broker, config, 12)
+
+
+def test_a_store_behind_the_topic_catches_up(tmp_path: Path) -> None:
+    """A crash between the commit and the store write leaves the store behind:
+    the next assignment reads only what it misses."""
+    broker = MemoryBroker()
+    config = _config(tmp_path)
+    broker.create_topics(config)
+    _run(broker, config, 0, 4)
+    saved = tmp_path / "saved.sqlite"
+    shutil.copy(_store_file(tmp_path, config), saved)
+    _run(broker, config, 4, 8)
+    shutil.copy(saved, _store_file(tmp_path, config))  # the store as after the first run
+    for suffix in ("-wal", "-shm"):
+        Path(f"{_store_file(tmp_path, config)}{suffix}").unlink(missing_ok=True)
+    third = _run(broker, config, 8, 12)
+    read = third.sample("processor_store_records_read_total")
+    with sqlite3.connect(saved) as db:
+        kept = db.execute("SELECT COUNT(*) FROM record").fetchone()[0]
+    assert read > 0, "the missing records were read"
+    assert kept > 0
+    _assert_folded(broker, config, 12)
+
+
+def test_sessions_load_when_their_first_event_arrives(tmp_path: Path) -> None:
+    """Lazy restore: an assignment materialises no session; an event loads one."""
+    broker = MemoryBroker()
+    config = _config(tmp_path)
+    broker.create_topics(config)
+    _run(broker, config, 0, 6)
+    loop = Loop(broker, config)
+    try:
+        _wait(lambda: len(loop.proc.engine.partitions) == 2, loop, "assigned")
+        assert loop.proc.engine.sessions_held() == 0
+        sid = "s3"
+        for event in LOGS[sid][6:12]:
+            broker.produce(
+                config.topics.events, sid.encode(), CODEC.encode_parsed_event(sid, event)
+            )
+        _wait(lambda: _committed(broker, config), loop, "committed")
+        # (the counters move after the commit the test sees: wait for them)
+        _wait(lambda: loop.sample("processor_session_loads_total") == 1, loop, "one load")
+        assert loop.proc.engine.sessions_held() == 1
+    finally:
+        loop.stop()
+    views = _views(broker, config)
+    expected = as_json(offline_equivalent(session_output(fold_events(LOGS[sid]))))
+    assert as_json(session_fold_equivalent(views[sid])) == expected
+
+
+def test_evicted_sessions_reload_and_fold_as_the_offline_fold(tmp_path: Path) -> None:
+    """A budget of one byte evicts every session after each commit: each wave of
+    events reloads its sessions from the store, and the views still equal the
+    offline fold."""
+    broker = MemoryBroker()
+    config = _config(tmp_path, state_budget_bytes=1, commit_interval_ms=20)
+    broker.create_topics(config)
+    loop = Loop(broker, config)
+    try:
+        for start in range(0, 12, 3):
+            _produce(broker, config, start, start + 3)
+            _wait(lambda: _committed(broker, config), loop, f"wave {start} committed")
+            _wait(lambda: loop.proc.engine.sessions_held() == 0, loop, "evicted")
+        n = len(LOGS)
+        _wait(lambda: loop.sample("processor_session_evictions_total") >= 4 * n, loop, "evictions")
+        assert loop.sample("processor_session_loads_total") >= 3 * n
+        _wait(lambda: loop.sample("processor_session_state_bytes") == 0, loop, "no state held")
+    finally:
+        loop.stop()
+    _assert_folded(broker, config, 12)
+
+
+def test_within_the_budget_nothing_is_evicted(tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    config = _config(tmp_path, commit_interval_ms=20)
+    broker.create_topics(config)
+    loop = Loop(broker, config)
+    try:
+        _produce(broker, config, 0, 12)
+        _wait(lambda: _committed(broker, config), loop, "committed")
+        assert loop.proc.engine.sessions_held() == len(LOGS)
+        held = loop.proc.engine.held.bytes
+        assert 0 < held <= config.state_budget_bytes
+        assert loop.sample("processor_session_evictions_total") == 0
+    finally:
+        loop.stop()
+    _assert_folded(broker, config, 12)
+
+
+def test_a_query_reads_an_evicted_session_from_the_store(tmp_path: Path) -> None:
+    """``with_session`` (the query endpoint's way in) runs on the loop's thread and
+    loads an evicted session; a session without state is None, not created."""
+    broker = MemoryBroker()
+    config = _config(tmp_path, state_budget_bytes=1, commit_interval_ms=20)
+    broker.create_topics(config)
+    loop = Loop(broker, config)
+    try:
+        _produce(broker, config, 0, 12)
+        _wait(lambda: _committed(broker, config), loop, "committed")
+        _wait(lambda: loop.proc.engine.sessions_held() == 0, loop, "evicted")
+        proc = loop.proc
+        assert proc.owned_partitions() == frozenset({0, 1})
+        for sid, log in LOGS.items():
+            got = proc.with_session(sid, lambda rt: (rt.last_seq, rt.session.derive_messages()))
+            assert got is not None and got[0] == log[-1].seq, sid
+            offline = session_output(fold_events(log))
+            assert as_json(got[1]) == as_json(offline["messages"]), sid
+        assert proc.with_session("nobody", lambda rt: rt.last_seq) is None
+        _wait(lambda: loop.sample("processor_session_loads_total") >= len(LOGS), loop, "loads")
+    finally:
+        loop.stop()
+
+
+def test_quarantined_sessions_are_counted_without_loading_them(tmp_path: Path) -> None:
+    """The quarantine gauge after a restart comes from the store's head flags:
+    the quarantined session is known, and nothing was materialised to know it."""
+    broker = MemoryBroker()
+    config = _config(tmp_path)
+    broker.create_topics(config)
+    _produce(broker, config, 0, 4)
+    sid, log = "s1", LOGS["s1"]
+    broker.produce(config.topics.events, sid.encode(), CODEC.encode_parsed_event(sid, log[6]))
+    first = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), first, "committed")
+    assert first.proc.engine.sessions_quarantined() == 1
+    first.stop()
+    second = Loop(broker, config)
+    try:
+        _wait(lambda: len(second.proc.engine.partitions) == 2, second, "assigned")
+        assert second.proc.engine.sessions_quarantined() == 1
+        assert second.proc.engine.sessions_held() == 0
+    finally:
+        second.stop()
