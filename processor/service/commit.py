@@ -27,7 +27,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from processor.config import ServiceConfig
 from processor.core.errors import ProcessorError
-from processor.engine import Batch, Engine
+from processor.engine import Batch, Engine, Tally
 from processor.service import clients, faultpoints, preflight, transactions
 from processor.service.failures import FailureTracker
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, error_of
@@ -179,6 +179,9 @@ class Committer:
 
     def _failed(self, exc: KafkaException, opened: float, pending: Batch) -> None:
         assert self.producer is not None
+        # the batch's decisions are refolded (or were never made): not counted
+        old = self.engine.tally
+        self.engine.tally = Tally(loads=old.loads, evictions=old.evictions)
         self._flush_tally()
         # serve the delivery reports of failed records (poll re-raises a fatal
         # error, classified just below)

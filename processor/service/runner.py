@@ -292,7 +292,7 @@ class Processor:
                 ):
                     self._commit()
                 if self.calls.serve():
-                    self._flush_tally()  # sessions the queries loaded
+                    self._flush_tally(decided=False)  # sessions the queries loaded
                 if until_offsets is not None and self._reached(until_offsets):
                     break
             self._commit()
@@ -379,7 +379,7 @@ class Processor:
             pending.offsets[part.number] = rec.offset + 1
         pending.events += consumed
         self.metrics.records_consumed.inc(consumed)
-        self._flush_tally()  # one labelled counter update per batch, not per event
+        self._flush_tally(decided=False)  # decisions count when committed (commit.py)
         self.metrics.fold_seconds.observe(time.perf_counter() - t0)
 
     def _apply_commands(self, msgs: Sequence[Msg]) -> None:
@@ -387,12 +387,26 @@ class Processor:
         if self._pending.empty():
             self._pending.started = time.monotonic()
         self.engine.apply_commands([_record(m) for m in msgs])
-        self._flush_tally()
+        self._flush_tally(decided=False)
 
-    def _flush_tally(self) -> None:
-        """Move the engine's counts into the metrics."""
+    def _flush_tally(self, *, decided: bool = True) -> None:
+        """Move the engine's counts into the metrics.
+
+        ``decided=False`` moves only the state counts (loads, evictions): the
+        decisions of the open batch (applied, rejected, dead letters, commands,
+        records published) are counted once its transaction commits, and
+        dropped when it aborts, so a refolded batch is not counted twice.
+        """
         tally, self.engine.tally = self.engine.tally, Tally()
         m = self.metrics
+        if tally.loads:
+            m.session_loads.inc(tally.loads)
+        if tally.evictions:
+            m.evictions.inc(tally.evictions)
+        tally.loads = tally.evictions = 0
+        if not decided:
+            self.engine.tally = tally
+            return
         for label, n in tally.events.items():
             m.events.labels(label).inc(n)
         for rule, n in tally.dlq.items():
@@ -405,10 +419,6 @@ class Processor:
             m.views_published.inc(tally.views_published)
         if tally.checkpoints_published:
             m.checkpoints_published.inc(tally.checkpoints_published)
-        if tally.loads:
-            m.session_loads.inc(tally.loads)
-        if tally.evictions:
-            m.evictions.inc(tally.evictions)
 
     # ------------------------------------------------------------ engine feeds
 
@@ -452,7 +462,7 @@ class Processor:
             if part is not None:
                 part.pinned = True
         self.engine.evict(cfg.state_budget_bytes, cfg.idle_evict_s, time.monotonic())
-        self._flush_tally()
+        self._flush_tally(decided=False)
 
     def _update_gauges(self) -> None:
         """Sessions, quarantines and lag; called after commits and rebalances, and

@@ -273,6 +273,11 @@ def test_commit_errors_follow_the_transaction_model(error: KafkaError, aborts: i
     assert not loop.errors
     assert loop.sample("processor_transaction_aborts_total") == aborts
     _expect(_views(broker), "s", 12)  # an aborted batch is refolded, never half-published
+    # decisions count once, when committed: the aborted batch's are not counted
+    applied = loop.metrics.registry.get_sample_value(
+        "processor_events_total", {"outcome": "applied"}
+    )
+    assert applied == 12
 
 
 def test_a_fenced_producer_ends_the_run_with_one_line() -> None:
