@@ -31,6 +31,7 @@ from processor.codec import (
     decode_part,
     split_part_key,
 )
+from processor.engine.checkpoint_parts import decode_leaves
 from processor.protocol import DIGEST_BLOCK, SERVICE_STATE_VERSION
 
 
@@ -139,13 +140,18 @@ def _assemble(
     keys = parts.get("k", h["unitKeys"])
     if len(keys) != len(h["units"]):
         raise CodecError(f"checkpoint part k names {len(keys)} units, the head {len(h['units'])}")
+    ledger = []  # (key, part version or None, inline, the part's row)
     for key, unit in zip(keys, h["units"], strict=True):
-        inline = unit["row"]
-        row = (
-            decode_json_payload("JSON", inline)
-            if inline is not None
-            else parts.get(f"u.{key}", last - unit["age"])
-        )
+        if unit["row"] is not None:  # schema version 1: a whole row, no part
+            row = base = decode_json_payload("JSON", unit["row"])
+            ledger.append([key, None, True, None])
+        else:
+            base = parts.get(f"u.{key}", last - unit["age"])
+            leaves = unit.get("leaves")
+            row = (
+                base if leaves is None else decode_leaves(base, decode_json_payload("JSON", leaves))
+            )
+            ledger.append([key, last - unit["age"], leaves is not None, base])
         rows[key] = {"ver": row["ver"], "seq": last, "val": row["val"]}
     blocks = list(range(h["digestFirstBlock"], (last + 1) // DIGEST_BLOCK))
     digests = b"".join(base64.b64decode(parts.get(f"d.{b}")) for b in blocks)
@@ -180,10 +186,7 @@ def _assemble(
         "published": {"transcript": views["transcriptTotal"]},
         "parted": {
             "overrides": [[o["seq"], o["generation"]] for o in h["overrides"]],
-            "units": [
-                [k, last - u["age"], u["row"] is not None]
-                for k, u in zip(keys, h["units"], strict=True)
-            ],
+            "units": ledger,
             "unitKeys": h["unitKeys"],
             "nodeChunks": h["nodes"]["chunks"],
             "headerChunks": h["headers"]["chunks"],

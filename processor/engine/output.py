@@ -29,7 +29,7 @@ from processor.codec import (
 )
 from processor.config import ServiceConfig
 from processor.core.session import CHECKPOINT_VERSION
-from processor.engine.checkpoint_parts import checkpoint_writes
+from processor.engine.checkpoint_parts import UnitSlot, checkpoint_writes
 from processor.engine.chunks import ChunkLedger
 from processor.engine.records import Out, Tally
 from processor.engine.runtime import SessionRuntime, ViewChange
@@ -195,8 +195,12 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts.events = set(state.nodes) | set(state.headers)
     parts.overrides = dict(generations)
     rows = session.projections.checkpoint(detached=False)
-    parts.units = {k: (int(v), rows[k], bool(i)) for k, v, i in parted["units"] if k in rows}
-    parts.unit_keys = ([k for k, _, _ in parted["units"]], int(parted["unitKeys"]))
+    parts.units = {
+        k: UnitSlot(rows[k], session.last_seq if inline else int(v), v, base, inline)
+        for k, v, inline, base in parted["units"]
+        if k in rows
+    }
+    parts.unit_keys = ([u[0] for u in parted["units"]], int(parted["unitKeys"]))
     parts.nodes = ChunkLedger.restored(state.nodes, parted["nodeChunks"])
     parts.headers = ChunkLedger.restored(list(state.headers), parted["headerChunks"])
     parts.replacements = len(state.replacements)

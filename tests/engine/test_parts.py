@@ -7,13 +7,21 @@ reader's materializer, the two entries every consumer uses.
 
 from __future__ import annotations
 
+import io
+import json
 from typing import Any
 
-from processor.codec import Anchor, Checkpoint, split_part_key
+import fastavro
+import orjson
+import pytest
+
+from processor.codec import Anchor, Checkpoint, schema_fingerprint, split_part_key
+from processor.codec.schemas import find_schema_dir
 from processor.core.builder import LogBuilder
 from processor.core.events import Event
 from processor.core.session import CHECKPOINT_VERSION
 from processor.engine import Out
+from processor.engine.checkpoint_parts import decode_leaves, encode_leaves
 from processor.engine.checkpoints import latest_checkpoints
 from processor.offline import fold_events, session_output
 from processor.service.views_reader import (
@@ -24,6 +32,7 @@ from processor.service.views_reader import (
 from tests.engine.kit import CODEC, CONFIG, Harness, session_log
 
 VIEWS, CHECKPOINTS = CONFIG.topics.views, CONFIG.topics.checkpoints
+SCHEMAS = find_schema_dir()
 
 
 def size(outs: list[Out]) -> int:
@@ -330,8 +339,8 @@ def test_a_checkpoint_taken_while_the_views_are_held_back_restores_and_publishes
     )
 
 
-def test_rows_that_change_every_batch_ride_in_the_head_and_restore() -> None:
-    log = session_log(60, seed=8)
+def _hot_head(log: list[Event]) -> tuple[Harness, list[Out], dict[str, Any]]:
+    """A session folded whole, then three batches of one event each."""
     h = Harness()
     h.fold_events("s", log[:40])
     h.commit()
@@ -339,11 +348,90 @@ def test_rows_that_change_every_batch_ride_in_the_head_and_restore() -> None:
         h.fold_events("s", [event])
         out = h.commit()
     [head] = [o for o in out if o.key == b"s"]
-    _, datum = CODEC.decode_record(head.value or b"")
-    assert any(u["row"] is not None for u in datum["units"])  # e.g. the session's counters
-    assert not any(n.startswith("u.") for n in part_names(out)[0])
+    return h, out, CODEC.decode_record(head.value or b"")[1]
+
+
+def test_rows_that_change_every_batch_ride_in_the_head_and_restore() -> None:
+    log = session_log(60, seed=8)
+    h, out, datum = _hot_head(log)
+    hot = [u for u in datum["units"] if u["leaves"] is not None]  # e.g. the session's counters
+    assert hot and all(u["row"] is None for u in datum["units"])
+    written, gone = part_names(out)
+    assert not any(n.startswith("u.") for n in written | gone)  # the base part stays
+    keys = h.engine.partitions[0].sessions["s"].session.projections.checkpoint(detached=False)
+    stats = encode_leaves({"ver": 0, "val": keys["sessionStats"]["val"]}, keys["sessionStats"])
+    assert stats is not None and len(stats) < len(orjson.dumps(keys["sessionStats"]["val"])) / 2
     r = Harness(checkpoints={0: h.checkpoints()})
     r.produced, r.offsets = list(h.produced), dict(h.offsets)
     r.fold_events("s", log[43:])
+    r.commit()
+    assert r.fold_equivalent("s") == expected(log)
+
+
+def test_inline_leaves_fit_only_the_shape_of_their_base_row() -> None:
+    base = {"ver": 1, "val": {"a": 1, "b": {"c": [1, 2], "d": None}, "e": "x"}}
+    row = {"ver": 2, "val": {"a": 5, "b": {"c": [3], "d": {"z": 1}}, "e": "y"}}
+    blob = encode_leaves(base, row)
+    assert blob == b'[2,5,[3],{"z":1},"y"]'
+    assert decode_leaves(base, orjson.loads(blob)) == row
+    assert encode_leaves(base, {"ver": 2, "val": {"a": 5, "e": "y", "b": {}}}) is None
+    assert encode_leaves(base, {"ver": 2, "val": {"b": {"c": 1, "d": 2}, "a": 1, "e": ""}}) is None
+    assert encode_leaves(base, {"ver": 2, "val": 7}) is None
+    for bad in ([2, 5], [2, 5, 1, 2, 3, 4], {"ver": 2}, []):
+        with pytest.raises(ValueError):
+            decode_leaves(base, bad)
+
+
+def test_a_row_whose_shape_changes_is_written_as_a_new_base_part() -> None:
+    h = Harness()
+    b = LogBuilder()
+    b.system("sys")
+    h.fold_events("s", b.events)
+    h.commit()
+    outs = []
+    for text in ("one", "two", "three"):  # the counters change every batch: hot
+        h.fold_events("s", [b.user(text)])
+        outs.append(h.commit())
+    assert "u.sessionStats" not in part_names(outs[-1])[0]
+    h.fold_events("s", [b.assistant("a new role: a new key in the counters")])
+    out = h.commit()
+    assert "u.sessionStats" in part_names(out)[0]
+    h.fold_events("s", [b.user("four")])
+    h.commit()
+    r = Harness(checkpoints={0: h.checkpoints()})
+    r.produced, r.offsets = list(h.produced), dict(h.offsets)
+    r.fold_events("s", [b.user("five")])
+    r.commit()
+    assert r.fold_equivalent("s") == expected(b.events)
+
+
+def test_a_head_of_schema_version_1_with_a_whole_inline_row_restores() -> None:
+    """Heads written before ``leaves`` existed carry a hot row whole in ``row``
+    (and no part backs it): they still restore, and the row gets its part."""
+    log = session_log(60, seed=8)
+    h, _, datum = _hot_head(log)
+    rows = h.engine.partitions[0].sessions["s"].session.projections.checkpoint(detached=False)
+    keys = list(rows)
+    i = next(i for i, u in enumerate(datum["units"]) if u["leaves"] is not None)
+    row = rows[keys[i]]
+    for unit in datum["units"]:
+        del unit["leaves"]
+    datum["units"][i] = {"age": 0, "row": orjson.dumps({"ver": row["ver"], "val": row["val"]})}
+    v1 = json.loads((SCHEMAS / "history" / "checkpoint_head.v1.avsc").read_text("utf-8"))
+    buf = io.BytesIO()
+    buf.write(b"\xc3\x01" + schema_fingerprint(v1))
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(v1, {}), datum)
+    records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]
+    records = [r for r in records if split_part_key(r[0] or b"") != ("s", f"u.{keys[i]}")]
+    records.append((b"s", buf.getvalue()))
+    restored = latest_checkpoints(CODEC, records)
+    assert restored.bad_records == 0
+    assert restored.checkpoints["s"].rows[keys[i]]["val"] == row["val"]
+    r = Harness(checkpoints={0: restored.checkpoints})
+    r.produced, r.offsets = list(h.produced), dict(h.offsets)
+    r.fold_events("s", log[43:44])
+    out = r.commit()
+    assert f"u.{keys[i]}" in part_names(out)[0]
+    r.fold_events("s", log[44:])
     r.commit()
     assert r.fold_equivalent("s") == expected(log)
