@@ -15,7 +15,9 @@ head stops naming it — so the compacted topic keeps only live state:
 - ``d.<b>``: a closed block of the duplicate-digest window;
 - ``hdr``: the session header;
 - ``t.<seq>``: a transcript message the views have not published yet (held
-  back by an in-place replay; none otherwise).
+  back by an in-place replay; none otherwise);
+- ``x.<i>``: the seqs of the views' transcript chunk ``~t<i>``, written once:
+  so a session tombstone names exactly the ``~m<seq>`` records that exist.
 
 The transcript is not in the checkpoint: the views hold it (view_parts.py).
 """
@@ -55,6 +57,10 @@ def digest_part(block: int) -> str:
 
 def pending_part(seq: int) -> str:
     return f"t.{seq}"
+
+
+def seqs_part(index: int) -> str:
+    return f"x.{index}"
 
 
 HEADER_PART = "hdr"
@@ -98,6 +104,10 @@ class PartLedger:
     last_write: int = -1  # lastSeq of the previous checkpoint of this session
     #: transcript entries folded while the views were held back: parts ``t.<seq>``
     pending: list[int] = field(default_factory=list)
+    #: parts ``x.<i>`` exist for transcript chunks ``seq_chunks_from <= i < seq_chunks``
+    #: (a session restored from an older head has none for its earlier chunks)
+    seq_chunks_from: int = 0
+    seq_chunks: int = 0
 
     def names(self) -> list[str]:
         """Every live part (a session tombstone removes them all)."""
@@ -115,6 +125,7 @@ class PartLedger:
         if self.header is not None:
             names.append(HEADER_PART)
         names += [pending_part(s) for s in self.pending]
+        names += [seqs_part(i) for i in range(self.seq_chunks_from, self.seq_chunks)]
         return names
 
 
@@ -141,10 +152,12 @@ def checkpoint_writes(
     digests: Sequence[bytes],
     window: int,
     published: int,
+    closed_chunks: Sequence[tuple[int, list[int]]] = (),
 ) -> PartWrites:
     """The parts that bring the checkpoints topic from ``ledger`` to ``session``.
 
-    ``published``: transcript entries the views topic holds.
+    ``published``: transcript entries the views topic holds;
+    ``closed_chunks``: the views' transcript chunks closed since the last call.
     """
     out = PartWrites()
     state = session.surface.state
@@ -194,6 +207,10 @@ def checkpoint_writes(
     out.head["replacements"] = ledger.replacements
     _digests(last, digests, window, ledger, out)
     _pending(session, published, ledger, out)
+    for index, seqs in closed_chunks:
+        if index >= ledger.seq_chunks:
+            out.parts.append((seqs_part(index), 0, seqs))
+            ledger.seq_chunks = index + 1
     ledger.last_write = last
     return out
 

@@ -32,7 +32,7 @@ from processor.codec import (
     split_part_key,
 )
 from processor.engine.checkpoint_parts import decode_leaves
-from processor.protocol import DIGEST_BLOCK, SERVICE_STATE_VERSION
+from processor.protocol import CHUNK_ITEMS, DIGEST_BLOCK, SERVICE_STATE_VERSION
 
 
 @dataclass
@@ -166,6 +166,9 @@ def _assemble(
         "replaceGeneration": h["replaceGeneration"],
         "contentGeneration": h["contentGeneration"],
     }
+    chunks = (views["transcriptTotal"] - views["transcriptBase"]) // CHUNK_ITEMS
+    seqs_from = chunks if views["seqChunksFrom"] < 0 else views["seqChunksFrom"]
+    seqs = [s for i in range(seqs_from, chunks) for s in parts.get(f"x.{i}")]
     header = parts.get("hdr")
     a = h["anchor"]
     core = {
@@ -192,6 +195,8 @@ def _assemble(
             "headerChunks": h["headers"]["chunks"],
             "digestBlocks": blocks,
             "views": views,
+            "seqChunksFrom": seqs_from,
+            "transcriptSeqs": [*seqs, *views["transcriptTail"]],
             "partNames": sorted(set(parts.names)),
         },
     }

@@ -414,16 +414,10 @@ def test_a_head_of_schema_version_1_with_a_whole_inline_row_restores() -> None:
     keys = list(rows)
     i = next(i for i, u in enumerate(datum["units"]) if u["leaves"] is not None)
     row = rows[keys[i]]
-    for unit in datum["units"]:
-        del unit["leaves"]
     datum["units"][i] = {"age": 0, "row": orjson.dumps({"ver": row["ver"], "val": row["val"]})}
-    v1 = json.loads((SCHEMAS / "history" / "checkpoint_head.v1.avsc").read_text("utf-8"))
-    buf = io.BytesIO()
-    buf.write(b"\xc3\x01" + schema_fingerprint(v1))
-    fastavro.schemaless_writer(buf, fastavro.parse_schema(v1, {}), datum)
     records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]
     records = [r for r in records if split_part_key(r[0] or b"") != ("s", f"u.{keys[i]}")]
-    records.append((b"s", buf.getvalue()))
+    records.append((b"s", _v1_head(datum)))
     restored = latest_checkpoints(CODEC, records)
     assert restored.bad_records == 0
     assert restored.checkpoints["s"].rows[keys[i]]["val"] == row["val"]
@@ -435,3 +429,56 @@ def test_a_head_of_schema_version_1_with_a_whole_inline_row_restores() -> None:
     r.fold_events("s", log[44:])
     r.commit()
     assert r.fold_equivalent("s") == expected(log)
+
+
+def _v1_head(datum: dict[str, Any]) -> bytes:
+    """``datum`` written with version 1 of the head schema (no leaves, no seqChunksFrom)."""
+    for unit in datum["units"]:
+        unit.pop("leaves", None)
+    datum["views"].pop("seqChunksFrom", None)
+    v1 = json.loads((SCHEMAS / "history" / "checkpoint_head.v1.avsc").read_text("utf-8"))
+    buf = io.BytesIO()
+    buf.write(b"\xc3\x01" + schema_fingerprint(v1))
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(v1, {}), datum)
+    return buf.getvalue()
+
+
+def _tombstone_cost(h: Harness, cp: Checkpoint) -> tuple[set[bytes], set[bytes]]:
+    """(live view keys of ``s`` after compaction, the view keys its tombstone names)."""
+    live = {k for k, _ in compacted(h.produced, VIEWS) if (k or b"").startswith(b"s/")}
+    h.engine.tombstone_session(0, "s", cp)
+    tombs = {o.key for o in h.commit() if o.topic == VIEWS and o.value is None}
+    return live, {k for k in tombs if k is not None}
+
+
+def test_a_session_tombstone_names_only_the_records_that_exist() -> None:
+    log = session_log(600, seed=13)  # compactions, rewrites and image offloads
+    h = Harness()
+    for start in range(0, len(log), 7):
+        h.fold_events("s", log[start : start + 7])
+        h.commit()
+    cp = h.checkpoints()["s"]
+    nodes = cp.surface["core"]["surface"]["nodes"]
+    live, tombs = _tombstone_cost(h, cp)
+    assert live <= tombs
+    # a node without a message, or an append node (its message is the transcript's)
+    assert len(tombs - live) <= len(nodes) + len(cp.rows)
+    messages = [k for k in tombs if k.startswith(b"s/~m")]
+    assert len(messages) < 0.8 * (cp.last_seq + 1)  # not one per seq up to the watermark
+    assert not any(k.startswith(b"s/") for k, _ in compacted(h.produced, VIEWS))
+
+
+def test_a_session_checkpointed_before_the_seq_parts_is_still_tombstoned_whole() -> None:
+    log = session_log(300, seed=13)
+    h = Harness()
+    for start in range(0, len(log), 7):
+        h.fold_events("s", log[start : start + 7])
+        h.commit()
+    [head] = [o for o in h.topic(CHECKPOINTS) if o.key == b"s"][-1:]
+    datum = CODEC.decode_record(head.value or b"")[1]
+    records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]
+    records.append((b"s", _v1_head(datum)))
+    cp = latest_checkpoints(CODEC, records).checkpoints["s"]
+    live, tombs = _tombstone_cost(h, cp)
+    assert live <= tombs
+    assert not any(k.startswith(b"s/") for k, _ in compacted(h.produced, VIEWS))
