@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from typing import Final
 
+from processor.core.projection_registry import (
+    CORE_VIEWS,
+    INTERNAL_VIEW_PREFIX,
+    TRANSCRIPT_PAGE_PREFIX,
+)
 from processor.core.session import CHECKPOINT_VERSION
 
 __all__ = [
@@ -42,7 +47,7 @@ CHUNK_ITEMS: Final = 16
 DIGEST_BLOCK: Final = 16
 #: One per session, rewritten per batch: status, generations, chunk versions, tails.
 VIEW_HEAD: Final = "~h"
-_INTERNAL: Final = "~"
+_INTERNAL: Final = INTERNAL_VIEW_PREFIX
 
 
 def content_view(seq: int, generation: int | None = None) -> str:
@@ -69,12 +74,14 @@ def is_internal_view(view: str) -> bool:
 #: dead letters out, operator commands in.
 TOPIC_SUFFIXES: Final = ("events", "views", "checkpoints", "dlq", "control")
 
-#: Views every session has; domain units add one view each under their key.
-CORE_VIEWS: Final = ("messages", "surface", "transcript", "status")
+#: ``CORE_VIEWS``: views every session has; domain units add one view each
+#: under their key, which registration refuses when reserved (P-2,
+#: ``processor.core.projection_registry.reserved_key_reason``).
+
 #: ``stateVersion`` of the core views (they are not domain units).
 CORE_STATE_VERSION: Final = -1
 
-_PAGE_PREFIX: Final = "transcript."
+_PAGE_PREFIX: Final = TRANSCRIPT_PAGE_PREFIX
 
 
 def transcript_page(n: int) -> str:
