@@ -12,7 +12,8 @@ head stops naming it — so the compacted topic keeps only live state:
 - ``n.<i>`` / ``h.<i>``: closed chunks of the node list and the header
   seqs (chunks.py);
 - ``r.<i>``: replacement ``i`` of the replace history (G-5), written once;
-- ``d.<b>``: a closed block of the duplicate-digest window;
+- ``d8.<b>``: a closed block of the duplicate-digest window (``d.<b>`` for
+  the blocks of 16 of a version-1 head);
 - ``hdr``: the session header;
 - ``t.<seq>``: a transcript message the views have not published yet (held
   back by an in-place replay; none otherwise);
@@ -51,8 +52,10 @@ def chunk_part(kind: str, index: int) -> str:
     return f"{kind}.{index}"
 
 
-def digest_part(block: int) -> str:
-    return f"d.{block}"
+def digest_part(block: int, size: int = DIGEST_BLOCK) -> str:
+    """``d.<b>`` for blocks of 16 (version-1 heads), ``d<size>.<b>`` otherwise:
+    blocks of two sizes never share a key."""
+    return f"d.{block}" if size == 16 else f"d{size}.{block}"
 
 
 def pending_part(seq: int) -> str:
@@ -100,6 +103,7 @@ class PartLedger:
     headers: ChunkLedger = field(default_factory=ChunkLedger)
     replacements: int = 0  # parts ``r.<i>`` written
     digest_blocks: list[int] = field(default_factory=list)
+    digest_size: int = DIGEST_BLOCK  # block size of ``digest_blocks``
     header: Any = None  # the header object written as ``hdr``
     last_write: int = -1  # lastSeq of the previous checkpoint of this session
     #: transcript entries folded while the views were held back: parts ``t.<seq>``
@@ -121,7 +125,7 @@ class PartLedger:
         for kind, chunks in (("n", self.nodes), ("h", self.headers)):
             names += [chunk_part(kind, i) for i in range(len(chunks.closed))]
         names += [chunk_part("r", i) for i in range(self.replacements)]
-        names += [digest_part(b) for b in self.digest_blocks]
+        names += [digest_part(b, self.digest_size) for b in self.digest_blocks]
         if self.header is not None:
             names.append(HEADER_PART)
         names += [pending_part(s) for s in self.pending]
@@ -350,6 +354,9 @@ def _digests(
             blocks.append(block)
             block -= 1
     blocks.reverse()
+    if ledger.digest_size != DIGEST_BLOCK:  # restored from a head of another block size
+        out.tombstones.extend(digest_part(b, ledger.digest_size) for b in ledger.digest_blocks)
+        ledger.digest_blocks, ledger.digest_size = [], DIGEST_BLOCK
     live = set(blocks)
     for block in blocks:
         if block not in ledger.digest_blocks:
@@ -359,3 +366,4 @@ def _digests(
     out.tombstones.extend(digest_part(b) for b in ledger.digest_blocks if b not in live)
     ledger.digest_blocks = blocks
     out.head["digestFirstBlock"] = blocks[0] if blocks else tail_block
+    out.head["digestBlock"] = DIGEST_BLOCK

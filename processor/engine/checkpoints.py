@@ -31,8 +31,8 @@ from processor.codec import (
     decode_part,
     split_part_key,
 )
-from processor.engine.checkpoint_parts import decode_leaves
-from processor.protocol import CHUNK_ITEMS, DIGEST_BLOCK, SERVICE_STATE_VERSION
+from processor.engine.checkpoint_parts import decode_leaves, digest_part
+from processor.protocol import CHUNK_ITEMS, SERVICE_STATE_VERSION
 
 
 @dataclass
@@ -153,8 +153,9 @@ def _assemble(
             )
             ledger.append([key, last - unit["age"], leaves is not None, base])
         rows[key] = {"ver": row["ver"], "seq": last, "val": row["val"]}
-    blocks = list(range(h["digestFirstBlock"], (last + 1) // DIGEST_BLOCK))
-    digests = b"".join(base64.b64decode(parts.get(f"d.{b}")) for b in blocks)
+    size = int(h["digestBlock"])
+    blocks = list(range(h["digestFirstBlock"], (last + 1) // size))
+    digests = b"".join(base64.b64decode(parts.get(digest_part(b, size))) for b in blocks)
     surface = {
         "nextSeq": last + 1,
         "nodes": nodes,
@@ -194,6 +195,7 @@ def _assemble(
             "nodeChunks": h["nodes"]["chunks"],
             "headerChunks": h["headers"]["chunks"],
             "digestBlocks": blocks,
+            "digestSize": size,
             "views": views,
             "seqChunksFrom": seqs_from,
             "transcriptSeqs": [*seqs, *views["transcriptTail"]],

@@ -213,6 +213,7 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts.headers = ChunkLedger.restored(list(state.headers), parted["headerChunks"])
     parts.replacements = len(state.replacements)
     parts.digest_blocks = list(parted["digestBlocks"])
+    parts.digest_size = int(parted["digestSize"])
     parts.header = session.header
     parts.last_write = session.last_seq
     v = parted["views"]

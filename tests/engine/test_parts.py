@@ -7,6 +7,7 @@ reader's materializer, the two entries every consumer uses.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 from typing import Any
@@ -15,7 +16,15 @@ import fastavro
 import orjson
 import pytest
 
-from processor.codec import Anchor, Checkpoint, schema_fingerprint, split_part_key
+from processor.codec import (
+    Anchor,
+    Checkpoint,
+    decode_part,
+    encode_part,
+    part_key,
+    schema_fingerprint,
+    split_part_key,
+)
 from processor.codec.schemas import find_schema_dir
 from processor.core.builder import LogBuilder
 from processor.core.events import Event
@@ -417,22 +426,50 @@ def test_a_head_of_schema_version_1_with_a_whole_inline_row_restores() -> None:
     datum["units"][i] = {"age": 0, "row": orjson.dumps({"ver": row["ver"], "val": row["val"]})}
     records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]
     records = [r for r in records if split_part_key(r[0] or b"") != ("s", f"u.{keys[i]}")]
-    records.append((b"s", _v1_head(datum)))
+    records.append((b"s", _v1_head(datum, records)))
     restored = latest_checkpoints(CODEC, records)
     assert restored.bad_records == 0
     assert restored.checkpoints["s"].rows[keys[i]]["val"] == row["val"]
+    # the duplicate window of the 16-blocks is the one the head of today restores
+    now = latest_checkpoints(CODEC, [(o.key, o.value) for o in h.topic(CHECKPOINTS)])
+    window = base64.b64decode(restored.checkpoints["s"].surface["service"]["digests"])
+    full = base64.b64decode(now.checkpoints["s"].surface["service"]["digests"])
+    assert full.endswith(window) and len(window) >= len(full) - 8 * 8 > 0
     r = Harness(checkpoints={0: restored.checkpoints})
     r.produced, r.offsets = list(h.produced), dict(h.offsets)
     r.fold_events("s", log[43:44])
     out = r.commit()
     assert f"u.{keys[i]}" in part_names(out)[0]
+    v1_blocks = {
+        ident[1]
+        for k, _ in records
+        if (ident := split_part_key(k or b"")) is not None and ident[1].startswith("d.")
+    }
+    assert v1_blocks and v1_blocks == {n for n in part_names(out)[1] if n.startswith("d.")}
     r.fold_events("s", log[44:])
     r.commit()
     assert r.fold_equivalent("s") == expected(log)
 
 
-def _v1_head(datum: dict[str, Any]) -> bytes:
-    """``datum`` written with version 1 of the head schema (no leaves, no seqChunksFrom)."""
+def _v1_head(datum: dict[str, Any], records: list[tuple[bytes | None, bytes | None]]) -> bytes:
+    """``datum`` written with version 1 of the head schema (no leaves, no
+    seqChunksFrom, digest blocks of 16: parts ``d.<b>``, appended to ``records``)."""
+    last, size = datum["lastSeq"], datum.pop("digestBlock")
+    held = dict(records)
+
+    def digests(lo: int, hi: int) -> bytes:  # of seqs [lo, hi), from the blocks of ``size``
+        return b"".join(
+            base64.b64decode(decode_part(CODEC, held[part_key("s", f"d{size}.{b}")] or b"")[2])
+            for b in range(lo // size, hi // size)
+        )
+
+    first = -(-datum["digestFirstBlock"] * size // 16)
+    tail = (last + 1) // 16
+    for b in range(first, tail):
+        value = base64.b64encode(digests(16 * b, 16 * b + 16)).decode()
+        records.append((part_key("s", f"d.{b}"), encode_part(CODEC, f"d.{b}", 0, value)))
+    datum["digestTail"] = digests(16 * tail, (last + 1) // size * size) + datum["digestTail"]
+    datum["digestFirstBlock"] = first
     for unit in datum["units"]:
         unit.pop("leaves", None)
     datum["views"].pop("seqChunksFrom", None)
@@ -477,7 +514,7 @@ def test_a_session_checkpointed_before_the_seq_parts_is_still_tombstoned_whole()
     [head] = [o for o in h.topic(CHECKPOINTS) if o.key == b"s"][-1:]
     datum = CODEC.decode_record(head.value or b"")[1]
     records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]
-    records.append((b"s", _v1_head(datum)))
+    records.append((b"s", _v1_head(datum, records)))
     cp = latest_checkpoints(CODEC, records).checkpoints["s"]
     live, tombs = _tombstone_cost(h, cp)
     assert live <= tombs
