@@ -311,6 +311,10 @@ def render(results: Path = RESULTS) -> str:
     for name in ORDER:
         if name in docs:
             out += _figure(docs[name])
+        if "write_amp_ab" in docs:  # issue 12: the same figure before / after, ABAB
+            from bench.write_amp_ab import rows
+
+            out += rows(docs["write_amp_ab"], name)
         if name == "write_amp" and "write_amp_before" in docs:
             out += _before_after(docs["write_amp_before"], docs.get("write_amp"))
     if "profile" in docs:
