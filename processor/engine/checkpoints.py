@@ -49,12 +49,15 @@ def latest_checkpoints(
 ) -> RestoredCheckpoints:
     """Newest checkpoint per session of ``records`` in log order (tombstones remove).
 
-    An unreadable record, or a head whose parts are not all readable, drops
-    its session's checkpoint (it is refolded) and is reported through
-    ``on_bad``; it never stops the restore.
+    An unreadable newest head, or a head whose parts are not all readable,
+    drops its session's checkpoint (it is refolded) and is reported through
+    ``on_bad``; it never stops the restore.  Superseded heads are not
+    decoded (nor reported when unreadable: nothing restores from them).
     """
     result = RestoredCheckpoints()
-    heads: dict[str, Checkpoint | dict[str, Any]] = {}
+    # the newest head per session, still encoded: a topic not compacted yet
+    # holds a head per batch, and only the last one is ever decoded
+    raw_heads: dict[str, bytes] = {}
     parts: dict[tuple[str, str], bytes] = {}
 
     def bad(sid: str, exc: CodecError) -> None:
@@ -75,14 +78,16 @@ def latest_checkpoints(
             continue
         sid = key.decode("utf-8", "replace")
         if value is None:
-            heads.pop(sid, None)
-            continue
+            raw_heads.pop(sid, None)
+        else:
+            raw_heads[sid] = value
+    heads: dict[str, Checkpoint | dict[str, Any]] = {}
+    for sid, value in raw_heads.items():
         try:
             name, datum = decode_checkpoint_record(codec, value)
             heads[sid] = codec.decode_checkpoint(value) if name == CHECKPOINT else datum
         except CodecError as exc:
             bad(sid, exc)
-            heads.pop(sid, None)
     for sid, head in heads.items():
         if isinstance(head, Checkpoint):
             result.checkpoints[sid] = head

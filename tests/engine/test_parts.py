@@ -519,3 +519,22 @@ def test_a_session_checkpointed_before_the_seq_parts_is_still_tombstoned_whole()
     live, tombs = _tombstone_cost(h, cp)
     assert live <= tombs
     assert not any(k.startswith(b"s/") for k, _ in compacted(h.produced, VIEWS))
+
+
+def test_only_the_newest_head_of_a_session_is_decoded() -> None:
+    """A checkpoints topic not compacted yet holds a head per batch: restore
+    decodes the last one only, so a superseded unreadable head costs nothing."""
+    h = Harness()
+    log = session_log(40)
+    h.fold_events("s", log[:20])
+    h.commit()
+    h.fold_events("s", log[20:])
+    h.commit()
+    records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]
+    first = next(i for i, (k, _) in enumerate(records) if k == b"s")
+    records[first] = (b"s", b"\xc3\x01garbage")
+    restored = latest_checkpoints(CODEC, records)
+    assert restored.bad_records == 0 and restored.checkpoints["s"].last_seq == log[-1].seq
+    records.append((b"s", b"\xc3\x01garbage"))  # the newest one unreadable: reported
+    restored = latest_checkpoints(CODEC, records)
+    assert restored.bad_records == 1 and "s" not in restored.checkpoints
