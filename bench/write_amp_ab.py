@@ -27,6 +27,14 @@ from typing import Any
 from bench.common import RESULTS
 
 FIGURES = ("throughput", "latency", "restore")
+#: Detail rows (label prefix in the figure's ``rows``) also compared, per figure.
+DETAILS = {
+    "throughput": ("transactions per run",),
+    "latency": ("p50 (ms)", "processor: mean transaction time"),
+    "restore": ("restore_seconds (checkpoint load + anchor check), long",),
+}
+#: Which way is better, per unit.
+BETTER = {"events/s": "higher is better", "ms": "lower is better", "s": "lower is better"}
 OUT = RESULTS / "write_amp_ab.json"
 
 
@@ -57,6 +65,12 @@ def collect(runs: list[Path]) -> dict[str, Any]:
             for part in ("value", "baseline", "ratio"):
                 fig.setdefault("labels", {})[part] = doc.get(part, {}).get("label", part)
                 fig.setdefault("units", {})[part] = doc.get(part, {}).get("unit", "")
+            for label, text in doc.get("rows", []):
+                for prefix in DETAILS.get(name, ()):
+                    if label.startswith(prefix):
+                        per.setdefault("details", {}).setdefault(label, []).append(
+                            float(str(text).split()[0])
+                        )
     for fig in figures.values():
         for per in fig["sides"].values():
             for part in ("value", "baseline", "ratio"):
@@ -89,7 +103,19 @@ def rows(doc: dict[str, Any], name: str) -> list[str]:
             f"{v} ({', '.join(str(x) for x in fig['sides'][s][part])})"
             for v, s in zip(vals, order, strict=True)
         )
-        out.append(f"| {part}: {fig['labels'].get(part, part)} {unit} | {samples} | {change} |")
+        better = BETTER.get(unit, "") if part == "value" else ""
+        label = f"{part}: {fig['labels'].get(part, part)} {unit}"
+        label += f" ({better})" if better else ""
+        out.append(f"| {label} | {samples} | {change} |")
+    labels = sorted({k for s in order for k in fig["sides"][s].get("details", {})})
+    for label in labels:
+        per_side = [fig["sides"][s].get("details", {}).get(label, []) for s in order]
+        meds = [_median(xs) for xs in per_side]
+        change = f"{meds[1] / meds[0]:.2f}" if len(meds) == 2 and meds[0] and meds[1] else ""
+        cells = " | ".join(
+            f"{m} ({', '.join(str(x) for x in xs)})" for m, xs in zip(meds, per_side, strict=True)
+        )
+        out.append(f"| detail: {label} | {cells} | {change} |")
     loads = ", ".join(
         f"{r['side']} {r['load_start']}->{r['load_end']}"
         for r in doc.get("runs", [])
