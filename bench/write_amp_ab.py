@@ -127,7 +127,7 @@ def rows(doc: dict[str, Any], name: str) -> list[str]:
         f"({' '.join(r['side'][0].upper() for r in doc.get('runs', []))}); "
         f"1-minute load average at start -> end of each run: {loads}",
     ]
-    if doc.get("note"):
+    if doc.get("note") and name == FIGURES[0]:
         out.append(f"- {doc['note']}")
     return [*out, ""]
 
