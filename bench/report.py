@@ -192,6 +192,8 @@ def _amp_values(doc: dict[str, Any] | None) -> dict[str, str]:
         tb = last.get(topic)
         if tb:
             out[topic] = f"{tb['records']:,} records, {tb['raw'] / 1e6:,.1f} MB"
+    for n, ratio in (doc.get("small_events") or {}).items():
+        out[f"small_{n}"] = _num(ratio)
     out["compression"] = str(m.get("compression", ""))
     seconds = m.get("seconds") or {}
     out["seconds"] = f"{seconds.get('generate', '?')} + {seconds.get('simulate', '?')} s"
@@ -228,6 +230,11 @@ def _before_after(before: dict[str, Any], after: dict[str, Any] | None) -> list[
         out.append(
             f"| {label.replace(' N ', f' {_num(n)} ')} | {b.get(key, '')} | "
             f"{a.get(key, 'not measured yet')} |"
+        )
+    for n in ("100", "2000"):  # bench/parts_sizes.py's workload, 20 sessions x 50 batches
+        out.append(
+            f"| small events (2% big results): ratio at {_num(int(n))} events "
+            f"(`bench/parts_sizes.py`) | {b.get(f'small_{n}', '')} | {a.get(f'small_{n}', '')} |"
         )
     for topic in ("events", "checkpoints", "views"):
         out.append(f"| {topic} written at N | {b.get(topic, '')} | {a.get(topic, '')} |")
@@ -311,6 +318,10 @@ def render(results: Path = RESULTS) -> str:
     for name in ORDER:
         if name in docs:
             out += _figure(docs[name])
+        if "write_amp_ab" in docs:  # issue 12: the same figure before / after, ABAB
+            from bench.write_amp_ab import rows
+
+            out += rows(docs["write_amp_ab"], name)
         if name == "write_amp" and "write_amp_before" in docs:
             out += _before_after(docs["write_amp_before"], docs.get("write_amp"))
     if "profile" in docs:

@@ -373,6 +373,22 @@ def _broker(args: argparse.Namespace) -> dict[str, Any]:
             broker.stop()
 
 
+#: The small-event workload (bench/parts_sizes.py): mostly short messages and
+#: tool calls, where the per-batch heads weigh most.
+SMALL_BIG_RATIO = 0.02
+SMALL_LENGTHS = (100, 2_000)
+
+
+def small_events() -> dict[int, float]:
+    """(views + checkpoints) / events of parts_sizes.py's sessions at each length."""
+    from bench.parts_sizes import measure as parts_measure
+
+    return {
+        n: round(parts_measure(n, 20, 50, SMALL_BIG_RATIO)["ratio (views+checkpoints)/events"], 3)
+        for n in SMALL_LENGTHS
+    }
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m bench.write_amp", description=__doc__.split("\n")[0]
@@ -391,6 +407,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "(bench/write_amp_broker.py; a local broker unless KAFKA_BOOTSTRAP_SERVERS is set)",
     )
     ap.add_argument("--broker-sessions", type=int, default=SESSIONS)
+    ap.add_argument(
+        "--no-small-events",
+        dest="small_events",
+        action="store_false",
+        help="skip the small-event rows (bench/parts_sizes.py's workload)",
+    )
     ap.add_argument(
         "--baseline",
         action="store_true",
@@ -411,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     m = measure(args.sessions, args.events, args.result_bytes, args.context, verbose=True)
     doc = figure(ctx, m)
+    if args.small_events:
+        doc["small_events"] = small_events()
+        doc["rows"] += [
+            [f"small events ({SMALL_BIG_RATIO:.0%} big results): ratio at {n:,}", f"{r:,.2f}"]
+            for n, r in doc["small_events"].items()
+        ]
     if args.broker_events:
         doc["broker"] = _broker(args)
         from bench.write_amp_broker import describe

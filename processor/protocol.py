@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from typing import Final
 
+from processor.core.projection_registry import (
+    CORE_VIEWS,
+    INTERNAL_VIEW_PREFIX,
+    TRANSCRIPT_PAGE_PREFIX,
+)
 from processor.core.session import CHECKPOINT_VERSION
 
 __all__ = [
@@ -38,11 +43,13 @@ __all__ = [
 
 #: Items per closed chunk of a list (node refs, transcript seqs, checkpoint lists).
 CHUNK_ITEMS: Final = 16
-#: Digests per closed block of the checkpoint's duplicate window.
-DIGEST_BLOCK: Final = 16
+#: Digests per closed block of the checkpoint's duplicate window (the open
+#: block rides in every head: 8 halves it against 16 for one more small part
+#: per 8 events; a head names its block size, version-1 heads used 16).
+DIGEST_BLOCK: Final = 8
 #: One per session, rewritten per batch: status, generations, chunk versions, tails.
 VIEW_HEAD: Final = "~h"
-_INTERNAL: Final = "~"
+_INTERNAL: Final = INTERNAL_VIEW_PREFIX
 
 
 def content_view(seq: int, generation: int | None = None) -> str:
@@ -69,12 +76,14 @@ def is_internal_view(view: str) -> bool:
 #: dead letters out, operator commands in.
 TOPIC_SUFFIXES: Final = ("events", "views", "checkpoints", "dlq", "control")
 
-#: Views every session has; domain units add one view each under their key.
-CORE_VIEWS: Final = ("messages", "surface", "transcript", "status")
+#: ``CORE_VIEWS``: views every session has; domain units add one view each
+#: under their key, which registration refuses when reserved (P-2,
+#: ``processor.core.projection_registry.reserved_key_reason``).
+
 #: ``stateVersion`` of the core views (they are not domain units).
 CORE_STATE_VERSION: Final = -1
 
-_PAGE_PREFIX: Final = "transcript."
+_PAGE_PREFIX: Final = TRANSCRIPT_PAGE_PREFIX
 
 
 def transcript_page(n: int) -> str:

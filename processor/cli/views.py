@@ -27,6 +27,7 @@ from processor.cli.common import read_options, service_options
 from processor.config import ServiceConfig
 from processor.service.query_client import member_views
 from processor.service.registry import codec_for
+from processor.service.view_assembly import DECODED_CACHE_BYTES
 from processor.service.views_reader import (
     SessionViews,
     ViewRegression,
@@ -120,6 +121,14 @@ def views_json(views: dict[str, SessionViews]) -> dict[str, Any]:
     default=False,
     help="With --session: read the views topic, never a member.",
 )
+@click.option(
+    "--cache-mb",
+    type=click.IntRange(min=0),
+    default=DECODED_CACHE_BYTES >> 20,
+    show_default=True,
+    help="Bound of the decoded message records kept besides the views (MiB); "
+    "beyond it they are decoded again when needed (logged once).",
+)
 @read_options
 def views(
     config: ServiceConfig,
@@ -130,6 +139,7 @@ def views(
     no_snapshot: bool,
     member: str | None,
     from_topic: bool,
+    cache_mb: int,
     stop_after: float | None,
     timeout: float,
 ) -> None:
@@ -140,14 +150,21 @@ def views(
         )
     try:
         if follow:
-            _follow(config, session_id, view_name, fmt, not no_snapshot, stop_after, timeout)
+            _follow(
+                config, session_id, view_name, fmt, not no_snapshot, stop_after, timeout, cache_mb
+            )
             return
         snapshot = None
         if session_id is not None and not from_topic:
             snapshot = _from_member(config, session_id, view_name, member, timeout)
         if snapshot is None:
             snapshot = read_views(
-                config, session=session_id, view=view_name, timeout=timeout, codec=codec_for(config)
+                config,
+                session=session_id,
+                view=view_name,
+                timeout=timeout,
+                codec=codec_for(config),
+                cache_bytes=cache_mb << 20,
             )
     except (RuntimeError, KafkaException) as exc:
         click.echo(f"processor views: {exc}", err=True)
@@ -222,6 +239,7 @@ def _follow(
     snapshot: bool,
     stop_after: float | None,
     timeout: float,
+    cache_mb: int,
 ) -> None:
     regressions = 0
     try:
@@ -233,6 +251,7 @@ def _follow(
             stop_after_s=stop_after,
             timeout=timeout,
             codec=codec_for(config),
+            cache_bytes=cache_mb << 20,
         ):
             if update.regressed_from is not None:
                 regressions += 1

@@ -10,6 +10,7 @@ import fastavro
 from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
+from processor.codec.avro_fast import VIEW_LAYOUT, layout_matches, view_body
 from processor.codec.envelope import (
     _check_ints,
     _event_datum,
@@ -85,6 +86,7 @@ class Codec:
         self._headers: dict[str, bytes] = {}
         self._id_plans: dict[int, _Plan] = {}
         self._event_writer = self.store.current(SESSION_EVENT).parsed
+        self._layouts: dict[str, bool] = {}
 
     # -- framing ------------------------------------------------------------
 
@@ -138,6 +140,13 @@ class Codec:
             f"not a framed Avro record: starts with {bytes(data[:2]).hex() or 'nothing'} "
             "(expected c301 single-object marker or 00 Confluent magic)"
         )
+
+    def fast_layout(self, name: str, layout: Sequence[tuple[str, str]]) -> bool:
+        """Does the current schema ``name`` have ``layout`` (avro_fast.py may encode it)?"""
+        ok = self._layouts.get(name)
+        if ok is None:
+            ok = self._layouts[name] = layout_matches(self.store.current(name).parsed, layout)
+        return ok
 
     # -- generic ------------------------------------------------------------
 
@@ -235,6 +244,17 @@ class Codec:
         _check_ints(VIEW, stateVersion=view.state_version, part=view.part, parts=view.parts)
         if not 0 <= view.part < view.parts:
             raise CodecError(f"cannot encode {VIEW}: part {view.part} of {view.parts}")
+        if self.fast_layout(VIEW, VIEW_LAYOUT):  # one per message in the parted format
+            return self.header(VIEW) + view_body(
+                view.session_id,
+                view.view,
+                view.as_of_seq,
+                view.state_version,
+                view.encoding,
+                view.value,
+                view.part,
+                view.parts,
+            )
         return self.encode_record(
             VIEW,
             {

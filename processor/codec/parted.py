@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from processor.codec.avro_fast import PART_LAYOUT, part_body
 from processor.codec.framed import Codec
 from processor.codec.names import CHECKPOINT_HEAD, CHECKPOINT_PART, CodecError
 from processor.codec.payload import decode_json_payload, encode_json_payload
@@ -41,6 +42,8 @@ def split_part_key(key: bytes) -> tuple[str, str] | None:
 
 def encode_part(codec: Codec, name: str, version: int, value: Any) -> bytes:
     encoding, payload = encode_json_payload(value, threshold=codec.compress_threshold)
+    if codec.fast_layout(CHECKPOINT_PART, PART_LAYOUT):  # a record per node event
+        return codec.header(CHECKPOINT_PART) + part_body(name, version, encoding, payload)
     return codec.encode_record(
         CHECKPOINT_PART, {"name": name, "version": version, "encoding": encoding, "value": payload}
     )

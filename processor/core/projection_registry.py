@@ -27,6 +27,25 @@ Checkpoint = dict[str, CheckpointRow]
 #: What a validator of untrusted stored data may raise to reject it.
 _BAD_DATA: Final = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
+#: A unit's key is its view's name on the wire (``<session>/<key>``) and its
+#: checkpoint part's (``u.<key>``); these names belong to the service's own
+#: records, so a unit that took one would overwrite them or be read as one
+#: (processor/protocol.py re-exports them for the codec and the readers).
+INTERNAL_VIEW_PREFIX: Final = "~"  # the parted format's records (~h, ~m<seq>, ...)
+CORE_VIEWS: Final = ("messages", "surface", "transcript", "status")
+TRANSCRIPT_PAGE_PREFIX: Final = "transcript."
+
+
+def reserved_key_reason(key: str) -> str | None:
+    """Why ``key`` cannot name a unit, or None when it can."""
+    if key.startswith(INTERNAL_VIEW_PREFIX):
+        return f"names starting with {INTERNAL_VIEW_PREFIX!r} are the service's parted view records"
+    if key in CORE_VIEWS or key.startswith(TRANSCRIPT_PAGE_PREFIX):
+        return "it is the name of a core view"
+    if "\x00" in key:
+        return "a NUL byte ends a checkpoint part key's session id"
+    return None
+
 
 class _Unset:
     __slots__ = ()
@@ -150,6 +169,11 @@ class ProjectionRegistry:
     def register(self, definition: ProjectionDefinition) -> Registration:
         if not isinstance(definition, ProjectionDefinition):
             raise TypeError("register() needs a ProjectionDefinition")
+        reason = reserved_key_reason(definition.key)
+        if reason is not None:
+            raise ProjectionError(
+                None, "P-2", f"projection key {definition.key!r} is reserved: {reason}"
+            )
         unit = self._units.get(definition.key)
         if unit is not None:
             have = unit.definition.state_version

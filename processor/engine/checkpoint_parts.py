@@ -12,10 +12,13 @@ head stops naming it — so the compacted topic keeps only live state:
 - ``n.<i>`` / ``h.<i>``: closed chunks of the node list and the header
   seqs (chunks.py);
 - ``r.<i>``: replacement ``i`` of the replace history (G-5), written once;
-- ``d.<b>``: a closed block of the duplicate-digest window;
+- ``d8.<b>``: a closed block of the duplicate-digest window (``d.<b>`` for
+  the blocks of 16 of a version-1 head);
 - ``hdr``: the session header;
 - ``t.<seq>``: a transcript message the views have not published yet (held
-  back by an in-place replay; none otherwise).
+  back by an in-place replay; none otherwise);
+- ``x.<i>``: the seqs of the views' transcript chunk ``~t<i>``, written once:
+  so a session tombstone names exactly the ``~m<seq>`` records that exist.
 
 The transcript is not in the checkpoint: the views hold it (view_parts.py).
 """
@@ -23,7 +26,7 @@ The transcript is not in the checkpoint: the views hold it (view_parts.py).
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,22 +52,43 @@ def chunk_part(kind: str, index: int) -> str:
     return f"{kind}.{index}"
 
 
-def digest_part(block: int) -> str:
-    return f"d.{block}"
+def digest_part(block: int, size: int = DIGEST_BLOCK) -> str:
+    """``d.<b>`` for blocks of 16 (version-1 heads), ``d<size>.<b>`` otherwise:
+    blocks of two sizes never share a key."""
+    return f"d.{block}" if size == 16 else f"d{size}.{block}"
 
 
 def pending_part(seq: int) -> str:
     return f"t.{seq}"
 
 
+def seqs_part(index: int) -> str:
+    return f"x.{index}"
+
+
 HEADER_PART = "hdr"
 UNIT_KEYS_PART = "k"
-#: A row that changed in this checkpoint and in the one before, and encodes
-#: to at most this many bytes, rides in the head instead of a part: rows that
-#: change with every event (counters) then cost no record of their own.  A
-#: row that changes now and then stays a part; once an inline row stops
-#: changing it is written out as a part, so the head does not carry it.
+#: A row that changed in this checkpoint and in the one before (hot) rides in
+#: the head as its leaf values against its part ``u.<key>`` (the base, same
+#: shape), when those encode to at most this many bytes: rows that change
+#: with every event (counters) then cost a few numbers per checkpoint, not a
+#: record with every field name.
 INLINE_ROW_BYTES = 512
+#: A hot row that stopped changing keeps riding inline for this many
+#: checkpoints (cheap) before it is written out as its part (a new base), so a
+#: counter that pauses for one event does not cost a whole part.
+SETTLE_AFTER = 4
+
+
+@dataclass(slots=True)
+class UnitSlot:
+    """What the checkpoints topic holds for one projection row."""
+
+    row: Any  # the row as of the last checkpoint
+    changed_at: int  # lastSeq of the checkpoint that last changed it
+    part_version: int | None = None  # version of the live part ``u.<key>``, if any
+    part_row: Any = None  # the row that part holds (the base of inline leaves)
+    inline: bool = False  # the head carries it (as leaves against the part)
 
 
 @dataclass(slots=True)
@@ -73,32 +97,39 @@ class PartLedger:
 
     events: set[int] = field(default_factory=set)
     overrides: dict[int, int] = field(default_factory=dict)  # seq -> generation
-    #: key -> (version, row, inline in the head rather than a part)
-    units: dict[str, tuple[int, Any, bool]] = field(default_factory=dict)
+    units: dict[str, UnitSlot] = field(default_factory=dict)
     unit_keys: tuple[list[str], int] | None = None  # part ``k``: (keys, version)
     nodes: ChunkLedger = field(default_factory=ChunkLedger)
     headers: ChunkLedger = field(default_factory=ChunkLedger)
     replacements: int = 0  # parts ``r.<i>`` written
     digest_blocks: list[int] = field(default_factory=list)
+    digest_size: int = DIGEST_BLOCK  # block size of ``digest_blocks``
     header: Any = None  # the header object written as ``hdr``
     last_write: int = -1  # lastSeq of the previous checkpoint of this session
     #: transcript entries folded while the views were held back: parts ``t.<seq>``
     pending: list[int] = field(default_factory=list)
+    #: parts ``x.<i>`` exist for transcript chunks ``seq_chunks_from <= i < seq_chunks``
+    #: (a session restored from an older head has none for its earlier chunks)
+    seq_chunks_from: int = 0
+    seq_chunks: int = 0
 
     def names(self) -> list[str]:
         """Every live part (a session tombstone removes them all)."""
         names = [event_part(s) for s in sorted(self.events)]
         names += [override_part(s, g) for s, g in sorted(self.overrides.items())]
-        names += [unit_part(k) for k in sorted(self.units) if not self.units[k][2]]
+        names += [
+            unit_part(k) for k in sorted(self.units) if self.units[k].part_version is not None
+        ]
         if self.unit_keys is not None:
             names.append(UNIT_KEYS_PART)
         for kind, chunks in (("n", self.nodes), ("h", self.headers)):
             names += [chunk_part(kind, i) for i in range(len(chunks.closed))]
         names += [chunk_part("r", i) for i in range(self.replacements)]
-        names += [digest_part(b) for b in self.digest_blocks]
+        names += [digest_part(b, self.digest_size) for b in self.digest_blocks]
         if self.header is not None:
             names.append(HEADER_PART)
         names += [pending_part(s) for s in self.pending]
+        names += [seqs_part(i) for i in range(self.seq_chunks_from, self.seq_chunks)]
         return names
 
 
@@ -125,10 +156,12 @@ def checkpoint_writes(
     digests: Sequence[bytes],
     window: int,
     published: int,
+    closed_chunks: Sequence[tuple[int, list[int]]] = (),
 ) -> PartWrites:
     """The parts that bring the checkpoints topic from ``ledger`` to ``session``.
 
-    ``published``: transcript entries the views topic holds.
+    ``published``: transcript entries the views topic holds;
+    ``closed_chunks``: the views' transcript chunks closed since the last call.
     """
     out = PartWrites()
     state = session.surface.state
@@ -150,27 +183,11 @@ def checkpoint_writes(
             out.tombstones.append(override_part(seq, generation))
     ledger.overrides = dict(generations)
     rows = session.projections.checkpoint(detached=False)
-    inline: dict[str, bytes] = {}
-    for key, row in rows.items():
-        known = ledger.units.get(key)
-        value = {"ver": row["ver"], "val": row["val"]}
-        if known is not None and _same_row(known[1], row):
-            if known[2]:  # inline while it kept changing; now settled: a part again
-                out.parts.append((unit_part(key), last, value))
-                ledger.units[key] = (last, row, False)
-            continue
-        if known is not None and known[0] == ledger.last_write:  # changed twice in a row: hot
-            blob = encode_json_payload(value, threshold=1 << 62)[1]
-            if len(blob) <= INLINE_ROW_BYTES:
-                if not known[2]:
-                    out.tombstones.append(unit_part(key))  # superseded by the inline row
-                inline[key] = blob
-                ledger.units[key] = (last, row, True)
-                continue
-        out.parts.append((unit_part(key), last, value))
-        ledger.units[key] = (last, row, False)
+    inline = {
+        key: blob for key, row in rows.items() if (blob := _unit(key, row, ledger, last, out))
+    }
     for key in sorted(set(ledger.units) - set(rows)):
-        if not ledger.units[key][2]:
+        if ledger.units[key].part_version is not None:
             out.tombstones.append(unit_part(key))
         del ledger.units[key]
     if session.header is not ledger.header:
@@ -184,7 +201,7 @@ def checkpoint_writes(
         "headers": _chunks("h", ledger.headers, list(state.headers), last, out),
         "overrides": [{"seq": s, "generation": g} for s, g in sorted(generations.items())],
         "unitKeys": _unit_keys(list(rows), ledger, last, out),
-        "units": [{"age": last - ledger.units[k][0], "row": inline.get(k)} for k in rows],
+        "units": [_unit_ref(last, ledger.units[k], inline.get(k)) for k in rows],
     }
     # the replace history only grows and each entry can be long (its shadowed
     # seqs): one part per replacement, written once; the head holds the count
@@ -194,6 +211,10 @@ def checkpoint_writes(
     out.head["replacements"] = ledger.replacements
     _digests(last, digests, window, ledger, out)
     _pending(session, published, ledger, out)
+    for index, seqs in closed_chunks:
+        if index >= ledger.seq_chunks:
+            out.parts.append((seqs_part(index), 0, seqs))
+            ledger.seq_chunks = index + 1
     ledger.last_write = last
     return out
 
@@ -212,6 +233,91 @@ def _pending(session: Session, published: int, ledger: PartLedger, out: PartWrit
     live = set(seqs)
     out.tombstones.extend(pending_part(s) for s in ledger.pending if s not in live)
     ledger.pending = seqs
+
+
+def _unit(
+    key: str, row: Mapping[str, Any], ledger: PartLedger, last: int, out: PartWrites
+) -> bytes:
+    """Bring row ``key`` up to date: its inline leaves (empty: the head reads the part)."""
+    slot = ledger.units.get(key)
+    value = {"ver": row["ver"], "val": row["val"]}
+    if slot is not None and _same_row(slot.row, row):
+        if slot.part_version is not None and not slot.inline:
+            return b""  # the part holds it
+        if slot.part_version is not None and last - slot.changed_at < SETTLE_AFTER:
+            blob = encode_leaves(slot.part_row, row)
+            if blob is not None:
+                return blob  # paused: keeps riding a while
+        # settled (or a format-2 inline row without a part): write it out
+    elif (
+        slot is not None
+        and slot.part_version is not None
+        and (
+            slot.inline or slot.changed_at == ledger.last_write  # changed twice in a row: hot
+        )
+    ):
+        blob = encode_leaves(slot.part_row, row)
+        if blob is not None and len(blob) <= INLINE_ROW_BYTES:
+            slot.row, slot.changed_at, slot.inline = row, last, True
+            return blob
+    # a new, cold, reshaped or settled row: the part (the next inline rows' base)
+    changed_at = last if slot is None or not _same_row(slot.row, row) else slot.changed_at
+    out.parts.append((unit_part(key), last, value))
+    ledger.units[key] = UnitSlot(row, changed_at, last, row, False)
+    return b""
+
+
+def _unit_ref(last: int, slot: UnitSlot, leaves: bytes | None) -> dict[str, Any]:
+    assert slot.part_version is not None  # every row has its part once written
+    return {"age": last - slot.part_version, "row": None, "leaves": leaves}
+
+
+def _leaves(base: Any, val: Any, out: list[Any]) -> bool:
+    """Append the leaf values of ``val`` in ``base``'s shape; False if shapes differ."""
+    if isinstance(base, dict):
+        if not isinstance(val, dict) or len(val) != len(base):
+            return False
+        for (bk, bv), (k, v) in zip(base.items(), val.items(), strict=True):
+            if bk != k or not _leaves(bv, v, out):
+                return False
+        return True
+    out.append(val)  # a leaf of the base: any value (also an object) fills it
+    return True
+
+
+def encode_leaves(base: Mapping[str, Any], row: Mapping[str, Any]) -> bytes | None:
+    """``row`` as the JSON array ``[ver, leaf...]`` of its values in ``base``'s
+    shape (the base's objects with the same keys in the same order are
+    descended into; any other base value is a leaf that ``row`` fills with
+    any value), or None when the shapes differ."""
+    leaves: list[Any] = [row["ver"]]
+    if not _leaves(base["val"], row["val"], leaves):
+        return None
+    return encode_json_payload(leaves, threshold=1 << 62)[1]
+
+
+_END = object()
+
+
+def _rebuild(base: Any, leaves: Iterator[Any]) -> Any:
+    if isinstance(base, dict):
+        return {k: _rebuild(v, leaves) for k, v in base.items()}
+    leaf = next(leaves, _END)
+    if leaf is _END:
+        raise ValueError("fewer leaves than the base row has")
+    return leaf
+
+
+def decode_leaves(base: Mapping[str, Any], leaves: Any) -> dict[str, Any]:
+    """The row ``{ver, val}`` that :func:`encode_leaves` encoded against ``base``
+    (ValueError when ``leaves`` does not fit ``base``)."""
+    if not isinstance(leaves, list) or not leaves:
+        raise ValueError("inline row leaves are not a non-empty JSON array")
+    it = iter(leaves[1:])
+    val = _rebuild(base["val"], it)
+    if next(it, _END) is not _END:
+        raise ValueError("more leaves than the base row has")
+    return {"ver": leaves[0], "val": val}
 
 
 def _unit_keys(keys: list[str], ledger: PartLedger, last: int, out: PartWrites) -> int:
@@ -248,6 +354,9 @@ def _digests(
             blocks.append(block)
             block -= 1
     blocks.reverse()
+    if ledger.digest_size != DIGEST_BLOCK:  # restored from a head of another block size
+        out.tombstones.extend(digest_part(b, ledger.digest_size) for b in ledger.digest_blocks)
+        ledger.digest_blocks, ledger.digest_size = [], DIGEST_BLOCK
     live = set(blocks)
     for block in blocks:
         if block not in ledger.digest_blocks:
@@ -257,3 +366,4 @@ def _digests(
     out.tombstones.extend(digest_part(b) for b in ledger.digest_blocks if b not in live)
     ledger.digest_blocks = blocks
     out.head["digestFirstBlock"] = blocks[0] if blocks else tail_block
+    out.head["digestBlock"] = DIGEST_BLOCK

@@ -31,7 +31,8 @@ from processor.codec import (
     decode_part,
     split_part_key,
 )
-from processor.protocol import DIGEST_BLOCK, SERVICE_STATE_VERSION
+from processor.engine.checkpoint_parts import decode_leaves, digest_part
+from processor.protocol import CHUNK_ITEMS, SERVICE_STATE_VERSION
 
 
 @dataclass
@@ -48,12 +49,15 @@ def latest_checkpoints(
 ) -> RestoredCheckpoints:
     """Newest checkpoint per session of ``records`` in log order (tombstones remove).
 
-    An unreadable record, or a head whose parts are not all readable, drops
-    its session's checkpoint (it is refolded) and is reported through
-    ``on_bad``; it never stops the restore.
+    An unreadable newest head, or a head whose parts are not all readable,
+    drops its session's checkpoint (it is refolded) and is reported through
+    ``on_bad``; it never stops the restore.  Superseded heads are not
+    decoded (nor reported when unreadable: nothing restores from them).
     """
     result = RestoredCheckpoints()
-    heads: dict[str, Checkpoint | dict[str, Any]] = {}
+    # the newest head per session, still encoded: a topic not compacted yet
+    # holds a head per batch, and only the last one is ever decoded
+    raw_heads: dict[str, bytes] = {}
     parts: dict[tuple[str, str], bytes] = {}
 
     def bad(sid: str, exc: CodecError) -> None:
@@ -74,14 +78,16 @@ def latest_checkpoints(
             continue
         sid = key.decode("utf-8", "replace")
         if value is None:
-            heads.pop(sid, None)
-            continue
+            raw_heads.pop(sid, None)
+        else:
+            raw_heads[sid] = value
+    heads: dict[str, Checkpoint | dict[str, Any]] = {}
+    for sid, value in raw_heads.items():
         try:
             name, datum = decode_checkpoint_record(codec, value)
             heads[sid] = codec.decode_checkpoint(value) if name == CHECKPOINT else datum
         except CodecError as exc:
             bad(sid, exc)
-            heads.pop(sid, None)
     for sid, head in heads.items():
         if isinstance(head, Checkpoint):
             result.checkpoints[sid] = head
@@ -139,16 +145,22 @@ def _assemble(
     keys = parts.get("k", h["unitKeys"])
     if len(keys) != len(h["units"]):
         raise CodecError(f"checkpoint part k names {len(keys)} units, the head {len(h['units'])}")
+    ledger = []  # (key, part version or None, inline, the part's row)
     for key, unit in zip(keys, h["units"], strict=True):
-        inline = unit["row"]
-        row = (
-            decode_json_payload("JSON", inline)
-            if inline is not None
-            else parts.get(f"u.{key}", last - unit["age"])
-        )
+        if unit["row"] is not None:  # schema version 1: a whole row, no part
+            row = base = decode_json_payload("JSON", unit["row"])
+            ledger.append([key, None, True, None])
+        else:
+            base = parts.get(f"u.{key}", last - unit["age"])
+            leaves = unit.get("leaves")
+            row = (
+                base if leaves is None else decode_leaves(base, decode_json_payload("JSON", leaves))
+            )
+            ledger.append([key, last - unit["age"], leaves is not None, base])
         rows[key] = {"ver": row["ver"], "seq": last, "val": row["val"]}
-    blocks = list(range(h["digestFirstBlock"], (last + 1) // DIGEST_BLOCK))
-    digests = b"".join(base64.b64decode(parts.get(f"d.{b}")) for b in blocks)
+    size = int(h["digestBlock"])
+    blocks = list(range(h["digestFirstBlock"], (last + 1) // size))
+    digests = b"".join(base64.b64decode(parts.get(digest_part(b, size))) for b in blocks)
     surface = {
         "nextSeq": last + 1,
         "nodes": nodes,
@@ -160,6 +172,9 @@ def _assemble(
         "replaceGeneration": h["replaceGeneration"],
         "contentGeneration": h["contentGeneration"],
     }
+    chunks = (views["transcriptTotal"] - views["transcriptBase"]) // CHUNK_ITEMS
+    seqs_from = chunks if views["seqChunksFrom"] < 0 else views["seqChunksFrom"]
+    seqs = [s for i in range(seqs_from, chunks) for s in parts.get(f"x.{i}")]
     header = parts.get("hdr")
     a = h["anchor"]
     core = {
@@ -180,15 +195,15 @@ def _assemble(
         "published": {"transcript": views["transcriptTotal"]},
         "parted": {
             "overrides": [[o["seq"], o["generation"]] for o in h["overrides"]],
-            "units": [
-                [k, last - u["age"], u["row"] is not None]
-                for k, u in zip(keys, h["units"], strict=True)
-            ],
+            "units": ledger,
             "unitKeys": h["unitKeys"],
             "nodeChunks": h["nodes"]["chunks"],
             "headerChunks": h["headers"]["chunks"],
             "digestBlocks": blocks,
+            "digestSize": size,
             "views": views,
+            "seqChunksFrom": seqs_from,
+            "transcriptSeqs": [*seqs, *views["transcriptTail"]],
             "partNames": sorted(set(parts.names)),
         },
     }

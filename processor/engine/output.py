@@ -29,7 +29,7 @@ from processor.codec import (
 )
 from processor.config import ServiceConfig
 from processor.core.session import CHECKPOINT_VERSION
-from processor.engine.checkpoint_parts import checkpoint_writes
+from processor.engine.checkpoint_parts import UnitSlot, checkpoint_writes
 from processor.engine.chunks import ChunkLedger
 from processor.engine.records import Out, Tally
 from processor.engine.runtime import SessionRuntime, ViewChange
@@ -131,8 +131,15 @@ def _checkpoint(
     session = rt.session
     views = rt.view_ledger
     writes = checkpoint_writes(
-        session, rt.part_ledger, generations, rt.digests, rt.window, views.transcript_total
+        session,
+        rt.part_ledger,
+        generations,
+        rt.digests,
+        rt.window,
+        views.transcript_total,
+        views.closed_chunks,
     )
+    views.closed_chunks = []
     for name, version, value in writes.parts:
         yield Out(topic, partition, part_key(sid, name), encode_part(codec, name, version, value))
     for name in writes.tombstones:
@@ -164,6 +171,7 @@ def _checkpoint(
             "transcriptTail": list(views.transcript_tail),
             "contentFloor": views.content_floor,
             "nodeChunks": views.nodes.versions,
+            "seqChunksFrom": rt.part_ledger.seq_chunks_from,
         },
     }
     yield Out(topic, partition, session_key(sid), encode_head(codec, head))
@@ -198,16 +206,23 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts.events = set(state.nodes) | set(state.headers)
     parts.overrides = dict(generations)
     rows = session.projections.checkpoint(detached=False)
-    parts.units = {k: (int(v), rows[k], bool(i)) for k, v, i in parted["units"] if k in rows}
-    parts.unit_keys = ([k for k, _, _ in parted["units"]], int(parted["unitKeys"]))
+    parts.units = {
+        k: UnitSlot(rows[k], session.last_seq if inline else int(v), v, base, inline)
+        for k, v, inline, base in parted["units"]
+        if k in rows
+    }
+    parts.unit_keys = ([u[0] for u in parted["units"]], int(parted["unitKeys"]))
     parts.nodes = ChunkLedger.restored(state.nodes, parted["nodeChunks"])
     parts.headers = ChunkLedger.restored(list(state.headers), parted["headerChunks"])
     parts.replacements = len(state.replacements)
     parts.digest_blocks = list(parted["digestBlocks"])
+    parts.digest_size = int(parted["digestSize"])
     parts.header = session.header
     parts.last_write = session.last_seq
     v = parted["views"]
     parts.pending = [int(s) for s in v["pending"]]
+    parts.seq_chunks_from = int(parted["seqChunksFrom"])
+    parts.seq_chunks = (int(v["transcriptTotal"]) - int(v["transcriptBase"])) // CHUNK_ITEMS
     views.transcript_total = int(v["transcriptTotal"])
     views.transcript_base = int(v["transcriptBase"])
     views.transcript_tail = [int(s) for s in v["transcriptTail"]]
@@ -225,9 +240,16 @@ def session_tombstones(
 ) -> list[tuple[str, int, bytes]]:
     """Every record a session has in both topics, as tombstones (head keys first).
 
-    A format-2 session's messages are tombstoned for every seq up to its
-    watermark: the checkpoint does not list the transcript's seqs, and a
-    tombstone of a key that holds nothing costs one small record once.
+    A format-2 session's ``~m<seq>`` records are its surface nodes' and its
+    transcript's, whose seqs the checkpoint keeps (parts ``x.<i>``, head
+    ``transcriptTail``): so the tombstones follow the live state, not the
+    session's length.  Only the transcript chunks before ``seqChunksFrom``
+    (a session checkpointed before those parts existed) are unknown: every
+    seq below the first known one is tombstoned for them.
+
+    They commit in one transaction, the first of the rebuild, before any
+    record the refold writes: a tombstone committed after a new record of
+    the same key would delete it, so they cannot trail the rebuild.
     """
     cps, views, ps = config.topics.checkpoints, config.topics.views, config.transcript_page_size
     out = [(cps, partition, session_key(sid))]
@@ -245,6 +267,10 @@ def session_tombstones(
         names += [VIEW_HEAD, *(node_chunk_view(i) for i in range(len(v["nodeChunks"])))]
         names += [transcript_chunk_view(i) for i in range(chunks)]
         names += [content_view(int(s), int(g)) for s, g in parted["overrides"]]
-        names += [content_view(seq) for seq in range(cp.last_seq + 1)]
+        known = [int(s) for s in parted["transcriptSeqs"]]
+        if int(parted["seqChunksFrom"]) > 0:  # earlier chunks' seqs are not recorded
+            known = [*range(known[0] if known else cp.last_seq + 1), *known]
+        nodes = cp.surface["core"]["surface"]["nodes"]
+        names += [content_view(seq) for seq in sorted({*known, *map(int, nodes)})]
     out += [(views, partition, view_key(sid, name)) for name in names]
     return out

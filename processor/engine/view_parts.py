@@ -50,6 +50,9 @@ class ViewLedger:
     overrides: dict[int, int] = field(default_factory=dict)  # seq -> generation live
     as_of: int = -1  # seq of the last head written
     legacy: list[str] = field(default_factory=list)  # format-1 records to tombstone
+    #: transcript chunks closed in the views and not yet mirrored in the
+    #: checkpoint (parts ``x.<i>``: what a session tombstone must remove)
+    closed_chunks: list[tuple[int, list[int]]] = field(default_factory=list)
 
     def owns(self, session: Session, seq: int, overridden: bool) -> bool:
         """Does node ``seq`` need a content record of its own (not the transcript's)?"""
@@ -149,5 +152,6 @@ def _transcript(session: Session, ledger: ViewLedger, out: ViewWrites) -> None:
         if len(tail) == CHUNK_ITEMS:
             index = (ledger.transcript_total - ledger.transcript_base) // CHUNK_ITEMS - 1
             out.records.append((transcript_chunk_view(index), list(tail)))
+            ledger.closed_chunks.append((index, list(tail)))
             tail.clear()
     session.drop_transcript_before(total)  # the views hold them now

@@ -16,6 +16,8 @@ the writer commits the records a head names in the head's transaction.
 
 from __future__ import annotations
 
+import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,36 +33,96 @@ from processor.protocol import (
     transcript_page,
 )
 
+log = logging.getLogger("processor.views_reader")
+
 
 class Incomplete(InvalidInput):
     """A head names a record the reader does not hold (at that version)."""
+
+
+#: Default bound of the decoded-content cache of one reader (bytes of the
+#: encoded records whose decoded values it holds).
+DECODED_CACHE_BYTES = 64 << 20
+
+
+class DecodedCache:
+    """Decoded values of parted records, least recently used evicted first.
+
+    Assembling a head decodes every message of the surface; keeping them
+    decoded saves that work per head, but without a bound the cache grows
+    with the whole topic (next to the encoded records the reader must hold
+    anyway).  The bound counts the encoded size of the records held decoded;
+    an evicted value is decoded again from its record when a head needs it.
+    Hitting the bound is logged once and counted in ``evictions``.
+    """
+
+    def __init__(self, max_bytes: int = DECODED_CACHE_BYTES) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"decoded cache bound must be >= 0, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.evictions = 0
+        self._values: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get(self, key: tuple[str, str], record: View) -> Any:
+        hit = self._values.get(key)
+        if hit is not None:
+            self._values.move_to_end(key)
+            return hit[0]
+        value = record.json_value()
+        cost = len(record.value)
+        self._values[key] = (value, cost)
+        self.bytes += cost
+        while self.bytes > self.max_bytes and self._values:
+            _, (_, old) = self._values.popitem(last=False)
+            self.bytes -= old
+            if not self.evictions:
+                log.warning(
+                    "views reader: decoded cache reached its bound of %d bytes; evicting "
+                    "least recently used values (decoded again when needed)",
+                    self.max_bytes,
+                )
+            self.evictions += 1
+        return value
+
+    def drop(self, key: tuple[str, str]) -> None:
+        hit = self._values.pop(key, None)
+        if hit is not None:
+            self.bytes -= hit[1]
 
 
 @dataclass
 class SessionParts:
     """The newest parted records of one session, and what was assembled last."""
 
+    session_id: str
+    cache: DecodedCache
     records: dict[str, View] = field(default_factory=dict)
-    decoded: dict[str, Any] = field(default_factory=dict)
     total: int | None = None  # transcript total of the last assembled head
     as_of: int | None = None  # asOfSeq of the last assembled head
     skipped: int = 0  # heads not assembled for want of a record
 
     def put(self, view: View) -> None:
         self.records[view.view] = view
-        self.decoded.pop(view.view, None)
+        self.cache.drop((self.session_id, view.view))
 
     def drop(self, name: str) -> None:
         self.records.pop(name, None)
-        self.decoded.pop(name, None)
+        self.cache.drop((self.session_id, name))
+
+    def clear(self) -> None:
+        for name in self.records:
+            self.cache.drop((self.session_id, name))
+        self.records.clear()
 
     def value(self, name: str, version: int | None = None) -> Any:
         record = self.records.get(name)
         if record is None or (version is not None and record.as_of_seq != version):
             raise Incomplete(name)
-        if name not in self.decoded:
-            self.decoded[name] = record.json_value()
-        return self.decoded[name]
+        return self.cache.get((self.session_id, name), record)
 
     def has(self, name: str) -> bool:
         return name in self.records
@@ -134,13 +196,16 @@ def assemble(parts: SessionParts, head: View) -> dict[str, Any] | None:
 class PartedViews:
     """The parted records of every session, by key (a tombstone has only its key)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache_bytes: int = DECODED_CACHE_BYTES) -> None:
         self.sessions: dict[str, SessionParts] = {}
+        self.cache = DecodedCache(cache_bytes)
         self._keys: dict[bytes, tuple[str, str]] = {}
 
     def put(self, key: bytes | None, view: View) -> dict[str, Any] | None:
         """Keep ``view``; for a head, the assembled views (None when incomplete)."""
-        parts = self.sessions.setdefault(view.session_id, SessionParts())
+        parts = self.sessions.get(view.session_id)
+        if parts is None:
+            parts = self.sessions[view.session_id] = SessionParts(view.session_id, self.cache)
         if key is not None:
             self._keys[key] = (view.session_id, view.view)
         parts.put(view)
@@ -160,7 +225,7 @@ class PartedViews:
         parts = self.sessions.get(sid)
         if parts is not None:
             if name == VIEW_HEAD:
-                del self.sessions[sid]
+                self.sessions.pop(sid).clear()
             else:
                 parts.drop(name)
         return ident

@@ -68,7 +68,7 @@ from processor.service.topic_reader import (
     _tail,
     read_committed_records,
 )
-from processor.service.view_assembly import PartedViews
+from processor.service.view_assembly import DECODED_CACHE_BYTES, PartedViews
 
 __all__ = [
     "CORE_VIEWS",
@@ -138,6 +138,8 @@ class ViewRegression:
 class ViewsSnapshot:
     views: dict[str, SessionViews]
     regressions: list[ViewRegression]
+    #: decoded values the reader dropped at its cache bound (decoded again when needed)
+    cache_evictions: int = 0
 
 
 class _Materializer:
@@ -153,13 +155,19 @@ class _Materializer:
     snapshot is consistent.
     """
 
-    def __init__(self, codec: Codec, session: str | None, view: str | None) -> None:
+    def __init__(
+        self,
+        codec: Codec,
+        session: str | None,
+        view: str | None,
+        cache_bytes: int = DECODED_CACHE_BYTES,
+    ) -> None:
         self.codec = codec
         self.session = session
         self.view = view
         self.views: dict[str, SessionViews] = {}
         self.assembler = ViewAssembler()
-        self.parted = PartedViews()
+        self.parted = PartedViews(cache_bytes)
         self._assembled: set[str] = set()  # sessions whose core views are parted
         self._heads: dict[bytes, tuple[str, str]] = {}
         # highest asOfSeq read per (session, view), to see a record go backwards
@@ -287,14 +295,19 @@ def materialize_views(
     view: str | None = None,
     timeout: float = 60.0,
     codec: Codec | None = None,
+    cache_bytes: int = DECODED_CACHE_BYTES,
 ) -> dict[str, SessionViews]:
     """Every committed view, by session and view name, as of now.
 
     ``session`` / ``view`` keep only those (the whole topic is still read:
     the views of a session live in its events partition, which a reader
     cannot compute without knowing the producers' partitioner).
+    ``cache_bytes`` bounds the decoded parted records kept besides the views
+    (:class:`~processor.service.view_assembly.DecodedCache`).
     """
-    return read_views(config, session=session, view=view, timeout=timeout, codec=codec).views
+    return read_views(
+        config, session=session, view=view, timeout=timeout, codec=codec, cache_bytes=cache_bytes
+    ).views
 
 
 def read_views(
@@ -304,14 +317,15 @@ def read_views(
     view: str | None = None,
     timeout: float = 60.0,
     codec: Codec | None = None,
+    cache_bytes: int = DECODED_CACHE_BYTES,
 ) -> ViewsSnapshot:
     """:func:`materialize_views` plus every ``asOfSeq`` regression met on the way."""
-    state = _Materializer(codec or default_codec(), session, view)
+    state = _Materializer(codec or default_codec(), session, view, cache_bytes)
     for m in read_committed_records(
         config, config.topics.views, timeout=timeout, purpose="views-reader"
     ):
         state.apply(m.key(), m.value(), m.partition(), m.offset())
-    return ViewsSnapshot(state.views, state.regressions)
+    return ViewsSnapshot(state.views, state.regressions, state.parted.cache.evictions)
 
 
 def follow_views(
@@ -323,14 +337,16 @@ def follow_views(
     stop_after_s: float | None = None,
     timeout: float = 60.0,
     codec: Codec | None = None,
+    cache_bytes: int = DECODED_CACHE_BYTES,
 ) -> Iterator[ViewUpdate]:
     """Yield view updates as they commit (until ``stop_after_s`` or forever).
 
     ``snapshot``: first yield the current value of every view (one update
     each, sessions and views sorted), then the changes after it.  Without it,
-    only changes committed after the call are yielded.
+    only changes committed after the call are yielded.  ``cache_bytes``: as
+    for :func:`materialize_views`.
     """
-    state = _Materializer(codec or default_codec(), session, view)
+    state = _Materializer(codec or default_codec(), session, view, cache_bytes)
     topic = config.topics.views
     consumer = clients.plain_consumer(config, "views-follow")
     try:

@@ -24,12 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.engine import Fate, Out
+from processor.service.view_assembly import DECODED_CACHE_BYTES
 from processor.service.views_reader import _Materializer, session_fold_equivalent
 from processor.workload import generate_session
 from tests.engine.kit import (
@@ -139,9 +141,9 @@ def test_restore_from_compacted_topics_plus_the_tail_equals_the_offline_fold(
 class _Follower:
     """A views subscriber that checks its sessions whenever a transaction ended."""
 
-    def __init__(self, sc: Scenario) -> None:
+    def __init__(self, sc: Scenario, cache_bytes: int = DECODED_CACHE_BYTES) -> None:
         self.sc = sc
-        self.reader = _Materializer(CODEC, None, None)
+        self.reader = _Materializer(CODEC, None, None, cache_bytes)
         self.folds: dict[tuple[str, int], dict[str, Any]] = {}
         self.checked = 0
 
@@ -169,13 +171,15 @@ def test_a_follower_only_ever_holds_snapshots_equal_to_the_fold_at_their_seq(
 ) -> None:
     h = Harness(config=sc.config)
     transactions = play(h, sc, 0, len(sc.steps))
-    follower = _Follower(sc)
+    # a reader whose decoded cache is tiny (or off) re-decodes: same snapshots
+    bound = data.draw(st.sampled_from([0, 3_000, DECODED_CACHE_BYTES]), label="cache bytes")
+    follower = _Follower(sc, bound)
     for tx in transactions:
         follower.read(tx)
     assert follower.checked >= len(sc.logs)
     # a follower that starts later, from the compacted topic at offset zero
     k = data.draw(st.integers(0, len(transactions)), label="joins after transaction")
-    late = _Follower(sc)
+    late = _Follower(sc, bound)
     late.read(compacted([o for tx in transactions[:k] for o in tx if o.topic == VIEWS]))
     for tx in transactions[k:]:
         late.read(tx)
@@ -192,3 +196,33 @@ def test_the_scenarios_compact_and_offload_images() -> None:
             op = e.surface_op
             replaces += isinstance(op, Mapping) and op.get("op") == "replace"
     assert "image/offload" in types and replaces > 0
+
+
+def test_the_views_reader_bounds_its_decoded_cache_and_reports_the_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logs = {f"s{i}": generate_session(random.Random(i), 150, context_budget=30) for i in range(3)}
+    h = Harness()
+    for step in range(150):
+        for sid, log in logs.items():
+            h.fold(h.event(sid, log[step]))
+        h.commit()
+    records = [o for o in h.topic(VIEWS)]
+    roomy = _Materializer(CODEC, None, None)
+    for o in records:
+        roomy.apply(o.key, o.value)
+    assert roomy.parted.cache.evictions == 0 and roomy.parted.cache.bytes > 20_000
+    caplog.set_level("WARNING", logger="processor.views_reader")
+    small = _Materializer(CODEC, None, None, cache_bytes=20_000)
+    for o in records:
+        small.apply(o.key, o.value)
+    cache = small.parted.cache
+    assert cache.evictions > 0 and cache.bytes <= 20_000
+    bound_logs = [r for r in caplog.records if "decoded cache reached its bound" in r.message]
+    assert len(bound_logs) == 1  # once, not per eviction
+    for sid, log in logs.items():
+        assert plain(session_fold_equivalent(small.views[sid])) == offline_fold(log), sid
+        assert small.views[sid] == roomy.views[sid]
+    # a session tombstone gives its cached values back
+    small.apply(b"s0/~h", None)
+    assert all(key[0] != "s0" for key in cache._values)

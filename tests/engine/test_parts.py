@@ -7,13 +7,30 @@ reader's materializer, the two entries every consumer uses.
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 from typing import Any
 
-from processor.codec import Anchor, Checkpoint, split_part_key
+import fastavro
+import orjson
+import pytest
+
+from processor.codec import (
+    Anchor,
+    Checkpoint,
+    decode_part,
+    encode_part,
+    part_key,
+    schema_fingerprint,
+    split_part_key,
+)
+from processor.codec.schemas import find_schema_dir
 from processor.core.builder import LogBuilder
 from processor.core.events import Event
 from processor.core.session import CHECKPOINT_VERSION
 from processor.engine import Out
+from processor.engine.checkpoint_parts import decode_leaves, encode_leaves
 from processor.engine.checkpoints import latest_checkpoints
 from processor.offline import fold_events, session_output
 from processor.service.views_reader import (
@@ -24,6 +41,7 @@ from processor.service.views_reader import (
 from tests.engine.kit import CODEC, CONFIG, Harness, session_log
 
 VIEWS, CHECKPOINTS = CONFIG.topics.views, CONFIG.topics.checkpoints
+SCHEMAS = find_schema_dir()
 
 
 def size(outs: list[Out]) -> int:
@@ -330,8 +348,8 @@ def test_a_checkpoint_taken_while_the_views_are_held_back_restores_and_publishes
     )
 
 
-def test_rows_that_change_every_batch_ride_in_the_head_and_restore() -> None:
-    log = session_log(60, seed=8)
+def _hot_head(log: list[Event]) -> tuple[Harness, list[Out], dict[str, Any]]:
+    """A session folded whole, then three batches of one event each."""
     h = Harness()
     h.fold_events("s", log[:40])
     h.commit()
@@ -339,11 +357,184 @@ def test_rows_that_change_every_batch_ride_in_the_head_and_restore() -> None:
         h.fold_events("s", [event])
         out = h.commit()
     [head] = [o for o in out if o.key == b"s"]
-    _, datum = CODEC.decode_record(head.value or b"")
-    assert any(u["row"] is not None for u in datum["units"])  # e.g. the session's counters
-    assert not any(n.startswith("u.") for n in part_names(out)[0])
+    return h, out, CODEC.decode_record(head.value or b"")[1]
+
+
+def test_rows_that_change_every_batch_ride_in_the_head_and_restore() -> None:
+    log = session_log(60, seed=8)
+    h, out, datum = _hot_head(log)
+    hot = [u for u in datum["units"] if u["leaves"] is not None]  # e.g. the session's counters
+    assert hot and all(u["row"] is None for u in datum["units"])
+    written, gone = part_names(out)
+    assert not any(n.startswith("u.") for n in written | gone)  # the base part stays
+    keys = h.engine.partitions[0].sessions["s"].session.projections.checkpoint(detached=False)
+    stats = encode_leaves({"ver": 0, "val": keys["sessionStats"]["val"]}, keys["sessionStats"])
+    assert stats is not None and len(stats) < len(orjson.dumps(keys["sessionStats"]["val"])) / 2
     r = Harness(checkpoints={0: h.checkpoints()})
     r.produced, r.offsets = list(h.produced), dict(h.offsets)
     r.fold_events("s", log[43:])
     r.commit()
     assert r.fold_equivalent("s") == expected(log)
+
+
+def test_inline_leaves_fit_only_the_shape_of_their_base_row() -> None:
+    base = {"ver": 1, "val": {"a": 1, "b": {"c": [1, 2], "d": None}, "e": "x"}}
+    row = {"ver": 2, "val": {"a": 5, "b": {"c": [3], "d": {"z": 1}}, "e": "y"}}
+    blob = encode_leaves(base, row)
+    assert blob == b'[2,5,[3],{"z":1},"y"]'
+    assert decode_leaves(base, orjson.loads(blob)) == row
+    assert encode_leaves(base, {"ver": 2, "val": {"a": 5, "e": "y", "b": {}}}) is None
+    assert encode_leaves(base, {"ver": 2, "val": {"b": {"c": 1, "d": 2}, "a": 1, "e": ""}}) is None
+    assert encode_leaves(base, {"ver": 2, "val": 7}) is None
+    for bad in ([2, 5], [2, 5, 1, 2, 3, 4], {"ver": 2}, []):
+        with pytest.raises(ValueError):
+            decode_leaves(base, bad)
+
+
+def test_a_row_whose_shape_changes_is_written_as_a_new_base_part() -> None:
+    h = Harness()
+    b = LogBuilder()
+    b.system("sys")
+    h.fold_events("s", b.events)
+    h.commit()
+    outs = []
+    for text in ("one", "two", "three"):  # the counters change every batch: hot
+        h.fold_events("s", [b.user(text)])
+        outs.append(h.commit())
+    assert "u.sessionStats" not in part_names(outs[-1])[0]
+    h.fold_events("s", [b.assistant("a new role: a new key in the counters")])
+    out = h.commit()
+    assert "u.sessionStats" in part_names(out)[0]
+    h.fold_events("s", [b.user("four")])
+    h.commit()
+    r = Harness(checkpoints={0: h.checkpoints()})
+    r.produced, r.offsets = list(h.produced), dict(h.offsets)
+    r.fold_events("s", [b.user("five")])
+    r.commit()
+    assert r.fold_equivalent("s") == expected(b.events)
+
+
+def test_a_head_of_schema_version_1_with_a_whole_inline_row_restores() -> None:
+    """Heads written before ``leaves`` existed carry a hot row whole in ``row``
+    (and no part backs it): they still restore, and the row gets its part."""
+    log = session_log(60, seed=8)
+    h, _, datum = _hot_head(log)
+    rows = h.engine.partitions[0].sessions["s"].session.projections.checkpoint(detached=False)
+    keys = list(rows)
+    i = next(i for i, u in enumerate(datum["units"]) if u["leaves"] is not None)
+    row = rows[keys[i]]
+    datum["units"][i] = {"age": 0, "row": orjson.dumps({"ver": row["ver"], "val": row["val"]})}
+    records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]
+    records = [r for r in records if split_part_key(r[0] or b"") != ("s", f"u.{keys[i]}")]
+    records.append((b"s", _v1_head(datum, records)))
+    restored = latest_checkpoints(CODEC, records)
+    assert restored.bad_records == 0
+    assert restored.checkpoints["s"].rows[keys[i]]["val"] == row["val"]
+    # the duplicate window of the 16-blocks is the one the head of today restores
+    now = latest_checkpoints(CODEC, [(o.key, o.value) for o in h.topic(CHECKPOINTS)])
+    window = base64.b64decode(restored.checkpoints["s"].surface["service"]["digests"])
+    full = base64.b64decode(now.checkpoints["s"].surface["service"]["digests"])
+    assert full.endswith(window) and len(window) >= len(full) - 8 * 8 > 0
+    r = Harness(checkpoints={0: restored.checkpoints})
+    r.produced, r.offsets = list(h.produced), dict(h.offsets)
+    r.fold_events("s", log[43:44])
+    out = r.commit()
+    assert f"u.{keys[i]}" in part_names(out)[0]
+    v1_blocks = {
+        ident[1]
+        for k, _ in records
+        if (ident := split_part_key(k or b"")) is not None and ident[1].startswith("d.")
+    }
+    assert v1_blocks and v1_blocks == {n for n in part_names(out)[1] if n.startswith("d.")}
+    r.fold_events("s", log[44:])
+    r.commit()
+    assert r.fold_equivalent("s") == expected(log)
+
+
+def _v1_head(datum: dict[str, Any], records: list[tuple[bytes | None, bytes | None]]) -> bytes:
+    """``datum`` written with version 1 of the head schema (no leaves, no
+    seqChunksFrom, digest blocks of 16: parts ``d.<b>``, appended to ``records``)."""
+    last, size = datum["lastSeq"], datum.pop("digestBlock")
+    held = dict(records)
+
+    def digests(lo: int, hi: int) -> bytes:  # of seqs [lo, hi), from the blocks of ``size``
+        return b"".join(
+            base64.b64decode(decode_part(CODEC, held[part_key("s", f"d{size}.{b}")] or b"")[2])
+            for b in range(lo // size, hi // size)
+        )
+
+    first = -(-datum["digestFirstBlock"] * size // 16)
+    tail = (last + 1) // 16
+    for b in range(first, tail):
+        value = base64.b64encode(digests(16 * b, 16 * b + 16)).decode()
+        records.append((part_key("s", f"d.{b}"), encode_part(CODEC, f"d.{b}", 0, value)))
+    datum["digestTail"] = digests(16 * tail, (last + 1) // size * size) + datum["digestTail"]
+    datum["digestFirstBlock"] = first
+    for unit in datum["units"]:
+        unit.pop("leaves", None)
+    datum["views"].pop("seqChunksFrom", None)
+    v1 = json.loads((SCHEMAS / "history" / "checkpoint_head.v1.avsc").read_text("utf-8"))
+    buf = io.BytesIO()
+    buf.write(b"\xc3\x01" + schema_fingerprint(v1))
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(v1, {}), datum)
+    return buf.getvalue()
+
+
+def _tombstone_cost(h: Harness, cp: Checkpoint) -> tuple[set[bytes], set[bytes]]:
+    """(live view keys of ``s`` after compaction, the view keys its tombstone names)."""
+    live = {k for k, _ in compacted(h.produced, VIEWS) if k is not None and k.startswith(b"s/")}
+    h.engine.tombstone_session(0, "s", cp)
+    tombs = {o.key for o in h.commit() if o.topic == VIEWS and o.value is None}
+    return live, {k for k in tombs if k is not None}
+
+
+def test_a_session_tombstone_names_only_the_records_that_exist() -> None:
+    log = session_log(600, seed=13)  # compactions, rewrites and image offloads
+    h = Harness()
+    for start in range(0, len(log), 7):
+        h.fold_events("s", log[start : start + 7])
+        h.commit()
+    cp = h.checkpoints()["s"]
+    nodes = cp.surface["core"]["surface"]["nodes"]
+    live, tombs = _tombstone_cost(h, cp)
+    assert live <= tombs
+    # a node without a message, or an append node (its message is the transcript's)
+    assert len(tombs - live) <= len(nodes) + len(cp.rows)
+    messages = [k for k in tombs if k.startswith(b"s/~m")]
+    assert len(messages) < 0.8 * (cp.last_seq + 1)  # not one per seq up to the watermark
+    assert not any((k or b"").startswith(b"s/") for k, _ in compacted(h.produced, VIEWS))
+
+
+def test_a_session_checkpointed_before_the_seq_parts_is_still_tombstoned_whole() -> None:
+    log = session_log(300, seed=13)
+    h = Harness()
+    for start in range(0, len(log), 7):
+        h.fold_events("s", log[start : start + 7])
+        h.commit()
+    [head] = [o for o in h.topic(CHECKPOINTS) if o.key == b"s"][-1:]
+    datum = CODEC.decode_record(head.value or b"")[1]
+    records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]
+    records.append((b"s", _v1_head(datum, records)))
+    cp = latest_checkpoints(CODEC, records).checkpoints["s"]
+    live, tombs = _tombstone_cost(h, cp)
+    assert live <= tombs
+    assert not any((k or b"").startswith(b"s/") for k, _ in compacted(h.produced, VIEWS))
+
+
+def test_only_the_newest_head_of_a_session_is_decoded() -> None:
+    """A checkpoints topic not compacted yet holds a head per batch: restore
+    decodes the last one only, so a superseded unreadable head costs nothing."""
+    h = Harness()
+    log = session_log(40)
+    h.fold_events("s", log[:20])
+    h.commit()
+    h.fold_events("s", log[20:])
+    h.commit()
+    records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]
+    first = next(i for i, (k, _) in enumerate(records) if k == b"s")
+    records[first] = (b"s", b"\xc3\x01garbage")
+    restored = latest_checkpoints(CODEC, records)
+    assert restored.bad_records == 0 and restored.checkpoints["s"].last_seq == log[-1].seq
+    records.append((b"s", b"\xc3\x01garbage"))  # the newest one unreadable: reported
+    restored = latest_checkpoints(CODEC, records)
+    assert restored.bad_records == 1 and "s" not in restored.checkpoints

@@ -136,6 +136,7 @@ def test_schema_store_indexes_current_and_history() -> None:
         (VIEW, True),
         (CHECKPOINT, True),
         ("processor.v1.CheckpointHead", True),
+        ("processor.v1.CheckpointHead", False),  # its units had no leaves
         ("processor.v1.CheckpointPart", True),
         (DEAD_LETTER, True),
     }

@@ -1,0 +1,53 @@
+"""Unit keys are wire names: registration refuses the service's own (P-2).
+
+A unit's key is the name of its view record (``<session>/<key>``) and of its
+checkpoint part (``u.<key>``).  A unit named ``~h`` would overwrite the
+parted views head; one named ``messages`` would be read as the core view.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from processor.core.builtin import default_registry
+from processor.core.errors import ProjectionError
+from processor.core.projection_registry import ProjectionDefinition, WireView
+
+
+def unit(key: str) -> ProjectionDefinition:
+    return ProjectionDefinition(
+        key=key,
+        state_version=0,
+        init=lambda header, inherited: 0,
+        apply=lambda state, event: state,
+        validate_state=lambda state: None,
+        wire=WireView(view=lambda state: state, validate_view=lambda view: None),
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("~h", "parted view records"),
+        ("~custom", "parted view records"),
+        ("messages", "core view"),
+        ("status", "core view"),
+        ("transcript.3", "core view"),
+        ("a\x00b", "NUL byte"),
+    ],
+)
+def test_P2_a_unit_whose_key_is_a_reserved_view_name_is_refused(key: str, why: str) -> None:
+    registry = default_registry()
+    before = registry.definitions()
+    with pytest.raises(ProjectionError) as info:
+        registry.register(unit(key))
+    assert info.value.rule == "P-2" and why in str(info.value)
+    assert str(info.value).startswith(f"session: projection key {key!r} is reserved: ")
+    assert registry.definitions() == before
+
+
+def test_P2_ordinary_unit_keys_still_register() -> None:
+    registry = default_registry()
+    for key in ("stats~", "my.transcript", "messagesCount", "team/unit"):
+        registry.register(unit(key))
+        assert key in registry
