@@ -83,7 +83,8 @@ class ServiceConfig:
     #: Directory of the local state store (SQLite, a cache of the checkpoints
     #: of the owned partitions), under which ``<group_id>/<instance>.sqlite``;
     #: "none" or "": no file, every assignment reads its checkpoints from the topic.
-    state_dir: str = "state"
+    #: Default ``$PROCESSOR_STATE_DIR`` or ``./state`` (also for configs built in code).
+    state_dir: str = field(default_factory=lambda: os.environ.get("PROCESSOR_STATE_DIR", "state"))
     #: Session state held in memory (estimated bytes); least recently used
     #: idle sessions beyond it are evicted and reloaded on their next event.
     state_budget_bytes: int = 128 * 1024 * 1024

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,7 +66,11 @@ def _spawn(config: ServiceConfig, instance: str) -> subprocess.Popen[bytes]:
         "--log-level",
         "WARNING",
     ]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parents[2]),
+        "PROCESSOR_STATE_DIR": config.state_dir,
+    }
     return subprocess.Popen(cmd, env=env)
 
 
@@ -163,10 +168,12 @@ def demo(
         ServiceConfig().bootstrap_servers
     )
     prefix = f"demo{int(time.time())}"
+    # the members' local stores live and die with the demo (its topics are new)
+    state = tempfile.TemporaryDirectory(prefix="processor-demo-state-")
     config = config.with_overrides(
-        topic_prefix=prefix, group_id=f"{prefix}-processor", partitions=4
+        topic_prefix=prefix, group_id=f"{prefix}-processor", partitions=4, state_dir=state.name
     )
-    with _broker(config, explicit) as config:
+    with state, _broker(config, explicit) as config:
         create_topics(clients.admin(config), config)
         click.echo(f"· topics {prefix}.events/.views/.checkpoints/.dlq/.control created", err=True)
         inspector = _start_inspector(config, inspect_port)
