@@ -33,17 +33,20 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from processor.codec import default_codec
+from processor.codec import Codec, default_codec
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
+from processor.core.events import Event
 from processor.engine import Batch, Engine, PartitionState, Record
 from processor.service.query_cache import QueryCache
 from processor.workload import generate_session
 
 
-def baseline(sessions: int, events: int, batch: int) -> tuple[float, float]:
-    """(wall, CPU) seconds of the same folds with no cache at all."""
+def _setup(
+    sessions: int, events: int
+) -> tuple[ServiceConfig, Codec, Engine, PartitionState, dict[str, list[Event]]]:
+    """One engine owning partition 0 and the same generated logs for both sides."""
     config = ServiceConfig()
     codec = default_codec()
     engine = Engine(config, codec, default_registry(), default_message_projections())
@@ -53,6 +56,12 @@ def baseline(sessions: int, events: int, batch: int) -> tuple[float, float]:
         f"sess-{i:06d}": generate_session(random.Random(rng.random()), events)
         for i in range(sessions)
     }
+    return config, codec, engine, part, logs
+
+
+def baseline(sessions: int, events: int, batch: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of the same folds with no cache at all."""
+    _, codec, engine, part, logs = _setup(sessions, events)
     sids, offset = list(logs), 0
     wall, cpu = time.perf_counter(), time.process_time()
     for start in range(0, sessions, batch):
@@ -67,15 +76,7 @@ def baseline(sessions: int, events: int, batch: int) -> tuple[float, float]:
 
 
 def run(sessions: int, events: int, batch: int, queries: int) -> dict[str, Any]:
-    config = ServiceConfig()
-    codec = default_codec()
-    engine = Engine(config, codec, default_registry(), default_message_projections())
-    part = engine.partitions[0] = PartitionState(0, {})
-    rng = random.Random(5)
-    logs = {
-        f"sess-{i:06d}": generate_session(random.Random(rng.random()), events)
-        for i in range(sessions)
-    }
+    config, codec, engine, part, logs = _setup(sessions, events)
     views_topic = config.topics.views
     cache = QueryCache(
         codec, read_partition=lambda p: [], partition_count=lambda: 1, registry=CollectorRegistry()
