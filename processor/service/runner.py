@@ -40,24 +40,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from processor.codec import Codec, session_key
+from processor.codec import Codec
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.errors import ProcessorError
 from processor.core.projections import ProjectionRegistry
 from processor.engine import Batch, Engine, PartitionState, Record, Tally
-from processor.engine.commands import Command, partition_of
-from processor.engine.runtime import SessionRuntime
+from processor.engine.commands import Command
 from processor.service.broker_watch import BrokerWatch
 from processor.service.commit import Committer
 from processor.service.control import ControlChannel
 from processor.service.kafka_errors import ClientProblems, message_error
-from processor.service.loop_calls import LoopCalls
 from processor.service.metrics import Metrics
 from processor.service.query_cache import QueryCache
 from processor.service.rebalance import Rebalance
@@ -68,7 +65,6 @@ from processor.service.state import CheckpointStore
 from processor.service.transport import GroupConsumer, KafkaTransport, Msg, Transport
 
 log = logging.getLogger("processor.runner")
-T = TypeVar("T")
 GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
 
 #: Header name the old protocol read as a command; it is now ignored on events
@@ -143,8 +139,6 @@ class Processor:
         #: what ended the run, when it was found in a callback (re-raised by the loop)
         self._fatal: ProcessorError | None = None
         self.health = self.metrics.health  # the report; never read to decide
-        #: functions other threads run on the loop's thread (queries)
-        self.calls = LoopCalls()
         #: the checkpoints of the owned partitions on local disk (state.py)
         self.store = CheckpointStore(config, self.codec)
         #: the transaction of the open batch (commit.py)
@@ -185,34 +179,6 @@ class Processor:
     @queries.setter
     def queries(self, cache: QueryCache | None) -> None:
         self.txn.queries = cache
-
-    def owned_partitions(self) -> frozenset[int]:
-        """The events partitions this member owns now (any thread; a snapshot)."""
-        return frozenset(self.engine.partitions)
-
-    def partition_of(self, session_id: str) -> int | None:
-        """The partition a session's events go to (None before the first assignment)."""
-        n = self.rebalance.partition_count
-        return partition_of(session_key(session_id), n) if n else None
-
-    def with_session(
-        self, session_id: str, fn: Callable[[SessionRuntime], T], timeout_s: float = 5.0
-    ) -> T | None:
-        """``fn`` applied to a session's current state, on the loop's thread (any thread).
-
-        The session is loaded from the local store when it is not held (an
-        evicted one too); None when this member does not own its partition
-        or the session has no state.  ``fn`` must only read.  Raises
-        :class:`~processor.service.loop_calls.Busy` when the loop is too busy.
-        """
-
-        def run() -> T | None:
-            number = self.partition_of(session_id)
-            part = self.engine.partitions.get(number) if number is not None else None
-            rt = self.engine.lookup(part, session_id) if part is not None else None
-            return fn(rt) if rt is not None else None
-
-        return self.calls.call(run, timeout_s)
 
     @property
     def _partitions(self) -> dict[int, PartitionState]:
@@ -291,8 +257,6 @@ class Processor:
                     p.events >= cfg.max_batch_events or time.monotonic() - p.started >= interval
                 ):
                     self._commit()
-                if self.calls.serve():
-                    self._flush_tally(decided=False)  # sessions the queries loaded
                 if until_offsets is not None and self._reached(until_offsets):
                     break
             self._commit()

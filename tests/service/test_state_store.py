@@ -196,30 +196,6 @@ def test_within_the_budget_nothing_is_evicted(tmp_path: Path) -> None:
     _assert_folded(broker, config, 12)
 
 
-def test_a_query_reads_an_evicted_session_from_the_store(tmp_path: Path) -> None:
-    """``with_session`` (the query endpoint's way in) runs on the loop's thread and
-    loads an evicted session; a session without state is None, not created."""
-    broker = MemoryBroker()
-    config = _config(tmp_path, state_budget_bytes=1, commit_interval_ms=20)
-    broker.create_topics(config)
-    loop = Loop(broker, config)
-    try:
-        _produce(broker, config, 0, 12)
-        _wait(lambda: _committed(broker, config), loop, "committed")
-        _wait(lambda: loop.proc.engine.sessions_held() == 0, loop, "evicted")
-        proc = loop.proc
-        assert proc.owned_partitions() == frozenset({0, 1})
-        for sid, log in LOGS.items():
-            got = proc.with_session(sid, lambda rt: (rt.last_seq, rt.session.derive_messages()))
-            assert got is not None and got[0] == log[-1].seq, sid
-            offline = session_output(fold_events(log))
-            assert as_json(got[1]) == as_json(offline["messages"]), sid
-        assert proc.with_session("nobody", lambda rt: rt.last_seq) is None
-        _wait(lambda: loop.sample("processor_session_loads_total") >= len(LOGS), loop, "loads")
-    finally:
-        loop.stop()
-
-
 def test_quarantined_sessions_are_counted_without_loading_them(tmp_path: Path) -> None:
     """The quarantine gauge after a restart comes from the store's head flags:
     the quarantined session is known, and nothing was materialised to know it."""
