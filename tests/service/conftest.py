@@ -90,8 +90,15 @@ class Stack:
         thread.start()
         return proc, thread
 
-    def spawn(self, instance_id: str, *extra: str) -> subprocess.Popen[bytes]:
-        """A real `processor run` OS process (for SIGKILL tests)."""
+    def spawn(
+        self,
+        instance_id: str,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """A real `processor run` OS process (for SIGKILL tests); ``env`` adds
+        to the environment, ``log`` names its output file."""
         cmd = [
             sys.executable,
             "-m",
@@ -109,10 +116,11 @@ class Stack:
             "10000",
             *extra,
         ]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        log = Path(tempfile.gettempdir()) / f"{self.config.topic_prefix}-{instance_id}.log"
+        full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        if log is None:
+            log = Path(tempfile.gettempdir()) / f"{self.config.topic_prefix}-{instance_id}.log"
         with log.open("ab") as sink:  # a file, not a pipe: a chatty child never blocks
-            return subprocess.Popen(cmd, env=env, stdout=sink, stderr=sink)
+            return subprocess.Popen(cmd, env=full_env, stdout=sink, stderr=sink)
 
 
 def as_json(value: Any) -> Any:

@@ -5,11 +5,9 @@ offline fold and nothing is lost.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import pytest
 
 from processor.service import clients
 from processor.service.topics import create_topics, delete_topics
-from tests.service.conftest import REPO, Stack, sessions, wait_until
+from tests.service.conftest import Stack, sessions, wait_until
 from tests.service.test_processor import wait_for_views
 
 pytestmark = pytest.mark.kafka
@@ -26,32 +24,13 @@ pytestmark = pytest.mark.kafka
 def _spawn(
     stack: Stack, instance_id: str, state: Path, log: Path, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "processor",
-        "run",
-        "-b",
-        stack.config.bootstrap_servers,
-        "--topic-prefix",
-        stack.config.topic_prefix,
-        "--group-id",
-        stack.config.group_id,
-        "--instance-id",
+    return stack.spawn(
         instance_id,
         "--commit-interval-ms",
         "100",
-        "--transaction-timeout-ms",
-        "10000",
-    ]
-    full_env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "PROCESSOR_STATE_DIR": str(state),
-        **(env or {}),
-    }
-    with log.open("ab") as sink:
-        return subprocess.Popen(cmd, env=full_env, stdout=sink, stderr=sink)
+        env={"PROCESSOR_STATE_DIR": str(state), **(env or {})},
+        log=log,
+    )
 
 
 def _produce(stack: Stack, logs: dict[str, list], lo: int, hi: int) -> None:
