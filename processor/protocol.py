@@ -28,7 +28,9 @@ __all__ = [
     "DIGEST_BLOCK",
     "SERVICE_STATE_VERSION",
     "TOPIC_SUFFIXES",
+    "VIEWS_FORMAT",
     "VIEW_HEAD",
+    "bundle_view",
     "content_view",
     "is_internal_view",
     "is_transcript_page",
@@ -49,12 +51,20 @@ CHUNK_ITEMS: Final = 16
 DIGEST_BLOCK: Final = 8
 #: One per session, rewritten per batch: status, generations, chunk versions, tails.
 VIEW_HEAD: Final = "~h"
+#: ``f`` of a views head: 3 = messages in bundles ``~b<n>`` (format 2 wrote
+#: ``~m<seq>`` records only and its heads carry no ``f``).
+VIEWS_FORMAT: Final = 3
 _INTERNAL: Final = INTERNAL_VIEW_PREFIX
 
 
 def content_view(seq: int, generation: int | None = None) -> str:
     """The record holding the message of ``seq`` (an override at ``generation``)."""
     return f"~m{seq}" if generation is None else f"~m{seq}.{generation}"
+
+
+def bundle_view(number: int) -> str:
+    """Bundle ``number`` of a session: the messages one transaction published."""
+    return f"~b{number}"
 
 
 def node_chunk_view(index: int) -> str:

@@ -5,8 +5,14 @@ what grows with the session is in parts (schemas/checkpoint_part.avsc),
 written once or when it changed, and tombstoned in the transaction whose
 head stops naming it — so the compacted topic keeps only live state:
 
-- ``e.<seq>``: the event of a surface node or a kept request/header;
-- ``o.<seq>.<generation>``: a projected override message;
+- ``b.<n>``: a bundle (format 3): ``[[name, value], ...]`` of the entries
+  ``e.<seq>`` (the event of a surface node or a kept request/header) and
+  ``o.<seq>.<generation>`` (a projected override message) one checkpoint
+  adds, written once, so a batch of many events writes one part; it lives
+  while one of its entries is still named and is tombstoned with the last
+  (cut into several when its JSON would pass ``max_bytes``);
+- ``e.<seq>`` / ``o.<seq>.<generation>``: the same entries one per part
+  (format 2): still restored and tombstoned when dropped, never written;
 - ``u.<key>``: a projection row ``{ver, val}``, rewritten when it changed
   (a small row that changed in this batch rides in the head instead);
 - ``n.<i>`` / ``h.<i>``: closed chunks of the node list and the header
@@ -30,10 +36,20 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from processor.codec import encode_json_payload
 from processor.core.session import Session
 from processor.engine.chunks import ChunkLedger
 from processor.protocol import DIGEST_BLOCK
+
+#: Write bundles (format 3); False writes a part per entry (format 2), kept
+#: only so tests can produce the previous format and prove it restores.
+BUNDLES = True
+
+
+def bundle_part(number: int) -> str:
+    return f"b.{number}"
 
 
 def event_part(seq: int) -> str:
@@ -112,11 +128,29 @@ class PartLedger:
     #: (a session restored from an older head has none for its earlier chunks)
     seq_chunks_from: int = 0
     seq_chunks: int = 0
+    next_bundle: int = 0  # number of the next part ``b.<n>``
+    bundle_of: dict[str, int] = field(default_factory=dict)  # entry -> its bundle
+    bundles: dict[int, set[str]] = field(default_factory=dict)  # live bundle -> entries named
+    stale: list[int] = field(default_factory=list)  # restored bundles nothing names: tombstone
+
+    def drop(self, name: str, tombstones: list[str]) -> None:
+        """Entry ``name`` is named no more: tombstone its part or its bundle's last use."""
+        n = self.bundle_of.pop(name, None)
+        if n is None:
+            tombstones.append(name)
+            return
+        entries = self.bundles[n]
+        entries.discard(name)
+        if not entries:
+            del self.bundles[n]
+            tombstones.append(bundle_part(n))
 
     def names(self) -> list[str]:
         """Every live part (a session tombstone removes them all)."""
-        names = [event_part(s) for s in sorted(self.events)]
-        names += [override_part(s, g) for s, g in sorted(self.overrides.items())]
+        entries = [event_part(s) for s in sorted(self.events)]
+        entries += [override_part(s, g) for s, g in sorted(self.overrides.items())]
+        names = [e for e in entries if e not in self.bundle_of]
+        names += [bundle_part(n) for n in sorted(self.bundles)]
         names += [
             unit_part(k) for k in sorted(self.units) if self.units[k].part_version is not None
         ]
@@ -157,6 +191,7 @@ def checkpoint_writes(
     window: int,
     published: int,
     closed_chunks: Sequence[tuple[int, list[int]]] = (),
+    max_bytes: int = 512 * 1024,
 ) -> PartWrites:
     """The parts that bring the checkpoints topic from ``ledger`` to ``session``.
 
@@ -167,21 +202,25 @@ def checkpoint_writes(
     state = session.surface.state
     last = session.last_seq
     kept = set(state.nodes) | set(state.headers)
+    entries: list[tuple[str, Any]] = []
     for seq in [*state.nodes, *state.headers]:
         if seq not in ledger.events:
             event = state.node_events.get(seq) or state.headers[seq]
-            out.parts.append((event_part(seq), 0, event.to_json()))
+            entries.append((event_part(seq), event.to_json()))
             ledger.events.add(seq)
     for seq in sorted(ledger.events - kept):
-        out.tombstones.append(event_part(seq))
+        ledger.drop(event_part(seq), out.tombstones)
         ledger.events.discard(seq)
     for seq, generation in generations.items():
         if ledger.overrides.get(seq) != generation:
-            out.parts.append((override_part(seq, generation), 0, state.overrides[seq]))
+            entries.append((override_part(seq, generation), state.overrides[seq]))
     for seq, generation in sorted(ledger.overrides.items()):
         if generations.get(seq) != generation:
-            out.tombstones.append(override_part(seq, generation))
+            ledger.drop(override_part(seq, generation), out.tombstones)
     ledger.overrides = dict(generations)
+    out.tombstones.extend(bundle_part(n) for n in ledger.stale)
+    ledger.stale = []
+    _bundle(entries, ledger, max_bytes, out)
     rows = session.projections.checkpoint(detached=False)
     inline = {
         key: blob for key, row in rows.items() if (blob := _unit(key, row, ledger, last, out))
@@ -217,6 +256,33 @@ def checkpoint_writes(
             ledger.seq_chunks = index + 1
     ledger.last_write = last
     return out
+
+
+def _bundle(
+    entries: list[tuple[str, Any]], ledger: PartLedger, max_bytes: int, out: PartWrites
+) -> None:
+    """``entries`` as bundle parts of at most ``max_bytes`` of JSON each."""
+    if not entries:
+        return
+    if not BUNDLES:  # format 2: a part per entry
+        out.parts.extend((name, 0, value) for name, value in entries)
+        return
+    groups: list[list[tuple[str, Any]]] = [[]]
+    size = 2
+    for name, value in entries:
+        entry_size = len(orjson.dumps(value)) + len(name) + 6  # + '["name",...],'
+        if groups[-1] and size + entry_size > max_bytes:
+            groups.append([])
+            size = 2
+        size += entry_size
+        groups[-1].append((name, value))
+    for group in groups:
+        n = ledger.next_bundle
+        ledger.next_bundle += 1
+        out.parts.append((bundle_part(n), 0, [[name, value] for name, value in group]))
+        ledger.bundles[n] = {name for name, _ in group}
+        for name, _ in group:
+            ledger.bundle_of[name] = n
 
 
 def _pending(session: Session, published: int, ledger: PartLedger, out: PartWrites) -> None:

@@ -59,6 +59,7 @@ def latest_checkpoints(
     # holds a head per batch, and only the last one is ever decoded
     raw_heads: dict[str, bytes] = {}
     parts: dict[tuple[str, str], bytes] = {}
+    bundles: dict[str, set[str]] = {}  # session -> its live bundle parts ``b.<n>``
 
     def bad(sid: str, exc: CodecError) -> None:
         result.bad_records += 1
@@ -73,8 +74,12 @@ def latest_checkpoints(
         if ident is not None:
             if value is None:
                 parts.pop(ident, None)
+                if ident[1].startswith("b."):
+                    bundles.get(ident[0], set()).discard(ident[1])
             else:
                 parts[ident] = value
+                if ident[1].startswith("b."):
+                    bundles.setdefault(ident[0], set()).add(ident[1])
             continue
         sid = key.decode("utf-8", "replace")
         if value is None:
@@ -93,7 +98,7 @@ def latest_checkpoints(
             result.checkpoints[sid] = head
             continue
         try:
-            result.checkpoints[sid] = _assemble(codec, sid, head, parts)
+            result.checkpoints[sid] = _assemble(codec, sid, head, parts, bundles.get(sid, ()))
         except CodecError as exc:
             bad(sid, exc)
         except (KeyError, TypeError, ValueError) as exc:  # a part of the wrong shape
@@ -102,15 +107,41 @@ def latest_checkpoints(
 
 
 class _Parts:
-    """The parts of one session, decoded on demand; remembers every name read."""
+    """The parts of one session, decoded on demand; remembers every name read.
 
-    def __init__(self, codec: Codec, sid: str, parts: Mapping[tuple[str, str], bytes]) -> None:
+    An entry (``e.<seq>``, ``o.<seq>.<g>``) is its own part (format 2) or an
+    entry of a bundle ``b.<n>`` (format 3): every live bundle of the session
+    is decoded once, the newest bundle listing a name wins.
+    """
+
+    def __init__(
+        self,
+        codec: Codec,
+        sid: str,
+        parts: Mapping[tuple[str, str], bytes],
+        bundles: Iterable[str] = (),
+    ) -> None:
         self.codec, self.sid, self.parts = codec, sid, parts
         self.names: list[str] = []
+        self.entries: dict[str, tuple[int, Any]] = {}  # entry -> (bundle, value)
+        self.bundles: dict[int, list[str]] = {}  # every live bundle -> the entries read
+        for name in sorted(bundles, key=lambda b: int(b[2:])):
+            n = int(name[2:])
+            _, _, items = decode_part(codec, parts[(sid, name)])
+            if not isinstance(items, list):
+                raise CodecError(f"checkpoint part {name} is not a list")
+            self.bundles[n] = []
+            for entry, value in items:
+                self.entries[str(entry)] = (n, value)
 
     def get(self, name: str, version: int | None = None) -> Any:
         raw = self.parts.get((self.sid, name))
         if raw is None:
+            hit = self.entries.get(name)
+            if hit is not None and version is None:
+                self.bundles[hit[0]].append(name)
+                self.names.append(f"b.{hit[0]}")
+                return hit[1]
             raise CodecError(f"checkpoint part {name} is missing")
         _, have, value = decode_part(self.codec, raw)
         if version is not None and have != version:
@@ -132,12 +163,16 @@ class _Parts:
 
 
 def _assemble(
-    codec: Codec, sid: str, h: Mapping[str, Any], stored: Mapping[tuple[str, str], bytes]
+    codec: Codec,
+    sid: str,
+    h: Mapping[str, Any],
+    stored: Mapping[tuple[str, str], bytes],
+    bundles: Iterable[str] = (),
 ) -> Checkpoint:
     """A format-2 head and its parts as the checkpoint the engine restores from."""
     last = int(h["lastSeq"])
     views = h["views"]
-    parts = _Parts(codec, sid, stored)
+    parts = _Parts(codec, sid, stored, bundles)
     nodes = parts.chunked("n", h["nodes"])
     headers = parts.chunked("h", h["headers"])
     overrides = [[o["seq"], parts.get(f"o.{o['seq']}.{o['generation']}")] for o in h["overrides"]]
@@ -204,7 +239,8 @@ def _assemble(
             "views": views,
             "seqChunksFrom": seqs_from,
             "transcriptSeqs": [*seqs, *views["transcriptTail"]],
-            "partNames": sorted(set(parts.names)),
+            "partNames": sorted(set(parts.names) | {f"b.{n}" for n in parts.bundles}),
+            "partBundles": [[n, sorted(set(read))] for n, read in sorted(parts.bundles.items())],
         },
     }
     return Checkpoint(

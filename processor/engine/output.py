@@ -33,12 +33,13 @@ from processor.engine.checkpoint_parts import UnitSlot, checkpoint_writes
 from processor.engine.chunks import ChunkLedger
 from processor.engine.records import Out, Tally
 from processor.engine.runtime import SessionRuntime, ViewChange
-from processor.engine.view_parts import node_refs, view_writes
+from processor.engine.view_parts import BundleSlot, ViewLedger, node_refs, view_writes
 from processor.protocol import (
     CHUNK_ITEMS,
     CORE_STATE_VERSION,
     CORE_VIEWS,
     VIEW_HEAD,
+    bundle_view,
     content_view,
     node_chunk_view,
     transcript_chunk_view,
@@ -82,7 +83,12 @@ def _views(
     topic, partition, sid, as_of = config.topics.views, rt.partition, rt.session_id, rt.last_seq
     quarantine = rt.quarantine.to_json() if rt.quarantine else None
     writes = view_writes(
-        rt.session, rt.view_ledger, generations, quarantine, page_size=config.transcript_page_size
+        rt.session,
+        rt.view_ledger,
+        generations,
+        quarantine,
+        page_size=config.transcript_page_size,
+        max_bytes=config.max_view_bytes,
     )
     threshold = codec.compress_threshold
     for name, value in writes.records:
@@ -138,6 +144,7 @@ def _checkpoint(
         rt.window,
         views.transcript_total,
         views.closed_chunks,
+        max_bytes=config.max_view_bytes,
     )
     views.closed_chunks = []
     for name, version, value in writes.parts:
@@ -172,10 +179,28 @@ def _checkpoint(
             "contentFloor": views.content_floor,
             "nodeChunks": views.nodes.versions,
             "seqChunksFrom": rt.part_ledger.seq_chunks_from,
+            "nextBundle": views.next_bundle,
+            "transcriptSingles": views.singles,
+            "bundles": bundle_refs(views),
         },
     }
     yield Out(topic, partition, session_key(sid), encode_head(codec, head))
     tally.checkpoints_published += len(writes.parts) + 1
+
+
+def bundle_refs(views: ViewLedger) -> list[dict[str, Any]]:
+    """The checkpoint's record of the views bundles holding droppable messages."""
+    refs = []
+    for n, slot in sorted(views.bundles.items()):
+        seqs, overrides = [], []
+        for name in sorted(slot.entries):
+            seq, _, generation = name[2:].partition(".")
+            if generation:
+                overrides.append({"seq": int(seq), "generation": int(generation)})
+            else:
+                seqs.append(int(seq))
+        refs.append({"number": n, "pinned": slot.pinned, "seqs": seqs, "overrides": overrides})
+    return refs
 
 
 def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
@@ -200,6 +225,15 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
             *(transcript_page(n) for n in range(base // page_size, -(-published // page_size))),
         ]
         return
+    v = parted["views"]
+    views.next_bundle = int(v.get("nextBundle", 0))  # before any return: numbers stay unique
+    singles = int(v.get("transcriptSingles", -1))  # -1: a format-2 head, all singles
+    views.singles = singles if singles >= 0 else v["transcriptTotal"] - v["transcriptBase"]
+    for b in v.get("bundles", ()):
+        names = {content_view(int(s)) for s in b["seqs"]}
+        names |= {content_view(int(o["seq"]), int(o["generation"])) for o in b["overrides"]}
+        views.bundles[int(b["number"])] = BundleSlot(bool(b["pinned"]), names)
+        views.bundle_of.update(dict.fromkeys(names, int(b["number"])))
     generations = {int(s): int(g) for s, g in parted["overrides"]}
     rt.adopt_override_generations(generations)
     parts = rt.part_ledger
@@ -219,7 +253,13 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts.digest_size = int(parted["digestSize"])
     parts.header = session.header
     parts.last_write = session.last_seq
-    v = parted["views"]
+    for n, names in parted.get("partBundles", ()):
+        if names:
+            parts.bundles[int(n)] = set(names)
+            parts.bundle_of.update(dict.fromkeys(names, int(n)))
+        else:
+            parts.stale.append(int(n))
+        parts.next_bundle = max(parts.next_bundle, int(n) + 1)
     parts.pending = [int(s) for s in v["pending"]]
     parts.seq_chunks_from = int(parted["seqChunksFrom"])
     parts.seq_chunks = (int(v["transcriptTotal"]) - int(v["transcriptBase"])) // CHUNK_ITEMS
@@ -265,12 +305,25 @@ def session_tombstones(
         chunks = (int(v["transcriptTotal"]) - int(v["transcriptBase"])) // CHUNK_ITEMS
         names += [transcript_page(n) for n in range(-(-int(v["transcriptBase"]) // ps))]
         names += [VIEW_HEAD, *(node_chunk_view(i) for i in range(len(v["nodeChunks"])))]
+        names += [bundle_view(n) for n in range(int(v.get("nextBundle", 0)))]
         names += [transcript_chunk_view(i) for i in range(chunks)]
-        names += [content_view(int(s), int(g)) for s, g in parted["overrides"]]
-        known = [int(s) for s in parted["transcriptSeqs"]]
-        if int(parted["seqChunksFrom"]) > 0:  # earlier chunks' seqs are not recorded
+        # messages in bundles have no record of their own (format 3): name only
+        # the format-2 ones, the transcript's first ``singles`` and the
+        # droppable entries the checkpoint lists in no bundle
+        bundled: set[str] = set()
+        for b in v.get("bundles", ()):
+            bundled.update(content_view(int(s)) for s in b["seqs"])
+            bundled.update(content_view(o["seq"], o["generation"]) for o in b["overrides"])
+        overrides = [content_view(int(s), int(g)) for s, g in parted["overrides"]]
+        names += [n for n in overrides if n not in bundled]
+        total = int(v["transcriptTotal"]) - int(v["transcriptBase"])
+        singles = total if int(v.get("transcriptSingles", -1)) < 0 else int(v["transcriptSingles"])
+        first = int(parted["seqChunksFrom"]) * CHUNK_ITEMS  # position of the first known seq
+        known = [int(s) for s in parted["transcriptSeqs"]][: max(singles - first, 0)]
+        if int(parted["seqChunksFrom"]) > 0 and singles:  # earlier seqs are not recorded
             known = [*range(known[0] if known else cp.last_seq + 1), *known]
-        nodes = cp.surface["core"]["surface"]["nodes"]
-        names += [content_view(seq) for seq in sorted({*known, *map(int, nodes)})]
+        nodes = [content_view(int(s)) for s in cp.surface["core"]["surface"]["nodes"]]
+        own = {content_view(s) for s in known} | {n for n in nodes if n not in bundled}
+        names += sorted(own)
     out += [(views, partition, view_key(sid, name)) for name in names]
     return out

@@ -2,12 +2,18 @@
 
 Records (``View`` values, key ``<session>/<name>``; protocol.py names them):
 
-- ``~m<seq>``: the message of an event (``derive_event_message``, no
-  override), written once.  Append-origin messages are the transcript and
-  stay; a replace-origin node's message is tombstoned when the node leaves
-  the surface (or gets an override).
-- ``~m<seq>.<generation>``: a projected override of node ``seq`` (G-1),
-  tombstoned when superseded or when the node leaves.
+- ``~b<n>``: a bundle (format 3): every message this batch publishes for the
+  session, ``[seq, message]`` (the message of an event,
+  ``derive_event_message``, no override) or ``[seq, generation, message]``
+  (a projected override of node ``seq``, G-1), written once.  One record
+  per session and transaction however many events it folded (a bundle
+  whose JSON would pass ``max_bytes`` is cut into several, ``n`` counts
+  per session).  A bundle holding a transcript message stays (the
+  transcript is append-only); any other lives while one of its entries is
+  still named (a replace-origin node on the surface, an override not
+  superseded) and is tombstoned in the transaction that drops the last.
+- ``~m<seq>`` / ``~m<seq>.<generation>``: the same entries one per record
+  (format 2): still read, and tombstoned when dropped, never written.
 - ``~t<i>``: closed chunk ``i`` of the transcript's seqs, written once.
 - ``~n<i>``: closed chunk ``i`` of the node refs, versioned (chunks.py).
 - ``~h``: the head, rewritten per batch (status, generations, versions of
@@ -16,7 +22,8 @@ Records (``View`` values, key ``<session>/<name>``; protocol.py names them):
 A node ref is ``seq`` (its message is ``~m<seq>``), ``[seq, generation]``
 (its message is the override) or ``[seq]`` (it yields no message).  So a
 batch that appends one event writes its message once and a small head,
-whatever the length of the session.
+whatever the length of the session; a batch of many events writes one
+bundle, not a record per message.
 """
 
 from __future__ import annotations
@@ -25,15 +32,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from processor.core.messages import derive_event_message
 from processor.core.session import Session
 from processor.engine.chunks import ChunkLedger
 from processor.protocol import (
     CHUNK_ITEMS,
+    VIEWS_FORMAT,
+    bundle_view,
     content_view,
     node_chunk_view,
     transcript_chunk_view,
 )
+
+#: Write bundles (format 3); False writes one record per message (format 2),
+#: kept only so tests can produce the previous format and prove it is read.
+BUNDLES = True
+
+
+@dataclass(slots=True)
+class BundleSlot:
+    """A live bundle that holds entries which can be dropped."""
+
+    pinned: bool  # holds a transcript message too: never tombstoned
+    entries: set[str] = field(default_factory=set)  # droppable entries still named
 
 
 @dataclass(slots=True)
@@ -53,6 +76,27 @@ class ViewLedger:
     #: transcript chunks closed in the views and not yet mirrored in the
     #: checkpoint (parts ``x.<i>``: what a session tombstone must remove)
     closed_chunks: list[tuple[int, list[int]]] = field(default_factory=list)
+    next_bundle: int = 0  # number of the next ``~b<n>`` (unique per session)
+    #: published transcript entries (from ``transcript_base``) that have a
+    #: ``~m<seq>`` record of their own (format 2); the later ones are bundled
+    singles: int = 0
+    #: droppable entry (``~m<seq>[.<g>]`` name) -> bundle holding it; an entry
+    #: not here has a record of its own (format 2)
+    bundle_of: dict[str, int] = field(default_factory=dict)
+    bundles: dict[int, BundleSlot] = field(default_factory=dict)
+
+    def drop(self, name: str, tombstones: list[str]) -> None:
+        """Entry ``name`` is named no more: tombstone its record or its bundle's last use."""
+        n = self.bundle_of.pop(name, None)
+        if n is None:
+            tombstones.append(name)
+            return
+        slot = self.bundles[n]
+        slot.entries.discard(name)
+        if not slot.entries:
+            del self.bundles[n]
+            if not slot.pinned:
+                tombstones.append(bundle_view(n))
 
     def owns(self, session: Session, seq: int, overridden: bool) -> bool:
         """Does node ``seq`` need a content record of its own (not the transcript's)?"""
@@ -67,6 +111,8 @@ class ViewLedger:
 @dataclass(slots=True)
 class ViewWrites:
     records: list[tuple[str, Any]] = field(default_factory=list)  # parts, in order
+    #: the messages to publish: (seq, generation or None, message, transcript?)
+    entries: list[tuple[int, int | None, Any, bool]] = field(default_factory=list)
     tombstones: list[str] = field(default_factory=list)
     head: dict[str, Any] = field(default_factory=dict)
 
@@ -78,6 +124,7 @@ def view_writes(
     quarantine: Any,
     *,
     page_size: int,
+    max_bytes: int = 512 * 1024,
 ) -> ViewWrites:
     """The records that bring the views topic from ``ledger`` to ``session``."""
     out = ViewWrites()
@@ -88,24 +135,27 @@ def view_writes(
     for seq in state.nodes:
         generation = generations.get(seq)
         if generation is not None and ledger.overrides.get(seq) != generation:
-            out.records.append((content_view(seq, generation), state.overrides[seq]))
+            out.entries.append((seq, generation, state.overrides[seq], False))
         if seq not in ledger.owned and ledger.owns(session, seq, generation is not None):
-            out.records.append((content_view(seq), derive_event_message(state.node_events[seq])))
+            message = derive_event_message(state.node_events[seq])
+            out.entries.append((seq, None, message, False))
             ledger.owned.add(seq)
     for seq in sorted(ledger.owned):
         if seq not in live_nodes or seq in generations:
-            out.tombstones.append(content_view(seq))
+            ledger.drop(content_view(seq), out.tombstones)
             ledger.owned.discard(seq)
     for seq, generation in sorted(ledger.overrides.items()):
         if generations.get(seq) != generation:
-            out.tombstones.append(content_view(seq, generation))
+            ledger.drop(content_view(seq, generation), out.tombstones)
     ledger.overrides = dict(generations)
+    _bundle(out, ledger, max_bytes)
     chunks = ledger.nodes.update(refs, session.last_seq)
     out.records.extend((node_chunk_view(i), items) for i, items in chunks.writes)
     out.tombstones.extend(node_chunk_view(i) for i in chunks.removed)
     out.tombstones.extend(ledger.legacy)
     ledger.legacy = []
     head: dict[str, Any] = {
+        "f": VIEWS_FORMAT,
         "ps": page_size,
         "rg": state.replace_generation,
         "cg": state.content_generation,
@@ -146,7 +196,7 @@ def _transcript(session: Session, ledger: ViewLedger, out: ViewWrites) -> None:
     tail = ledger.transcript_tail
     for entry in session.transcript_slice(ledger.transcript_total, total):
         seq = int(entry["seq"])
-        out.records.append((content_view(seq), entry["message"]))
+        out.entries.append((seq, None, entry["message"], True))
         tail.append(seq)
         ledger.transcript_total += 1
         if len(tail) == CHUNK_ITEMS:
@@ -155,3 +205,43 @@ def _transcript(session: Session, ledger: ViewLedger, out: ViewWrites) -> None:
             ledger.closed_chunks.append((index, list(tail)))
             tail.clear()
     session.drop_transcript_before(total)  # the views hold them now
+
+
+def _bundle(out: ViewWrites, ledger: ViewLedger, max_bytes: int) -> None:
+    """``out.entries`` as bundles of at most ``max_bytes`` of JSON each (the records
+    go first: a bundle precedes the transcript chunk and head that name its seqs)."""
+    if not out.entries:
+        return
+    if not BUNDLES:  # format 2: a record per message
+        out.records[:0] = [(content_view(s, g), m) for s, g, m, _ in out.entries]
+        ledger.singles += sum(1 for *_, transcript in out.entries if transcript)
+        return
+    bundles: list[tuple[list[list[Any]], list[str], bool]] = []
+    items: list[list[Any]] = []
+    droppable: list[str] = []
+    pinned = False
+    size = 2
+    for seq, generation, message, transcript in out.entries:
+        entry_size = len(orjson.dumps(message)) + 24  # + "[seq,generation,...]",
+        if items and size + entry_size > max_bytes:
+            bundles.append((items, droppable, pinned))
+            items, droppable, pinned, size = [], [], False, 2
+        size += entry_size
+        items.append([seq, message] if generation is None else [seq, generation, message])
+        if transcript:
+            pinned = True
+        else:
+            droppable.append(content_view(seq, generation))
+    bundles.append((items, droppable, pinned))
+    records: list[tuple[str, Any]] = []
+    for items, droppable, pinned in bundles:
+        n = ledger.next_bundle
+        ledger.next_bundle += 1
+        records.append((bundle_view(n), items))
+        for name in droppable:
+            if name in ledger.bundle_of:  # rewritten whole (views held back, then
+                ledger.drop(name, out.tombstones)  # published): the old copy goes
+            ledger.bundle_of[name] = n
+        if droppable:
+            ledger.bundles[n] = BundleSlot(pinned, set(droppable))
+    out.records[:0] = records

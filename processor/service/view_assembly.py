@@ -1,8 +1,9 @@
 """Whole core views out of the parted views records (format 2, issue 12).
 
 The writer (engine/view_parts.py) publishes per session a head ``~h`` plus
-content records ``~m<seq>[.<generation>]``, node chunks ``~n<i>`` and
-transcript chunks ``~t<i>``.  :class:`PartedViews` keeps the newest record
+bundles ``~b<n>`` of messages (format 3; format 2 wrote each message as
+its own record ``~m<seq>[.<generation>]``, still read), node chunks
+``~n<i>`` and transcript chunks ``~t<i>``.  :class:`PartedViews` keeps the newest record
 of each (tombstones remove them) and, when a head arrives, assembles the
 session's ``messages``, ``surface``, ``status``, ``transcript`` index and
 ``transcript.<n>`` pages — exactly the values format 1 published whole.
@@ -12,6 +13,9 @@ held, a node chunk at the version (``asOfSeq``) the head names.  A head that
 is missing one (a reader starting mid-history of a compacted topic, whose
 older versions are gone) is skipped; a later head will be complete, since
 the writer commits the records a head names in the head's transaction.
+A message is named by its seq (and override generation): the reader finds
+it in its own record or in any held bundle listing it (an entry's content
+never changes, so every bundle listing it holds the same message).
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from processor.codec import View
+from processor.codec import CodecError, View
 from processor.core.errors import InvalidInput
 from processor.protocol import (
     CHUNK_ITEMS,
     VIEW_HEAD,
+    VIEWS_FORMAT,
+    bundle_view,
     content_view,
     node_chunk_view,
     transcript_chunk_view,
@@ -34,6 +40,7 @@ from processor.protocol import (
 )
 
 log = logging.getLogger("processor.views_reader")
+BUNDLE_PREFIX = bundle_view(0)[:-1]
 
 
 class Incomplete(InvalidInput):
@@ -104,28 +111,63 @@ class SessionParts:
     total: int | None = None  # transcript total of the last assembled head
     as_of: int | None = None  # asOfSeq of the last assembled head
     skipped: int = 0  # heads not assembled for want of a record
+    #: message name (``~m<seq>[.<g>]``) -> (bundle holding it, position)
+    index: dict[str, tuple[str, int]] = field(default_factory=dict)
+    members: dict[str, list[str]] = field(default_factory=dict)  # bundle -> its names
 
     def put(self, view: View) -> None:
+        self.drop(view.view)
         self.records[view.view] = view
-        self.cache.drop((self.session_id, view.view))
+        if view.view.startswith(BUNDLE_PREFIX):
+            self._index(view)
+
+    def _index(self, view: View) -> None:
+        """List the entries of bundle ``view`` (one that does not decode lists none:
+        a head naming its messages then stays incomplete, and is counted)."""
+        try:
+            items = self.cache.get((self.session_id, view.view), view)
+            names = [
+                content_view(int(e[0]), None if len(e) == 2 else int(e[1]))
+                for e in items
+                if len(e) in (2, 3)
+            ]
+        except (CodecError, TypeError, ValueError, KeyError) as exc:
+            sid = self.session_id
+            log.warning("views reader: unreadable bundle %s/%s: %s", sid, view.view, exc)
+            return
+        self.members[view.view] = names
+        for i, name in enumerate(names):
+            self.index[name] = (view.view, i)
 
     def drop(self, name: str) -> None:
-        self.records.pop(name, None)
+        if self.records.pop(name, None) is None:
+            return
         self.cache.drop((self.session_id, name))
+        for entry in self.members.pop(name, ()):
+            if self.index.get(entry, ("",))[0] == name:
+                del self.index[entry]
 
     def clear(self) -> None:
         for name in self.records:
             self.cache.drop((self.session_id, name))
         self.records.clear()
+        self.index.clear()
+        self.members.clear()
 
     def value(self, name: str, version: int | None = None) -> Any:
         record = self.records.get(name)
-        if record is None or (version is not None and record.as_of_seq != version):
+        if record is None:
+            hit = self.index.get(name)
+            if hit is None or version is not None:
+                raise Incomplete(name)
+            bundle, position = hit
+            return self.cache.get((self.session_id, bundle), self.records[bundle])[position][-1]
+        if version is not None and record.as_of_seq != version:
             raise Incomplete(name)
         return self.cache.get((self.session_id, name), record)
 
     def has(self, name: str) -> bool:
-        return name in self.records
+        return name in self.records or name in self.index
 
 
 def assemble(parts: SessionParts, head: View) -> dict[str, Any] | None:
@@ -135,6 +177,10 @@ def assemble(parts: SessionParts, head: View) -> dict[str, Any] | None:
     transcript only grows), so they are not rebuilt.
     """
     h: Mapping[str, Any] = head.json_value()
+    if int(h.get("f", 2)) > VIEWS_FORMAT:
+        log.warning("views reader: head of format %s is newer than %d", h["f"], VIEWS_FORMAT)
+        parts.skipped += 1
+        return None
     try:
         refs: list[Any] = []
         for i, age in enumerate(h["nc"]):

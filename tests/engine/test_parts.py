@@ -38,6 +38,7 @@ from processor.service.views_reader import (
     offline_equivalent,
     session_fold_equivalent,
 )
+from tests.engine.format2 import format2
 from tests.engine.kit import CODEC, CONFIG, Harness, session_log
 
 VIEWS, CHECKPOINTS = CONFIG.topics.views, CONFIG.topics.checkpoints
@@ -85,6 +86,31 @@ def view_names(outs: list[Out], sid: str = "s") -> tuple[set[str], set[str]]:
         if o.topic == VIEWS and o.key is not None and o.key.startswith(prefix):
             (gone if o.value is None else written).add(o.key[len(prefix) :].decode())
     return written, gone
+
+
+def _bundle_entries(o: Out) -> list[str]:
+    """The entry names a written bundle record holds (format 3)."""
+    if o.topic == CHECKPOINTS:
+        return [str(name) for name, _ in decode_part(CODEC, o.value or b"")[2]]
+    items = CODEC.decode_view(o.value or b"").json_value()
+    return [f"~m{e[0]}" if len(e) == 2 else f"~m{e[0]}.{e[1]}" for e in items]
+
+
+def entry_names(
+    outs: list[Out], history: list[Out], topic: str, sid: str = "s"
+) -> tuple[set[str], set[str]]:
+    """(written, tombstoned) entry names of ``sid`` in ``outs``: a bundle counts
+    as its entries (what a tombstoned bundle held is looked up in ``history``)."""
+    names = part_names if topic == CHECKPOINTS else view_names
+    held: dict[str, list[str]] = {}
+    for o in history:
+        if o.topic == topic and o.value is not None:
+            name = names([o], sid)[0]
+            if len(name) == 1 and next(iter(name)).startswith(("b.", "~b")):
+                held[next(iter(name))] = _bundle_entries(o)
+    written, gone = names(outs, sid)
+    expand = lambda xs: {e for x in xs for e in held.get(x, [x])}  # noqa: E731
+    return expand(written), expand(gone)
 
 
 def compacted(outs: list[Out], topic: str) -> list[tuple[bytes | None, bytes | None]]:
@@ -135,27 +161,33 @@ def _with_compactions() -> tuple[LogBuilder, list[int]]:
 def test_a_compaction_tombstones_the_parts_of_the_nodes_it_removed() -> None:
     b, seqs = _with_compactions()
     h = Harness()
-    h.fold_events("s", b.events)
-    h.commit()
+    for event in b.events:  # a transaction per event: a bundle per event
+        h.fold_events("s", [event])
+        h.commit()
     first = b.summary("first summary", seqs[0], seqs[3], seqs[:4])
     h.fold_events("s", [first])
     out = h.commit()
-    written, gone = part_names(out)
+    written, gone = entry_names(out, h.produced, CHECKPOINTS)
     assert {f"e.{s}" for s in seqs[:4]} <= gone and f"e.{first.seq}" in written
     assert view_names(out)[1] == set()  # append-origin messages are the transcript: kept
     second = b.summary("second summary", first.seq, seqs[6], [first.seq, *seqs[4:7]])
     h.fold_events("s", [second])
     out = h.commit()
-    written, gone = part_names(out)
+    written, gone = entry_names(out, h.produced, CHECKPOINTS)
     assert {f"e.{s}" for s in (first.seq, *seqs[4:7])} <= gone
     # the first summary's message left the surface and is no transcript entry
-    assert f"~m{first.seq}" in view_names(out)[1] and f"~m{second.seq}" in view_names(out)[0]
+    written, gone = entry_names(out, h.produced, VIEWS)
+    assert f"~m{first.seq}" in gone and f"~m{second.seq}" in written
     assert h.fold_equivalent("s") == expected(b.events)
     # compaction leaves only live parts, and they restore the session
     restored = latest_checkpoints(CODEC, compacted(h.produced, CHECKPOINTS))
     assert restored.bad_records == 0
-    names = {split_part_key(k or b"") for k, _ in compacted(h.produced, CHECKPOINTS)}
-    assert ("s", f"e.{seqs[0]}") not in names and ("s", f"e.{second.seq}") in names
+    live = [o for o in h.produced if o.topic == CHECKPOINTS]
+    names = entry_names(live, h.produced, CHECKPOINTS)[0]
+    left = {k for k, _ in compacted(h.produced, CHECKPOINTS)}
+    gone = {k for k in (o.key for o in live) if k not in left}
+    held = entry_names([o for o in live if o.key in left], h.produced, CHECKPOINTS)[0]
+    assert gone and f"e.{seqs[0]}" in names - held and f"e.{second.seq}" in held
 
 
 def _image_session() -> LogBuilder:
@@ -179,17 +211,19 @@ def test_an_image_offload_writes_an_override_and_tombstones_the_superseded_one()
     one = b.add_raw("image/offload", {"targets": [{"seq": target, "imageIndexes": [0]}]})
     h.fold_events("s", [one])
     out = h.commit()
-    [first] = [n for n in part_names(out)[0] if n.startswith(f"o.{target}.")]
-    assert f"~m{target}.{first.split('.')[2]}" in view_names(out)[0]
+    [first] = [
+        n for n in entry_names(out, h.produced, CHECKPOINTS)[0] if n.startswith(f"o.{target}.")
+    ]
+    assert f"~m{target}.{first.split('.')[2]}" in entry_names(out, h.produced, VIEWS)[0]
     assert h.fold_equivalent("s") == expected(b.events)
     two = b.add_raw("image/offload", {"targets": [{"seq": target, "imageIndexes": [1]}]})
     h.fold_events("s", [two])
     out = h.commit()
-    written, gone = part_names(out)
+    written, gone = entry_names(out, h.produced, CHECKPOINTS)
     [second] = [n for n in written if n.startswith(f"o.{target}.")]
-    assert second != first and gone == {first}
+    assert second != first and first in gone
     generation = first.split(".")[2]
-    assert view_names(out)[1] == {f"~m{target}.{generation}"}
+    assert entry_names(out, h.produced, VIEWS)[1] == {f"~m{target}.{generation}"}
     assert h.fold_equivalent("s") == expected(b.events)
     # the transcript keeps the message as it was sent (G-4), the context the override
     restored = Harness(checkpoints={0: h.checkpoints()})
@@ -198,7 +232,8 @@ def test_an_image_offload_writes_an_override_and_tombstones_the_superseded_one()
     tail = b.user("after the restore")
     restored.fold_events("s", [tail])
     out = restored.commit()
-    assert not any(n.startswith("o.") for n in part_names(out)[0])  # not rewritten
+    written = entry_names(out, restored.produced, CHECKPOINTS)[0]
+    assert not any(n.startswith("o.") for n in written)  # not rewritten
     assert restored.fold_equivalent("s") == expected(b.events)
 
 
@@ -207,16 +242,21 @@ def test_a_head_whose_part_is_missing_makes_the_session_refold_and_is_reported()
     h.fold_events("s", session_log(40))
     h.fold_events("t", session_log(40, seed=9))
     h.commit()
-    node = h.engine.partitions[0].sessions["s"].session.surface.state.nodes[-1]
+    # one transaction: every event and override of "s" is in bundle b.0, the
+    # first one the restore reads is reported
+    state = h.engine.partitions[0].sessions["s"].session.surface.state
+    first = min(state.overrides) if state.overrides else None
     records = [
         (o.key, o.value)
         for o in h.topic(CHECKPOINTS)
-        if split_part_key(o.key or b"") != ("s", f"e.{node}")
+        if split_part_key(o.key or b"") != ("s", "b.0")
     ]
     reported: list[tuple[str, str]] = []
     restored = latest_checkpoints(CODEC, records, lambda sid, exc: reported.append((sid, str(exc))))
     assert set(restored.checkpoints) == {"t"} and restored.bad_records == 1
-    assert reported == [("s", f"checkpoint part e.{node} is missing")]
+    gen = h.engine.partitions[0].sessions["s"].override_generations()
+    missed = f"o.{first}.{gen[first]}" if first is not None else f"e.{state.nodes[0]}"
+    assert reported == [("s", f"checkpoint part {missed} is missing")]
     # a chunk at another version than the head names is as unusable
     b = LogBuilder()
     b.system("sys")
@@ -418,7 +458,8 @@ def test_a_head_of_schema_version_1_with_a_whole_inline_row_restores() -> None:
     """Heads written before ``leaves`` existed carry a hot row whole in ``row``
     (and no part backs it): they still restore, and the row gets its part."""
     log = session_log(60, seed=8)
-    h, _, datum = _hot_head(log)
+    with format2():  # what such a head's session was written with
+        h, _, datum = _hot_head(log)
     rows = h.engine.partitions[0].sessions["s"].session.projections.checkpoint(detached=False)
     keys = list(rows)
     i = next(i for i, u in enumerate(datum["units"]) if u["leaves"] is not None)
@@ -508,9 +549,10 @@ def test_a_session_tombstone_names_only_the_records_that_exist() -> None:
 def test_a_session_checkpointed_before_the_seq_parts_is_still_tombstoned_whole() -> None:
     log = session_log(300, seed=13)
     h = Harness()
-    for start in range(0, len(log), 7):
-        h.fold_events("s", log[start : start + 7])
-        h.commit()
+    with format2():  # what such a head's session was written with
+        for start in range(0, len(log), 7):
+            h.fold_events("s", log[start : start + 7])
+            h.commit()
     [head] = [o for o in h.topic(CHECKPOINTS) if o.key == b"s"][-1:]
     datum = CODEC.decode_record(head.value or b"")[1]
     records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]

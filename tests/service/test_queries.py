@@ -283,16 +283,16 @@ def test_commits_during_the_fill_are_applied_after_it_even_when_they_overlap() -
 
 def test_a_partition_over_the_budget_is_given_up_not_served_partially() -> None:
     _, batches, _ = _batches()
-    cache = _cache(lambda p: [], budget=60_000)
+    cache = _cache(lambda p: [], budget=15_000)
     cache.assigned([0])
     _wait_ready(cache, "a")
     for batch in batches:
         cache.committed(_writes(batch))
     cache.sync()  # the writer thread applies them
-    with pytest.raises(GivenUp, match="budget of 60000 bytes"):
+    with pytest.raises(GivenUp, match="budget of 15000 bytes"):
         cache.session_views("a")
     assert cache.dropped._value.get() == 1
-    assert cache.held_bytes._value.get() < 60_000  # its rows are gone
+    assert cache.held_bytes._value.get() < 15_000  # its rows are gone
     cache.revoked([0])
     assert cache.owns("a") is False
     cache.close()
