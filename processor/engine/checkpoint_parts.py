@@ -5,14 +5,15 @@ what grows with the session is in parts (schemas/checkpoint_part.avsc),
 written once or when it changed, and tombstoned in the transaction whose
 head stops naming it — so the compacted topic keeps only live state:
 
-- ``b.<n>``: a bundle (format 3): ``[[name, value], ...]`` of the entries
-  ``e.<seq>`` (the event of a surface node or a kept request/header) and
-  ``o.<seq>.<generation>`` (a projected override message) one checkpoint
-  adds, written once, so a batch of many events writes one part; it lives
-  while one of its entries is still named and is tombstoned with the last
-  (cut into several when its JSON would pass ``max_bytes``);
-- ``e.<seq>`` / ``o.<seq>.<generation>``: the same entries one per part
-  (format 2): still restored and tombstoned when dropped, never written;
+- ``b.<n>``: a bundle (format 3): every part below but ``r.<i>`` and
+  ``x.<i>`` that one checkpoint writes, as entries ``[name, value]`` or
+  ``[name, value, version]``, so a checkpoint writes one part and its head
+  whatever the batch held.  A bundle lives while one of its entries is
+  still named (an entry is dropped when its node leaves, its override is
+  superseded, it is rewritten by a later bundle, its digest block leaves
+  the window...) and is tombstoned with the last (cut into several when
+  its JSON would pass ``max_bytes``).  The same names as parts of their
+  own (format 2) are still restored, and tombstoned when dropped;
 - ``u.<key>``: a projection row ``{ver, val}``, rewritten when it changed
   (a small row that changed in this batch rides in the head instead);
 - ``n.<i>`` / ``h.<i>``: closed chunks of the node list and the header
@@ -132,12 +133,17 @@ class PartLedger:
     bundle_of: dict[str, int] = field(default_factory=dict)  # entry -> its bundle
     bundles: dict[int, set[str]] = field(default_factory=dict)  # live bundle -> entries named
     stale: list[int] = field(default_factory=list)  # restored bundles nothing names: tombstone
+    #: rewritable parts (not ``e.``/``o.``) that live as records of their own
+    #: (format 2): a bundle entry that supersedes one tombstones it
+    standalone: set[str] = field(default_factory=set)
 
     def drop(self, name: str, tombstones: list[str]) -> None:
         """Entry ``name`` is named no more: tombstone its part or its bundle's last use."""
         n = self.bundle_of.pop(name, None)
-        if n is None:
+        if n is None or name in self.standalone:
             tombstones.append(name)
+            self.standalone.discard(name)
+        if n is None:
             return
         entries = self.bundles[n]
         entries.discard(name)
@@ -151,6 +157,7 @@ class PartLedger:
         entries += [override_part(s, g) for s, g in sorted(self.overrides.items())]
         names = [e for e in entries if e not in self.bundle_of]
         names += [bundle_part(n) for n in sorted(self.bundles)]
+        names += sorted(self.standalone)
         names += [
             unit_part(k) for k in sorted(self.units) if self.units[k].part_version is not None
         ]
@@ -164,22 +171,30 @@ class PartLedger:
             names.append(HEADER_PART)
         names += [pending_part(s) for s in self.pending]
         names += [seqs_part(i) for i in range(self.seq_chunks_from, self.seq_chunks)]
-        return names
+        return [n for n in dict.fromkeys(names) if n not in self.bundle_of]
 
 
 @dataclass(slots=True)
 class PartWrites:
     parts: list[tuple[str, int, Any]] = field(default_factory=list)  # (name, version, value)
+    #: the parts to bundle, same shape (``parts`` are the ones written whole)
+    entries: list[tuple[str, int, Any]] = field(default_factory=list)
     tombstones: list[str] = field(default_factory=list)
     head: dict[str, Any] = field(default_factory=dict)  # the surface-side head fields
 
 
 def _chunks(
-    kind: str, ledger: ChunkLedger, items: Sequence[Any], version: int, out: PartWrites
+    kind: str,
+    parts: PartLedger,
+    ledger: ChunkLedger,
+    items: Sequence[Any],
+    version: int,
+    out: PartWrites,
 ) -> dict[str, Any]:
     writes = ledger.update(items, version)
-    out.parts.extend((chunk_part(kind, i), version, chunk) for i, chunk in writes.writes)
-    out.tombstones.extend(chunk_part(kind, i) for i in writes.removed)
+    out.entries.extend((chunk_part(kind, i), version, chunk) for i, chunk in writes.writes)
+    for i in writes.removed:
+        parts.drop(chunk_part(kind, i), out.tombstones)
     return {"chunks": ledger.versions, "tail": ChunkLedger.tail(items)}
 
 
@@ -202,42 +217,40 @@ def checkpoint_writes(
     state = session.surface.state
     last = session.last_seq
     kept = set(state.nodes) | set(state.headers)
-    entries: list[tuple[str, Any]] = []
     for seq in [*state.nodes, *state.headers]:
         if seq not in ledger.events:
             event = state.node_events.get(seq) or state.headers[seq]
-            entries.append((event_part(seq), event.to_json()))
+            out.entries.append((event_part(seq), 0, event.to_json()))
             ledger.events.add(seq)
     for seq in sorted(ledger.events - kept):
         ledger.drop(event_part(seq), out.tombstones)
         ledger.events.discard(seq)
     for seq, generation in generations.items():
         if ledger.overrides.get(seq) != generation:
-            entries.append((override_part(seq, generation), state.overrides[seq]))
+            out.entries.append((override_part(seq, generation), 0, state.overrides[seq]))
     for seq, generation in sorted(ledger.overrides.items()):
         if generations.get(seq) != generation:
             ledger.drop(override_part(seq, generation), out.tombstones)
     ledger.overrides = dict(generations)
     out.tombstones.extend(bundle_part(n) for n in ledger.stale)
     ledger.stale = []
-    _bundle(entries, ledger, max_bytes, out)
     rows = session.projections.checkpoint(detached=False)
     inline = {
         key: blob for key, row in rows.items() if (blob := _unit(key, row, ledger, last, out))
     }
     for key in sorted(set(ledger.units) - set(rows)):
         if ledger.units[key].part_version is not None:
-            out.tombstones.append(unit_part(key))
+            ledger.drop(unit_part(key), out.tombstones)
         del ledger.units[key]
     if session.header is not ledger.header:
-        out.parts.append((HEADER_PART, 0, session.header))
+        out.entries.append((HEADER_PART, 0, session.header))
         ledger.header = session.header
     out.head = {
         "replaceGeneration": state.replace_generation,
         "contentGeneration": state.content_generation,
         "projectionTypesUsed": sorted(state.projection_types_used),
-        "nodes": _chunks("n", ledger.nodes, state.nodes, last, out),
-        "headers": _chunks("h", ledger.headers, list(state.headers), last, out),
+        "nodes": _chunks("n", ledger, ledger.nodes, state.nodes, last, out),
+        "headers": _chunks("h", ledger, ledger.headers, list(state.headers), last, out),
         "overrides": [{"seq": s, "generation": g} for s, g in sorted(generations.items())],
         "unitKeys": _unit_keys(list(rows), ledger, last, out),
         "units": [_unit_ref(last, ledger.units[k], inline.get(k)) for k in rows],
@@ -255,34 +268,37 @@ def checkpoint_writes(
             out.parts.append((seqs_part(index), 0, seqs))
             ledger.seq_chunks = index + 1
     ledger.last_write = last
+    _bundle(ledger, max_bytes, out)
     return out
 
 
-def _bundle(
-    entries: list[tuple[str, Any]], ledger: PartLedger, max_bytes: int, out: PartWrites
-) -> None:
-    """``entries`` as bundle parts of at most ``max_bytes`` of JSON each."""
+def _bundle(ledger: PartLedger, max_bytes: int, out: PartWrites) -> None:
+    """``out.entries`` as bundle parts of at most ``max_bytes`` of JSON each."""
+    entries = out.entries
     if not entries:
         return
     if not BUNDLES:  # format 2: a part per entry
-        out.parts.extend((name, 0, value) for name, value in entries)
+        out.parts.extend(entries)
+        ledger.standalone.update(n for n, _, _ in entries if not n.startswith(("e.", "o.")))
         return
-    groups: list[list[tuple[str, Any]]] = [[]]
+    groups: list[list[list[Any]]] = [[]]
     size = 2
-    for name, value in entries:
-        entry_size = len(orjson.dumps(value)) + len(name) + 6  # + '["name",...],'
+    for name, version, value in entries:
+        if name in ledger.bundle_of or name in ledger.standalone:
+            ledger.drop(name, out.tombstones)  # rewritten: the old copy goes
+        entry_size = len(orjson.dumps(value)) + len(name) + 30  # + '["name",...,version],'
         if groups[-1] and size + entry_size > max_bytes:
             groups.append([])
             size = 2
         size += entry_size
-        groups[-1].append((name, value))
+        groups[-1].append([name, value, version] if version else [name, value])
     for group in groups:
         n = ledger.next_bundle
         ledger.next_bundle += 1
-        out.parts.append((bundle_part(n), 0, [[name, value] for name, value in group]))
-        ledger.bundles[n] = {name for name, _ in group}
-        for name, _ in group:
-            ledger.bundle_of[name] = n
+        out.parts.append((bundle_part(n), 0, group))
+        ledger.bundles[n] = {entry[0] for entry in group}
+        for entry in group:
+            ledger.bundle_of[entry[0]] = n
 
 
 def _pending(session: Session, published: int, ledger: PartLedger, out: PartWrites) -> None:
@@ -291,13 +307,15 @@ def _pending(session: Session, published: int, ledger: PartLedger, out: PartWrit
     entries = session.transcript_slice(published, session.transcript_count)
     seqs = [int(e["seq"]) for e in entries]
     known = set(ledger.pending)
-    out.parts.extend(
+    out.entries.extend(
         (pending_part(int(e["seq"])), 0, e["message"])
         for e in entries
         if int(e["seq"]) not in known
     )
     live = set(seqs)
-    out.tombstones.extend(pending_part(s) for s in ledger.pending if s not in live)
+    for s in ledger.pending:
+        if s not in live:
+            ledger.drop(pending_part(s), out.tombstones)
     ledger.pending = seqs
 
 
@@ -328,7 +346,7 @@ def _unit(
             return blob
     # a new, cold, reshaped or settled row: the part (the next inline rows' base)
     changed_at = last if slot is None or not _same_row(slot.row, row) else slot.changed_at
-    out.parts.append((unit_part(key), last, value))
+    out.entries.append((unit_part(key), last, value))
     ledger.units[key] = UnitSlot(row, changed_at, last, row, False)
     return b""
 
@@ -389,7 +407,7 @@ def decode_leaves(base: Mapping[str, Any], leaves: Any) -> dict[str, Any]:
 def _unit_keys(keys: list[str], ledger: PartLedger, last: int, out: PartWrites) -> int:
     """The version of part ``k`` naming ``keys`` (written when the keys change)."""
     if ledger.unit_keys is None or ledger.unit_keys[0] != keys:
-        out.parts.append((UNIT_KEYS_PART, last, keys))
+        out.entries.append((UNIT_KEYS_PART, last, keys))
         ledger.unit_keys = (keys, last)
     return ledger.unit_keys[1]
 
@@ -421,15 +439,18 @@ def _digests(
             block -= 1
     blocks.reverse()
     if ledger.digest_size != DIGEST_BLOCK:  # restored from a head of another block size
-        out.tombstones.extend(digest_part(b, ledger.digest_size) for b in ledger.digest_blocks)
+        for b in ledger.digest_blocks:
+            ledger.drop(digest_part(b, ledger.digest_size), out.tombstones)
         ledger.digest_blocks, ledger.digest_size = [], DIGEST_BLOCK
     live = set(blocks)
     for block in blocks:
         if block not in ledger.digest_blocks:
             lo = block * DIGEST_BLOCK - first
             blob = b"".join(digests[lo : lo + DIGEST_BLOCK])
-            out.parts.append((digest_part(block), 0, base64.b64encode(blob).decode()))
-    out.tombstones.extend(digest_part(b) for b in ledger.digest_blocks if b not in live)
+            out.entries.append((digest_part(block), 0, base64.b64encode(blob).decode()))
+    for b in ledger.digest_blocks:
+        if b not in live:
+            ledger.drop(digest_part(b), out.tombstones)
     ledger.digest_blocks = blocks
     out.head["digestFirstBlock"] = blocks[0] if blocks else tail_block
     out.head["digestBlock"] = DIGEST_BLOCK

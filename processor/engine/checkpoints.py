@@ -109,9 +109,11 @@ def latest_checkpoints(
 class _Parts:
     """The parts of one session, decoded on demand; remembers every name read.
 
-    An entry (``e.<seq>``, ``o.<seq>.<g>``) is its own part (format 2) or an
-    entry of a bundle ``b.<n>`` (format 3): every live bundle of the session
-    is decoded once, the newest bundle listing a name wins.
+    A part is an entry of a bundle ``b.<n>`` (format 3) or a record of its
+    own (format 2, and ``r.<i>``, ``x.<i>`` always): every live bundle of the
+    session is decoded once; the newest bundle listing a name wins over
+    older ones and over a record of its own (which a bundle entry
+    supersedes, its tombstone being in the same transaction).
     """
 
     def __init__(
@@ -123,7 +125,8 @@ class _Parts:
     ) -> None:
         self.codec, self.sid, self.parts = codec, sid, parts
         self.names: list[str] = []
-        self.entries: dict[str, tuple[int, Any]] = {}  # entry -> (bundle, value)
+        self.entries: dict[str, tuple[int, Any, int]] = {}  # entry -> (bundle, value, version)
+        self.standalone: list[str] = []  # names read from records of their own
         self.bundles: dict[int, list[str]] = {}  # every live bundle -> the entries read
         for name in sorted(bundles, key=lambda b: int(b[2:])):
             n = int(name[2:])
@@ -131,18 +134,27 @@ class _Parts:
             if not isinstance(items, list):
                 raise CodecError(f"checkpoint part {name} is not a list")
             self.bundles[n] = []
-            for entry, value in items:
-                self.entries[str(entry)] = (n, value)
+            for entry in items:
+                if not isinstance(entry, list) or len(entry) not in (2, 3):
+                    raise CodecError(f"checkpoint part {name} holds a malformed entry")
+                self.entries[str(entry[0])] = (n, entry[1], int(entry[2]) if len(entry) == 3 else 0)
 
     def get(self, name: str, version: int | None = None) -> Any:
+        hit = self.entries.get(name)
+        if hit is not None:
+            n, value, have = hit
+            if version is not None and have != version:
+                raise CodecError(
+                    f"checkpoint part {name} (in b.{n}) is at version {have}, "
+                    f"the head needs {version}"
+                )
+            self.bundles[n].append(name)
+            self.names.append(f"b.{n}")
+            return value
         raw = self.parts.get((self.sid, name))
         if raw is None:
-            hit = self.entries.get(name)
-            if hit is not None and version is None:
-                self.bundles[hit[0]].append(name)
-                self.names.append(f"b.{hit[0]}")
-                return hit[1]
             raise CodecError(f"checkpoint part {name} is missing")
+        self.standalone.append(name)
         _, have, value = decode_part(self.codec, raw)
         if version is not None and have != version:
             raise CodecError(
@@ -241,6 +253,9 @@ def _assemble(
             "transcriptSeqs": [*seqs, *views["transcriptTail"]],
             "partNames": sorted(set(parts.names) | {f"b.{n}" for n in parts.bundles}),
             "partBundles": [[n, sorted(set(read))] for n, read in sorted(parts.bundles.items())],
+            "standalone": sorted(
+                {n for n in parts.standalone if not n.startswith(("e.", "o.", "r.", "x."))}
+            ),
         },
     }
     return Checkpoint(

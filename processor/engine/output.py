@@ -260,6 +260,7 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
         else:
             parts.stale.append(int(n))
         parts.next_bundle = max(parts.next_bundle, int(n) + 1)
+    parts.standalone = set(parted.get("standalone", ()))
     parts.pending = [int(s) for s in v["pending"]]
     parts.seq_chunks_from = int(parted["seqChunksFrom"])
     parts.seq_chunks = (int(v["transcriptTotal"]) - int(v["transcriptBase"])) // CHUNK_ITEMS

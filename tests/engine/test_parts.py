@@ -91,7 +91,7 @@ def view_names(outs: list[Out], sid: str = "s") -> tuple[set[str], set[str]]:
 def _bundle_entries(o: Out) -> list[str]:
     """The entry names a written bundle record holds (format 3)."""
     if o.topic == CHECKPOINTS:
-        return [str(name) for name, _ in decode_part(CODEC, o.value or b"")[2]]
+        return [str(entry[0]) for entry in decode_part(CODEC, o.value or b"")[2]]
     items = CODEC.decode_view(o.value or b"").json_value()
     return [f"~m{e[0]}" if len(e) == 2 else f"~m{e[0]}.{e[1]}" for e in items]
 
@@ -168,13 +168,16 @@ def test_a_compaction_tombstones_the_parts_of_the_nodes_it_removed() -> None:
     h.fold_events("s", [first])
     out = h.commit()
     written, gone = entry_names(out, h.produced, CHECKPOINTS)
-    assert {f"e.{s}" for s in seqs[:4]} <= gone and f"e.{first.seq}" in written
+    ledger = h.engine.partitions[0].sessions["s"].part_ledger
+    assert f"e.{first.seq}" in written
+    assert not {f"e.{s}" for s in seqs[:4]} & set(ledger.bundle_of)  # named no more
+    assert {f"e.{s}" for s in seqs[1:4]} <= gone  # their bundles had nothing else left
     assert view_names(out)[1] == set()  # append-origin messages are the transcript: kept
     second = b.summary("second summary", first.seq, seqs[6], [first.seq, *seqs[4:7]])
     h.fold_events("s", [second])
     out = h.commit()
-    written, gone = entry_names(out, h.produced, CHECKPOINTS)
-    assert {f"e.{s}" for s in (first.seq, *seqs[4:7])} <= gone
+    assert not {f"e.{s}" for s in (first.seq, *seqs[4:7])} & set(ledger.bundle_of)
+    assert "b.0" in ledger.names()  # the system prompt's bundle: still named
     # the first summary's message left the surface and is no transcript entry
     written, gone = entry_names(out, h.produced, VIEWS)
     assert f"~m{first.seq}" in gone and f"~m{second.seq}" in written
@@ -182,12 +185,12 @@ def test_a_compaction_tombstones_the_parts_of_the_nodes_it_removed() -> None:
     # compaction leaves only live parts, and they restore the session
     restored = latest_checkpoints(CODEC, compacted(h.produced, CHECKPOINTS))
     assert restored.bad_records == 0
-    live = [o for o in h.produced if o.topic == CHECKPOINTS]
-    names = entry_names(live, h.produced, CHECKPOINTS)[0]
-    left = {k for k, _ in compacted(h.produced, CHECKPOINTS)}
-    gone = {k for k in (o.key for o in live) if k not in left}
-    held = entry_names([o for o in live if o.key in left], h.produced, CHECKPOINTS)[0]
-    assert gone and f"e.{seqs[0]}" in names - held and f"e.{second.seq}" in held
+    # a bundle stays while one of its entries is named, and only then
+    left = {split_part_key(k or b"") for k, _ in compacted(h.produced, CHECKPOINTS)}
+    bundles = {name for sid, name in filter(None, left) if name.startswith("b.")}
+    assert bundles == {f"b.{n}" for n in ledger.bundles}
+    assert all(ledger.bundles.values()) and len(bundles) < len(b.events) + 2
+    assert f"e.{second.seq}" in ledger.bundle_of
 
 
 def _image_session() -> LogBuilder:
@@ -242,10 +245,7 @@ def test_a_head_whose_part_is_missing_makes_the_session_refold_and_is_reported()
     h.fold_events("s", session_log(40))
     h.fold_events("t", session_log(40, seed=9))
     h.commit()
-    # one transaction: every event and override of "s" is in bundle b.0, the
-    # first one the restore reads is reported
-    state = h.engine.partitions[0].sessions["s"].session.surface.state
-    first = min(state.overrides) if state.overrides else None
+    # one transaction: every part of "s" but its head is in bundle b.0
     records = [
         (o.key, o.value)
         for o in h.topic(CHECKPOINTS)
@@ -254,9 +254,10 @@ def test_a_head_whose_part_is_missing_makes_the_session_refold_and_is_reported()
     reported: list[tuple[str, str]] = []
     restored = latest_checkpoints(CODEC, records, lambda sid, exc: reported.append((sid, str(exc))))
     assert set(restored.checkpoints) == {"t"} and restored.bad_records == 1
-    gen = h.engine.partitions[0].sessions["s"].override_generations()
-    missed = f"o.{first}.{gen[first]}" if first is not None else f"e.{state.nodes[0]}"
-    assert reported == [("s", f"checkpoint part {missed} is missing")]
+    [(sid, error)] = reported
+    [bundle] = [o for o in h.topic(CHECKPOINTS) if o.key == part_key("s", "b.0")]
+    assert sid == "s" and error.startswith("checkpoint part ") and error.endswith(" is missing")
+    assert error.split()[2] in _bundle_entries(bundle)
     # a chunk at another version than the head names is as unusable
     b = LogBuilder()
     b.system("sys")
@@ -266,15 +267,17 @@ def test_a_head_whose_part_is_missing_makes_the_session_refold_and_is_reported()
     h.commit()
     h.fold_events("c", [b.summary("summary", seqs[2], seqs[5], seqs[2:6])])
     h.commit()
-    chunks = [i for i, o in enumerate(h.topic(CHECKPOINTS)) if o.key == b"\xffc\x00n.0"]
-    assert len(chunks) == 2  # rewritten by the replace
-    records = [(o.key, o.value) for o in h.topic(CHECKPOINTS)]
-    del records[chunks[1]]
+    second = part_key("c", "b.1")  # the replace rewrote chunk n.0 into it
+    assert "n.0" in _bundle_entries(next(o for o in h.topic(CHECKPOINTS) if o.key == second))
+    records = [(o.key, o.value) for o in h.topic(CHECKPOINTS) if o.key != second]
     reported.clear()
     restored = latest_checkpoints(CODEC, records, lambda sid, exc: reported.append((sid, str(exc))))
     assert "c" not in restored.checkpoints and restored.bad_records == 1
     assert reported == [
-        ("c", f"checkpoint part n.0 is at version {seqs[-1]}, the head needs {seqs[-1] + 1}")
+        (
+            "c",
+            f"checkpoint part n.0 (in b.0) is at version {seqs[-1]}, the head needs {seqs[-1] + 1}",
+        )
     ]
 
 
@@ -374,18 +377,19 @@ def test_a_checkpoint_taken_while_the_views_are_held_back_restores_and_publishes
     h.fold_events("s", log[:30])
     out = h.commit()
     assert {o.topic for o in out} == {CHECKPOINTS}
-    assert any(n.startswith("t.") for n in part_names(out)[0])  # unpublished transcript kept
+    assert any(
+        n.startswith("t.") for n in entry_names(out, h.produced, CHECKPOINTS)[0]
+    )  # unpublished transcript kept
     r = Harness(checkpoints={0: h.checkpoints()}, publish_floor=floor)
     r.produced, r.offsets = list(h.produced), dict(h.offsets)
     r.fold_events("s", log[30:])
     out = r.commit()
     assert r.fold_equivalent("s") == expected(log)
-    assert {f"t.{s}" for s in range(90)} & part_names(out)[1]  # published now: tombstoned
-    assert not any(
-        (split_part_key(k or b"") or ("", ""))[1].startswith("t.")
-        for k, _ in compacted(r.produced, CHECKPOINTS)
-        if split_part_key(k or b"")
-    )
+    # published now: named no more (their bundle goes with its last entry)
+    ledger = r.engine.partitions[0].sessions["s"].part_ledger
+    assert not ledger.pending and not any(n.startswith("t.") for n in ledger.bundle_of)
+    names = r.checkpoints()["s"].surface["service"]["parted"]["partNames"]
+    assert names and not any(n.startswith("t.") for n in names)
 
 
 def _hot_head(log: list[Event]) -> tuple[Harness, list[Out], dict[str, Any]]:
@@ -405,7 +409,7 @@ def test_rows_that_change_every_batch_ride_in_the_head_and_restore() -> None:
     h, out, datum = _hot_head(log)
     hot = [u for u in datum["units"] if u["leaves"] is not None]  # e.g. the session's counters
     assert hot and all(u["row"] is None for u in datum["units"])
-    written, gone = part_names(out)
+    written, gone = entry_names(out, h.produced, CHECKPOINTS)
     assert not any(n.startswith("u.") for n in written | gone)  # the base part stays
     keys = h.engine.partitions[0].sessions["s"].session.projections.checkpoint(detached=False)
     stats = encode_leaves({"ver": 0, "val": keys["sessionStats"]["val"]}, keys["sessionStats"])
@@ -441,10 +445,10 @@ def test_a_row_whose_shape_changes_is_written_as_a_new_base_part() -> None:
     for text in ("one", "two", "three"):  # the counters change every batch: hot
         h.fold_events("s", [b.user(text)])
         outs.append(h.commit())
-    assert "u.sessionStats" not in part_names(outs[-1])[0]
+    assert "u.sessionStats" not in entry_names(outs[-1], h.produced, CHECKPOINTS)[0]
     h.fold_events("s", [b.assistant("a new role: a new key in the counters")])
     out = h.commit()
-    assert "u.sessionStats" in part_names(out)[0]
+    assert "u.sessionStats" in entry_names(out, h.produced, CHECKPOINTS)[0]
     h.fold_events("s", [b.user("four")])
     h.commit()
     r = Harness(checkpoints={0: h.checkpoints()})
@@ -480,13 +484,15 @@ def test_a_head_of_schema_version_1_with_a_whole_inline_row_restores() -> None:
     r.produced, r.offsets = list(h.produced), dict(h.offsets)
     r.fold_events("s", log[43:44])
     out = r.commit()
-    assert f"u.{keys[i]}" in part_names(out)[0]
+    assert f"u.{keys[i]}" in entry_names(out, r.produced, CHECKPOINTS)[0]
     v1_blocks = {
         ident[1]
         for k, _ in records
         if (ident := split_part_key(k or b"")) is not None and ident[1].startswith("d.")
     }
-    assert v1_blocks and v1_blocks == {n for n in part_names(out)[1] if n.startswith("d.")}
+    assert v1_blocks and v1_blocks == {
+        n for n in entry_names(out, r.produced, CHECKPOINTS)[1] if n.startswith("d.")
+    }
     r.fold_events("s", log[44:])
     r.commit()
     assert r.fold_equivalent("s") == expected(log)
