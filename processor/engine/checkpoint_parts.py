@@ -25,7 +25,10 @@ head stops naming it — so the compacted topic keeps only live state:
 - ``t.<seq>``: a transcript message the views have not published yet (held
   back by an in-place replay; none otherwise);
 - ``x.<i>``: the seqs of the views' transcript chunk ``~t<i>``, written once:
-  so a session tombstone names exactly the ``~m<seq>`` records that exist.
+  so a session tombstone names exactly the ``~m<seq>`` records that exist;
+- ``vb.<n>``: ``[pinned, [name...]]``, the droppable messages views bundle
+  ``~b<n>`` was written with (a bundle entry only), dropped when the last of
+  them is: what a restored processor needs to tombstone that bundle in time.
 
 The transcript is not in the checkpoint: the views hold it (view_parts.py).
 """
@@ -77,6 +80,10 @@ def digest_part(block: int, size: int = DIGEST_BLOCK) -> str:
 
 def pending_part(seq: int) -> str:
     return f"t.{seq}"
+
+
+def views_bundle_part(number: int) -> str:
+    return f"vb.{number}"
 
 
 def seqs_part(index: int) -> str:
@@ -207,6 +214,8 @@ def checkpoint_writes(
     published: int,
     closed_chunks: Sequence[tuple[int, list[int]]] = (),
     max_bytes: int = 512 * 1024,
+    views_born: Sequence[tuple[int, bool, list[str]]] = (),
+    views_died: Sequence[int] = (),
 ) -> PartWrites:
     """The parts that bring the checkpoints topic from ``ledger`` to ``session``.
 
@@ -268,6 +277,14 @@ def checkpoint_writes(
             out.parts.append((seqs_part(index), 0, seqs))
             ledger.seq_chunks = index + 1
     ledger.last_write = last
+    died = set(views_died)
+    for n, pinned, names in views_born:
+        if n not in died:  # born and emptied since the last checkpoint: nothing to keep
+            out.entries.append((views_bundle_part(n), 0, [pinned, names]))
+    born = {n for n, _, _ in views_born}
+    for n in views_died:
+        if n not in born:
+            ledger.drop(views_bundle_part(n), out.tombstones)
     _bundle(ledger, max_bytes, out)
     return out
 

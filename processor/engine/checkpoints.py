@@ -163,6 +163,14 @@ class _Parts:
         self.names.append(name)
         return value
 
+    def views_bundles(self) -> list[list[Any]]:
+        """``[n, pinned, names]`` of every views bundle the entries ``vb.<n>`` describe."""
+        found = []
+        for name in [e for e in self.entries if e.startswith("vb.")]:
+            pinned, names = self.get(name)
+            found.append([int(name[3:]), bool(pinned), [str(x) for x in names]])
+        return sorted(found)
+
     def chunked(self, kind: str, spec: Mapping[str, Any]) -> list[Any]:
         items: list[Any] = []
         for i, version in enumerate(spec["chunks"]):
@@ -252,6 +260,7 @@ def _assemble(
             "seqChunksFrom": seqs_from,
             "transcriptSeqs": [*seqs, *views["transcriptTail"]],
             "partNames": sorted(set(parts.names) | {f"b.{n}" for n in parts.bundles}),
+            "viewBundles": parts.views_bundles(),
             "partBundles": [[n, sorted(set(read))] for n, read in sorted(parts.bundles.items())],
             "standalone": sorted(
                 {n for n in parts.standalone if not n.startswith(("e.", "o.", "r.", "x."))}

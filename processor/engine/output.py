@@ -145,8 +145,10 @@ def _checkpoint(
         views.transcript_total,
         views.closed_chunks,
         max_bytes=config.max_view_bytes,
+        views_born=views.born,
+        views_died=views.died,
     )
-    views.closed_chunks = []
+    views.closed_chunks, views.born, views.died = [], [], []
     for name, version, value in writes.parts:
         yield Out(topic, partition, part_key(sid, name), encode_part(codec, name, version, value))
     for name in writes.tombstones:
@@ -181,26 +183,10 @@ def _checkpoint(
             "seqChunksFrom": rt.part_ledger.seq_chunks_from,
             "nextBundle": views.next_bundle,
             "transcriptSingles": views.singles,
-            "bundles": bundle_refs(views),
         },
     }
     yield Out(topic, partition, session_key(sid), encode_head(codec, head))
     tally.checkpoints_published += len(writes.parts) + 1
-
-
-def bundle_refs(views: ViewLedger) -> list[dict[str, Any]]:
-    """The checkpoint's record of the views bundles holding droppable messages."""
-    refs = []
-    for n, slot in sorted(views.bundles.items()):
-        seqs, overrides = [], []
-        for name in sorted(slot.entries):
-            seq, _, generation = name[2:].partition(".")
-            if generation:
-                overrides.append({"seq": int(seq), "generation": int(generation)})
-            else:
-                seqs.append(int(seq))
-        refs.append({"number": n, "pinned": slot.pinned, "seqs": seqs, "overrides": overrides})
-    return refs
 
 
 def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
@@ -229,11 +215,6 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     views.next_bundle = int(v.get("nextBundle", 0))  # before any return: numbers stay unique
     singles = int(v.get("transcriptSingles", -1))  # -1: a format-2 head, all singles
     views.singles = singles if singles >= 0 else v["transcriptTotal"] - v["transcriptBase"]
-    for b in v.get("bundles", ()):
-        names = {content_view(int(s)) for s in b["seqs"]}
-        names |= {content_view(int(o["seq"]), int(o["generation"])) for o in b["overrides"]}
-        views.bundles[int(b["number"])] = BundleSlot(bool(b["pinned"]), names)
-        views.bundle_of.update(dict.fromkeys(names, int(b["number"])))
     generations = {int(s): int(g) for s, g in parted["overrides"]}
     rt.adopt_override_generations(generations)
     parts = rt.part_ledger
@@ -269,11 +250,37 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     views.transcript_tail = [int(s) for s in v["transcriptTail"]]
     views.content_floor = int(v["contentFloor"])
     if int(v["asOfSeq"]) != session.last_seq:
+        _restore_view_bundles(views, parted.get("viewBundles", ()), None)
         return  # views held back: the rest is written whole when they are published
     views.as_of = int(v["asOfSeq"])
     views.nodes = ChunkLedger.restored(node_refs(session, generations), v["nodeChunks"])
     views.owned = {s for s in state.nodes if views.owns(session, s, s in generations)}
     views.overrides = dict(generations)
+    _restore_view_bundles(views, parted.get("viewBundles", ()), generations)
+
+
+def _restore_view_bundles(
+    views: ViewLedger, described: Any, generations: dict[int, int] | None
+) -> None:
+    """The views bundles with droppable entries (checkpoint entries ``vb.<n>``).
+
+    ``generations`` None (views held back): every entry a bundle was written
+    with counts as named (the whole rewrite on publication drops them);
+    otherwise only the ones the restored state still names.
+    """
+    named: set[str] | None = None
+    if generations is not None:
+        named = {content_view(s) for s in views.owned}
+        named |= {content_view(s, g) for s, g in generations.items()}
+    for n, pinned, names in described:
+        live = set(names) if named is None else set(names) & named
+        if not live:  # emptied without the checkpoint noticing: finish the job
+            views.died.append(int(n))
+            if not pinned:
+                views.legacy.append(bundle_view(int(n)))
+            continue
+        views.bundles[int(n)] = BundleSlot(bool(pinned), live)
+        views.bundle_of.update(dict.fromkeys(live, int(n)))
 
 
 def session_tombstones(
@@ -311,10 +318,7 @@ def session_tombstones(
         # messages in bundles have no record of their own (format 3): name only
         # the format-2 ones, the transcript's first ``singles`` and the
         # droppable entries the checkpoint lists in no bundle
-        bundled: set[str] = set()
-        for b in v.get("bundles", ()):
-            bundled.update(content_view(int(s)) for s in b["seqs"])
-            bundled.update(content_view(o["seq"], o["generation"]) for o in b["overrides"])
+        bundled = {name for _, _, names in parted.get("viewBundles", ()) for name in names}
         overrides = [content_view(int(s), int(g)) for s, g in parted["overrides"]]
         names += [n for n in overrides if n not in bundled]
         total = int(v["transcriptTotal"]) - int(v["transcriptBase"])

@@ -84,6 +84,11 @@ class ViewLedger:
     #: not here has a record of its own (format 2)
     bundle_of: dict[str, int] = field(default_factory=dict)
     bundles: dict[int, BundleSlot] = field(default_factory=dict)
+    #: bundles with droppable entries written / emptied since the last
+    #: checkpoint: the checkpoint records them (entries ``vb.<n>``) so a
+    #: restore knows what every views bundle holds, without a list in the head
+    born: list[tuple[int, bool, list[str]]] = field(default_factory=list)
+    died: list[int] = field(default_factory=list)
 
     def drop(self, name: str, tombstones: list[str]) -> None:
         """Entry ``name`` is named no more: tombstone its record or its bundle's last use."""
@@ -95,6 +100,7 @@ class ViewLedger:
         slot.entries.discard(name)
         if not slot.entries:
             del self.bundles[n]
+            self.died.append(n)
             if not slot.pinned:
                 tombstones.append(bundle_view(n))
 
@@ -244,4 +250,5 @@ def _bundle(out: ViewWrites, ledger: ViewLedger, max_bytes: int) -> None:
             ledger.bundle_of[name] = n
         if droppable:
             ledger.bundles[n] = BundleSlot(pinned, set(droppable))
+            ledger.born.append((n, pinned, sorted(droppable)))
     out.records[:0] = records
