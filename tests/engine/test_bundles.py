@@ -195,4 +195,11 @@ def test_format_2_then_format_3_after_a_restore_equals_the_offline_fold(
             live = {n for n in names(compacted(r.topic(CHECKPOINTS)), CHECKPOINTS, sid)}
             bundles = {n for n in live if n.startswith("b.")}
             assert bundles == {f"b.{n}" for n in rt.part_ledger.bundles}
+            # a views bundle without a transcript message lives only while named
+            transcript = {e["seq"] for e in offline_fold(list(sc.logs[sid]))["transcript"]}
+            for o in compacted(r.topic(VIEWS)):
+                if (o.key or b"").startswith(f"{sid}/~b".encode()):
+                    seqs = {e[0] for e in CODEC.decode_view(o.value or b"").json_value()}
+                    n = int((o.key or b"").decode()[len(sid) + 3 :])
+                    assert seqs & transcript or n in rt.view_ledger.bundles, (sid, n)
         assert third.engine.partitions[0].checkpoints[sid].last_seq == sc.logs[sid][-1].seq
