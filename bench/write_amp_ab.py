@@ -78,27 +78,36 @@ def collect(runs: list[Path]) -> dict[str, Any]:
     return {"figure": "write_amp_ab", "sides": sides, "runs": meta, "figures": figures}
 
 
+#: Column order of the sides a run.json may name (before the parted format,
+#: main before bundles, after).
+SIDES = ("before", "main", "after")
+
+
+def _change(num: float | None, den: float | None) -> str:
+    return f"{num / den:.2f}" if num is not None and den else ""
+
+
 def rows(doc: dict[str, Any], name: str) -> list[str]:
     """Markdown of one figure's before / after table (empty when not measured)."""
     fig = doc.get("figures", {}).get(name)
     if not fig:
         return []
-    order = [s for s in ("before", "after") if s in fig["sides"]]
+    order = [s for s in SIDES if s in fig["sides"]]
     sides = doc["sides"]
     head = " | ".join(f"{s} (`{sides[s]['revision']}`, {sides[s]['runs']} runs)" for s in order)
+    # the last side against each earlier one (before / after: one column)
+    pairs = [(s, order[-1]) for s in order[:-1]]
+    heads = " | ".join(f"{b} / {a}" for a, b in pairs)
     out = [
-        f"#### {fig['title']}: before / after the parted format "
-        "(issue 12, ABAB on the real broker)",
+        f"#### {fig['title']}: {' / '.join(order)} (issue 12, alternated runs on the real broker)",
         "",
-        f"| median of run medians | {head} | after / before |",
-        "|---|" + "---:|" * (len(order) + 1),
+        f"| median of run medians | {head} | {heads} |",
+        "|---|" + "---:|" * (len(order) + len(pairs)),
     ]
     for part in ("value", "baseline", "ratio"):
         vals = [fig["sides"][s][f"{part}_median"] for s in order]
         unit = fig["units"].get(part) or ""
-        change = (
-            f"{vals[1] / vals[0]:.2f}" if len(vals) == 2 and vals[0] and vals[1] is not None else ""
-        )
+        change = " | ".join(_change(vals[order.index(b)], vals[order.index(a)]) for a, b in pairs)
         samples = " | ".join(
             f"{v} ({', '.join(str(x) for x in fig['sides'][s][part])})"
             for v, s in zip(vals, order, strict=True)
@@ -111,20 +120,20 @@ def rows(doc: dict[str, Any], name: str) -> list[str]:
     for label in labels:
         per_side = [fig["sides"][s].get("details", {}).get(label, []) for s in order]
         meds = [_median(xs) for xs in per_side]
-        change = f"{meds[1] / meds[0]:.2f}" if len(meds) == 2 and meds[0] and meds[1] else ""
+        change = " | ".join(_change(meds[order.index(b)], meds[order.index(a)]) for a, b in pairs)
         cells = " | ".join(
             f"{m} ({', '.join(str(x) for x in xs)})" for m, xs in zip(meds, per_side, strict=True)
         )
         out.append(f"| detail: {label} | {cells} | {change} |")
     loads = ", ".join(
-        f"{r['side']} {r['load_start']}->{r['load_end']}"
+        f"{r['side']} {r.get('load_start', '?')}->{r['load_end']}"
         for r in doc.get("runs", [])
-        if "load_start" in r
+        if "load_end" in r
     )
     out += [
         "",
         f"- command per run: `{doc.get('command', '')}`, sides alternated "
-        f"({' '.join(r['side'][0].upper() for r in doc.get('runs', []))}); "
+        f"({' '.join(r['side'] for r in doc.get('runs', []))}); "
         f"1-minute load average at start -> end of each run: {loads}",
     ]
     if doc.get("note") and name == FIGURES[0]:
