@@ -59,6 +59,7 @@ def collect(runs: list[Path]) -> dict[str, Any]:
             doc = json.loads(path.read_text())
             fig = figures.setdefault(name, {"title": doc.get("title", name), "sides": {}})
             per = fig["sides"].setdefault(side, {"value": [], "baseline": [], "ratio": []})
+            per["runs"] = per.get("runs", 0) + 1  # invocations that measured this figure
             for part in ("value", "baseline", "ratio"):
                 if doc.get(part, {}).get("median") is not None:
                     per[part].append(doc[part]["median"])
@@ -94,7 +95,10 @@ def rows(doc: dict[str, Any], name: str) -> list[str]:
         return []
     order = [s for s in SIDES if s in fig["sides"]]
     sides = doc["sides"]
-    head = " | ".join(f"{s} (`{sides[s]['revision']}`, {sides[s]['runs']} runs)" for s in order)
+    head = " | ".join(
+        f"{s} (`{sides[s]['revision']}`, {fig['sides'][s].get('runs', sides[s]['runs'])} x)"
+        for s in order
+    )
     # the last side against each earlier one (before / after: one column)
     pairs = [(s, order[-1]) for s in order[:-1]]
     heads = " | ".join(f"{b} / {a}" for a, b in pairs)
@@ -125,15 +129,16 @@ def rows(doc: dict[str, Any], name: str) -> list[str]:
             f"{m} ({', '.join(str(x) for x in xs)})" for m, xs in zip(meds, per_side, strict=True)
         )
         out.append(f"| detail: {label} | {cells} | {change} |")
+    measured = [r for r in doc.get("runs", []) if name in r.get("figures", name)]
     loads = ", ".join(
         f"{r['side']} {r.get('load_start', '?')}->{r['load_end']}"
-        for r in doc.get("runs", [])
+        for r in measured
         if "load_end" in r
     )
     out += [
         "",
         f"- command per run: `{doc.get('command', '')}`, sides alternated "
-        f"({' '.join(r['side'] for r in doc.get('runs', []))}); "
+        f"({' '.join(r['side'] for r in measured)}); "
         f"1-minute load average at start -> end of each run: {loads}",
     ]
     if doc.get("note") and name == FIGURES[0]:
