@@ -441,7 +441,7 @@ class SurfaceManager:
     exactly that candidate object at that seq and re-plans otherwise.
     """
 
-    __slots__ = ("_registry", "_staged", "state")
+    __slots__ = ("_m4_removals", "_m4_used", "_m4_used_count", "_registry", "_staged", "state")
 
     def __init__(
         self,
@@ -451,6 +451,31 @@ class SurfaceManager:
         self.state = state if state is not None else SurfaceState()
         self._registry = message_projections
         self._staged: tuple[Event, int, Plan] | None = None
+        # The last passed M-4 check: the used-type set (object and size) and
+        # the registry's removal count it was made against.
+        self._m4_used: set[str] | None = None
+        self._m4_used_count = -1
+        self._m4_removals = -1
+
+    def _check_m4(self) -> None:
+        """:func:`assert_projections`, skipped when nothing it reads changed.
+
+        The used set only grows and a registry changes its answer only by a
+        removal, so an unchanged (set, size, removals) passes again.
+        """
+        used = self.state.projection_types_used
+        if not used:
+            return
+        registry = self._registry
+        removals = registry.removals if registry is not None else -2
+        if (
+            used is self._m4_used
+            and len(used) == self._m4_used_count
+            and removals == self._m4_removals
+        ):
+            return
+        assert_projections(self.state, registry)
+        self._m4_used, self._m4_used_count, self._m4_removals = used, len(used), removals
 
     @property
     def nodes(self) -> Sequence[int]:
@@ -469,7 +494,7 @@ class SurfaceManager:
         return self._registry
 
     def validate_next(self, candidate: Event) -> Plan:
-        assert_projections(self.state, self._registry)
+        self._check_m4()
         plan = plan_event(self.state, candidate, self._registry)
         self._staged = (candidate, self.state.next_seq, plan)
         return plan
@@ -480,8 +505,7 @@ class SurfaceManager:
         if staged is not None and staged[0] is event and staged[1] == self.state.next_seq:
             plan = staged[2]
         else:
-            if self.state.projection_types_used:  # M-4 can only fail after one was used
-                assert_projections(self.state, self._registry)
+            self._check_m4()
             plan = plan_event(self.state, event, self._registry)
         commit_plan(self.state, event, plan)
         return plan
