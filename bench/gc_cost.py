@@ -107,7 +107,7 @@ def child(n: int, freeze: bool) -> dict[str, Any]:
 class _Cycle:
     """Cyclic garbage stand-in (a client object, an exception with its frames)."""
 
-    __slots__ = ("me", "__weakref__")
+    __slots__ = ("__weakref__", "me")
 
     def __init__(self) -> None:
         self.me = self
@@ -144,7 +144,9 @@ def steady(n: int, policy: str, batches: int, batch_events: int) -> dict[str, An
     pool = _logs(POOL, HELD_EVENTS + 400, 41)
     held: list[Session] = []
     for i in range(n):
-        session = Session(synthetic_header(f"held-{i}"), message_projections=mp, projections=registry)
+        session = Session(
+            synthetic_header(f"held-{i}"), message_projections=mp, projections=registry
+        )
         for line in pool[i % POOL][:HELD_EVENTS]:
             session.append(parse_event_bytes(line))
         held.append(session)
