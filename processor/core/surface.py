@@ -74,12 +74,13 @@ _P = TypeVar("_P", LogOnlyPlan, AppendPlan)
 def _seq_plan_maker(cls: type[_P]) -> Callable[[int], _P]:
     """``cls(seq)`` without the frozen dataclass ``__init__`` (one plan per event).
 
-    Writes the ``seq`` slot directly; a probe must equal ``cls(seq)``, and a
-    class that is not a plain slotted one (a compiled build) keeps ``cls``.
+    Writes the ``seq`` slot directly (in the compiled build too, where the
+    dataclass ``__init__`` stays interpreted); a probe must equal ``cls(seq)``,
+    otherwise ``cls`` is kept.
     """
     try:
         set_seq = vars(cls)["seq"].__set__
-        new = object.__new__
+        new: Any = cls.__new__  # object.__new__, or the compiled class's allocator
 
         def make(seq: int) -> _P:
             plan: _P = new(cls)
