@@ -36,7 +36,7 @@ import functools
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -57,11 +57,20 @@ from processor.service.transport import Msg, Reader
 log = logging.getLogger("processor.state")
 
 #: Records applied per store transaction while filling (bounded memory).
-FILL_BATCH = 5_000
+FILL_BATCH = 20_000
 #: Files tried per state directory: members on one host without an instance
 #: id each take the first one no other live process holds (flock).
 MAX_STORE_FILES = 16
 PART_MARK = b"\xff"
+
+
+def session_key(key: bytes) -> bytes:
+    """The session bytes of a checkpoints key (what the store groups records by)."""
+    if key[:1] == PART_MARK:
+        end = key.rfind(b"\x00")
+        if end > 0:
+            return key[1:end]
+    return key
 
 
 def session_of(key: bytes) -> str:
@@ -82,6 +91,15 @@ def head_quarantined(codec: Codec, key: bytes, value: bytes | None) -> bool:
         return bool(datum.get("quarantine"))
     except CodecError:
         return False  # reported when the session is loaded
+
+
+def stored_records(
+    codec: Codec, batch: Iterable[tuple[int, bytes | None, bytes | None]]
+) -> Iterator[StoredRecord]:
+    """The fill's records: bytes as read, only a head's quarantine flag decoded."""
+    for offset, key, value in batch:
+        if key is not None:
+            yield StoredRecord(offset, key, value, head_quarantined(codec, key, value))
 
 
 class StoreUnusable(Unavailable):
@@ -124,11 +142,11 @@ class CheckpointStore:
         try:
             if path is not None:
                 path = self._claim(path)
-            self.store = LocalStore(path, cluster_id, session_of)
+            self.store = LocalStore(path, cluster_id, session_key)
         except (OSError, sqlite3.Error) as exc:
             self.open_problem = f"local store {path} cannot be opened: {exc}"
             log.error("%s; checkpoints are kept in memory instead", self.open_problem)
-            self.store = LocalStore(None, cluster_id, session_of)
+            self.store = LocalStore(None, cluster_id, session_key)
         if self.store.reset_reason is not None:
             log.warning("local store %s emptied: %s", path, self.store.reset_reason)
 
@@ -175,23 +193,23 @@ class CheckpointStore:
             kept[p] = pos.next_offset if pos is not None else None
             starts[p] = pos.next_offset if pos is not None else 0
         read = {p: 0 for p in partitions}
-        for p, batch, next_offset in _stream(reader, topic, starts, highs):
-            records = [
-                StoredRecord(
-                    m.offset() or 0,
-                    m.key() or b"",
-                    m.value(),
-                    head_quarantined(self.codec, m.key() or b"", m.value()),
+        fresh = [p for p in partitions if kept[p] is None]
+        if fresh:
+            store.filling(True)
+        try:
+            for p, batch, next_offset in _stream(reader, topic, starts, highs):
+                records = stored_records(
+                    self.codec, ((m.offset() or 0, m.key(), m.value()) for m in batch)
                 )
-                for m in batch
-                if m.key() is not None
-            ]
-            try:
-                store.apply(topic, p, self._topic_id, records, next_offset)
-            except sqlite3.Error as exc:
-                # sessions would load from a store missing records: stop, do not guess
-                raise StoreUnusable(f"local store {store.path}: write failed: {exc}") from exc
-            read[p] += len(batch)
+                try:
+                    store.apply(topic, p, self._topic_id, records, next_offset, recount=True)
+                except sqlite3.Error as exc:
+                    # sessions would load from a store missing records: stop, do not guess
+                    raise StoreUnusable(f"local store {store.path}: write failed: {exc}") from exc
+                read[p] += len(batch)
+        finally:
+            if fresh:
+                store.filling(False)
         return {p: Filled(kept[p], read[p]) for p in partitions}
 
     def load(self, partition: int, session_id: str) -> tuple[Checkpoint | None, int]:
@@ -214,7 +232,7 @@ class CheckpointStore:
 
     def newest(self, partition: int) -> Checkpoint | None:
         """The most recently written checkpoint of the partition (its anchor is checked)."""
-        head = self._db().newest(self.topic, partition, PART_MARK)
+        head = self._db().newest_head(self.topic, partition)
         return None if head is None else self.load(partition, session_of(head[0]))[0]
 
     def keys(self, partition: int) -> Iterator[bytes]:
