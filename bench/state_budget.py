@@ -79,13 +79,15 @@ def child(n: int, budget: int) -> dict[str, Any]:
             offsets["events"] += 1
 
     def commit() -> None:
+        last = None
         for out in engine.output():
             if out.topic != cp_topic:
                 continue
-            store.produced(0)
-            msg = MemoryMessage(cp_topic, 0, offsets["cp"], out.key, out.value, 0)
-            store.delivered(None, msg)
+            store.produced(0, out.key, out.value)
+            last = MemoryMessage(cp_topic, 0, offsets["cp"], out.key, out.value, 0)
             offsets["cp"] += 1
+        if last is not None:
+            store.delivered(None, last)  # the one report per partition and commit
         store.committed(engine.partitions)
         engine.batch = Batch()
         if budget > 0:
@@ -307,13 +309,75 @@ def restart_child(n: int) -> dict[str, Any]:
     return {"sessions": n, "heads": heads, "assign_s": assign_s, "load_s": load_s}
 
 
+def loop_child(n_sessions: int, state: str) -> dict[str, Any]:
+    """The service loop on the in-memory cluster (``memory.py``): ``n_sessions``
+    sessions of ``EVENTS`` events folded by one ``Processor`` with its local
+    store in ``state`` (a temp dir, or ``none``); the wall and CPU time from
+    the start to every event committed.  Broker-less, so what the store costs
+    the loop (and the process) is not hidden behind broker round trips."""
+    import threading
+
+    from bench.workload import session_logs
+    from processor.codec import default_codec
+    from processor.config import ServiceConfig
+    from processor.service.memory import MemoryBroker, MemoryTransport
+    from processor.service.metrics import Metrics
+    from processor.service.runner import Processor
+
+    codec = default_codec()
+    if state != "none":
+        state = tempfile.mkdtemp(prefix="bench-loop-")
+    fields = ServiceConfig.__dataclass_fields__  # a revision before the store has none
+    extra = {"state_dir": state} if "state_dir" in fields else {}
+    cfg = ServiceConfig(partitions=2, topic_prefix="loop", **extra)
+    broker = MemoryBroker()
+    broker.create_topics(cfg)
+    pool = [list(events) for _, events in session_logs(POOL, EVENTS, seed=41, tag="loop")]
+    total = 0
+    for i in range(n_sessions):
+        sid = f"loop-{i:07d}"
+        for event in pool[i % POOL]:
+            broker.produce(cfg.topics.events, sid.encode(), codec.encode_parsed_event(sid, event))
+            total += 1
+    proc = Processor(cfg, metrics=Metrics(), transport=MemoryTransport(broker, cfg))
+    events = cfg.topics.events
+
+    def committed() -> bool:
+        return all(
+            broker.group_offsets.get((cfg.group_id, events, p), 0) >= broker.log(events, p).high
+            for p in range(cfg.partitions)
+        )
+
+    loop_cpu: list[float] = []
+
+    def run_loop() -> None:
+        c0 = time.thread_time()
+        try:
+            proc.run()
+        finally:
+            loop_cpu.append(time.thread_time() - c0)
+
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    thread = threading.Thread(target=run_loop, daemon=True)
+    thread.start()
+    while not committed():
+        time.sleep(0.01)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    proc.stop()
+    thread.join(60)
+    return {"events": total, "wall_s": wall, "cpu_s": cpu, "loop_cpu_s": loop_cpu[0]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "BUDGET"))
     ap.add_argument("--fill", type=int, metavar="SESSIONS", help="fresh-host fill rate child")
     ap.add_argument("--restart", type=int, metavar="SESSIONS", help="same-host restart child")
+    ap.add_argument("--loop", nargs=2, metavar=("SESSIONS", "STATE"), help="loop CPU child")
     args = ap.parse_args()
-    if args.restart:
+    if args.loop:
+        print(json.dumps(loop_child(int(args.loop[0]), args.loop[1])))
+    elif args.restart:
         print(json.dumps(restart_child(args.restart)))
     else:
         print(json.dumps(fill_child(args.fill) if args.fill else child(*args.child)))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +140,12 @@ class LocalStore:
             self._db.executemany(
                 "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", wanted.items()
             )
+        #: serialises the writes: the store's writer thread and the loop's fill
+        #: and drop share the write connection, never at the same time
+        self.write_lock = threading.RLock()
+        #: the loop's reads: a second connection on a file (WAL: it reads the last
+        #: committed write while the writer thread writes), the same one in memory
+        self._rdb = self._db if path is None else self._connect()
 
     # ------------------------------------------------------------ file
 
@@ -169,17 +176,25 @@ class LocalStore:
         return dict(self._db.execute("SELECT name, value FROM meta").fetchall())
 
     def close(self) -> None:
-        self._db.close()
+        with self.write_lock:
+            if self._rdb is not self._db:
+                self._rdb.close()
+            self._db.close()
 
     # ------------------------------------------------------------ positions
 
-    def _part(self, topic: str, partition: int) -> int | None:
+    def _part(self, topic: str, partition: int, db: sqlite3.Connection | None = None) -> int | None:
         """The partition's id in the record table (None: nothing stored yet)."""
         part = self._parts.get((topic, partition))
         if part is None:
-            row = self._db.execute(
-                "SELECT part FROM position WHERE topic = ? AND partition = ?", (topic, partition)
-            ).fetchone()
+            row = (
+                (db or self._db)
+                .execute(
+                    "SELECT part FROM position WHERE topic = ? AND partition = ?",
+                    (topic, partition),
+                )
+                .fetchone()
+            )
             if row is None:
                 return None
             part = self._parts[(topic, partition)] = int(row[0])
@@ -235,7 +250,8 @@ class LocalStore:
 
     def filling(self, on: bool) -> None:
         """A fill from zero starts (True) or ends: the larger page cache, then back."""
-        self._db.execute(f"PRAGMA cache_size=-{FILL_CACHE_KIB if on else CACHE_KIB}")
+        with self.write_lock:
+            self._db.execute(f"PRAGMA cache_size=-{FILL_CACHE_KIB if on else CACHE_KIB}")
 
     def apply(
         self,
@@ -255,6 +271,18 @@ class LocalStore:
         they come (no list of the batch: the garbage collector's passes over
         tens of thousands of live rows cost more than the inserts, measured).
         """
+        with self.write_lock:
+            self._apply(topic, partition, topic_id, records, next_offset, recount)
+
+    def _apply(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: str,
+        records: Iterable[StoredRecord],
+        next_offset: int,
+        recount: bool,
+    ) -> None:
         pos = self.position(topic, partition)
         done = pos.next_offset if pos else 0
         session_of = self._session_of
@@ -346,20 +374,21 @@ class LocalStore:
         return int(row[0]) if row else 0
 
     def drop(self, topic: str, partition: int) -> None:
-        part = self._part(topic, partition)
-        if part is None:
-            return
-        with self._db:
-            self._db.execute("DELETE FROM record WHERE part = ?", (part,))
-            self._db.execute("DELETE FROM position WHERE part = ?", (part,))
-        self._parts.pop((topic, partition), None)
+        with self.write_lock:
+            part = self._part(topic, partition)
+            if part is None:
+                return
+            with self._db:
+                self._db.execute("DELETE FROM record WHERE part = ?", (part,))
+                self._db.execute("DELETE FROM position WHERE part = ?", (part,))
+            self._parts.pop((topic, partition), None)
 
     # ------------------------------------------------------------ reading
 
     def records(self, topic: str, partition: int) -> Iterator[tuple[bytes, bytes]]:
         """Every stored (key, value) of a partition, in the offset order they were written."""
-        part = self._part(topic, partition)
-        cur = self._db.execute(
+        part = self._part(topic, partition, self._rdb)
+        cur = self._rdb.execute(
             "SELECT key, value FROM record WHERE part = ? ORDER BY offset", (part,)
         )
         for key, value in cur:
@@ -369,8 +398,8 @@ class LocalStore:
         self, topic: str, partition: int, session: str
     ) -> list[tuple[bytes, bytes]]:
         """The stored (key, value) records of one session, in offset order."""
-        part = self._part(topic, partition)
-        rows = self._db.execute(
+        part = self._part(topic, partition, self._rdb)
+        rows = self._rdb.execute(
             # a range of the primary key (part, session, key)
             "SELECT key, value FROM record WHERE part = ? AND session = ? ORDER BY offset",
             (part, session.encode("utf-8", "surrogateescape")),
@@ -378,16 +407,16 @@ class LocalStore:
         return [(bytes(k), bytes(v)) for k, v in rows]
 
     def sessions(self, topic: str, partition: int) -> int:
-        row = self._db.execute(
+        row = self._rdb.execute(
             "SELECT COUNT(DISTINCT session) FROM record WHERE part = ?",
-            (self._part(topic, partition),),
+            (self._part(topic, partition, self._rdb),),
         ).fetchone()
         return int(row[0])
 
     def keys(self, topic: str, partition: int) -> Iterator[bytes]:
         """Every stored key of a partition (a rebuild tombstones them all)."""
-        cur = self._db.execute(
-            "SELECT key FROM record WHERE part = ?", (self._part(topic, partition),)
+        cur = self._rdb.execute(
+            "SELECT key FROM record WHERE part = ?", (self._part(topic, partition, self._rdb),)
         )
         for (key,) in cur:
             yield bytes(key)
@@ -395,17 +424,17 @@ class LocalStore:
     def newest_head(self, topic: str, partition: int) -> tuple[bytes, bytes] | None:
         """The most recently written record whose key sorts below 0xFF (a head:
         part keys start with 0xFF), from the heads-only offset index."""
-        row = self._db.execute(
+        row = self._rdb.execute(
             "SELECT key, value FROM record INDEXED BY record_head_offset "
             "WHERE part = ? AND key < x'ff' ORDER BY offset DESC LIMIT 1",
-            (self._part(topic, partition),),
+            (self._part(topic, partition, self._rdb),),
         ).fetchone()
         return None if row is None else (bytes(row[0]), bytes(row[1]))
 
     def quarantined_sessions(self, topic: str, partition: int) -> set[str]:
-        rows = self._db.execute(
+        rows = self._rdb.execute(
             "SELECT session FROM record INDEXED BY record_quarantined "
             "WHERE part = ? AND quarantined = 1",
-            (self._part(topic, partition),),
+            (self._part(topic, partition, self._rdb),),
         ).fetchall()
         return {bytes(r[0]).decode("utf-8", "replace") for r in rows}
