@@ -46,7 +46,10 @@ RESTART_SESSIONS = (5_000, 500_000)
 ROUNDS = 3
 
 
-def child(n: int, budget: int) -> dict[str, Any]:
+def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
+    """``seen``: sessions put in the store first, synthetically (a head and two
+    parts of 300 bytes each, written through the store's fill path), which the
+    ``n`` folded sessions then share the store with; none of them is loaded."""
     from bench.workload import session_logs
     from processor.codec import default_codec
     from processor.config import ServiceConfig
@@ -69,6 +72,11 @@ def child(n: int, budget: int) -> dict[str, Any]:
     offsets = {"events": 0, "cp": 0}
     gc.collect()
     before = rss_bytes()
+    t_seen = time.perf_counter()
+    offsets["cp"] = _synthetic(store, cp_topic, seen)
+    seen_fill_s = time.perf_counter() - t_seen
+    gc.collect()
+    after_seen = rss_bytes()
     t0 = time.perf_counter()
 
     def fold(sid: str, lo: int, hi: int) -> None:
@@ -113,6 +121,9 @@ def child(n: int, budget: int) -> dict[str, Any]:
     held = engine.held
     out = {
         "sessions": n,
+        "seen": seen,
+        "seen_fill_s": seen_fill_s,
+        "rss_after_seen": after_seen,
         "budget": budget,
         "rss_before": before,
         "rss_after": after,
@@ -128,6 +139,26 @@ def child(n: int, budget: int) -> dict[str, Any]:
     }
     store.close()
     return out
+
+
+def _synthetic(store: Any, topic: str, seen: int) -> int:
+    """Put ``seen`` sessions in the store through its fill path; the next offset."""
+    from processor.service.local_store import StoredRecord
+
+    db = store.store
+    value = b"v" * 300
+    offset = 0
+    db.filling(True)
+    for start in range(0, seen, 10_000):
+        batch = []
+        for i in range(start, min(seen, start + 10_000)):
+            sid = f"seen-{i:08d}".encode()
+            for key in (b"\xff" + sid + b"\x00n.0", b"\xff" + sid + b"\x00hdr", sid):
+                batch.append(StoredRecord(offset, key, value))
+                offset += 1
+        db.apply(topic, 0, "bench-topic", iter(batch), offset, recount=True)
+    db.filling(False)
+    return offset
 
 
 def _run_child(n: int, budget: int, *, mode: str = "child") -> dict[str, Any]:
@@ -370,7 +401,13 @@ def loop_child(n_sessions: int, state: str) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "BUDGET"))
+    ap.add_argument(
+        "--child",
+        nargs="+",
+        type=int,
+        metavar="N",
+        help="SESSIONS BUDGET [SEEN]: fold SESSIONS with BUDGET, SEEN more in the store",
+    )
     ap.add_argument("--fill", type=int, metavar="SESSIONS", help="fresh-host fill rate child")
     ap.add_argument("--restart", type=int, metavar="SESSIONS", help="same-host restart child")
     ap.add_argument("--loop", nargs=2, metavar=("SESSIONS", "STATE"), help="loop CPU child")

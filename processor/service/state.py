@@ -12,21 +12,28 @@ Three moments:
   Nothing is decoded but the heads' quarantine flag: sessions are loaded
   one by one when their first event arrives (:meth:`load`).
 - **commit** (:meth:`produced`, :meth:`committed`): every checkpoint record
-  the transaction produced is applied with the offset its delivery report
-  gave, and only after the commit succeeded; an abort discards them.  A
-  crash between the commit and the store write leaves the store behind the
-  topic, which the next assign catches up; never ahead.
+  the transaction produced is applied, only after the commit succeeded (an
+  abort discards them), by the writer thread (``store_writer.py``) so the
+  loop does not wait for SQLite.  Only each partition's last record asks
+  for a delivery report; the others' offsets are derived from it
+  (:meth:`committed`).  A crash between the commit and the store write
+  leaves the store behind the topic, which the next assign catches up;
+  never ahead.
 - **failure**: a store that cannot be opened or written is reported on
   ``/readyz`` (``health.degraded``), its partitions stop taking writes
   (a later write would move the position past the missing one) and their
   sessions are never evicted; folding goes on.
 
-Why a fill inside the assignment rather than in the background: the fill
-copies records without decoding them (fast: bench/restore.py), the
-assignment's anchor check needs the newest checkpoint, and a session whose
-checkpoint is still being read cannot be folded correctly — holding its
-events or pausing its partition is what a background fill would add, for
-the cost of one sequential read of the compacted partition.
+Why the fill is still inside the assignment rather than in the background
+(issue 13 asks for the latter; not built yet): the fill copies records
+decoding only the heads (bench/state_budget.py ``--fill``: ~0.5x the
+decode-only rate), the assignment's anchor check needs the newest
+checkpoint, and a session whose checkpoint is still being read cannot be
+folded correctly.  A background fill needs the filling partitions paused
+(``incremental_assign`` then ``pause``, ``resume`` + a seek when filled),
+its own reader (the restore consumer serves anchor checks meanwhile), a
+cancel on revoke (the store keeps what it applied: each batch moves the
+position atomically) and a hook in the poll loop for bounded slices.
 """
 
 from __future__ import annotations
