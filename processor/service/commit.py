@@ -158,6 +158,10 @@ class Committer:
         topics = self.config.topics
         eos = self.config.exactly_once
         views: list[ViewWrite] = []  # for the query cache once committed
+        # nothing of an earlier, unfinished commit may ride along
+        self._held.clear()
+        self._reported.clear()
+        self.store.aborted()
         try:
             if eos:
                 producer.begin_transaction()
