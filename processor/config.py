@@ -90,6 +90,9 @@ class ServiceConfig:
     state_budget_bytes: int = 128 * 1024 * 1024
     #: Sessions with no event for this long are evicted (0: only the budget evicts).
     idle_evict_s: int = 600
+    #: Commits whose checkpoint records may wait for the local store's writer
+    #: thread; when full the loop waits (never drops them).
+    store_write_queue: int = 64
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 

@@ -80,6 +80,11 @@ class Committer:
         self.deadline: float | None = None
         #: views of the owned partitions for queries by session (query_setup.py)
         self.queries: QueryCache | None = None
+        #: per checkpoints partition, its last record of the open transaction (held
+        #: back: produced last, with the delivery report, by ``_release``)
+        self._held: dict[int, tuple[bytes | None, bytes | None]] = {}
+        #: (topic, partition) pairs whose first record of the transaction is out
+        self._reported: set[tuple[str, int]] = set()
 
     @property
     def txn_id(self) -> str:
@@ -101,17 +106,44 @@ class Committer:
     # ------------------------------------------------------------ commit
 
     def _produce(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
+        """Produce one output record; checkpoint records go through the store's
+        ledger and only the last one per partition asks for a delivery report."""
         assert self.producer is not None
         if topic != self.config.topics.checkpoints:
-            clients.produce(self.producer, topic, key, value, partition=partition)
+            # the first record per topic and transaction reports its failure (which
+            # topic refused: a denial fails them all); the others cost no callback
+            first = (topic, partition) not in self._reported
+            if first:
+                self._reported.add((topic, partition))
+            clients.produce(
+                self.producer,
+                topic,
+                key,
+                value,
+                partition=partition,
+                on_delivery=self.problems.on_delivery if first else None,
+            )
             return
-        self.store.produced(partition)
-        clients.produce(
-            self.producer, topic, key, value, partition=partition, on_delivery=self._delivered
-        )
+        held = self._held.get(partition)
+        if held is not None:  # not the partition's last: its offset is derived
+            clients.produce(self.producer, topic, *held, partition=partition)
+        self._held[partition] = (key, value)
+        self.store.produced(partition, key, value)
+
+    def _release(self) -> None:
+        """Produce each partition's held-back last checkpoint record, with the one
+        delivery report the store derives that partition's offsets from."""
+        assert self.producer is not None
+        topic = self.config.topics.checkpoints
+        for partition, (key, value) in self._held.items():
+            clients.produce(
+                self.producer, topic, key, value, partition=partition, on_delivery=self._delivered
+            )
+        self._held.clear()
+        self._reported.clear()
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        """A checkpoint record's delivery report: its offset is what the store gets."""
+        """The last checkpoint record's delivery report: the store's offsets."""
         self.store.delivered(err, msg)
         if err is not None:  # this callback replaces the producer's: pass failures on
             self.problems.on_delivery(err, msg)
@@ -126,6 +158,10 @@ class Committer:
         topics = self.config.topics
         eos = self.config.exactly_once
         views: list[ViewWrite] = []  # for the query cache once committed
+        # nothing of an earlier, unfinished commit may ride along
+        self._held.clear()
+        self._reported.clear()
+        self.store.aborted()
         try:
             if eos:
                 producer.begin_transaction()
@@ -133,6 +169,7 @@ class Committer:
                 self._produce(out.topic, out.partition, out.key, out.value)
                 if self.queries is not None and out.topic == topics.views and out.key:
                     views.append((out.partition, out.key, out.value))
+            self._release()
             offsets = [TopicPartition(topics.events, p, o) for p, o in pending.offsets.items()]
             offsets += [
                 TopicPartition(topics.control, p, o) for p, o in pending.control_offsets.items()
@@ -187,6 +224,8 @@ class Committer:
         # error, classified just below)
         with contextlib.suppress(KafkaException):
             self.producer.poll(0)
+        self._held.clear()
+        self._reported.clear()
         self.store.aborted()
         eos = self.config.exactly_once
         verdict = transactions.verdict(exc, self.problems, self.config.group_id)
@@ -255,6 +294,8 @@ class Committer:
                 retry(lambda: producer.abort_transaction(30), "abort_transaction")
             except KafkaException as exc:
                 log.debug("abort_transaction: %s", exc)
+        self._held.clear()
+        self._reported.clear()
         self.store.aborted()
         self.metrics.aborts.inc()
         touched = self.engine.batch.partitions() | partitions

@@ -128,6 +128,9 @@ class Rebalance:
             log.warning("commit on revoke failed (%s); aborting the batch", exc)
             c.abort(set())
         finally:
+            # the store's queued writes, within what is left of the revoke budget
+            # (what misses it is caught up if the partitions come back)
+            self.store.flush(max(0.0, c.deadline - time.monotonic()) if c.deadline else 0.0)
             c.leaving = set()
             c.deadline = None
         for tp in partitions:
