@@ -54,6 +54,7 @@ from processor.engine.commands import Command
 from processor.service.broker_watch import BrokerWatch
 from processor.service.commit import Committer
 from processor.service.control import ControlChannel
+from processor.service.heap import HeapPolicy
 from processor.service.kafka_errors import ClientProblems, message_error
 from processor.service.metrics import Metrics
 from processor.service.query_cache import QueryCache
@@ -138,6 +139,8 @@ class Processor:
         self._lag_labels: set[int] = set()
         #: what ended the run, when it was found in a callback (re-raised by the loop)
         self._fatal: ProcessorError | None = None
+        #: the collector's thresholds and periodic heap settles (heap.py)
+        self.heap = HeapPolicy()
         self.health = self.metrics.health  # the report; never read to decide
         #: the checkpoints of the owned partitions on local disk (state.py)
         self.store = CheckpointStore(config, self.codec)
@@ -224,6 +227,7 @@ class Processor:
         )
         idle_since = time.monotonic()
         interval = cfg.commit_interval_ms / 1000
+        self.heap.start()
         try:
             while not self._stop.is_set():
                 self.health.tick()
@@ -268,6 +272,7 @@ class Processor:
             self.engine.batch = Batch()
             raise
         finally:
+            self.heap.stop()
             self._close()
 
     def _fail(self, error: ProcessorError) -> ProcessorError:
@@ -416,6 +421,7 @@ class Processor:
         """Commit the open batch (commit.py), then keep the sessions within budget."""
         self.txn.commit()
         if self.engine.batch.empty():
+            self.heap.committed()
             self._evict()
             self._update_gauges()
 
