@@ -54,6 +54,13 @@ class ViewWatcher(threading.Thread):
         self.sent = sent
         self.seen: dict[str, int] = {}
         self.latencies: list[float] = []
+        #: per measured event, split at the view record's timestamp (its produce
+        #: call in the processor's commit, wall clock of this box): send -> produced
+        #: (batching + fold + output) and produced -> visible here (the rest of the
+        #: commit, markers, fetch)
+        self.to_produce: list[float] = []
+        self.to_visible: list[float] = []
+        self.wall_offset = time.time() - time.perf_counter()
         self.stop_flag = threading.Event()
         self.error: BaseException | None = None
 
@@ -72,6 +79,7 @@ class ViewWatcher(threading.Thread):
             while not self.stop_flag.is_set():
                 msgs = consumer.consume(num_messages=1000, timeout=0.05)
                 now = time.perf_counter()
+                now_wall = now + self.wall_offset
                 for msg in msgs:
                     if msg.error() is not None or msg.value() is None:
                         continue
@@ -81,10 +89,13 @@ class ViewWatcher(threading.Thread):
                         continue
                     as_of = codec.decode_view(msg.value() or b"").as_of_seq
                     last = self.seen.get(sid, -1)
+                    produced = msg.timestamp()[1] / 1000
                     for seq in range(last + 1, as_of + 1):
                         t = self.sent.get((sid, seq))
                         if t is not None:
                             self.latencies.append(now - t)
+                            self.to_produce.append(produced - (t + self.wall_offset))
+                            self.to_visible.append(now_wall - produced)
                     if as_of > last:
                         self.seen[sid] = as_of
         finally:
@@ -196,6 +207,10 @@ def _one_run(ctx: Context, commit_interval_ms: int | None) -> dict[str, float]:
         "p99_ms": 1000 * _percentile(lat, 0.99),
         "max_ms": 1000 * max(lat),
         "events": len(lat),
+        "to_produce_p50_ms": 1000 * statistics.median(watcher.to_produce),
+        "to_produce_p99_ms": 1000 * _percentile(watcher.to_produce, 0.99),
+        "to_visible_p50_ms": 1000 * statistics.median(watcher.to_visible),
+        "to_visible_p99_ms": 1000 * _percentile(watcher.to_visible, 0.99),
         **commit,
     }
 
@@ -307,6 +322,20 @@ def run(ctx: Context) -> dict[str, Any]:
                 "; ".join(_one_line(r) for r in runs),
             ],
             ["a second busy process on the box (BENCH_LATENCY_BUSY)", "yes" if BUSY else "no"],
+            [
+                "split at the view's produce: send -> produced (batch + fold + output), "
+                "p50 / p99 ms",
+                "; ".join(
+                    f"{r['to_produce_p50_ms']:.0f} / {r['to_produce_p99_ms']:.0f}" for r in runs
+                ),
+            ],
+            [
+                "split at the view's produce: produced -> visible (rest of the commit, "
+                "markers, fetch), p50 / p99 ms",
+                "; ".join(
+                    f"{r['to_visible_p50_ms']:.0f} / {r['to_visible_p99_ms']:.0f}" for r in runs
+                ),
+            ],
             ["p50 (ms)", _fmt([r["p50_ms"] for r in runs])],
             ["max (ms)", _fmt([r["max_ms"] for r in runs])],
             ["events measured per run", _fmt([r["events"] for r in runs])],
@@ -356,7 +385,10 @@ def run(ctx: Context) -> dict[str, Any]:
 def _one_line(r: dict[str, float]) -> str:
     return (
         f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f} / {r['max_ms']:.0f}, "
-        f"load {r['load_start']:.1f} -> {r['load_end']:.1f}"
+        f"load {r['load_start']:.1f} -> {r['load_end']:.1f}; split p50/p99: to produce "
+        f"{r.get('to_produce_p50_ms', 0):.0f}/{r.get('to_produce_p99_ms', 0):.0f}, to visible "
+        f"{r.get('to_visible_p50_ms', 0):.0f}/{r.get('to_visible_p99_ms', 0):.0f}; txn "
+        f"{r.get('commit_ms_mean', 0):.0f} ms, {r.get('batch_events_mean', 0):.0f} ev/txn"
     )
 
 
