@@ -95,10 +95,14 @@ def cmd_broker(args: argparse.Namespace) -> None:
         svc, metrics = throughput.service(cfg, wl.highs)
         cpu = _cpu() - c0
         load = os.getloadavg()[0]
+        svc_cpu_rate = svc.events / svc.cpu
+        ceil_cpu_rate = ceil.events / ceil.cpu
         print(
             f"run {i}: service {svc.rate:,.0f} ev/s ({svc.seconds:.2f} s, cpu {cpu:.2f} s), "
             f"ceiling {ceil.rate:,.0f} ev/s, ratio {svc.rate / ceil.rate:.3f}, "
-            f"txns {metrics.commits._value.get():.0f}, load {load:.2f}",
+            f"txns {metrics.commits._value.get():.0f}, load {load:.2f}, by CPU: service "
+            f"{svc_cpu_rate:,.0f} ev/cpu-s, ceiling {ceil_cpu_rate:,.0f}, "
+            f"ratio {svc_cpu_rate / ceil_cpu_rate:.3f}",
             flush=True,
         )
 
