@@ -13,15 +13,14 @@ cycles (gcpolicy.py).  Two costs follow, both measured on figure 1
   14 s at 100k — a stall of every partition of the member, which breaks
   the latency bound whenever it comes.
 
-:class:`HeapPolicy` therefore, after every commit, collects the young
-generations (what the batch allocated: cyclic garbage among it is freed) and
-freezes what survived (``gc.freeze``): the held sessions never reach the old
-generation, so no full collection ever walks them, and each object is walked
-once, at the commit that first saw it alive, instead of by a young and a
-middle collection.  The pause per commit grows with the batch, not with the
-sessions held.  What a freeze keeps forever is an object alive at a commit
-that later dies *in a cycle*: session state has no cycles (gcpolicy.py), and
-``tests/service/test_heap.py`` bounds what a long run leaves that way.
+:class:`HeapPolicy` therefore, after every commit, runs a full collection
+over what the previous freeze left -- what this batch allocated, including
+what a young collection already moved to the old generation, so none of the
+batch's cyclic garbage is kept -- and freezes what survived (``gc.freeze``).
+Held sessions thus never stay in the collected generations: no collection
+walks them again, and the pause per commit grows with the batch, not with
+the sessions held.  What a freeze keeps for good is an object alive at a
+commit that later dies *in a cycle*; session state has none (gcpolicy.py).
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ class HeapPolicy:
         if not gc.isenabled():
             return
         t0 = time.perf_counter()
-        gc.collect(1)
+        gc.collect()  # a full pass, but over what the last freeze left: this batch's
         gc.freeze()
         self.settles += 1
         self.settle_seconds += time.perf_counter() - t0
