@@ -13,10 +13,13 @@ from processor.service.heap import THRESHOLDS, HeapPolicy
 
 @pytest.fixture
 def clean_gc() -> Iterator[None]:
-    saved = gc.get_threshold()
+    saved, enabled = gc.get_threshold(), gc.isenabled()
+    gc.enable()  # an in-process `processor fold` (cli tests) may have turned it off
     yield
     gc.unfreeze()
     gc.set_threshold(*saved)
+    if not enabled:
+        gc.disable()
 
 
 class Node:
