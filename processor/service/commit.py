@@ -82,7 +82,7 @@ class Committer:
         #: views of the owned partitions for queries by session (query_setup.py)
         self.queries: QueryCache | None = None
         #: sends a batch's offsets while the loop produces its output (commit)
-        self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-offsets")
+        self._helper: ThreadPoolExecutor | None = None
 
     @property
     def txn_id(self) -> str:
@@ -113,6 +113,12 @@ class Committer:
             self.producer, topic, key, value, partition=partition, on_delivery=self._delivered
         )
 
+    def close(self) -> None:
+        """End the helper thread (the loop has ended: nothing is being sent)."""
+        if self._helper is not None:
+            self._helper.shutdown(wait=True)
+            self._helper = None
+
     def _send_offsets(self, offsets: list[TopicPartition]) -> Future[None]:
         """``send_offsets_to_transaction`` (retried), on the helper thread."""
         producer, consumer = self.producer, self.consumer
@@ -126,6 +132,8 @@ class Committer:
                 self.metrics,
             )
 
+        if self._helper is None:  # made on first use, ended by close() with the loop
+            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-offsets")
         return self._helper.submit(send)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:

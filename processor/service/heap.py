@@ -48,10 +48,14 @@ class HeapPolicy:
             gc.set_threshold(*THRESHOLDS)
 
     def stop(self) -> None:
-        """Give back the thresholds found at :meth:`start` (an embedding process's)."""
+        """Give back the thresholds found at :meth:`start` (an embedding process's),
+        and let the collector see the frozen objects again: what the run froze and
+        has since become garbage in a cycle (the processor itself, its clients)
+        would otherwise stay for the life of an embedding process."""
         if self._saved is not None and gc.get_threshold() == THRESHOLDS:
             gc.set_threshold(*self._saved)
         self._saved = None
+        gc.unfreeze()
 
     def committed(self) -> None:
         """After a commit: collect what the batch left, freeze what is alive."""

@@ -313,6 +313,7 @@ class Processor:
                 ("restore consumer close", r.close if r else None),
                 ("local store close", self.store.close),
                 ("query cache close", self.queries.close if self.queries else None),
+                ("transaction helper close", self.txn.close),
             ]
         )
         self._consumer = self.txn.producer = self.txn.consumer = self.rebalance.reader = None

@@ -35,8 +35,11 @@ def test_thresholds_are_raised_while_running_and_given_back(clean_gc: None) -> N
     heap = HeapPolicy()
     heap.start()
     assert gc.get_threshold() == THRESHOLDS
+    heap.committed()
+    assert gc.get_freeze_count() > 0
     heap.stop()
     assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0  # what the run froze is collectable again
 
 
 def test_higher_thresholds_of_the_process_are_kept(clean_gc: None) -> None:
