@@ -219,8 +219,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sessions", default="10000,100000")
     ap.add_argument("--child", type=int, default=None)
     ap.add_argument("--freeze", action="store_true")
-    ap.add_argument("--steady", action="store_true",
-                    help="steady state with a commit per batch; compare --policies")
+    ap.add_argument(
+        "--steady",
+        action="store_true",
+        help="steady state with a commit per batch; compare --policies",
+    )
     ap.add_argument("--policies", default="load,commit,gen2off")
     ap.add_argument("--policy", default=None)
     ap.add_argument("--batches", type=int, default=300)
@@ -235,11 +238,22 @@ def main(argv: list[str] | None = None) -> None:
     if args.steady:
         for n in (int(x) for x in args.sessions.split(",")):
             for policy in args.policies.split(","):
-                argv_c = [sys.executable, "-m", "bench.gc_cost", "--child", str(n),
-                          "--policy", policy, "--batches", str(args.batches),
-                          "--batch-events", str(args.batch_events)]
-                done = subprocess.run(argv_c, cwd=REPO, env=python_env(),
-                                      capture_output=True, text=True, check=True)
+                argv_c = [
+                    sys.executable,
+                    "-m",
+                    "bench.gc_cost",
+                    "--child",
+                    str(n),
+                    "--policy",
+                    policy,
+                    "--batches",
+                    str(args.batches),
+                    "--batch-events",
+                    str(args.batch_events),
+                ]
+                done = subprocess.run(
+                    argv_c, cwd=REPO, env=python_env(), capture_output=True, text=True, check=True
+                )
                 print(done.stdout.strip().splitlines()[-1], flush=True)
         return
     for n in (int(x) for x in args.sessions.split(",")):

@@ -15,6 +15,7 @@ import tomllib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,7 +97,7 @@ class ServiceConfig:
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
-    @property
+    @cached_property  # read per produced record: computed once per (frozen) config
     def topics(self) -> TopicNames:
         names = TopicNames.for_prefix(self.topic_prefix)
         return replace(names, events=self.events_topic) if self.events_topic else names

@@ -371,9 +371,7 @@ def plan_event(
     if etype not in KNOWN_TYPES:
         if event.ignorable is True:
             return _log_only_plan(seq)
-        raise SessionError(
-            seq, "E-4", f"unknown event type {etype!r} (not marked ignorable: true)"
-        )
+        raise SessionError(seq, "E-4", f"unknown event type {etype!r} (not marked ignorable: true)")
     check_event_data(event, state.event_of, state.dialect)
     if etype not in SURFACE_TYPES:
         return _log_only_plan(seq)
