@@ -28,7 +28,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from processor.config import ServiceConfig
 from processor.core.errors import ProcessorError
-from processor.engine import Batch, Engine, Tally
+from processor.engine import Batch, Engine, Out, Tally
 from processor.service import clients, faultpoints, preflight, transactions
 from processor.service.failures import FailureTracker
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, error_of
@@ -115,7 +115,8 @@ class Committer:
         if topic != self.config.topics.checkpoints:
             # the first record per topic and transaction reports its failure (which
             # topic refused: a denial fails them all); the others cost no callback
-            first = (topic, partition) not in self._reported
+            # without transactions nothing else notices a failed record: all report
+            first = (topic, partition) not in self._reported or not self.config.exactly_once
             if first:
                 self._reported.add((topic, partition))
             clients.produce(
@@ -168,6 +169,18 @@ class Committer:
             self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-offsets")
         return self._helper.submit(send)
 
+    def _delivered_all(self, producer: TxnProducer) -> None:
+        """Without transactions: wait for every record's delivery; a refused one
+        fails the batch (its offsets stay uncommitted, it is folded again)."""
+        remaining = producer.flush(self.timeout(60))
+        if remaining:
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered")
+            )
+        failed = self.problems.delivery_failure
+        if failed is not None:
+            raise KafkaException(failed[1])
+
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         """The last checkpoint record's delivery report: the store's offsets."""
         self.store.delivered(err, msg)
@@ -205,8 +218,15 @@ class Committer:
                 eos and offsets and not faultpoints.configured(faultpoints.BEFORE_SEND_OFFSETS)
             )
             sent = self._send_offsets(offsets) if overlap else None
+            # Without transactions a delivered record is visible at once, and a
+            # checkpoint claims the views it names were published: checkpoints go
+            # out only after every view and dead letter of the batch is delivered.
+            later: list[Out] = []
             try:
                 for out in self.engine.output():
+                    if not eos and out.topic == topics.checkpoints:
+                        later.append(out)
+                        continue
                     self._produce(out.topic, out.partition, out.key, out.value)
                     if self.queries is not None and out.topic == topics.views and out.key:
                         views.append((out.partition, out.key, out.value))
@@ -224,11 +244,11 @@ class Committer:
                     lambda: producer.commit_transaction(self.timeout(60)), self.metrics
                 )
             else:
-                remaining = producer.flush(self.timeout(60))
-                if remaining:
-                    raise KafkaException(
-                        KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered")
-                    )
+                self._delivered_all(producer)
+                for out in later:
+                    self._produce(out.topic, out.partition, out.key, out.value)
+                self._release()
+                self._delivered_all(producer)
                 if self.queries is not None:  # delivered = visible without transactions
                     self.queries.committed(views)
                     views = []
