@@ -51,6 +51,7 @@ MYPYC_MODULES = [
     "processor/core/events.py",
     "processor/core/event_checks.py",
     "processor/core/header.py",
+    "processor/core/image_offload.py",
     "processor/core/log.py",
     "processor/core/messages.py",
     "processor/core/message_projections.py",

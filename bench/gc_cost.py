@@ -104,14 +104,157 @@ def child(n: int, freeze: bool) -> dict[str, Any]:
     }
 
 
+class _Cycle:
+    """Cyclic garbage stand-in (a client object, an exception with its frames)."""
+
+    __slots__ = ("__weakref__", "me")
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def steady(n: int, policy: str, batches: int, batch_events: int) -> dict[str, Any]:
+    """The service's steady state: held sessions keep growing, one commit per batch.
+
+    ``n`` sessions are folded and settled (``settle_heap``, as after an
+    assignment); then ``batches`` batches of ``batch_events`` new events go
+    to random held sessions, each batch also making cyclic garbage (half
+    dies within the batch, half outlives one commit), and the policy runs
+    after each commit:
+
+    - ``load``: nothing more (the runner today: ``settle_heap`` at assignment);
+    - ``commit``: ``gcpolicy.settle_young()`` after every commit;
+    - ``gen2off``: third threshold 2**30, i.e. no automatic full collection.
+
+    Reported: the automatic collections and the time in them, the longest
+    pause, what a full collection would cost at the end (the pause the
+    ``load`` policy eventually pays, growing with the unfrozen heap), and
+    the cyclic garbage never reclaimed (frozen while still reachable).
+    """
+    import weakref
+
+    from processor.core.builtin import default_registry
+    from processor.core.defaults import default_message_projections
+    from processor.core.events import parse_event_bytes
+    from processor.core.session import Session, synthetic_header
+    from processor.gcpolicy import settle_heap, settle_young
+
+    gc.set_threshold(50_000, 20, 2**30 if policy == "gen2off" else 100)
+    registry, mp = default_registry(), default_message_projections()
+    pool = _logs(POOL, HELD_EVENTS + 400, 41)
+    held: list[Session] = []
+    for i in range(n):
+        session = Session(
+            synthetic_header(f"held-{i}"), message_projections=mp, projections=registry
+        )
+        for line in pool[i % POOL][:HELD_EVENTS]:
+            session.append(parse_event_bytes(line))
+        held.append(session)
+    settle_heap()
+    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses[info["generation"]].append(time.perf_counter() - started[0])
+
+    rng = random.Random(5)
+    markers: weakref.WeakSet[_Cycle] = weakref.WeakSet()
+    carried: list[_Cycle] = []
+    policy_s = 0.0
+    gc.callbacks.append(on_gc)
+    t0 = time.perf_counter()
+    events = 0
+    for _ in range(batches):
+        young = [_Cycle() for _ in range(20)]
+        markers.update(young)
+        older = carried
+        carried = [_Cycle() for _ in range(20)]  # outlives this commit
+        markers.update(carried)
+        for _ in range(batch_events):
+            session = held[rng.randrange(n)]
+            nxt = session.next_seq
+            line = pool[int(session.header["id"].split("-")[1]) % POOL][nxt % len(pool[0])]
+            if nxt >= len(pool[0]):
+                continue  # this session's log is used up
+            session.append(parse_event_bytes(line))
+            events += 1
+        del young, older
+        p0 = time.perf_counter()
+        if policy == "commit":
+            gc.callbacks.remove(on_gc)  # its own collection is counted as policy time
+            settle_young()
+            gc.callbacks.append(on_gc)
+        policy_s += time.perf_counter() - p0
+    hot_s = time.perf_counter() - t0
+    gc.callbacks.remove(on_gc)
+    del carried
+    t1 = time.perf_counter()
+    gc.collect()
+    final_full_s = time.perf_counter() - t1
+    in_gc = sum(sum(v) for v in pauses.values())
+    return {
+        "sessions": n,
+        "policy": policy,
+        "batches": batches,
+        "hot_events": events,
+        "hot_s": round(hot_s, 3),
+        "auto_collections": {g: len(v) for g, v in pauses.items()},
+        "auto_gc_s": round(in_gc, 4),
+        "auto_max_pause_s": round(max((max(v) for v in pauses.values() if v), default=0.0), 4),
+        "policy_s": round(policy_s, 4),
+        "policy_per_commit_ms": round(1000 * policy_s / batches, 3),
+        "gc_share": round((in_gc + policy_s) / hot_s, 4),
+        "full_collection_at_end_s": round(final_full_s, 4),
+        "frozen": gc.get_freeze_count(),
+        "cycles_made": 40 * batches,
+        "cycles_never_reclaimed": len(markers),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", default="10000,100000")
     ap.add_argument("--child", type=int, default=None)
     ap.add_argument("--freeze", action="store_true")
+    ap.add_argument(
+        "--steady",
+        action="store_true",
+        help="steady state with a commit per batch; compare --policies",
+    )
+    ap.add_argument("--policies", default="load,commit,gen2off")
+    ap.add_argument("--policy", default=None)
+    ap.add_argument("--batches", type=int, default=300)
+    ap.add_argument("--batch-events", type=int, default=1000)
     args = ap.parse_args(argv)
+    if args.child is not None and args.policy is not None:
+        print(json.dumps(steady(args.child, args.policy, args.batches, args.batch_events)))
+        return
     if args.child is not None:
         print(json.dumps(child(args.child, args.freeze)))
+        return
+    if args.steady:
+        for n in (int(x) for x in args.sessions.split(",")):
+            for policy in args.policies.split(","):
+                argv_c = [
+                    sys.executable,
+                    "-m",
+                    "bench.gc_cost",
+                    "--child",
+                    str(n),
+                    "--policy",
+                    policy,
+                    "--batches",
+                    str(args.batches),
+                    "--batch-events",
+                    str(args.batch_events),
+                ]
+                done = subprocess.run(
+                    argv_c, cwd=REPO, env=python_env(), capture_output=True, text=True, check=True
+                )
+                print(done.stdout.strip().splitlines()[-1], flush=True)
         return
     for n in (int(x) for x in args.sessions.split(",")):
         for freeze in (False, True):

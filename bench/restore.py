@@ -195,3 +195,108 @@ def _tuned() -> str:
 def _fmt(samples: Sequence[float]) -> str:
     m = measure("", "", samples, 3)
     return f"{m['median']:g} (min {m['min']:g}, max {m['max']:g})"
+
+
+# ---------------------------------------------------------------- 100x sessions
+
+#: same-host restart with 100x more sessions in the partitions (issue 13)
+FEW = 100
+EVENTS_EACH = 8
+ACTIVE_TAIL = 100  # sessions that get the tail: the same in both variants
+
+
+def _restart(config: ServiceConfig) -> dict[str, float]:
+    """One restart on the same host (same state dir and instance id): seconds to
+    the first event consumed for folding, and to caught up (run returns)."""
+    import threading
+
+    metrics = Metrics()
+    highs = high_watermarks(config)
+    proc = Processor(config, metrics=metrics)
+    t0 = time.perf_counter()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            proc.run(until_offsets=highs, max_idle_s=IDLE_S)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    first = None
+    while thread.is_alive():
+        folded = metrics.registry.get_sample_value("processor_records_consumed_total") or 0
+        if first is None and folded:
+            first = time.perf_counter() - t0
+        time.sleep(0.005)
+    caught_up = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"restart failed: {errors[0]!r}")
+    return {
+        "first_s": first if first is not None else caught_up,
+        "caught_up_s": caught_up,
+        "restore_s": metrics.restore_seconds._sum.get(),
+        "store_records_read": metrics.registry.get_sample_value(
+            "processor_store_records_read_total"
+        )
+        or 0.0,
+    }
+
+
+def sessions_run(bootstrap: str, runs: int = 3, few: int = FEW) -> dict[str, Any]:
+    """``few`` vs ``100 x few`` sessions folded once; then, alternating, the same
+    tail for ``ACTIVE_TAIL`` of them and a same-host restart of the member."""
+    import tempfile
+
+    state = tempfile.mkdtemp(prefix="bench-restart-")
+    pool = [evs for _, evs in session_logs(300, EVENTS_EACH + TAIL * runs, seed=29, tag="rs")]
+    variants = []
+    for name, n in (("few", few), ("many", few * LONG_FACTOR)):
+        prefix = unique(f"bench-restart-{name}")
+        config = ServiceConfig(bootstrap_servers=bootstrap).with_overrides(
+            topic_prefix=prefix,
+            group_id=f"{prefix}-group",
+            instance_id=f"{prefix}-0",
+            state_dir=f"{state}/{name}",
+        )
+        create(config)
+        logs = [(f"{name}-{i:06d}", pool[i % len(pool)]) for i in range(n)]
+        produce(config, interleave([(sid, evs[:EVENTS_EACH]) for sid, evs in logs]))
+        t0 = time.perf_counter()
+        Processor(config, metrics=Metrics()).run(
+            until_offsets=high_watermarks(config), max_idle_s=IDLE_S
+        )
+        variants.append((name, n, config, logs, time.perf_counter() - t0))
+    out: dict[str, Any] = {"setup": {name: s for name, _, _, _, s in variants}}
+    for r in range(runs):
+        for name, _, config, logs, _ in variants:  # alternate: drift hits both alike
+            lo = EVENTS_EACH + TAIL * r
+            tail = [(sid, evs[lo : lo + TAIL]) for sid, evs in logs[:ACTIVE_TAIL]]
+            produce(config, interleave(tail))
+            out.setdefault(name, []).append(_restart(config))
+    return out
+
+
+def main() -> None:
+    import argparse
+    import json
+    import logging
+
+    ap = argparse.ArgumentParser(description="same-host restart, few vs 100x sessions")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--few", type=int, default=FEW)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    from processor.devbroker import LocalBroker
+
+    broker = LocalBroker()
+    try:
+        out = sessions_run(broker.start(), args.runs, args.few)
+    finally:
+        broker.stop()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

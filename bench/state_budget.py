@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,9 +43,13 @@ BUDGET = 16 * 1024 * 1024
 CONFIGS = (5_000, 20_000)  # sessions seen
 FILL_SESSIONS = 5_000
 RESTART_SESSIONS = (5_000, 500_000)
+ROUNDS = 3
 
 
-def child(n: int, budget: int) -> dict[str, Any]:
+def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
+    """``seen``: sessions put in the store first, synthetically (a head and two
+    parts of 300 bytes each, written through the store's fill path), which the
+    ``n`` folded sessions then share the store with; none of them is loaded."""
     from bench.workload import session_logs
     from processor.codec import default_codec
     from processor.config import ServiceConfig
@@ -66,6 +72,11 @@ def child(n: int, budget: int) -> dict[str, Any]:
     offsets = {"events": 0, "cp": 0}
     gc.collect()
     before = rss_bytes()
+    t_seen = time.perf_counter()
+    offsets["cp"] = _synthetic(store, cp_topic, seen)
+    seen_fill_s = time.perf_counter() - t_seen
+    gc.collect()
+    after_seen = rss_bytes()
     t0 = time.perf_counter()
 
     def fold(sid: str, lo: int, hi: int) -> None:
@@ -76,13 +87,15 @@ def child(n: int, budget: int) -> dict[str, Any]:
             offsets["events"] += 1
 
     def commit() -> None:
+        last = None
         for out in engine.output():
             if out.topic != cp_topic:
                 continue
-            store.produced(0)
-            msg = MemoryMessage(cp_topic, 0, offsets["cp"], out.key, out.value, 0)
-            store.delivered(None, msg)
+            store.produced(0, out.key, out.value)
+            last = MemoryMessage(cp_topic, 0, offsets["cp"], out.key, out.value, 0)
             offsets["cp"] += 1
+        if last is not None:
+            store.delivered(None, last)  # the one report per partition and commit
         store.committed(engine.partitions)
         engine.batch = Batch()
         if budget > 0:
@@ -108,6 +121,9 @@ def child(n: int, budget: int) -> dict[str, Any]:
     held = engine.held
     out = {
         "sessions": n,
+        "seen": seen,
+        "seen_fill_s": seen_fill_s,
+        "rss_after_seen": after_seen,
         "budget": budget,
         "rss_before": before,
         "rss_after": after,
@@ -123,6 +139,26 @@ def child(n: int, budget: int) -> dict[str, Any]:
     }
     store.close()
     return out
+
+
+def _synthetic(store: Any, topic: str, seen: int) -> int:
+    """Put ``seen`` sessions in the store through its fill path; the next offset."""
+    from processor.service.local_store import StoredRecord
+
+    db = store.store
+    value = b"v" * 300
+    offset = 0
+    db.filling(True)
+    for start in range(0, seen, 10_000):
+        batch = []
+        for i in range(start, min(seen, start + 10_000)):
+            sid = f"seen-{i:08d}".encode()
+            for key in (b"\xff" + sid + b"\x00n.0", b"\xff" + sid + b"\x00hdr", sid):
+                batch.append(StoredRecord(offset, key, value))
+                offset += 1
+        db.apply(topic, 0, "bench-topic", iter(batch), offset, recount=True)
+    db.filling(False)
+    return offset
 
 
 def _run_child(n: int, budget: int, *, mode: str = "child") -> dict[str, Any]:
@@ -211,8 +247,8 @@ def fill_child(n: int) -> dict[str, Any]:
     from processor.core.builtin import default_registry
     from processor.core.defaults import default_message_projections
     from processor.engine import Engine, PartitionState, Record
-    from processor.service.local_store import LocalStore, StoredRecord
-    from processor.service.state import FILL_BATCH, head_quarantined, session_of
+    from processor.service.local_store import LocalStore
+    from processor.service.state import FILL_BATCH, session_key, stored_records
 
     codec = default_codec()
     cfg = ServiceConfig(partitions=1)
@@ -231,29 +267,34 @@ def fill_child(n: int) -> dict[str, Any]:
                     records.append((out.key, out.value))
             engine.batch = type(engine.batch)()
             engine.partitions[0].sessions.clear()
-    t0 = time.perf_counter()
-    for _, value in records:
-        codec.decode_record(value)
-    decode_s = time.perf_counter() - t0
-    tmp = Path(tempfile.mkdtemp(prefix="bench-fill-"))
-    store = LocalStore(tmp / "s.sqlite", "c", session_of)
-    t1 = time.perf_counter()
-    for start in range(0, len(records), FILL_BATCH):
-        chunk = records[start : start + FILL_BATCH]
-        batch = [
-            StoredRecord(start + j, k, v, head_quarantined(codec, k, v))
-            for j, (k, v) in enumerate(chunk)
-        ]
-        store.apply("cp", 0, "t", batch, start + len(chunk))
-    fill_s = time.perf_counter() - t1
-    store.close()
+    decode_s: list[float] = []
+    fill_s: list[float] = []
+    for _ in range(ROUNDS):  # alternating, medians: the box is shared
+        t0 = time.perf_counter()
+        for _, value in records:
+            codec.decode_record(value)
+        decode_s.append(time.perf_counter() - t0)
+        tmp = Path(tempfile.mkdtemp(prefix="bench-fill-"))
+        store = LocalStore(tmp / "s.sqlite", "c", session_key)
+        t1 = time.perf_counter()
+        store.filling(True)
+        for start in range(0, len(records), FILL_BATCH):
+            chunk = records[start : start + FILL_BATCH]
+            batch = stored_records(codec, ((start + j, k, v) for j, (k, v) in enumerate(chunk)))
+            store.apply("cp", 0, "t", batch, start + len(chunk), recount=True)
+        store.filling(False)
+        fill_s.append(time.perf_counter() - t1)
+        store.close()
+        shutil.rmtree(tmp)
+    ratios = sorted(d / f for d, f in zip(decode_s, fill_s, strict=True))
     return {
         "sessions": n,
         "records": len(records),
         "bytes": sum(len(k) + len(v) for k, v in records),
-        "decode_records_per_s": len(records) / decode_s,
-        "fill_records_per_s": len(records) / fill_s,
-        "fill_over_decode": decode_s / fill_s,
+        "decode_records_per_s": len(records) / statistics.median(decode_s),
+        "fill_records_per_s": len(records) / statistics.median(fill_s),
+        "fill_over_decode": statistics.median(ratios),
+        "fill_over_decode_runs": ratios,
     }
 
 
@@ -266,10 +307,10 @@ def restart_child(n: int) -> dict[str, Any]:
     import random
 
     from processor.service.local_store import LocalStore, StoredRecord
-    from processor.service.state import session_of
+    from processor.service.state import session_key
 
     path = Path(tempfile.mkdtemp(prefix="bench-restart-")) / "s.sqlite"
-    store = LocalStore(path, "c", session_of)
+    store = LocalStore(path, "c", session_key)
     offset = 0
     value = b"v" * 300
     for start in range(0, n, 10_000):
@@ -283,10 +324,10 @@ def restart_child(n: int) -> dict[str, Any]:
     last = batch[-1]
     store.close()
     t0 = time.perf_counter()
-    again = LocalStore(path, "c", session_of)
+    again = LocalStore(path, "c", session_key)
     pos = again.verify("cp", 0, "t", offset, lambda o: last if o == last.offset else None)
     assert pos is not None
-    again.newest("cp", 0, b"\xff")
+    again.newest_head("cp", 0)
     heads = again.heads("cp", 0)
     again.quarantined_sessions("cp", 0)
     assign_s = time.perf_counter() - t0
@@ -299,13 +340,81 @@ def restart_child(n: int) -> dict[str, Any]:
     return {"sessions": n, "heads": heads, "assign_s": assign_s, "load_s": load_s}
 
 
+def loop_child(n_sessions: int, state: str) -> dict[str, Any]:
+    """The service loop on the in-memory cluster (``memory.py``): ``n_sessions``
+    sessions of ``EVENTS`` events folded by one ``Processor`` with its local
+    store in ``state`` (a temp dir, or ``none``); the wall and CPU time from
+    the start to every event committed.  Broker-less, so what the store costs
+    the loop (and the process) is not hidden behind broker round trips."""
+    import threading
+
+    from bench.workload import session_logs
+    from processor.codec import default_codec
+    from processor.config import ServiceConfig
+    from processor.service.memory import MemoryBroker, MemoryTransport
+    from processor.service.metrics import Metrics
+    from processor.service.runner import Processor
+
+    codec = default_codec()
+    if state != "none":
+        state = tempfile.mkdtemp(prefix="bench-loop-")
+    fields = ServiceConfig.__dataclass_fields__  # a revision before the store has none
+    extra = {"state_dir": state} if "state_dir" in fields else {}
+    cfg = ServiceConfig(partitions=2, topic_prefix="loop", **extra)
+    broker = MemoryBroker()
+    broker.create_topics(cfg)
+    pool = [list(events) for _, events in session_logs(POOL, EVENTS, seed=41, tag="loop")]
+    total = 0
+    for i in range(n_sessions):
+        sid = f"loop-{i:07d}"
+        for event in pool[i % POOL]:
+            broker.produce(cfg.topics.events, sid.encode(), codec.encode_parsed_event(sid, event))
+            total += 1
+    proc = Processor(cfg, metrics=Metrics(), transport=MemoryTransport(broker, cfg))
+    events = cfg.topics.events
+
+    def committed() -> bool:
+        return all(
+            broker.group_offsets.get((cfg.group_id, events, p), 0) >= broker.log(events, p).high
+            for p in range(cfg.partitions)
+        )
+
+    loop_cpu: list[float] = []
+
+    def run_loop() -> None:
+        c0 = time.thread_time()
+        try:
+            proc.run()
+        finally:
+            loop_cpu.append(time.thread_time() - c0)
+
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    thread = threading.Thread(target=run_loop, daemon=True)
+    thread.start()
+    while not committed():
+        time.sleep(0.01)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    proc.stop()
+    thread.join(60)
+    return {"events": total, "wall_s": wall, "cpu_s": cpu, "loop_cpu_s": loop_cpu[0]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "BUDGET"))
+    ap.add_argument(
+        "--child",
+        nargs="+",
+        type=int,
+        metavar="N",
+        help="SESSIONS BUDGET [SEEN]: fold SESSIONS with BUDGET, SEEN more in the store",
+    )
     ap.add_argument("--fill", type=int, metavar="SESSIONS", help="fresh-host fill rate child")
     ap.add_argument("--restart", type=int, metavar="SESSIONS", help="same-host restart child")
+    ap.add_argument("--loop", nargs=2, metavar=("SESSIONS", "STATE"), help="loop CPU child")
     args = ap.parse_args()
-    if args.restart:
+    if args.loop:
+        print(json.dumps(loop_child(int(args.loop[0]), args.loop[1])))
+    elif args.restart:
         print(json.dumps(restart_child(args.restart)))
     else:
         print(json.dumps(fill_child(args.fill) if args.fill else child(*args.child)))

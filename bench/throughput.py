@@ -19,6 +19,8 @@ group join and restore is recorded as well.
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +44,9 @@ class Run:
     events: int
     seconds: float  # first record -> done
     wall: float  # start -> done
+    #: CPU seconds of this process (all its threads, librdkafka's too) start -> done:
+    #: on a shared box the steadier measure (wall time includes other processes' turns)
+    cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -51,12 +56,22 @@ class Run:
     def wall_rate(self) -> float:
         return self.events / self.wall
 
+    @property
+    def cpu_rate(self) -> float:
+        return self.events / self.cpu if self.cpu > 0 else 0.0
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
 
 def ceiling(config: ServiceConfig, highs: dict[int, int]) -> Run:
     """Read + Avro-decode + ``to_event`` every record of the events topic."""
     codec = default_codec()
     topic = config.topics.events
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     consumer = clients.group_consumer(
         config.with_overrides(group_id=unique("bench-ceiling")), "ceiling"
     )
@@ -83,7 +98,7 @@ def ceiling(config: ServiceConfig, highs: dict[int, int]) -> Run:
     finally:
         consumer.close()
     end = time.perf_counter()
-    return Run(n, end - (first or t0), end - t0)
+    return Run(n, end - (first or t0), end - t0, cpu_seconds() - c0)
 
 
 def fresh_output(ctx: Context, tag: str, **overrides: Any) -> ServiceConfig:
@@ -130,7 +145,7 @@ def service(
 ) -> tuple[Run, Metrics]:
     """One Processor over the whole topic until every partition is committed."""
     metrics = Metrics()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     proc = Processor(config, metrics=metrics)
     watch = _FirstRecord(metrics) if watch_first else None
     if profiler is not None:
@@ -145,7 +160,7 @@ def service(
     end = time.perf_counter()
     n = int(metrics.records_consumed._value.get())
     first = watch.at if watch is not None else None
-    return Run(n, end - (first or t0), end - t0), metrics
+    return Run(n, end - (first or t0), end - t0, cpu_seconds() - c0), metrics
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -154,7 +169,9 @@ def run(ctx: Context) -> dict[str, Any]:
     services: list[Run] = []
     commits: list[float] = []
     rss: list[float] = []
+    loads: list[float] = []
     for _ in range(ctx.runs):
+        loads.append(os.getloadavg()[0])
         ceilings.append(ceiling(ctx.config(topic_prefix=wl.prefix), wl.highs))
         before = rss_bytes()
         svc, metrics = service(fresh_output(ctx, "fold"), wl.highs)
@@ -168,6 +185,11 @@ def run(ctx: Context) -> dict[str, Any]:
         "service / ceiling, wall incl. start-up",
         [s.wall_rate for s in services],
         [c.wall_rate for c in ceilings],
+    )
+    by_cpu = ratio(
+        "service / ceiling, events per CPU second of this process",
+        [s.cpu_rate for s in services],
+        [c.cpu_rate for c in ceilings],
     )
     cfg = ctx.config()
     doc = result(
@@ -198,6 +220,19 @@ def run(ctx: Context) -> dict[str, Any]:
                 _fmt(measure("", "", [c.wall_rate for c in ceilings])),
             ],
             ["ratio, wall", _fmt(wall)],
+            [
+                "Processor events per CPU second (process CPU, librdkafka threads included)",
+                _fmt(measure("", "", [s.cpu_rate for s in services])),
+            ],
+            [
+                "ceiling events per CPU second",
+                _fmt(measure("", "", [c.cpu_rate for c in ceilings])),
+            ],
+            ["ratio by CPU seconds (steadier on a shared box)", _fmt(by_cpu)],
+            [
+                "1-minute load average at the start of each run",
+                ", ".join(f"{x:.1f}" for x in loads),
+            ],
             ["transactions per run", _fmt(measure("", "", commits, 0))],
             [
                 "commit interval / max batch",

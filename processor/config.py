@@ -15,6 +15,7 @@ import tomllib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -90,10 +91,13 @@ class ServiceConfig:
     state_budget_bytes: int = 128 * 1024 * 1024
     #: Sessions with no event for this long are evicted (0: only the budget evicts).
     idle_evict_s: int = 600
+    #: Commits whose checkpoint records may wait for the local store's writer
+    #: thread; when full the loop waits (never drops them).
+    store_write_queue: int = 64
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
-    @property
+    @cached_property  # read per produced record: computed once per (frozen) config
     def topics(self) -> TopicNames:
         names = TopicNames.for_prefix(self.topic_prefix)
         return replace(names, events=self.events_topic) if self.events_topic else names

@@ -213,14 +213,17 @@ def _slot_event_maker() -> _EventMaker:
 
     That ``__init__`` goes through ``object.__setattr__`` for each of the seven
     fields (about 2 us of the ~9 us an event's parse takes); writing the slot
-    descriptors directly gives the same object in under 1 us.  Where Event is
-    not a plain slotted class (a compiled build), or the probe does not come
-    out identical, the ordinary constructor is used.
+    descriptors directly gives the same object in under 1 us (the compiled
+    build's class too).  Where the probe does not come out identical, the
+    ordinary constructor is used.
     """
     fields = ("type", "seq", "time", "data", "surface_op", "source_event_seqs", "ignorable")
     try:
         setters = [vars(Event)[f].__set__ for f in fields]
-        new = object.__new__
+        # Event.__new__, not object.__new__: the same thing for the pure class,
+        # and the allocator of the compiled one (whose dataclass __init__ is
+        # interpreted there and was about 1.5x the cost of these slot writes)
+        new = Event.__new__
         s_type, s_seq, s_time, s_data, s_op, s_src, s_ign = setters
 
         def make(

@@ -53,10 +53,13 @@ class MessageProjection(Protocol):
 class MessageProjectionRegistry:
     """One registry per session store (M-4): at most one projection per type."""
 
-    __slots__ = ("_by_type",)
+    __slots__ = ("_by_type", "removals")
 
     def __init__(self, projections: Sequence[MessageProjection] = ()) -> None:
         self._by_type: dict[str, MessageProjection] = {}
+        #: Bumped by every unregister: only a removal can make M-4 fail, so a
+        #: session that checked at this count need not check again.
+        self.removals = 0
         for projection in projections:
             self.register(projection)
 
@@ -69,6 +72,7 @@ class MessageProjectionRegistry:
 
     def unregister(self, etype: str) -> None:
         self._by_type.pop(etype, None)
+        self.removals += 1
 
     def get(self, etype: str) -> MessageProjection | None:
         return self._by_type.get(etype)

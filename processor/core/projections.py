@@ -312,20 +312,25 @@ class SessionProjections:
         changed: list[_Cell] | None = None
         cell = None
         try:
-            for apply, cell in targets:
-                before = cell.state
-                after = apply(before, event)
-                if after is not before:
-                    cell.state = after
-                    if changed is None:
-                        changed = [cell]
-                    else:
-                        changed.append(cell)
+            if not self._listeners:
+                # nobody to tell about identity changes (P-1): no list of them
+                for apply, cell in targets:
+                    cell.state = apply(cell.state, event)
+            else:
+                for apply, cell in targets:
+                    before = cell.state
+                    after = apply(before, event)
+                    if after is not before:
+                        cell.state = after
+                        if changed is None:
+                            changed = [cell]
+                        else:
+                            changed.append(cell)
         except BaseException:
             self._fail_at(cell, seq)
             raise
         self._fast_seq = seq
-        if changed is not None and self._listeners:
+        if changed is not None:
             self._flush()
             self._notify(changed)
         return True

@@ -18,10 +18,10 @@ from typing import Any
 
 from processor.core.errors import SessionError
 from processor.core.events import Event
-from processor.core.frozen import freeze
+from processor.core.frozen import FrozenDict, freeze
 from processor.core.log import SessionHeader, SessionLog
 from processor.core.message_projections import MessageProjectionRegistry
-from processor.core.messages import DerivedMessages, transcript_entry
+from processor.core.messages import DerivedMessages, derive_event_message
 from processor.core.projections import ProjectionRegistry, SessionProjections
 from processor.core.surface import Plan, SurfaceManager, SurfaceState, assert_projections
 
@@ -116,9 +116,14 @@ class Session:
         plan = self.surface.commit(event)
         self.log.append(event)
         self._digest_due = event
-        entry = transcript_entry(event)
-        if entry is not None:
-            self._transcript.append(freeze(entry))
+        if event.surface_op == "append":  # G-4: only append-origin events (transcript_entry)
+            message = derive_event_message(event)
+            if message is not None:
+                # the message is part of the (frozen) event: freeze(entry) would
+                # copy this one dict and reuse the message, so build it frozen
+                if type(message) is not FrozenDict:
+                    message = freeze(message)
+                self._transcript.append(FrozenDict({"seq": event.seq, "message": message}))
         self.projections.on_append(event)
         return plan
 

@@ -74,12 +74,13 @@ _P = TypeVar("_P", LogOnlyPlan, AppendPlan)
 def _seq_plan_maker(cls: type[_P]) -> Callable[[int], _P]:
     """``cls(seq)`` without the frozen dataclass ``__init__`` (one plan per event).
 
-    Writes the ``seq`` slot directly; a probe must equal ``cls(seq)``, and a
-    class that is not a plain slotted one (a compiled build) keeps ``cls``.
+    Writes the ``seq`` slot directly (in the compiled build too, where the
+    dataclass ``__init__`` stays interpreted); a probe must equal ``cls(seq)``,
+    otherwise ``cls`` is kept.
     """
     try:
         set_seq = vars(cls)["seq"].__set__
-        new = object.__new__
+        new: Any = cls.__new__  # object.__new__, or the compiled class's allocator
 
         def make(seq: int) -> _P:
             plan: _P = new(cls)
@@ -358,17 +359,21 @@ def plan_event(
     seq = event.seq
     if seq != state.next_seq:
         raise SessionError(seq, "S-1", f"seq {seq} is not contiguous; expected {state.next_seq}")
-    plan = _plan_projection(state, event, message_projections)
-    if plan is not None:
-        return plan
-    if event.type not in KNOWN_TYPES:
+    etype = event.type
+    # M-2 dispatch first; the common case (no projection for this type) costs
+    # one dict lookup here instead of a call into _plan_projection per event.
+    if etype in MESSAGE_PROJECTION_TYPES or (
+        message_projections is not None and message_projections.get(etype) is not None
+    ):
+        plan = _plan_projection(state, event, message_projections)
+        if plan is not None:
+            return plan
+    if etype not in KNOWN_TYPES:
         if event.ignorable is True:
             return _log_only_plan(seq)
-        raise SessionError(
-            seq, "E-4", f"unknown event type {event.type!r} (not marked ignorable: true)"
-        )
+        raise SessionError(seq, "E-4", f"unknown event type {etype!r} (not marked ignorable: true)")
     check_event_data(event, state.event_of, state.dialect)
-    if event.type not in SURFACE_TYPES:
+    if etype not in SURFACE_TYPES:
         return _log_only_plan(seq)
     op = _surface_op(event)
     sources = _source_seqs(event)
@@ -379,7 +384,12 @@ def plan_event(
 
 def commit_plan(state: SurfaceState, event: Event, plan: Plan) -> None:
     """Apply a plan made by :func:`plan_event` for this very event (S-7, M-2)."""
-    if isinstance(plan, AppendPlan):
+    # Exact type tests, most frequent first: a log-only plan (half the events)
+    # used to fall through three isinstance checks.
+    kind = type(plan)
+    if kind is LogOnlyPlan:
+        pass
+    elif kind is AppendPlan:
         state.nodes.append(plan.seq)
         state.node_events[plan.seq] = event
     elif isinstance(plan, ReplacePlan):
@@ -430,7 +440,7 @@ class SurfaceManager:
     exactly that candidate object at that seq and re-plans otherwise.
     """
 
-    __slots__ = ("_registry", "_staged", "state")
+    __slots__ = ("_m4_removals", "_m4_used", "_m4_used_count", "_registry", "_staged", "state")
 
     def __init__(
         self,
@@ -440,6 +450,31 @@ class SurfaceManager:
         self.state = state if state is not None else SurfaceState()
         self._registry = message_projections
         self._staged: tuple[Event, int, Plan] | None = None
+        # The last passed M-4 check: the used-type set (object and size) and
+        # the registry's removal count it was made against.
+        self._m4_used: set[str] | None = None
+        self._m4_used_count = -1
+        self._m4_removals = -1
+
+    def _check_m4(self) -> None:
+        """:func:`assert_projections`, skipped when nothing it reads changed.
+
+        The used set only grows and a registry changes its answer only by a
+        removal, so an unchanged (set, size, removals) passes again.
+        """
+        used = self.state.projection_types_used
+        if not used:
+            return
+        registry = self._registry
+        removals = registry.removals if registry is not None else -2
+        if (
+            used is self._m4_used
+            and len(used) == self._m4_used_count
+            and removals == self._m4_removals
+        ):
+            return
+        assert_projections(self.state, registry)
+        self._m4_used, self._m4_used_count, self._m4_removals = used, len(used), removals
 
     @property
     def nodes(self) -> Sequence[int]:
@@ -458,7 +493,7 @@ class SurfaceManager:
         return self._registry
 
     def validate_next(self, candidate: Event) -> Plan:
-        assert_projections(self.state, self._registry)
+        self._check_m4()
         plan = plan_event(self.state, candidate, self._registry)
         self._staged = (candidate, self.state.next_seq, plan)
         return plan
@@ -469,7 +504,7 @@ class SurfaceManager:
         if staged is not None and staged[0] is event and staged[1] == self.state.next_seq:
             plan = staged[2]
         else:
-            assert_projections(self.state, self._registry)
+            self._check_m4()
             plan = plan_event(self.state, event, self._registry)
         commit_plan(self.state, event, plan)
         return plan

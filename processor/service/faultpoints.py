@@ -27,6 +27,11 @@ BEFORE_SEND_OFFSETS = "before-send-offsets"
 AFTER_COMMIT = "after-commit"
 
 
+def configured(name: str) -> bool:
+    """Whether this process runs with fault point ``name`` (armed or not)."""
+    return name == _POINT
+
+
 def hit(name: str, prepare: Callable[[], object] | None = None) -> None:
     """Die here if armed; ``prepare`` runs first (e.g. flush, so what the
     transaction produced really reached the broker before the crash)."""

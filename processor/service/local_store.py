@@ -25,37 +25,46 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("processor.store")
 
 #: Layout version of the SQLite file; another version is dropped and refilled.
-STORE_VERSION = 2
+STORE_VERSION = 3
 #: SQLite page cache per connection (negative: KiB), a fixed memory bound.
 CACHE_KIB = 8 * 1024
+#: The page cache while a partition is filled from zero (given back after):
+#: inserts in key order of a B-tree bigger than the cache cost a read per row.
+FILL_CACHE_KIB = 32 * 1024
+#: Large pages: a checkpoint record is ~200 bytes, a 4 KiB page holds too few
+#: of them (measured: 32 KiB pages fill ~1.5x faster); only a new file takes it.
+PAGE_SIZE = 32 * 1024
+#: Keys below this are heads (counted; the newest one is found by an index).
+HEAD_BELOW = b"\xff"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS position (
+    part INTEGER PRIMARY KEY,
     topic TEXT NOT NULL, partition INTEGER NOT NULL,
     topic_id TEXT NOT NULL,
     next_offset INTEGER NOT NULL,
     last_offset INTEGER NOT NULL,
     last_digest BLOB NOT NULL,
     heads INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (topic, partition)
+    UNIQUE (topic, partition)
 );
 CREATE TABLE IF NOT EXISTS record (
-    topic TEXT NOT NULL, partition INTEGER NOT NULL, key BLOB NOT NULL,
-    session TEXT NOT NULL, value BLOB NOT NULL, offset INTEGER NOT NULL,
+    part INTEGER NOT NULL, session TEXT NOT NULL, key BLOB NOT NULL,
+    value BLOB NOT NULL, offset INTEGER NOT NULL,
     quarantined INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (topic, partition, key)
+    PRIMARY KEY (part, session, key)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS record_session ON record (topic, partition, session);
-CREATE INDEX IF NOT EXISTS record_offset ON record (topic, partition, offset);
-CREATE INDEX IF NOT EXISTS record_quarantined ON record (topic, partition) WHERE quarantined = 1;
+CREATE INDEX IF NOT EXISTS record_head_offset ON record (part, offset) WHERE key < x'ff';
+CREATE INDEX IF NOT EXISTS record_quarantined ON record (part) WHERE quarantined = 1;
 """
 
 
@@ -91,28 +100,32 @@ def record_digest(key: bytes, value: bytes | None) -> bytes:
 
 
 class LocalStore:
-    """See the module docstring.  One instance per member; not thread-safe."""
+    """See the module docstring.  One instance per member; one thread at a time."""
 
     def __init__(
-        self, path: Path | None, cluster_id: str, session_of: Callable[[bytes], str]
+        self, path: Path | None, cluster_id: str, session_of: Callable[[bytes], bytes]
     ) -> None:
         """``path`` None: an in-memory database (``state_dir = "none"``), filled
-        from the topic on every assignment as the store-less restore was."""
+        from the topic on every assignment as the store-less restore was.
+        ``session_of``: the bytes of a key's session (records are grouped by
+        them; bytes, not text: nothing is decoded per record)."""
         self.path = path
         self.cluster_id = cluster_id
         self._session_of = session_of
+        self._parts: dict[tuple[str, int], int] = {}
         #: Why the store was emptied when opened (None: it was usable).
         self.reset_reason: str | None = None
+        wanted = {"version": str(STORE_VERSION), "cluster": cluster_id}
         try:
-            self._db = self._open()
+            self._db = self._connect()
+            found = self._meta()
         except sqlite3.DatabaseError as exc:
             # an unreadable file is a cache miss, not an outage: start empty
             self.reset_reason = f"unreadable store file ({exc})"
             log.warning("local store %s: %s; starting empty", path, self.reset_reason)
             self._remove_files()
-            self._db = self._open()
-        found = self._meta()
-        wanted = {"version": str(STORE_VERSION), "cluster": cluster_id}
+            self._db = self._connect()
+            found = {}
         if found and found != wanted:
             self.reset_reason = (
                 f"store of cluster {found.get('cluster')!r} version {found.get('version')!r}, "
@@ -121,27 +134,35 @@ class LocalStore:
             log.warning("local store %s: %s; starting empty", path, self.reset_reason)
             self._db.close()
             self._remove_files()
-            self._db = self._open()
+            self._db = self._connect()
+        self._db.executescript(_SCHEMA)
         with self._db:
             self._db.executemany(
                 "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", wanted.items()
             )
+        #: serialises the writes: the store's writer thread and the loop's fill
+        #: and drop share the write connection, never at the same time
+        self.write_lock = threading.RLock()
+        #: the loop's reads: a second connection on a file (WAL: it reads the last
+        #: committed write while the writer thread writes), the same one in memory
+        self._rdb = self._db if path is None else self._connect()
 
     # ------------------------------------------------------------ file
 
-    def _open(self) -> sqlite3.Connection:
+    def _connect(self) -> sqlite3.Connection:
         if self.path is None:
-            db = sqlite3.connect(":memory:")
-            db.executescript(_SCHEMA)
-            return db
+            return sqlite3.connect(":memory:", check_same_thread=False)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path)  # "with db:" below is one transaction
+        # "with db:" below is one transaction; the connection moves to the
+        # store's writer thread (one thread at a time, never two)
+        db = sqlite3.connect(self.path, check_same_thread=False)
+        db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before the first table: new files only
         db.execute("PRAGMA journal_mode=WAL")
         # NORMAL: a power loss may drop the last transactions; the store is
         # then behind and catches up from the topic, which is always safe.
+        # (In WAL mode NORMAL syncs at checkpoints only, never corrupts.)
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-        db.executescript(_SCHEMA)
         return db
 
     def _remove_files(self) -> None:
@@ -151,12 +172,33 @@ class LocalStore:
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
     def _meta(self) -> dict[str, str]:
+        self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
         return dict(self._db.execute("SELECT name, value FROM meta").fetchall())
 
     def close(self) -> None:
-        self._db.close()
+        with self.write_lock:
+            if self._rdb is not self._db:
+                self._rdb.close()
+            self._db.close()
 
     # ------------------------------------------------------------ positions
+
+    def _part(self, topic: str, partition: int, db: sqlite3.Connection | None = None) -> int | None:
+        """The partition's id in the record table (None: nothing stored yet)."""
+        part = self._parts.get((topic, partition))
+        if part is None:
+            row = (
+                (db or self._db)
+                .execute(
+                    "SELECT part FROM position WHERE topic = ? AND partition = ?",
+                    (topic, partition),
+                )
+                .fetchone()
+            )
+            if row is None:
+                return None
+            part = self._parts[(topic, partition)] = int(row[0])
+        return part
 
     def position(self, topic: str, partition: int) -> Position | None:
         row = self._db.execute(
@@ -206,6 +248,11 @@ class LocalStore:
 
     # ------------------------------------------------------------ writing
 
+    def filling(self, on: bool) -> None:
+        """A fill from zero starts (True) or ends: the larger page cache, then back."""
+        with self.write_lock:
+            self._db.execute(f"PRAGMA cache_size=-{FILL_CACHE_KIB if on else CACHE_KIB}")
+
     def apply(
         self,
         topic: str,
@@ -213,72 +260,110 @@ class LocalStore:
         topic_id: str,
         records: Iterable[StoredRecord],
         next_offset: int,
+        *,
+        recount: bool = False,
     ) -> None:
-        """Apply committed records in offset order and move the position, atomically."""
-        pos = self.position(topic, partition)
-        last_offset, last_digest = (pos.last_offset, pos.last_digest) if pos else (-1, b"")
-        final: dict[bytes, StoredRecord] = {}  # the last record of a key wins
-        done = pos.next_offset if pos else 0
-        last: StoredRecord | None = None
-        for rec in records:
-            if rec.offset < done:
-                continue  # already applied: a late writer never moves the store back
-            final[rec.key] = last = rec
-        if last is not None:
-            last_offset, last_digest = last.offset, record_digest(last.key, last.value)
-        sessions = {key: self._session_of(key) for key in final}
-        upserts = [
-            (topic, partition, r.key, sessions[r.key], r.value, r.offset, r.quarantined)
-            for r in final.values()
-            if r.value is not None
-        ]
-        deletes = [(topic, partition, r.key) for r in final.values() if r.value is None]
-        next_offset = max(next_offset, done)
-        heads = (self.heads(topic, partition) if pos else 0) + self._heads_delta(
-            topic, partition, final.values(), sessions
-        )
-        with self._db:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO record (topic, partition, key, session, value, "
-                "offset, quarantined) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                upserts,
-            )
-            self._db.executemany(
-                "DELETE FROM record WHERE topic = ? AND partition = ? AND key = ?", deletes
-            )
-            self._db.execute(
-                "INSERT OR REPLACE INTO position "
-                "(topic, partition, topic_id, next_offset, last_offset, last_digest, heads) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (topic, partition, topic_id, next_offset, last_offset, last_digest, heads),
-            )
+        """Apply committed records in offset order and move the position, atomically.
 
-    def _heads_delta(
+        ``recount``: the head count is counted afresh after the write (a fill:
+        one index scan instead of a lookup per head); otherwise each head is
+        looked up (a commit's few records).  Records stream into SQLite as
+        they come (no list of the batch: the garbage collector's passes over
+        tens of thousands of live rows cost more than the inserts, measured).
+        """
+        with self.write_lock:
+            self._apply(topic, partition, topic_id, records, next_offset, recount)
+
+    def _apply(
         self,
         topic: str,
         partition: int,
+        topic_id: str,
         records: Iterable[StoredRecord],
-        sessions: Mapping[bytes, str],
-    ) -> int:
+        next_offset: int,
+        recount: bool,
+    ) -> None:
+        pos = self.position(topic, partition)
+        done = pos.next_offset if pos else 0
+        session_of = self._session_of
+        last: list[StoredRecord] = []  # the last applied record, for the digest
+        held: list[StoredRecord] = []  # a tombstone that ended a run of upserts
+
+        def upserts(part: int, it: Iterator[StoredRecord]) -> Iterator[tuple[object, ...]]:
+            for r in it:
+                if r.offset < done:
+                    continue  # already applied: a late writer never moves the store back
+                last[:] = (r,)
+                if r.value is None:
+                    held.append(r)
+                    return  # in offset order: the delete runs before what follows it
+                yield (part, session_of(r.key), r.key, r.value, r.offset, r.quarantined)
+
+        with self._db:
+            part = self._part(topic, partition)
+            if part is None:
+                cur = self._db.execute(
+                    "INSERT INTO position (topic, partition, topic_id, next_offset, "
+                    "last_offset, last_digest) VALUES (?, ?, ?, 0, -1, x'')",
+                    (topic, partition, topic_id),
+                )
+                part = self._parts[(topic, partition)] = int(cur.lastrowid or 0)
+            if not recount:
+                records = list(records)
+                delta = self._heads_delta(part, [r for r in records if r.offset >= done])
+            it = iter(records)
+            while True:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO record "
+                    "(part, session, key, value, offset, quarantined) VALUES (?, ?, ?, ?, ?, ?)",
+                    upserts(part, it),
+                )
+                if not held:
+                    break
+                gone = held.pop()
+                self._db.execute(
+                    "DELETE FROM record WHERE part = ? AND session = ? AND key = ?",
+                    (part, session_of(gone.key), gone.key),
+                )
+            if recount:
+                heads = self._db.execute(
+                    "SELECT COUNT(*) FROM record INDEXED BY record_head_offset "
+                    "WHERE part = ? AND key < x'ff'",
+                    (part,),
+                ).fetchone()[0]
+            else:
+                heads = (self.heads(topic, partition) if pos else 0) + delta
+            if last:
+                last_offset, last_digest = last[0].offset, record_digest(last[0].key, last[0].value)
+            else:
+                last_offset, last_digest = (pos.last_offset, pos.last_digest) if pos else (-1, b"")
+            self._db.execute(
+                "UPDATE position SET topic_id = ?, next_offset = ?, last_offset = ?, "
+                "last_digest = ?, heads = ? WHERE part = ?",
+                (topic_id, max(next_offset, done), last_offset, last_digest, heads, part),
+            )
+
+    def _heads_delta(self, part: int, records: list[StoredRecord]) -> int:
         """How many heads these records add (new keys) or remove (tombstoned ones).
 
-        A head is the record keyed by its session id itself (not one of its parts).
+        A head is a record whose key sorts below 0xFF (a checkpoint's head is
+        keyed by its session id, its parts by 0xFF + ...).
         """
-        heads = {
-            r.key: r.value is not None
-            for r in records
-            if sessions[r.key].encode("utf-8", "surrogateescape") == r.key
-        }
+        heads = {r.key: r.value is not None for r in records if r.key < HEAD_BELOW}
+        if not heads:
+            return 0
         found: set[bytes] = set()
-        keys = list(heads)
-        for i in range(0, len(keys), 500):
-            chunk = keys[i : i + 500]
-            rows = self._db.execute(
-                "SELECT key FROM record WHERE topic = ? AND partition = ? AND key IN "
-                f"({','.join('?' * len(chunk))})",
-                (topic, partition, *chunk),
-            ).fetchall()
-            found.update(bytes(r[0]) for r in rows)
+        keys = [(self._session_of(k), k) for k in heads]
+        for i in range(0, len(keys), 250):
+            chunk = keys[i : i + 250]
+            found.update(
+                bytes(r[0])
+                for r in self._db.execute(
+                    "SELECT key FROM record WHERE part = ? AND (session, key) IN "
+                    f"(VALUES {','.join(['(?, ?)'] * len(chunk))})",
+                    (part, *(x for pair in chunk for x in pair)),
+                )
+            )
         return sum((1 if live else 0) - (1 if key in found else 0) for key, live in heads.items())
 
     def heads(self, topic: str, partition: int) -> int:
@@ -289,21 +374,22 @@ class LocalStore:
         return int(row[0]) if row else 0
 
     def drop(self, topic: str, partition: int) -> None:
-        with self._db:
-            self._db.execute(
-                "DELETE FROM record WHERE topic = ? AND partition = ?", (topic, partition)
-            )
-            self._db.execute(
-                "DELETE FROM position WHERE topic = ? AND partition = ?", (topic, partition)
-            )
+        with self.write_lock:
+            part = self._part(topic, partition)
+            if part is None:
+                return
+            with self._db:
+                self._db.execute("DELETE FROM record WHERE part = ?", (part,))
+                self._db.execute("DELETE FROM position WHERE part = ?", (part,))
+            self._parts.pop((topic, partition), None)
 
     # ------------------------------------------------------------ reading
 
     def records(self, topic: str, partition: int) -> Iterator[tuple[bytes, bytes]]:
         """Every stored (key, value) of a partition, in the offset order they were written."""
-        cur = self._db.execute(
-            "SELECT key, value FROM record WHERE topic = ? AND partition = ? ORDER BY offset",
-            (topic, partition),
+        part = self._part(topic, partition, self._rdb)
+        cur = self._rdb.execute(
+            "SELECT key, value FROM record WHERE part = ? ORDER BY offset", (part,)
         )
         for key, value in cur:
             yield bytes(key), bytes(value)
@@ -312,43 +398,43 @@ class LocalStore:
         self, topic: str, partition: int, session: str
     ) -> list[tuple[bytes, bytes]]:
         """The stored (key, value) records of one session, in offset order."""
-        rows = self._db.execute(
-            # the session index, not the offset one the ORDER BY would tempt the
-            # planner into (a scan of the whole partition per session: measured)
-            "SELECT key, value FROM record INDEXED BY record_session "
-            "WHERE topic = ? AND partition = ? AND session = ? ORDER BY offset",
-            (topic, partition, session),
+        part = self._part(topic, partition, self._rdb)
+        rows = self._rdb.execute(
+            # a range of the primary key (part, session, key)
+            "SELECT key, value FROM record WHERE part = ? AND session = ? ORDER BY offset",
+            (part, session.encode("utf-8", "surrogateescape")),
         ).fetchall()
         return [(bytes(k), bytes(v)) for k, v in rows]
 
     def sessions(self, topic: str, partition: int) -> int:
-        row = self._db.execute(
-            "SELECT COUNT(DISTINCT session) FROM record WHERE topic = ? AND partition = ?",
-            (topic, partition),
+        row = self._rdb.execute(
+            "SELECT COUNT(DISTINCT session) FROM record WHERE part = ?",
+            (self._part(topic, partition, self._rdb),),
         ).fetchone()
         return int(row[0])
 
     def keys(self, topic: str, partition: int) -> Iterator[bytes]:
         """Every stored key of a partition (a rebuild tombstones them all)."""
-        cur = self._db.execute(
-            "SELECT key FROM record WHERE topic = ? AND partition = ?", (topic, partition)
+        cur = self._rdb.execute(
+            "SELECT key FROM record WHERE part = ?", (self._part(topic, partition, self._rdb),)
         )
         for (key,) in cur:
             yield bytes(key)
 
-    def newest(self, topic: str, partition: int, below: bytes) -> tuple[bytes, bytes] | None:
-        """The most recently written record whose key sorts below ``below``."""
-        row = self._db.execute(
-            "SELECT key, value FROM record INDEXED BY record_offset "
-            "WHERE topic = ? AND partition = ? AND key < ? ORDER BY offset DESC LIMIT 1",
-            (topic, partition, below),
+    def newest_head(self, topic: str, partition: int) -> tuple[bytes, bytes] | None:
+        """The most recently written record whose key sorts below 0xFF (a head:
+        part keys start with 0xFF), from the heads-only offset index."""
+        row = self._rdb.execute(
+            "SELECT key, value FROM record INDEXED BY record_head_offset "
+            "WHERE part = ? AND key < x'ff' ORDER BY offset DESC LIMIT 1",
+            (self._part(topic, partition, self._rdb),),
         ).fetchone()
         return None if row is None else (bytes(row[0]), bytes(row[1]))
 
     def quarantined_sessions(self, topic: str, partition: int) -> set[str]:
-        rows = self._db.execute(
+        rows = self._rdb.execute(
             "SELECT session FROM record INDEXED BY record_quarantined "
-            "WHERE topic = ? AND partition = ? AND quarantined = 1",
-            (topic, partition),
+            "WHERE part = ? AND quarantined = 1",
+            (self._part(topic, partition, self._rdb),),
         ).fetchall()
-        return {str(r[0]) for r in rows}
+        return {bytes(r[0]).decode("utf-8", "replace") for r in rows}

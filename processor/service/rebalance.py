@@ -128,6 +128,9 @@ class Rebalance:
             log.warning("commit on revoke failed (%s); aborting the batch", exc)
             c.abort(set())
         finally:
+            # the store's queued writes, within what is left of the revoke budget
+            # (what misses it is caught up if the partitions come back)
+            self.store.flush(max(0.0, c.deadline - time.monotonic()) if c.deadline else 0.0)
             c.leaving = set()
             c.deadline = None
         for tp in partitions:
@@ -216,7 +219,12 @@ class Rebalance:
             cp = newest[number]
             restore = PartitionRestore(number, {cp.session_id: cp} if cp is not None else {})
             problem = check_anchor(
-                rc, events, restore, committed[number], found.get(number)
+                rc,
+                events,
+                restore,
+                committed[number],
+                found.get(number),
+                transactional=self.config.exactly_once,
             ) or self.engine.unusable_rows(restore.checkpoints.values())
             starts[number] = None
             quarantined = store.quarantined(number)

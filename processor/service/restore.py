@@ -344,10 +344,17 @@ def check_anchor(
     restore: PartitionRestore,
     committed: int | None,
     found: tuple[str, int, str] | None,
+    *,
+    transactional: bool = True,
 ) -> str | None:
     """None when the log still matches, else the reason it does not.
 
     ``found`` is what :func:`fetch_events` read at the newest anchor's offset.
+    Without transactions (``transactional`` false) checkpoints ahead of the
+    committed offset are what a batch that failed or crashed after its records
+    were delivered leaves: the tail from the committed offset is folded again
+    and the seq gate drops what the checkpoints already hold.  A missing
+    committed offset still fails the check (offsets reset or never committed).
     """
     partition = restore.partition
     low, high = watermarks(consumer, topic, partition)
@@ -360,7 +367,7 @@ def check_anchor(
     if newest is None:
         return None
     a = newest.anchor
-    if committed is None or committed <= a.offset:
+    if committed is None or (committed <= a.offset and transactional):
         return (
             f"checkpoints reach offset {a.offset} of {topic}[{partition}] but the group's "
             f"committed offset is {committed}: offsets were reset or the topic recreated"

@@ -54,6 +54,7 @@ from processor.engine.commands import Command
 from processor.service.broker_watch import BrokerWatch
 from processor.service.commit import Committer
 from processor.service.control import ControlChannel
+from processor.service.heap import HeapPolicy
 from processor.service.kafka_errors import ClientProblems, message_error
 from processor.service.metrics import Metrics
 from processor.service.query_cache import QueryCache
@@ -138,6 +139,8 @@ class Processor:
         self._lag_labels: set[int] = set()
         #: what ended the run, when it was found in a callback (re-raised by the loop)
         self._fatal: ProcessorError | None = None
+        #: the collector's thresholds and periodic heap settles (heap.py)
+        self.heap = HeapPolicy()
         self.health = self.metrics.health  # the report; never read to decide
         #: the checkpoints of the owned partitions on local disk (state.py)
         self.store = CheckpointStore(config, self.codec)
@@ -222,8 +225,9 @@ class Processor:
             on_revoke=self.rebalance.on_revoke,
             on_lost=self.rebalance.on_lost,
         )
-        idle_since = time.monotonic()
+        idle_since = drained_at = time.monotonic()
         interval = cfg.commit_interval_ms / 1000
+        self.heap.start()
         try:
             while not self._stop.is_set():
                 self.health.tick()
@@ -232,13 +236,20 @@ class Processor:
                     self._evict()  # idle sessions go even when nothing commits
                     self._update_gauges()
                 # A batch consume returns only when it is full or its timeout is
-                # over, so poll in short slices and date the batch from the poll
-                # that brought its first record: the batch then stays open one
-                # commit interval, not two (measured: p99 latency ~2x -> ~1x).
+                # over, so poll in short slices.  Date a new batch from when the
+                # queue was last seen drained (the previous consume's return):
+                # records that arrived while the loop was committing have waited
+                # since then, so the batch closes one interval after its oldest
+                # record could have arrived, not one interval after the commit
+                # that made it wait (measured, BENCHMARKS §5: p99 ~ I + 2C -> I + C
+                # for a transaction time C).  Never older than one interval (a
+                # long restore inside the poll).
                 polled_at = time.monotonic()
                 msgs = consumer.consume(
                     num_messages=min(cfg.max_batch_events, 5_000), timeout=min(0.02, interval)
                 )
+                dated = max(drained_at, polled_at - interval)
+                drained_at = time.monotonic()
                 if self._fatal is not None:  # raised in a rebalance callback
                     raise self._fatal
                 problems.raise_if_fatal()
@@ -249,7 +260,7 @@ class Processor:
                     idle_since = time.monotonic()  # idle counts from the assignment on
                 idle_since = max(idle_since, self.rebalance.assigned_at)
                 if msgs:
-                    self._fold_batch(msgs, polled_at)
+                    self._fold_batch(msgs, dated)
                 elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
                     break
                 p = self._pending
@@ -268,6 +279,7 @@ class Processor:
             self.engine.batch = Batch()
             raise
         finally:
+            self.heap.stop()
             self._close()
 
     def _fail(self, error: ProcessorError) -> ProcessorError:
@@ -301,6 +313,7 @@ class Processor:
                 ("restore consumer close", r.close if r else None),
                 ("local store close", self.store.close),
                 ("query cache close", self.queries.close if self.queries else None),
+                ("transaction helper close", self.txn.close),
             ]
         )
         self._consumer = self.txn.producer = self.txn.consumer = self.rebalance.reader = None
@@ -416,6 +429,7 @@ class Processor:
         """Commit the open batch (commit.py), then keep the sessions within budget."""
         self.txn.commit()
         if self.engine.batch.empty():
+            self.heap.committed()
             self._evict()
             self._update_gauges()
 

@@ -12,21 +12,28 @@ Three moments:
   Nothing is decoded but the heads' quarantine flag: sessions are loaded
   one by one when their first event arrives (:meth:`load`).
 - **commit** (:meth:`produced`, :meth:`committed`): every checkpoint record
-  the transaction produced is applied with the offset its delivery report
-  gave, and only after the commit succeeded; an abort discards them.  A
-  crash between the commit and the store write leaves the store behind the
-  topic, which the next assign catches up; never ahead.
+  the transaction produced is applied, only after the commit succeeded (an
+  abort discards them), by the writer thread (``store_writer.py``) so the
+  loop does not wait for SQLite.  Only each partition's last record asks
+  for a delivery report; the others' offsets are derived from it
+  (:meth:`committed`).  A crash between the commit and the store write
+  leaves the store behind the topic, which the next assign catches up;
+  never ahead.
 - **failure**: a store that cannot be opened or written is reported on
   ``/readyz`` (``health.degraded``), its partitions stop taking writes
   (a later write would move the position past the missing one) and their
   sessions are never evicted; folding goes on.
 
-Why a fill inside the assignment rather than in the background: the fill
-copies records without decoding them (fast: bench/restore.py), the
-assignment's anchor check needs the newest checkpoint, and a session whose
-checkpoint is still being read cannot be folded correctly — holding its
-events or pausing its partition is what a background fill would add, for
-the cost of one sequential read of the compacted partition.
+Why the fill is still inside the assignment rather than in the background
+(issue 13 asks for the latter; not built yet): the fill copies records
+decoding only the heads (bench/state_budget.py ``--fill``: ~0.5x the
+decode-only rate), the assignment's anchor check needs the newest
+checkpoint, and a session whose checkpoint is still being read cannot be
+folded correctly.  A background fill needs the filling partitions paused
+(``incremental_assign`` then ``pause``, ``resume`` + a seek when filled),
+its own reader (the restore consumer serves anchor checks meanwhile), a
+cancel on revoke (the store keeps what it applied: each batch moves the
+position atomically) and a hook in the poll loop for bounded slices.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import functools
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -52,16 +59,28 @@ from processor.engine.checkpoints import latest_checkpoints
 from processor.service.local_store import LocalStore, StoredRecord
 from processor.service.restore import watermarks
 from processor.service.retry import is_transient, retry
+from processor.service.store_writer import StoreWriter
 from processor.service.transport import Msg, Reader
 
 log = logging.getLogger("processor.state")
 
 #: Records applied per store transaction while filling (bounded memory).
-FILL_BATCH = 5_000
+FILL_BATCH = 20_000
 #: Files tried per state directory: members on one host without an instance
 #: id each take the first one no other live process holds (flock).
 MAX_STORE_FILES = 16
 PART_MARK = b"\xff"
+#: How long a load, an assignment or a close waits for the store's writer.
+FLUSH_S = 120.0
+
+
+def session_key(key: bytes) -> bytes:
+    """The session bytes of a checkpoints key (what the store groups records by)."""
+    if key[:1] == PART_MARK:
+        end = key.rfind(b"\x00")
+        if end > 0:
+            return key[1:end]
+    return key
 
 
 def session_of(key: bytes) -> str:
@@ -82,6 +101,15 @@ def head_quarantined(codec: Codec, key: bytes, value: bytes | None) -> bool:
         return bool(datum.get("quarantine"))
     except CodecError:
         return False  # reported when the session is loaded
+
+
+def stored_records(
+    codec: Codec, batch: Iterable[tuple[int, bytes | None, bytes | None]]
+) -> Iterator[StoredRecord]:
+    """The fill's records: bytes as read, only a head's quarantine flag decoded."""
+    for offset, key, value in batch:
+        if key is not None:
+            yield StoredRecord(offset, key, value, head_quarantined(codec, key, value))
 
 
 class StoreUnusable(Unavailable):
@@ -109,9 +137,13 @@ class CheckpointStore:
         self.open_problem: str | None = None
         #: partitions whose store took no write since a failed one, and why
         self.broken: dict[int, str] = {}
-        self._deliveries: list[tuple[int, int, bytes, bytes | None]] = []
-        self._partitions: dict[int, int] = {}  # partition -> records produced in the txn
+        #: the open transaction's checkpoint records by partition, in produce order
+        self._produced: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        #: the offset each partition's last record got (its delivery report)
+        self._last: dict[int, int] = {}
         self._topic_id = ""
+        #: applies committed records off the loop thread (a store file only)
+        self.writer: StoreWriter | None = None
 
     # ------------------------------------------------------------ open
 
@@ -124,13 +156,15 @@ class CheckpointStore:
         try:
             if path is not None:
                 path = self._claim(path)
-            self.store = LocalStore(path, cluster_id, session_of)
+            self.store = LocalStore(path, cluster_id, session_key)
         except (OSError, sqlite3.Error) as exc:
             self.open_problem = f"local store {path} cannot be opened: {exc}"
             log.error("%s; checkpoints are kept in memory instead", self.open_problem)
-            self.store = LocalStore(None, cluster_id, session_of)
+            self.store = LocalStore(None, cluster_id, session_key)
         if self.store.reset_reason is not None:
             log.warning("local store %s emptied: %s", path, self.store.reset_reason)
+        if self.store.path is not None:
+            self.writer = StoreWriter(self._write, session_key, self.config.store_write_queue)
 
     def _claim(self, path: Path) -> Path:
         """The first file of ``path``'s series no other process holds."""
@@ -147,7 +181,17 @@ class CheckpointStore:
             return candidate
         raise OSError(f"{MAX_STORE_FILES} store files in {path.parent} are all in use")
 
-    def close(self) -> None:
+    def flush(self, timeout_s: float = FLUSH_S) -> bool:
+        """Wait for the queued writes (False: still writing at the deadline)."""
+        return self.writer is None or self.writer.flush(timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Write what is queued within ``timeout_s`` (default: the revoke budget;
+        the rest is caught up on the next assignment), then close the file."""
+        if self.writer is not None:
+            budget = self.config.revoke_budget_ms / 1000
+            self.writer.close(budget if timeout_s is None else timeout_s)
+            self.writer = None
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -164,6 +208,8 @@ class CheckpointStore:
     def fill(self, reader: Reader, partitions: list[int]) -> dict[int, Filled]:
         """Verify each partition's stored position, then catch up to the topic's end."""
         store, topic = self._db(), self.topic
+        if not self.flush():
+            log.warning("local store writer still busy after %.0f s; filling anyway", FLUSH_S)
         starts: dict[int, int] = {}
         highs: dict[int, int] = {}
         kept: dict[int, int | None] = {}
@@ -171,31 +217,37 @@ class CheckpointStore:
             self.broken.pop(p, None)
             highs[p] = watermarks(reader, topic, p)[1]
             read_at = functools.partial(_read_at, reader, topic, p)
-            pos = store.verify(topic, p, self._topic_id, highs[p], read_at)
+            with store.write_lock:
+                pos = store.verify(topic, p, self._topic_id, highs[p], read_at)
             kept[p] = pos.next_offset if pos is not None else None
             starts[p] = pos.next_offset if pos is not None else 0
         read = {p: 0 for p in partitions}
-        for p, batch, next_offset in _stream(reader, topic, starts, highs):
-            records = [
-                StoredRecord(
-                    m.offset() or 0,
-                    m.key() or b"",
-                    m.value(),
-                    head_quarantined(self.codec, m.key() or b"", m.value()),
+        fresh = [p for p in partitions if kept[p] is None]
+        if fresh:
+            store.filling(True)
+        try:
+            for p, batch, next_offset in _stream(reader, topic, starts, highs):
+                records = stored_records(
+                    self.codec, ((m.offset() or 0, m.key(), m.value()) for m in batch)
                 )
-                for m in batch
-                if m.key() is not None
-            ]
-            try:
-                store.apply(topic, p, self._topic_id, records, next_offset)
-            except sqlite3.Error as exc:
-                # sessions would load from a store missing records: stop, do not guess
-                raise StoreUnusable(f"local store {store.path}: write failed: {exc}") from exc
-            read[p] += len(batch)
+                try:
+                    store.apply(topic, p, self._topic_id, records, next_offset, recount=True)
+                except sqlite3.Error as exc:
+                    # sessions would load from a store missing records: stop, do not guess
+                    raise StoreUnusable(f"local store {store.path}: write failed: {exc}") from exc
+                read[p] += len(batch)
+        finally:
+            if fresh:
+                store.filling(False)
         return {p: Filled(kept[p], read[p]) for p in partitions}
 
     def load(self, partition: int, session_id: str) -> tuple[Checkpoint | None, int]:
         """CheckpointSource: a session's newest checkpoint from the store, and its size."""
+        writer = self.writer
+        # its newest records still queued: a load now would be stale
+        stale = writer is not None and writer.pending(partition, session_id.encode())
+        if stale and writer is not None and not writer.flush(FLUSH_S):
+            raise StoreUnusable(f"local store writer stuck for {FLUSH_S:.0f} s")
         records = self._db().session_records(self.topic, partition, session_id)
         if not records:
             return None, 0
@@ -214,7 +266,7 @@ class CheckpointStore:
 
     def newest(self, partition: int) -> Checkpoint | None:
         """The most recently written checkpoint of the partition (its anchor is checked)."""
-        head = self._db().newest(self.topic, partition, PART_MARK)
+        head = self._db().newest_head(self.topic, partition)
         return None if head is None else self.load(partition, session_of(head[0]))[0]
 
     def keys(self, partition: int) -> Iterator[bytes]:
@@ -229,46 +281,70 @@ class CheckpointStore:
 
     # ------------------------------------------------------------ commit
 
-    def produced(self, partition: int) -> None:
-        """A checkpoints record was produced in the open transaction."""
-        self._partitions[partition] = self._partitions.get(partition, 0) + 1
+    def produced(self, partition: int, key: bytes | None, value: bytes | None) -> None:
+        """A checkpoints record was produced in the open transaction (in order)."""
+        if key is not None:
+            self._produced.setdefault(partition, []).append((key, value))
 
     def delivered(self, err: KafkaError | None, msg: Msg) -> None:
-        """Its delivery report: the offset it got (applied once committed)."""
-        offset, key = msg.offset(), msg.key()
-        if err is None and offset is not None and key is not None:
-            self._deliveries.append((msg.partition() or 0, offset, key, msg.value()))
+        """The delivery report of a partition's last record in the transaction."""
+        offset = msg.offset()
+        if err is None and offset is not None:
+            self._last[msg.partition() or 0] = offset
 
     def aborted(self) -> None:
-        self._deliveries.clear()
-        self._partitions.clear()
+        self._produced.clear()
+        self._last.clear()
 
     def committed(self, owned: Mapping[int, PartitionState]) -> None:
         """The transaction committed: apply what it wrote, by partition, in offset order.
 
+        Only the last record of each partition had a delivery report; the
+        others' offsets are derived from it: ``last - (n - 1 - i)`` for the
+        i-th of ``n``.  The idempotent producer appends one partition's
+        records in produce order, so the true offsets are increasing and the
+        derived ones are equal to them when no other producer wrote in between
+        (the partition's owner is its only writer) — and otherwise still
+        increasing, above the previous transaction's and exact for the last
+        record, which is all the store uses offsets for: order, the position
+        and the digest the next assignment verifies.
+
         A head carries its session's quarantine (the gauge counts them at the
         next assignment without loading the sessions).
         """
-        by_partition: dict[int, list[StoredRecord]] = {}
-        for p, offset, key, value in self._deliveries:
-            part = owned.get(p)
-            quarantined = (
-                part is not None
-                and value is not None
-                and not key.startswith(PART_MARK)
-                and key.decode("utf-8", "replace") in part.quarantined
-            )
-            by_partition.setdefault(p, []).append(StoredRecord(offset, key, value, quarantined))
-        expected, self._partitions = self._partitions, {}
-        self._deliveries = []
-        for p, n in expected.items():
-            got = sorted(by_partition.get(p, []), key=lambda r: r.offset)
+        produced, self._produced = self._produced, {}
+        lasts, self._last = self._last, {}
+        for p, written in produced.items():
             if p not in owned or p in self.broken:
                 continue
-            if len(got) != n:  # a report missing: the store cannot say what it reflects
-                self._break(p, f"{n - len(got)} delivery reports missing")
+            last = lasts.get(p)
+            if last is None:  # the report missing: the store cannot say what it reflects
+                self._break(p, "the delivery report of the transaction's last record is missing")
                 continue
-            self._apply(p, got, got[-1].offset + 1)
+            part = owned[p]
+            first = last - len(written) + 1
+            records = [
+                StoredRecord(
+                    first + i,
+                    key,
+                    value,
+                    value is not None
+                    and not key.startswith(PART_MARK)
+                    and key.decode("utf-8", "replace") in part.quarantined,
+                )
+                for i, (key, value) in enumerate(written)
+            ]
+            if self.writer is not None:
+                self.writer.put(p, records, last + 1)
+            else:
+                self._apply(p, records, last + 1)
+
+    def _write(self, partition: int, records: list[StoredRecord], next_offset: int) -> None:
+        """The writer thread's apply: any failure stops the partition's writes."""
+        try:
+            self._apply(partition, records, next_offset)
+        except Exception as exc:
+            self._break(partition, f"write failed: {exc!r}")
 
     def _apply(self, partition: int, records: list[StoredRecord], next_offset: int) -> None:
         if partition in self.broken:

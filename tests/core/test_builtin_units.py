@@ -604,3 +604,17 @@ def test_H5_state_and_view_are_plain_json() -> None:
     TOOL_HISTORY.validate_state(orjson.loads(orjson.dumps(state)))
     with pytest.raises(ValueError):
         TOOL_HISTORY.validate_state({**thaw(state), "available": [1]})
+
+
+def test_H_5_redefinition_judged_by_js_text_not_python_equality() -> None:
+    """The orjson fast path of the redefinition test keeps JSON.stringify's answer."""
+    from processor.core.builtin.tool_history import _same_tool
+    from processor.core.frozen import freeze
+
+    tool = freeze({"name": "t", "n": 1, "d": {"a": 1, "b": 2}})
+    assert _same_tool(tool, freeze({"name": "t", "n": 1, "d": {"a": 1, "b": 2}}))
+    assert _same_tool(tool, freeze({"name": "t", "n": 1.0, "d": {"a": 1, "b": 2}}))  # JS: 1
+    assert not _same_tool(tool, freeze({"name": "t", "n": True, "d": {"a": 1, "b": 2}}))
+    assert not _same_tool(tool, freeze({"name": "t", "n": 1, "d": {"b": 2, "a": 1}}))  # order
+    assert not _same_tool(tool, freeze({"name": "t", "n": 2, "d": {"a": 1, "b": 2}}))
+    assert _same_tool(freeze({"n": 2**70}), freeze({"n": 2**70}))  # beyond orjson: js_json

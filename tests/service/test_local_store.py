@@ -10,8 +10,8 @@ from processor.service.local_store import LocalStore, StoredRecord, record_diges
 TOPIC = "p.checkpoints"
 
 
-def session_of(key: bytes) -> str:
-    return key.decode().split("#", 1)[0]
+def session_of(key: bytes) -> bytes:
+    return key.split(b"#", 1)[0]
 
 
 def store(path: Path, cluster: str = "c1") -> LocalStore:
@@ -145,7 +145,7 @@ def test_a_late_writer_never_moves_the_store_back(tmp_path: Path) -> None:
 
 
 def test_newest_keys_and_quarantined_sessions(tmp_path: Path) -> None:
-    from processor.service.state import session_of as checkpoint_session
+    from processor.service.state import session_key as checkpoint_session
 
     s, t = LocalStore(tmp_path / "s.sqlite", "c1", checkpoint_session), Topic()
     recs = [
@@ -155,7 +155,7 @@ def test_newest_keys_and_quarantined_sessions(tmp_path: Path) -> None:
     ]
     t.log.append(recs[-1])
     s.apply(TOPIC, 0, "id1", recs, t.end)
-    assert s.newest(TOPIC, 0, b"\xff") == (b"b", b"1")  # parts (0xFF keys) skipped
+    assert s.newest_head(TOPIC, 0) == (b"b", b"1")  # parts (0xFF keys) skipped
     assert sorted(s.keys(TOPIC, 0)) == [b"a", b"b", b"\xffb\x00p"]
     assert s.quarantined_sessions(TOPIC, 0) == {"b"}
 
@@ -169,7 +169,7 @@ def test_an_in_memory_store_needs_no_file(tmp_path: Path) -> None:
 
 def test_the_head_count_follows_new_and_tombstoned_heads(tmp_path: Path) -> None:
     """The restore reports sessions without counting the partition (O(1) at a million)."""
-    from processor.service.state import session_of as checkpoint_session
+    from processor.service.state import session_key as checkpoint_session
 
     s, t = LocalStore(tmp_path / "s.sqlite", "c1", checkpoint_session), Topic()
     s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"\xffa\x00p", b"x")], t.end)
@@ -179,3 +179,47 @@ def test_the_head_count_follows_new_and_tombstoned_heads(tmp_path: Path) -> None
     assert s.heads(TOPIC, 0) == 1
     s.drop(TOPIC, 0)
     assert s.heads(TOPIC, 0) == 0
+
+
+def test_a_fill_applies_tombstones_in_offset_order_and_recounts_heads(tmp_path: Path) -> None:
+    """The fill streams records (no per-batch dict): a tombstone between two
+    writes of a key must leave the later write, one after them none."""
+    from processor.service.state import session_key as checkpoint_session
+
+    s, t = LocalStore(tmp_path / "s.sqlite", "c1", checkpoint_session), Topic()
+    recs = [
+        t.append(b"a", b"1"),
+        t.append(b"\xffa\x00p", b"x"),
+        t.append(b"a", None),
+        t.append(b"a", b"2"),
+        t.append(b"b", b"1"),
+        t.append(b"\xffa\x00p", None),
+        t.append(b"c", b"1"),
+        t.append(b"c", None),
+    ]
+    s.filling(True)
+    s.apply(TOPIC, 0, "id1", iter(recs), t.end, recount=True)
+    s.filling(False)
+    assert dict(s.records(TOPIC, 0)) == {b"a": b"2", b"b": b"1"}
+    assert s.heads(TOPIC, 0) == 2
+    pos = s.position(TOPIC, 0)
+    assert pos is not None and pos.last_offset == 7 and pos.next_offset == 8
+    assert pos.last_digest == record_digest(b"c", None)
+
+
+def test_a_store_of_an_older_layout_is_emptied(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "store.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('version', '2'), ('cluster', 'c1');"
+        "CREATE TABLE record (topic TEXT, partition INTEGER, key BLOB, value BLOB);"
+    )
+    db.commit()
+    db.close()
+    s = store(tmp_path)
+    assert s.reset_reason is not None and "version '2'" in s.reset_reason
+    s.apply(TOPIC, 0, "id1", [StoredRecord(0, b"a", b"1")], 1)
+    assert list(s.records(TOPIC, 0)) == [(b"a", b"1")]

@@ -290,3 +290,31 @@ def test_a_fenced_producer_ends_the_run_with_one_line() -> None:
     assert len(loop.errors) == 1 and isinstance(loop.errors[0], KafkaFatal)
     assert "\n" not in str(loop.errors[0])
     assert broker.committed_records(CONFIG.topics.views) == []
+
+
+def test_at_least_once_restores_checkpoints_ahead_of_the_committed_offset() -> None:
+    """Without transactions a member that dies after its checkpoints were
+    delivered but before its offsets were committed leaves checkpoints ahead
+    of the group: the next member folds the tail again (the gate drops what
+    the checkpoint holds) instead of refusing the partition's anchor."""
+    config = CONFIG.with_overrides(exactly_once=False)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    _produce(broker, "s", 0, 10)
+    first = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), first, "first run commits")
+    first.stop()
+    events = config.topics.events
+    rewound = [
+        key for key in broker.group_offsets if key[1] == events and broker.group_offsets[key] > 4
+    ]
+    assert rewound
+    for key in rewound:  # the crash: offsets behind what the checkpoints reached
+        broker.group_offsets[key] = 4
+    _produce(broker, "s", 10, 20)
+    second = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), second, "second run commits")
+    second.stop()
+    assert not first.errors and not second.errors
+    assert second.sample("processor_restored_checkpoints_total") == 1
+    _expect(_views(broker), "s", 20)

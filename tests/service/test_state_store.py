@@ -216,3 +216,37 @@ def test_quarantined_sessions_are_counted_without_loading_them(tmp_path: Path) -
         assert second.proc.engine.sessions_held() == 0
     finally:
         second.stop()
+
+
+def test_one_delivery_report_per_partition_gives_every_offset(tmp_path: Path) -> None:
+    """Only a partition's last checkpoint record of a transaction has a delivery
+    report; the others' offsets are derived from it.  With another writer's
+    records in between (true offsets 3, 7, 10) the derived ones (8, 9, 10) keep
+    the order and the last offset exact, which is what the next assignment
+    verifies; a missing report breaks the partition, never guesses."""
+    from processor.engine import PartitionState
+    from processor.service.local_store import record_digest
+    from processor.service.memory import MemoryMessage
+    from processor.service.state import CheckpointStore
+
+    config = _config(tmp_path)
+    store = CheckpointStore(config, CODEC)
+    store.open("c1", "t1")
+    topic = config.topics.checkpoints
+    owned = {0: PartitionState(0), 1: PartitionState(1)}
+    written = [(b"a", b"1"), (b"\xffa\x00p", b"x"), (b"a", b"2")]
+    for key, value in written:
+        store.produced(0, key, value)
+    store.produced(1, b"b", b"1")
+    store.delivered(None, MemoryMessage(topic, 0, 10, b"a", b"2", 0))
+    store.committed(owned)
+    assert store.flush(60)  # the writer thread applies it
+    db = store.store
+    assert db is not None
+    pos = db.position(topic, 0)
+    assert pos is not None and (pos.next_offset, pos.last_offset) == (11, 10)
+    assert pos.last_digest == record_digest(b"a", b"2")
+    assert db.session_records(topic, 0, "a") == [(b"\xffa\x00p", b"x"), (b"a", b"2")]
+    assert db.position(topic, 1) is None and 1 in store.broken  # its report never came
+    assert 0 not in store.broken
+    store.close()

@@ -29,7 +29,7 @@ from typing import Any
 
 from processor.core.builtin._common import is_int, require_dict
 from processor.core.events import Event
-from processor.core.frozen import freeze
+from processor.core.frozen import FrozenDict, freeze
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
 
@@ -110,8 +110,13 @@ def _input_apply(state: Any, event: Event) -> Any:
     text = _prompt_text(event)
     if text is None:
         return state
-    first = state["first"] if state["first"] is not None else {"seq": event.seq, "text": text}
-    return freeze({"first": first, "count": state["count"] + 1, "lastSeq": event.seq})
+    first = state["first"]
+    if first is None:
+        first = FrozenDict({"seq": event.seq, "text": text})
+    elif type(first) is not FrozenDict:
+        first = freeze(first)
+    # every value is a scalar or already frozen: the same as freeze() of it
+    return FrozenDict({"first": first, "count": state["count"] + 1, "lastSeq": event.seq})
 
 
 def _input_validate(state: Any) -> None:

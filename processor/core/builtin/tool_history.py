@@ -58,6 +58,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from processor.core.builtin._common import is_int, require_dict, require_list, require_seq
 from processor.core.errors import ProjectionError
 from processor.core.events import Event
@@ -108,6 +110,24 @@ def _with_fallback(state: dict[str, Any], previous: Any) -> Any:
     return freeze(state)
 
 
+def _same_tool(old: Any, new: Any) -> bool:
+    """``JSON.stringify`` of both is the same (H-5's redefinition test).
+
+    Headers repeat their tools, so the usual answer is yes: identical orjson
+    bytes (key order, types and values all equal) imply the same JS text, and
+    cost a fraction of :func:`js_json`, which judges the remaining cases (JS
+    prints 1.0 as 1).
+    """
+    if old is new:
+        return True
+    try:
+        if orjson.dumps(old) == orjson.dumps(new):
+            return True
+    except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits: judge by js_json
+        pass
+    return js_json(old) == js_json(new)
+
+
 def _on_header(state: Any, event: Event) -> Any:
     header = event.data.get("header")
     raw = header.get("tools") if isinstance(header, dict) else None
@@ -115,7 +135,7 @@ def _on_header(state: Any, event: Event) -> Any:
     headers = {**state["headers"], str(event.seq): tools} if tools else state["headers"]
     declared = state["declared"]
     redefined = any(
-        t.get("name") in declared and js_json(declared[t.get("name")]) != js_json(t) for t in tools
+        t.get("name") in declared and not _same_tool(declared[t.get("name")], t) for t in tools
     )
     new: dict[str, Any] = {**state, "headers": headers, "activeSeq": event.seq}
     if (

@@ -1,0 +1,72 @@
+"""The local store's writer thread (issue 13): ordered, bounded, never stale."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from processor.codec import default_codec
+from processor.config import ServiceConfig
+from processor.engine import PartitionState
+from processor.service.local_store import StoredRecord
+from processor.service.memory import MemoryMessage
+from processor.service.state import CheckpointStore
+from processor.service.store_writer import StoreWriter
+
+
+def _key(key: bytes) -> bytes:
+    return key
+
+
+def test_a_full_queue_makes_the_loop_wait_and_drops_nothing() -> None:
+    gate = threading.Event()
+    applied: list[int] = []
+
+    def apply(partition: int, records: list[StoredRecord], next_offset: int) -> None:
+        gate.wait(60)
+        applied.append(next_offset)
+
+    writer = StoreWriter(apply, _key, depth=1)
+    writer.put(0, [StoredRecord(0, b"a", b"1")], 1)  # taken by the thread, held at the gate
+    writer.put(0, [StoredRecord(1, b"b", b"1")], 2)  # queued: the queue is full now
+    assert writer.pending(0, b"a") and writer.pending(0, b"b")
+    third = threading.Thread(target=writer.put, args=(0, [StoredRecord(2, b"c", b"1")], 3))
+    third.start()
+    third.join(0.5)
+    assert third.is_alive()  # back-pressure: waits for room
+    gate.set()
+    third.join(60)
+    assert writer.flush(60) and writer.full >= 1  # counted (reported)
+    assert applied == [1, 2, 3]  # commit order, nothing dropped
+    assert not writer.pending(0, b"c")
+    assert writer.close(10)
+
+
+def test_a_session_with_queued_records_is_loaded_after_they_are_written(tmp_path: Path) -> None:
+    """An evicted session reloaded while its last commit is still queued must
+    not be read from the store as it was before that commit."""
+    config = ServiceConfig(partitions=1, topic_prefix="w", state_dir=str(tmp_path))
+    store = CheckpointStore(config, default_codec())
+    store.open("c1", "t1")
+    assert store.writer is not None
+    gate = threading.Event()
+    write = store.writer._apply
+
+    def gated(partition: int, records: list[StoredRecord], next_offset: int) -> None:
+        gate.wait(60)
+        write(partition, records, next_offset)
+
+    store.writer._apply = gated
+    store.produced(0, b"s1", b"not-a-checkpoint")
+    store.delivered(None, MemoryMessage(config.topics.checkpoints, 0, 0, b"s1", b"x", 0))
+    store.committed({0: PartitionState(0)})
+    assert store.writer.pending(0, b"s1")
+    loaded: list[int] = []
+    loader = threading.Thread(target=lambda: loaded.append(store.load(0, "s1")[1]))
+    loader.start()
+    loader.join(0.5)
+    assert loader.is_alive() and not loaded  # waits for the writer, does not read stale
+    gate.set()
+    loader.join(60)
+    assert loaded == [len(b"not-a-checkpoint")]  # the record it waited for
+    store.close()
