@@ -109,7 +109,10 @@ def entry_names(
             if len(name) == 1 and next(iter(name)).startswith(("b.", "~b")):
                 held[next(iter(name))] = _bundle_entries(o)
     written, gone = names(outs, sid)
-    expand = lambda xs: {e for x in xs for e in held.get(x, [x])}  # noqa: E731
+
+    def expand(xs: set[str]) -> set[str]:
+        return {e for x in xs for e in held.get(x, [x])}
+
     return expand(written), expand(gone)
 
 
