@@ -118,9 +118,7 @@ class BackgroundFill:
             self._reader = self._new_reader()
         self._reader.incremental_assign(
             [
-                TopicPartition(
-                    self.store.topic, j.partition, j.next_offset or OFFSET_BEGINNING
-                )
+                TopicPartition(self.store.topic, j.partition, j.next_offset or OFFSET_BEGINNING)
                 for j in todo
             ]
         )

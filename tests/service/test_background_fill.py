@@ -87,9 +87,7 @@ def _fresh_host(
     return broker, first, _config(tmp_path / "b")
 
 
-def test_a_filling_partition_does_not_hold_back_its_neighbour(
-    tmp_path: Path, gate: Gate
-) -> None:
+def test_a_filling_partition_does_not_hold_back_its_neighbour(tmp_path: Path, gate: Gate) -> None:
     broker, _, config = _fresh_host(tmp_path, gate)
     small = 1 - BIG
     assert _high(broker, config, small) > _group_offset(broker, config, small)
@@ -124,8 +122,9 @@ def test_a_revoke_during_a_fill_cancels_it_and_the_next_one_catches_up(
     before = len(broker.committed_records(config.topics.checkpoints))
     loop = Loop(broker, config)
     _wait(
-        lambda: gate.held > 0
-        and _group_offset(broker, config, small) >= _high(broker, config, small),
+        lambda: (
+            gate.held > 0 and _group_offset(broker, config, small) >= _high(broker, config, small)
+        ),
         loop,
         "BIG held, the neighbour committed",
     )
@@ -200,6 +199,4 @@ def test_a_fill_failing_past_its_bound_ends_the_run(
     assert not loop.thread.is_alive()
     assert len(loop.errors) == 1 and "failed 3 times" in str(loop.errors[0]), loop.errors
     # nothing was folded on a partition whose store could not be filled
-    assert all(
-        _group_offset(broker, config, p) < _high(broker, config, p) for p in range(2)
-    )
+    assert all(_group_offset(broker, config, p) < _high(broker, config, p) for p in range(2))
