@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
+from processor.service import faultpoints
 from processor.service.local_store import StoredRecord
 from processor.service.metrics import Metrics
 from processor.service.retry import is_transient
@@ -210,8 +211,10 @@ class BackgroundFill:
         for p, job in ended.items():
             if p not in pending:
                 self._apply(job, [], job.high)
-        if read and self.on_slice is not None:
-            self.on_slice(read)
+        if read:
+            faultpoints.hit(faultpoints.FILL_SLICE_APPLIED)
+            if self.on_slice is not None:
+                self.on_slice(read)
         return ended
 
     def _apply(self, job: FillJob, batch: list[Msg], next_offset: int) -> None:
