@@ -90,6 +90,7 @@ class BackgroundFill:
         self.metrics = metrics
         self._new_reader = reader
         self._reader: Reader | None = None
+        self._assigned: set[int] = set()  # partitions the fill consumer reads
         self.jobs: dict[int, FillJob] = {}
         self._big_cache = False  # the store's larger page cache while filling from zero
         #: called with each slice's partitions and records read (tests order on it)
@@ -117,6 +118,7 @@ class BackgroundFill:
             return
         if self._reader is None:
             self._reader = self._new_reader()
+        self._assigned.update(j.partition for j in todo)
         self._reader.incremental_assign(
             [
                 TopicPartition(self.store.topic, j.partition, j.next_offset or OFFSET_BEGINNING)
@@ -125,10 +127,11 @@ class BackgroundFill:
         )
 
     def _unassign(self, partitions: Iterable[int]) -> None:
-        if self._reader is not None:
-            tps = [TopicPartition(self.store.topic, p) for p in partitions]
-            if tps:
-                self._reader.incremental_unassign(tps)
+        # only what was assigned: the client refuses to unassign anything else
+        mine = sorted(set(partitions) & self._assigned)
+        if self._reader is not None and mine:
+            self._assigned.difference_update(mine)
+            self._reader.incremental_unassign([TopicPartition(self.store.topic, p) for p in mine])
 
     def cancel(self, partitions: Iterable[int]) -> None:
         """Revoked or lost while filling: stop; the store keeps the applied slices."""
@@ -140,6 +143,7 @@ class BackgroundFill:
 
     def close(self) -> None:
         self.jobs.clear()
+        self._assigned.clear()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
