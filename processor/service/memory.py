@@ -328,6 +328,16 @@ class MemoryConsumer:
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         with self.broker.cond:
             for tp in partitions:
+                if (tp.topic, tp.partition) not in self.positions:
+                    # as the real client: only what is assigned can be unassigned
+                    raise KafkaException(
+                        KafkaError(
+                            KafkaError._INVALID_ARG,
+                            f"{tp.topic} [{tp.partition}] can't be unassigned since it is "
+                            "not in the current assignment",
+                        )
+                    )
+            for tp in partitions:
                 self.positions.pop((tp.topic, tp.partition), None)
                 self.paused.discard((tp.topic, tp.partition))
 
