@@ -1,11 +1,12 @@
 """Partitions coming and going: assign (restore), revoke, lost, and rewind after an abort.
 
-On assign, a partition's checkpoints are brought into the local store
-(``state.py``: verified, then caught up from the store's offset), the
-newest one proves the events log is still the one they were folded from
-(``restore.check_anchor``), and the partition is handed to the engine with
-the store as its checkpoint source: no session is materialised until its
-first event arrives.  The events are consumed from the group's committed
+On assign, each partition's stored position is verified (``state.py``) and
+the partition is assigned *paused*; the poll loop then fills its store in
+bounded slices (``background_fill.py``) while the other partitions fold.
+When its fill ends, the newest checkpoint proves the events log is still the
+one they were folded from (``restore.check_anchor``), the partition is
+handed to the engine with the store as its checkpoint source (no session is
+materialised until its first event arrives) and resumed.  The events are consumed from the group's committed
 offset (committed in the same transaction as those checkpoints), or from
 offset zero when the anchor check asks for a rebuild.
 
