@@ -7,8 +7,9 @@ When its fill ends, the newest checkpoint proves the events log is still the
 one they were folded from (``restore.check_anchor``), the partition is
 handed to the engine with the store as its checkpoint source (no session is
 materialised until its first event arrives) and resumed.  The events are
-consumed from the group's committed offset (committed in the same transaction as those checkpoints), or from
-offset zero when the anchor check asks for a rebuild.
+consumed from the group's committed offset (committed in the same
+transaction as those checkpoints), or from offset zero when the anchor
+check asks for a rebuild.
 
 A revoke first commits the open batch while the member still owns the
 partitions (within ``revoke_budget_ms``); a failing commit aborts and
