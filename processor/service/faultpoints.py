@@ -25,6 +25,9 @@ BEFORE_SEND_OFFSETS = "before-send-offsets"
 #: The transaction committed, the local store not yet written (it is then
 #: behind the topic: the next assignment catches it up).
 AFTER_COMMIT = "after-commit"
+#: A slice of a background fill is in the store, its partitions not resumed
+#: yet (the store is partial: the next assignment verifies and catches it up).
+FILL_SLICE_APPLIED = "fill-slice-applied"
 
 
 def configured(name: str) -> bool:

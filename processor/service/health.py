@@ -31,6 +31,10 @@ class Health:
         self.unreachable: str | None = None
         #: why the local state store cannot be opened or written (state.py)
         self.store: str | None = None
+        #: partitions whose store fill is still running (background_fill.py)
+        self.filling = 0
+        #: why a fill failed, while it is retried within its bound
+        self.fill_problem: str | None = None
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()
@@ -57,8 +61,11 @@ class Health:
         return (200, b"ok\n") if alive else (503, b"stalled\n")
 
     def readiness(self) -> tuple[int, bytes]:
-        cause = self.fatal or self.degraded or self.unreachable or self.store
+        cause = self.fatal or self.degraded or self.unreachable or self.store or self.fill_problem
         if self.ready and cause is None:
+            # serving: the filling partitions only wait, the others fold
+            if self.filling:
+                return 200, f"ready; filling {self.filling} partitions\n".encode()
             return 200, b"ready\n"
         cause = cause or "restoring"
         return 503, f"not ready: {cause}\n".encode()

@@ -245,6 +245,7 @@ class MemoryConsumer:
         self._callbacks: dict[str, Callback | None] = {}
         self._owned: list[TopicPartition] = []
         self._closed = False
+        self.paused: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------ group
 
@@ -327,12 +328,33 @@ class MemoryConsumer:
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         with self.broker.cond:
             for tp in partitions:
+                if (tp.topic, tp.partition) not in self.positions:
+                    # as the real client: only what is assigned can be unassigned
+                    raise KafkaException(
+                        KafkaError(
+                            KafkaError._INVALID_ARG,
+                            f"{tp.topic} [{tp.partition}] can't be unassigned since it is "
+                            "not in the current assignment",
+                        )
+                    )
+            for tp in partitions:
                 self.positions.pop((tp.topic, tp.partition), None)
+                self.paused.discard((tp.topic, tp.partition))
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        with self.broker.cond:
+            self.paused.update((tp.topic, tp.partition) for tp in partitions)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        with self.broker.cond:
+            self.paused.difference_update((tp.topic, tp.partition) for tp in partitions)
+            self.broker.cond.notify_all()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         with self.broker.cond:
             self.positions.clear()
             self._eof_at.clear()
+            self.paused.clear()
             self.incremental_assign(partitions)
 
     def unassign(self) -> None:
@@ -372,6 +394,8 @@ class MemoryConsumer:
     def _ready(self, limit: int) -> list[MemoryMessage]:
         out: list[MemoryMessage] = []
         for (topic, partition), pos in list(self.positions.items()):
+            if (topic, partition) in self.paused:
+                continue
             log = self.broker.log(topic, partition)
             stable = log.stable
             while pos < stable and len(out) < limit:

@@ -93,6 +93,16 @@ class Metrics:
             "Checkpoint records read from the topic into the local store on assignments",
             registry=r,
         )
+        self.partitions_filling = Gauge(
+            "processor_partitions_filling",
+            "Assigned partitions still filling the local store (paused meanwhile)",
+            registry=r,
+        )
+        self.fill_failures = Counter(
+            "processor_fill_failures_total",
+            "Store fills that failed and were retried (bounded, then the run fails)",
+            registry=r,
+        )
         self.restore_seconds = Histogram(
             "processor_restore_seconds",
             "Restore time per assigned partition",

@@ -1,13 +1,15 @@
 """Partitions coming and going: assign (restore), revoke, lost, and rewind after an abort.
 
-On assign, a partition's checkpoints are brought into the local store
-(``state.py``: verified, then caught up from the store's offset), the
-newest one proves the events log is still the one they were folded from
-(``restore.check_anchor``), and the partition is handed to the engine with
-the store as its checkpoint source: no session is materialised until its
-first event arrives.  The events are consumed from the group's committed
-offset (committed in the same transaction as those checkpoints), or from
-offset zero when the anchor check asks for a rebuild.
+On assign, each partition's stored position is verified (``state.py``) and
+the partition is assigned *paused*; the poll loop then fills its store in
+bounded slices (``background_fill.py``) while the other partitions fold.
+When its fill ends, the newest checkpoint proves the events log is still the
+one they were folded from (``restore.check_anchor``), the partition is
+handed to the engine with the store as its checkpoint source (no session is
+materialised until its first event arrives) and resumed.  The events are
+consumed from the group's committed offset (committed in the same
+transaction as those checkpoints), or from offset zero when the anchor
+check asks for a rebuild.
 
 A revoke first commits the open batch while the member still owns the
 partitions (within ``revoke_budget_ms``); a failing commit aborts and
@@ -29,8 +31,10 @@ from processor.config import ServiceConfig
 from processor.core.errors import ProcessorError
 from processor.engine import Engine, PartitionState
 from processor.gcpolicy import settle_heap
+from processor.service.background_fill import BackgroundFill
 from processor.service.commit import Committer
 from processor.service.control import ControlChannel
+from processor.service.kafka_errors import ClientProblems
 from processor.service.metrics import Metrics
 from processor.service.restore import (
     AnchorError,
@@ -42,7 +46,7 @@ from processor.service.restore import (
     wait_stable,
 )
 from processor.service.retry import retry
-from processor.service.state import CheckpointStore, session_of
+from processor.service.state import CheckpointStore, Filled, session_of
 from processor.service.transport import GroupConsumer, Reader, Transport
 
 log = logging.getLogger("processor.runner")
@@ -81,40 +85,69 @@ class Rebalance:
         self._changed = changed  # gauges to refresh
         self.consumer: GroupConsumer | None = None
         self.reader: Reader | None = None  # the restore consumer
+        #: the fills of newly assigned partitions, run in slices by the loop
+        self.fill = BackgroundFill(store, metrics, self._fill_reader)
+        self.problems: ClientProblems | None = None  # the fill consumer's reporter
         self.assigned_at = 0.0
         #: partitions of the events topic (co-partitioned with the checkpoints)
         self.partition_count = 0
+        self._started = 0.0  # the last assignment (restore_seconds)
+        self._unstable: set[int] = set()  # restored behind an unknown open transaction
         committer.rewind = self.rewind
 
     # ------------------------------------------------------------ callbacks
 
     def on_assign(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
+        """Verify the new partitions' stores and assign them paused; the loop fills
+        them in slices (:meth:`fill_step`) while the other partitions fold."""
         self.metrics.rebalances.labels("assign").inc()
-        self.health.ready = False
-        starts = self.restore([tp.partition for tp in partitions])
-        assignment = []
-        for tp in partitions:
-            start = starts.get(tp.partition)
-            assignment.append(
-                TopicPartition(tp.topic, tp.partition)
-                if start is None
-                else TopicPartition(tp.topic, tp.partition, start)
-            )
+        numbers = [tp.partition for tp in partitions]
+        self._prepare(numbers)
+        assert self.reader is not None
+        self.fill.start(self.reader, numbers)
+        assignment = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
         consumer.incremental_assign(assignment)
+        # nothing of theirs is folded before the fill and the anchor check end
+        consumer.pause(assignment)
+        self.health.ready = True  # serving; /readyz names the partitions still filling
+
+    def fill_step(self) -> None:
+        """One slice of the open fills (the poll loop calls this); resume the filled."""
+        filled = self.fill.step()
+        if not filled:
+            return
+        assert self.consumer is not None
+        numbers = sorted(filled)
+        starts = self._finish(numbers, filled)
+        tps = []
+        for number in numbers:
+            start = starts.get(number)
+            tp = TopicPartition(self.topics.events, number)
+            if start is not None:  # the anchor check asks for a rebuild from zero
+                at = TopicPartition(self.topics.events, number, start)
+                retry(functools.partial(self.consumer.seek, at), f"seek {tp.topic}[{number}]")
+            tps.append(tp)
+        self.consumer.resume(tps)
         if self.committer.queries is not None:
-            self.committer.queries.assigned([tp.partition for tp in partitions])
+            self.committer.queries.assigned(numbers)
         control = self._control()
         if control is not None:
-            control.assign(consumer, [tp.partition for tp in partitions])
+            control.assign(self.consumer, numbers)
         self.assigned_at = time.monotonic()
         # the restored sessions are long-lived and cycle-free: keep the cyclic
         # collector from walking them again (a full pass over 100k sessions
         # stalls every partition ~6 s; gcpolicy.py, BENCHMARKS.md)
         settle_heap()
-        self.health.ready = True
+        self._changed()
+
+    def _fill_reader(self) -> Reader:
+        assert self.problems is not None
+        return self.transport.plain_consumer("fill", self.problems, self.config.group_id)
 
     def on_revoke(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("revoke").inc()
+        # a fill in progress stops here: the store keeps its applied slices
+        self.fill.cancel(tp.partition for tp in partitions)
         # A failing commit here aborts the batch and rewinds only the partitions
         # we keep: the revoked ones are the next owner's to restore, and a
         # back-off would only delay the whole group's rebalance.
@@ -146,6 +179,7 @@ class Rebalance:
     def on_lost(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("lost").inc()
         lost = {tp.partition for tp in partitions}
+        self.fill.cancel(lost)
         self.committer.abort(lost, rewind=False)
         for p in lost:
             self.engine.drop_partition(p)
@@ -160,6 +194,8 @@ class Rebalance:
     def rewind(self, numbers: list[int]) -> None:
         """After an abort: restore these partitions and seek back to the committed offsets."""
         assert self.consumer is not None
+        # a partition still filling folded nothing: its fill ends in its own seek
+        numbers = [n for n in numbers if n not in self.fill.jobs]
         starts = self.restore(numbers)
         committed = committed_offsets(self.consumer, self.topics.events, numbers)
         for number in numbers:
@@ -175,16 +211,25 @@ class Rebalance:
     # ------------------------------------------------------------ restore
 
     def restore(self, numbers: list[int]) -> dict[int, int | None]:
-        """Bring newly owned partitions' checkpoints into the store; start-offset overrides.
+        """Bring partitions' checkpoints into the store at once (after an abort);
+        their start-offset overrides.
 
         All partitions are read in one assignment of the restore consumer,
         from where the store stands — never the events behind them.
         """
-        assert self.consumer is not None and self.reader is not None
+        assert self.reader is not None
         if not numbers:
             return {}
-        t0 = time.monotonic()
-        rc, events, store = self.reader, self.topics.events, self.store
+        self._prepare(numbers)
+        filled = self.store.fill(self.reader, numbers)
+        self.metrics.store_records_read.inc(sum(f.records_read for f in filled.values()))
+        return self._finish(numbers, filled)
+
+    def _prepare(self, numbers: list[int]) -> None:
+        """Before a fill: no zombie transaction open, the store open, the partitions dropped."""
+        assert self.reader is not None
+        self._started = time.monotonic()
+        rc, store = self.reader, self.store
         if self.config.exactly_once:
             # never restore behind a zombie's open transaction (see restore.py)
             unstable = set(
@@ -197,6 +242,7 @@ class Rebalance:
             )
         else:
             unstable = set()
+        self._unstable |= unstable
         # the restore consumer's metadata, not the group consumer's: a call on the
         # group consumer inside its own rebalance callback clears its call state
         # and librdkafka's next callback aborts the process (seen in test_revoke)
@@ -209,7 +255,12 @@ class Rebalance:
         store.open(cluster_id, self.transport.topic_id(checkpoints))
         for number in numbers:
             self.engine.drop_partition(number)
-        filled = store.fill(rc, numbers)
+
+    def _finish(self, numbers: list[int], filled: dict[int, Filled]) -> dict[int, int | None]:
+        """After the fill: the anchor check, the partitions handed to the engine."""
+        assert self.consumer is not None and self.reader is not None
+        rc, events, store = self.reader, self.topics.events, self.store
+        unstable, self._unstable = self._unstable & set(numbers), self._unstable - set(numbers)
         committed = committed_offsets(self.consumer, events, numbers)
         newest = {p: store.newest(p) for p in numbers}
         anchors = {p: cp.anchor.offset for p, cp in newest.items() if cp is not None}
@@ -248,7 +299,6 @@ class Rebalance:
             held = store.sessions(number)
             self.metrics.restored_checkpoints.inc(held)
             f = filled[number]
-            self.metrics.store_records_read.inc(f.records_read)
             log.info(
                 "restored partition %d: %d sessions in the store (%s, %d records read), "
                 "resuming at %s",
@@ -260,7 +310,7 @@ class Rebalance:
                 if starts[number] is not None
                 else f"committed offset {committed[number]}",
             )
-        self.metrics.restore_seconds.observe(time.monotonic() - t0)
+        self.metrics.restore_seconds.observe(time.monotonic() - self._started)
         return starts
 
     def _tombstone_all(self, number: int) -> None:

@@ -209,6 +209,7 @@ class Processor:
         own = cfg.group_id  # covered by the group's READ ACL
         self.rebalance.consumer = consumer
         self.rebalance.reader = transport.plain_consumer("restore", problems, own)
+        self.rebalance.problems = problems
         self._control = ControlChannel(
             transport.plain_consumer("control", problems, own),
             self.topics.control,
@@ -253,10 +254,14 @@ class Processor:
                 if self._fatal is not None:  # raised in a rebalance callback
                     raise self._fatal
                 problems.raise_if_fatal()
+                filling = self.rebalance.fill.jobs
+                if filling:
+                    # one bounded slice of the new partitions' fills (background_fill.py)
+                    self.rebalance.fill_step()
                 commands = self._control.poll() if self._partitions else []
                 if commands:
                     self._apply_commands(commands)
-                if msgs or commands or not self._partitions:
+                if msgs or commands or filling or not self._partitions:
                     idle_since = time.monotonic()  # idle counts from the assignment on
                 idle_since = max(idle_since, self.rebalance.assigned_at)
                 if msgs:
@@ -311,6 +316,7 @@ class Processor:
                 ("consumer close", c.close if c else None),  # revoke runs the commit
                 ("producer flush", (lambda: p.flush(0 if self._dead else 10)) if p else None),
                 ("restore consumer close", r.close if r else None),
+                ("fill consumer close", self.rebalance.fill.close),
                 ("local store close", self.store.close),
                 ("query cache close", self.queries.close if self.queries else None),
                 ("transaction helper close", self.txn.close),

@@ -2,7 +2,7 @@
 
 Three moments:
 
-- **assign** (:meth:`CheckpointStore.fill`): the stored position of each
+- **assign** (:meth:`CheckpointStore.positions`, then the fill): the stored position of each
   new partition is verified against the checkpoints topic (``local_store.
   verify``: another cluster, a recreated topic, a store ahead of the
   committed end or one whose last record the topic no longer holds is
@@ -24,16 +24,11 @@ Three moments:
   (a later write would move the position past the missing one) and their
   sessions are never evicted; folding goes on.
 
-Why the fill is still inside the assignment rather than in the background
-(issue 13 asks for the latter; not built yet): the fill copies records
-decoding only the heads (bench/state_budget.py ``--fill``: ~0.5x the
-decode-only rate), the assignment's anchor check needs the newest
-checkpoint, and a session whose checkpoint is still being read cannot be
-folded correctly.  A background fill needs the filling partitions paused
-(``incremental_assign`` then ``pause``, ``resume`` + a seek when filled),
-its own reader (the restore consumer serves anchor checks meanwhile), a
-cancel on revoke (the store keeps what it applied: each batch moves the
-position atomically) and a hook in the poll loop for bounded slices.
+The fill of an assignment runs off the assignment callback, in bounded
+slices of the poll loop, the partition paused meanwhile
+(``background_fill.py``, which says why slices and not a thread, and why a
+session is not folded before its partition is filled); :meth:`fill` is the
+synchronous one the rewind after an abort uses.
 """
 
 from __future__ import annotations
@@ -205,22 +200,37 @@ class CheckpointStore:
 
     # ------------------------------------------------------------ assign
 
-    def fill(self, reader: Reader, partitions: list[int]) -> dict[int, Filled]:
-        """Verify each partition's stored position, then catch up to the topic's end."""
+    @property
+    def topic_id(self) -> str:
+        return self._topic_id
+
+    def positions(
+        self, reader: Reader, partitions: list[int]
+    ) -> dict[int, tuple[int, int, int | None]]:
+        """Each partition's verified stored position: ``(start, topic end, kept)``,
+        kept None when the store had nothing usable (filled from zero)."""
         store, topic = self._db(), self.topic
         if not self.flush():
             log.warning("local store writer still busy after %.0f s; filling anyway", FLUSH_S)
-        starts: dict[int, int] = {}
-        highs: dict[int, int] = {}
-        kept: dict[int, int | None] = {}
+        out: dict[int, tuple[int, int, int | None]] = {}
         for p in partitions:
             self.broken.pop(p, None)
-            highs[p] = watermarks(reader, topic, p)[1]
+            high = watermarks(reader, topic, p)[1]
             read_at = functools.partial(_read_at, reader, topic, p)
             with store.write_lock:
-                pos = store.verify(topic, p, self._topic_id, highs[p], read_at)
-            kept[p] = pos.next_offset if pos is not None else None
-            starts[p] = pos.next_offset if pos is not None else 0
+                pos = store.verify(topic, p, self._topic_id, high, read_at)
+            kept = pos.next_offset if pos is not None else None
+            out[p] = (kept or 0, high, kept)
+        return out
+
+    def fill(self, reader: Reader, partitions: list[int]) -> dict[int, Filled]:
+        """Verify each partition's stored position, then catch up to the topic's end
+        (synchronously: the rewind after an abort; assignments use background_fill.py)."""
+        store, topic = self._db(), self.topic
+        verified = self.positions(reader, partitions)
+        starts = {p: v[0] for p, v in verified.items()}
+        highs = {p: v[1] for p, v in verified.items()}
+        kept = {p: v[2] for p, v in verified.items()}
         read = {p: 0 for p in partitions}
         fresh = [p for p in partitions if kept[p] is None]
         if fresh:

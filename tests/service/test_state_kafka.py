@@ -111,3 +111,27 @@ def test_a_store_of_recreated_topics_is_never_served(stack: Stack, tmp_path: Pat
     _produce(stack, other, 0, 40)
     stack.run_processor(max_idle_s=4, state_dir=str(state))
     wait_for_views(stack, {sid: stack.expected(sid) for sid in other}, timeout=30)
+
+
+def test_sigkill_during_a_background_fill_loses_nothing(stack: Stack, tmp_path: Path) -> None:
+    """A fresh host is killed after a slice of its fill reached the store, before
+    its partitions resumed; it comes back on the partial store (verified, caught
+    up from where the slice left it) and the views equal the offline fold."""
+    logs = sessions(8, 90, seed=33)
+    _produce(stack, logs, 0, 30)
+    stack.run_processor(max_idle_s=3, state_dir=str(tmp_path / "first"))
+    _produce(stack, logs, 30, 60)
+    state, log = tmp_path / "fresh", tmp_path / "member.log"
+    proc = _spawn(stack, "m1", state, log, {"PROCESSOR_FAULTPOINT": "fill-slice-applied"})
+    try:
+        proc.wait(120)  # killed with a slice in the store
+        assert proc.returncode == -9, log.read_text()[-3000:]
+        assert "restored partition" not in log.read_text()  # no partition resumed
+        proc = _spawn(stack, "m1", state, log)
+        _produce(stack, logs, 60, 90)
+        wait_for_views(stack, {sid: stack.expected(sid) for sid in logs}, timeout=120)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    text = log.read_text()
+    assert re.search(r"kept to offset \d+", text), text[-3000:]  # the slice was kept

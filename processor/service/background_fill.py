@@ -1,0 +1,276 @@
+"""A newly assigned partition's store fill, off the assignment callback (issue 13).
+
+The assignment only verifies each partition's stored position (one record
+read) and opens a :class:`FillJob`; the group consumer assigns the partition
+*paused*.  The poll loop then calls :meth:`BackgroundFill.step` once per
+iteration: a bounded slice (``FILL_SLICE`` records or ``SLICE_S``) read by
+the fill's own consumer and applied to the store.  A partition whose job
+reached the end is handed back (``rebalance.py`` runs the anchor check and
+the start-offset override, then resumes it): until then it folds nothing,
+while every other partition keeps folding between slices.
+
+Why slices in the poll loop, not a thread: the fill's network reads already
+happen in the client's own (C) threads — its prefetch queue fills while the
+loop folds — so a Python thread would only move the decode-and-apply of the
+slice, which holds the GIL anyway.  Slices keep one thread owning the engine,
+the group consumer and the fill consumer, need no result queue and no
+cross-thread cancel: a revoke, run on the loop thread inside ``consume``,
+just drops the job (:meth:`cancel`) between two slices.  The cost is the
+slice's time added to the other partitions' poll interval (bounded by
+``SLICE_S``).
+
+The store stays a verified cache: each slice's records and the position
+they reach are one store transaction, so a cancelled (revoked, lost, crashed)
+fill leaves a shorter but consistent store that the next assignment
+verifies and catches up.
+
+Why a session is not folded before its partition's fill ends (issue 13 asks
+"as soon as the session is loaded"): a compacted topic is read oldest
+first, and a session's newest checkpoint can be any record up to the end, so
+until the end is read no session is known to be complete; the anchor check
+needs the partition's newest checkpoint, the last record read; and the
+events behind the committed offset are consumed in partition order, so one
+unloaded session would hold back every later event of the partition anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+from processor.service import faultpoints
+from processor.service.local_store import StoredRecord
+from processor.service.metrics import Metrics
+from processor.service.retry import is_transient
+from processor.service.state import CheckpointStore, Filled, StoreUnusable, stored_records
+from processor.service.transport import Msg, Reader
+
+log = logging.getLogger("processor.fill")
+
+#: Records read per slice (bounded memory and bounded pause of the loop).
+FILL_SLICE = 20_000
+#: Time one slice may take before it hands the loop back.
+SLICE_S = 0.1
+#: A fill without progress this long has failed (and is retried).
+STALL_S = 120.0
+#: Attempts per fill before the run fails (the process restart retries it).
+MAX_ATTEMPTS = 3
+
+
+@dataclass
+class FillJob:
+    """One partition's fill: from the store's position to the topic's end."""
+
+    partition: int
+    next_offset: int  # the store's position (what the slices applied)
+    high: int  # the topic's committed end when the assignment came
+    kept_from: int | None  # the verified stored position (None: from zero)
+    started: float = field(default_factory=time.monotonic)
+    progress_at: float = field(default_factory=time.monotonic)
+    read: int = 0
+    attempts: int = 1
+    problem: str | None = None
+
+
+class BackgroundFill:
+    """The open fill jobs and their consumer; driven by the poll loop (see the docstring)."""
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        metrics: Metrics,
+        reader: Callable[[], Reader],
+    ) -> None:
+        self.store = store
+        self.metrics = metrics
+        self._new_reader = reader
+        self._reader: Reader | None = None
+        self._assigned: set[int] = set()  # partitions the fill consumer reads
+        self.jobs: dict[int, FillJob] = {}
+        self._big_cache = False  # the store's larger page cache while filling from zero
+        #: called with each slice's partitions and records read (tests order on it)
+        self.on_slice: Callable[[dict[int, int]], None] | None = None
+
+    @property
+    def filling(self) -> set[int]:
+        return set(self.jobs)
+
+    def start(self, verify_reader: Reader, partitions: list[int]) -> None:
+        """Verify the partitions' stored positions and open their jobs."""
+        positions = self.store.positions(verify_reader, partitions)
+        for p in partitions:
+            start, high, kept = positions[p]
+            self.jobs[p] = FillJob(p, start, high, kept)
+            if kept is None and not self._big_cache and self.store.store is not None:
+                self.store.store.filling(True)
+                self._big_cache = True
+        self._assign([self.jobs[p] for p in partitions])
+        self._report()
+
+    def _assign(self, jobs: Iterable[FillJob]) -> None:
+        todo = [j for j in jobs if j.next_offset < j.high]
+        if not todo:
+            return
+        if self._reader is None:
+            self._reader = self._new_reader()
+        self._assigned.update(j.partition for j in todo)
+        self._reader.incremental_assign(
+            [
+                TopicPartition(self.store.topic, j.partition, j.next_offset or OFFSET_BEGINNING)
+                for j in todo
+            ]
+        )
+
+    def _unassign(self, partitions: Iterable[int]) -> None:
+        # only what was assigned: the client refuses to unassign anything else
+        mine = sorted(set(partitions) & self._assigned)
+        if self._reader is not None and mine:
+            self._assigned.difference_update(mine)
+            self._reader.incremental_unassign([TopicPartition(self.store.topic, p) for p in mine])
+
+    def cancel(self, partitions: Iterable[int]) -> None:
+        """Revoked or lost while filling: stop; the store keeps the applied slices."""
+        gone = [p for p in partitions if self.jobs.pop(p, None) is not None]
+        if gone:
+            self._unassign(gone)
+            log.info("fill of partitions %s cancelled; the store keeps what was applied", gone)
+            self._report()
+
+    def close(self) -> None:
+        self.jobs.clear()
+        self._assigned.clear()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._report()
+
+    # ------------------------------------------------------------ the slice
+
+    def step(self) -> dict[int, Filled]:
+        """One bounded slice of every open job; the jobs that reached the end."""
+        done = {p: j for p, j in self.jobs.items() if j.next_offset >= j.high}
+        if len(done) < len(self.jobs) and self._reader is not None:
+            try:
+                done.update(self._slice(self._reader))
+            except KafkaException as exc:
+                self._failed(list(set(self.jobs) - set(done)), str(exc))
+        now = time.monotonic()
+        for p, j in self.jobs.items():
+            if p not in done and now - j.progress_at > STALL_S:
+                self._failed([p], f"no progress for {STALL_S:.0f} s")
+        finished = {}
+        for p, j in done.items():
+            self.jobs.pop(p, None)
+            finished[p] = Filled(j.kept_from, j.read)
+        if done:
+            self._unassign([p for p in done])
+            self._report()
+        return finished
+
+    def _slice(self, reader: Reader) -> dict[int, FillJob]:
+        pending: dict[int, list[Msg]] = {}
+        ended: dict[int, FillJob] = {}
+        deadline = time.monotonic() + SLICE_S
+        count = 0
+        while count < FILL_SLICE and time.monotonic() < deadline:
+            msgs = reader.consume(num_messages=FILL_SLICE - count, timeout=0.01)
+            if not msgs:
+                break
+            for m in msgs:
+                p = m.partition() or 0
+                job = self.jobs.get(p)
+                if job is None or p in ended:
+                    continue  # a cancelled job's prefetched records
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        # the last offsets may be transaction markers: the end is the end
+                        if (m.offset() or 0) >= job.next_offset:
+                            ended[p] = job
+                        continue
+                    exc = KafkaException(err)
+                    if is_transient(exc):
+                        continue
+                    raise exc
+                offset = m.offset() or 0
+                if offset < job.next_offset:
+                    continue
+                pending.setdefault(p, []).append(m)
+                count += 1
+                if offset >= job.high - 1:
+                    ended[p] = job
+            if len(ended) == len(self.jobs):
+                break
+        read: dict[int, int] = {}
+        for p, batch in pending.items():
+            job = self.jobs[p]
+            last = (batch[-1].offset() or 0) + 1
+            self._apply(job, batch, max(last, job.high) if p in ended else last)
+            read[p] = len(batch)
+        for p, job in ended.items():
+            if p not in pending:
+                self._apply(job, [], job.high)
+        if read:
+            faultpoints.hit(faultpoints.FILL_SLICE_APPLIED)
+            if self.on_slice is not None:
+                self.on_slice(read)
+        return ended
+
+    def _apply(self, job: FillJob, batch: list[Msg], next_offset: int) -> None:
+        records: Iterable[StoredRecord] = stored_records(
+            self.store.codec, ((m.offset() or 0, m.key(), m.value()) for m in batch)
+        )
+        db = self.store.store
+        assert db is not None
+        try:
+            db.apply(
+                self.store.topic,
+                job.partition,
+                self.store.topic_id,
+                records,
+                next_offset,
+                recount=True,
+            )
+        except sqlite3.Error as exc:
+            # sessions would load from a store missing records: stop, do not guess
+            raise StoreUnusable(f"local store {db.path}: write failed: {exc}") from exc
+        job.next_offset = next_offset
+        job.read += len(batch)
+        job.progress_at = time.monotonic()
+        job.problem = None
+        self.metrics.store_records_read.inc(len(batch))
+
+    def _failed(self, partitions: list[int], why: str) -> None:
+        """Report; retry from the store's position, up to ``MAX_ATTEMPTS``."""
+        for p in partitions:
+            job = self.jobs[p]
+            job.attempts += 1
+            self.metrics.fill_failures.inc()
+            if job.attempts > MAX_ATTEMPTS:
+                raise StoreUnusable(
+                    f"fill of {self.store.topic}[{p}] failed {MAX_ATTEMPTS} times: {why}"
+                )
+            job.problem = (
+                f"fill of {self.store.topic}[{p}] failed ({why}); "
+                f"retry {job.attempts}/{MAX_ATTEMPTS}"
+            )
+            log.warning("%s", job.problem)
+            job.progress_at = time.monotonic()
+        self._unassign(partitions)
+        self._assign(self.jobs[p] for p in partitions)
+        self._report()
+
+    def _report(self) -> None:
+        self.metrics.partitions_filling.set(len(self.jobs))
+        health = self.metrics.health
+        problem = next((j.problem for j in self.jobs.values() if j.problem), None)
+        health.fill_problem = problem
+        health.filling = len(self.jobs)
+        if not self.jobs and self._big_cache and self.store.store is not None:
+            self.store.store.filling(False)
+            self._big_cache = False

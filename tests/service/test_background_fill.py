@@ -1,0 +1,202 @@
+"""A fresh host fills its store in the background (issue 13): broker-less.
+
+The ``Processor`` loop on the in-memory cluster.  A large checkpoints backlog
+sits on one partition; its fill is held at a gate (``BackgroundFill.step``
+does nothing while only that partition is left) so the order is proven by
+what was committed at that point, never by time.  Every scenario ends with
+the views equal to the offline fold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from processor.config import ServiceConfig
+from processor.service import background_fill
+from processor.service.background_fill import BackgroundFill
+from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTransport
+from processor.service.state import Filled
+from tests.service.test_memory_transport import Loop, _committed, _wait
+from tests.service.test_state_store import _assert_folded, _config, _produce
+
+BIG = 1  # the partition with the checkpoints backlog
+BACKLOG = 3_000
+
+
+class Gate:
+    """Holds the fill of ``BIG`` once it is the only fill left, until opened."""
+
+    def __init__(self) -> None:
+        self.open = False
+        self.held = 0  # steps that found only BIG left (the loop kept running)
+
+    def step(self, fill: BackgroundFill, real: Any) -> dict[int, Filled]:
+        if not self.open and set(fill.jobs) == {BIG}:
+            self.held += 1
+            return {}
+        result: dict[int, Filled] = real(fill)
+        return result
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
+    g = Gate()
+    real = BackgroundFill.step
+    monkeypatch.setattr(BackgroundFill, "step", lambda self: g.step(self, real))
+    monkeypatch.setattr(background_fill, "FILL_SLICE", 200)  # many slices
+    yield g
+
+
+def _backlog(broker: MemoryBroker, config: ServiceConfig) -> None:
+    """Tombstones of sessions that never were: read and applied, change nothing."""
+    for i in range(BACKLOG):
+        broker.append(config.topics.checkpoints, BIG, f"gone-{i}".encode(), None, "committed")
+
+
+def _group_offset(broker: MemoryBroker, config: ServiceConfig, p: int) -> int:
+    return broker.group_offsets.get((config.group_id, config.topics.events, p), 0)
+
+
+def _high(broker: MemoryBroker, config: ServiceConfig, p: int) -> int:
+    return broker.log(config.topics.events, p).high
+
+
+def _fresh_host(
+    tmp_path: Path, gate: Gate | None = None
+) -> tuple[MemoryBroker, ServiceConfig, ServiceConfig]:
+    """A first member folded events 0..6; the fresh host has an empty state directory."""
+    if gate is not None:
+        gate.open = True  # the first member fills freely
+    broker = MemoryBroker()
+    first = _config(tmp_path / "a")
+    broker.create_topics(first)
+    _backlog(broker, first)
+    _produce(broker, first, 0, 6)
+    loop = Loop(broker, first)
+    _wait(lambda: _committed(broker, first), loop, "first member committed")
+    loop.stop()
+    assert not loop.errors, loop.errors
+    _produce(broker, first, 6, 12)
+    if gate is not None:
+        gate.open = False
+    return broker, first, _config(tmp_path / "b")
+
+
+def test_a_filling_partition_does_not_hold_back_its_neighbour(tmp_path: Path, gate: Gate) -> None:
+    broker, _, config = _fresh_host(tmp_path, gate)
+    small = 1 - BIG
+    assert _high(broker, config, small) > _group_offset(broker, config, small)
+    held_at = _group_offset(broker, config, BIG)
+    loop = Loop(broker, config)
+    # the neighbour folds and commits everything while BIG is still filling
+    _wait(
+        lambda: _group_offset(broker, config, small) >= _high(broker, config, small),
+        loop,
+        "neighbour committed",
+    )
+    assert gate.held > 0 and not gate.open
+    assert loop.sample("processor_partitions_filling") == 1
+    assert loop.metrics.health.readiness() == (200, b"ready; filling 1 partitions\n")
+    # nothing of the filling partition was folded: it is paused
+    assert _group_offset(broker, config, BIG) == held_at < _high(broker, config, BIG)
+    gate.open = True
+    _wait(lambda: _committed(broker, config), loop, "all committed")
+    assert loop.sample("processor_partitions_filling") == 0
+    assert loop.metrics.health.readiness() == (200, b"ready\n")
+    loop.stop()
+    assert not loop.errors, loop.errors
+    assert loop.sample("processor_store_records_read_total") >= BACKLOG
+    _assert_folded(broker, config, 12)
+
+
+def test_a_revoke_during_a_fill_cancels_it_and_the_next_one_catches_up(
+    tmp_path: Path, gate: Gate
+) -> None:
+    broker, _, config = _fresh_host(tmp_path, gate)
+    small = 1 - BIG
+    before = len(broker.committed_records(config.topics.checkpoints))
+    loop = Loop(broker, config)
+    _wait(
+        lambda: (
+            gate.held > 0 and _group_offset(broker, config, small) >= _high(broker, config, small)
+        ),
+        loop,
+        "BIG held, the neighbour committed",
+    )
+    partial = loop.sample("processor_store_records_read_total")
+    loop.stop()  # the close revokes every partition, BIG mid-fill
+    assert not loop.errors, loop.errors
+    assert loop.sample("processor_partitions_filling") == 0
+    revokes = loop.metrics.registry.get_sample_value(
+        "processor_rebalances_total", {"kind": "revoke"}
+    )
+    assert revokes == 1
+    assert _group_offset(broker, config, BIG) < _high(broker, config, BIG)
+    # the store kept the applied slices: the next member reads only the rest
+    gate.open = True
+    again = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), again, "all committed")
+    again.stop()
+    assert not again.errors, again.errors
+    assert 0 < partial < BACKLOG
+    read_again = again.sample("processor_store_records_read_total")
+    # every record of the topic was read exactly once across the two fills
+    assert read_again + partial == before
+    _assert_folded(broker, config, 12)
+
+
+class FlakyConsumer(MemoryConsumer):
+    """The fill's consumer: its first ``failures`` reads fail (a broker refusing)."""
+
+    failures = 0
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        if FlakyConsumer.failures > 0:
+            FlakyConsumer.failures -= 1
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "refused"))
+        return super().consume(num_messages, timeout)
+
+
+def _flaky(monkeypatch: pytest.MonkeyPatch, failures: int) -> None:
+    real = MemoryTransport.plain_consumer
+
+    def plain(self: MemoryTransport, purpose: str, problems: Any, group: str) -> MemoryConsumer:
+        if purpose == "fill":
+            return FlakyConsumer(self.broker, group, eof=True)
+        return real(self, purpose, problems, group)
+
+    FlakyConsumer.failures = failures
+    monkeypatch.setattr(MemoryTransport, "plain_consumer", plain)
+
+
+def test_a_failing_fill_is_reported_and_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker, _, config = _fresh_host(tmp_path)
+    _flaky(monkeypatch, background_fill.MAX_ATTEMPTS - 1)
+    loop = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), loop, "all committed")
+    loop.stop()
+    assert not loop.errors, loop.errors
+    # one failed read fails both partitions' fills, each retried from its store position
+    failed = loop.sample("processor_fill_failures_total")
+    assert failed == config.partitions * (background_fill.MAX_ATTEMPTS - 1)
+    _assert_folded(broker, config, 12)
+
+
+def test_a_fill_failing_past_its_bound_ends_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker, _, config = _fresh_host(tmp_path)
+    _flaky(monkeypatch, 100)
+    loop = Loop(broker, config)
+    loop.thread.join(60)
+    assert not loop.thread.is_alive()
+    assert len(loop.errors) == 1 and "failed 3 times" in str(loop.errors[0]), loop.errors
+    # nothing was folded on a partition whose store could not be filled
+    assert all(_group_offset(broker, config, p) < _high(broker, config, p) for p in range(2))
