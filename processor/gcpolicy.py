@@ -30,19 +30,3 @@ def settle_heap() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
-
-
-def settle_young() -> None:
-    """After a commit: collect the young generations, then freeze what survived.
-
-    For a member whose held sessions keep growing between rebalances: what
-    survived the batch (new events, states, sessions) joins the permanent
-    generation instead of waiting in the oldest one for a full collection
-    that would walk all of it.  Young cyclic garbage is collected first, so
-    only a cycle that is still reachable now and dies later is never
-    reclaimed (measured in BENCHMARKS.md, ``bench.gc_cost --steady``).
-    The cost is one young collection (bounded by the thresholds); nothing
-    here walks the frozen heap (``gc.get_freeze_count`` would: O(frozen)).
-    """
-    gc.collect(1)
-    gc.freeze()

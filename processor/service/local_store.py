@@ -272,76 +272,70 @@ class LocalStore:
         tens of thousands of live rows cost more than the inserts, measured).
         """
         with self.write_lock:
-            self._apply(topic, partition, topic_id, records, next_offset, recount)
+            pos = self.position(topic, partition)
+            done = pos.next_offset if pos else 0
+            session_of = self._session_of
+            last: list[StoredRecord] = []  # the last applied record, for the digest
+            held: list[StoredRecord] = []  # a tombstone that ended a run of upserts
 
-    def _apply(
-        self,
-        topic: str,
-        partition: int,
-        topic_id: str,
-        records: Iterable[StoredRecord],
-        next_offset: int,
-        recount: bool,
-    ) -> None:
-        pos = self.position(topic, partition)
-        done = pos.next_offset if pos else 0
-        session_of = self._session_of
-        last: list[StoredRecord] = []  # the last applied record, for the digest
-        held: list[StoredRecord] = []  # a tombstone that ended a run of upserts
+            def upserts(part: int, it: Iterator[StoredRecord]) -> Iterator[tuple[object, ...]]:
+                for r in it:
+                    if r.offset < done:
+                        continue  # already applied: a late writer never moves the store back
+                    last[:] = (r,)
+                    if r.value is None:
+                        held.append(r)
+                        return  # in offset order: the delete runs before what follows it
+                    yield (part, session_of(r.key), r.key, r.value, r.offset, r.quarantined)
 
-        def upserts(part: int, it: Iterator[StoredRecord]) -> Iterator[tuple[object, ...]]:
-            for r in it:
-                if r.offset < done:
-                    continue  # already applied: a late writer never moves the store back
-                last[:] = (r,)
-                if r.value is None:
-                    held.append(r)
-                    return  # in offset order: the delete runs before what follows it
-                yield (part, session_of(r.key), r.key, r.value, r.offset, r.quarantined)
-
-        with self._db:
-            part = self._part(topic, partition)
-            if part is None:
-                cur = self._db.execute(
-                    "INSERT INTO position (topic, partition, topic_id, next_offset, "
-                    "last_offset, last_digest) VALUES (?, ?, ?, 0, -1, x'')",
-                    (topic, partition, topic_id),
-                )
-                part = self._parts[(topic, partition)] = int(cur.lastrowid or 0)
-            if not recount:
-                records = list(records)
-                delta = self._heads_delta(part, [r for r in records if r.offset >= done])
-            it = iter(records)
-            while True:
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO record "
-                    "(part, session, key, value, offset, quarantined) VALUES (?, ?, ?, ?, ?, ?)",
-                    upserts(part, it),
-                )
-                if not held:
-                    break
-                gone = held.pop()
+            with self._db:
+                part = self._part(topic, partition)
+                if part is None:
+                    cur = self._db.execute(
+                        "INSERT INTO position (topic, partition, topic_id, next_offset, "
+                        "last_offset, last_digest) VALUES (?, ?, ?, 0, -1, x'')",
+                        (topic, partition, topic_id),
+                    )
+                    part = self._parts[(topic, partition)] = int(cur.lastrowid or 0)
+                if not recount:
+                    records = list(records)
+                    delta = self._heads_delta(part, [r for r in records if r.offset >= done])
+                it = iter(records)
+                while True:
+                    self._db.executemany(
+                        "INSERT OR REPLACE INTO record (part, session, key, value, offset, "
+                        "quarantined) VALUES (?, ?, ?, ?, ?, ?)",
+                        upserts(part, it),
+                    )
+                    if not held:
+                        break
+                    gone = held.pop()
+                    self._db.execute(
+                        "DELETE FROM record WHERE part = ? AND session = ? AND key = ?",
+                        (part, session_of(gone.key), gone.key),
+                    )
+                if recount:
+                    heads = self._db.execute(
+                        "SELECT COUNT(*) FROM record INDEXED BY record_head_offset "
+                        "WHERE part = ? AND key < x'ff'",
+                        (part,),
+                    ).fetchone()[0]
+                else:
+                    heads = (self.heads(topic, partition) if pos else 0) + delta
+                if last:
+                    last_offset, last_digest = (
+                        last[0].offset,
+                        record_digest(last[0].key, last[0].value),
+                    )
+                else:
+                    last_offset, last_digest = (
+                        (pos.last_offset, pos.last_digest) if pos else (-1, b"")
+                    )
                 self._db.execute(
-                    "DELETE FROM record WHERE part = ? AND session = ? AND key = ?",
-                    (part, session_of(gone.key), gone.key),
+                    "UPDATE position SET topic_id = ?, next_offset = ?, last_offset = ?, "
+                    "last_digest = ?, heads = ? WHERE part = ?",
+                    (topic_id, max(next_offset, done), last_offset, last_digest, heads, part),
                 )
-            if recount:
-                heads = self._db.execute(
-                    "SELECT COUNT(*) FROM record INDEXED BY record_head_offset "
-                    "WHERE part = ? AND key < x'ff'",
-                    (part,),
-                ).fetchone()[0]
-            else:
-                heads = (self.heads(topic, partition) if pos else 0) + delta
-            if last:
-                last_offset, last_digest = last[0].offset, record_digest(last[0].key, last[0].value)
-            else:
-                last_offset, last_digest = (pos.last_offset, pos.last_digest) if pos else (-1, b"")
-            self._db.execute(
-                "UPDATE position SET topic_id = ?, next_offset = ?, last_offset = ?, "
-                "last_digest = ?, heads = ? WHERE part = ?",
-                (topic_id, max(next_offset, done), last_offset, last_digest, heads, part),
-            )
 
     def _heads_delta(self, part: int, records: list[StoredRecord]) -> int:
         """How many heads these records add (new keys) or remove (tombstoned ones).

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import gc
 import random
-import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from processor.gcpolicy import settle_heap, settle_young
+from processor.gcpolicy import settle_heap
 from processor.offline import fold_events
 from processor.workload import generate_session
 
@@ -40,20 +39,3 @@ def test_settled_sessions_are_not_traversed_and_later_cycles_are_collected(
     a.ref, b.ref = b, a
     del a, b
     assert gc.collect() >= 2  # garbage made after settling is still found
-
-
-def test_settle_young_freezes_survivors_and_collects_young_cycles(unfrozen: None) -> None:
-    class Node:
-        ref: object = None
-
-    gc.collect()
-    session = fold_events(generate_session(random.Random(3), 30))
-    state = session.projections.state_of("sessionStats")
-    dead = Node()
-    dead.ref = dead
-    gone = weakref.ref(dead)
-    del dead
-    assert _tracked(state)
-    settle_young()
-    assert gone() is None  # the young cycle was collected, not frozen
-    assert not _tracked(state)  # the survivor is out of every later collection
