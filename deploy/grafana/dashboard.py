@@ -148,11 +148,14 @@ def build() -> Builder[Any]:
                             (f"sum(rate(processor_store_records_read_total{SEL}{RATE}))",
                              "records read into the store")))
         .with_panel(_series("Store fills", "short", "Partitions assigned but still filling "
-                            "their local store (paused, the others fold), and fills retried",
+                            "their local store (paused, the others fold), fills retried, "
+                            "and commits that waited on the store's full write queue",
                             (f"sum by (instance) (processor_partitions_filling{SEL})",
                              "{{instance}} filling"),
                             (f"sum(increase(processor_fill_failures_total{SEL}{RATE}))",
-                             "failed fills")))
+                             "failed fills"),
+                            (f"sum(increase(processor_store_write_queue_full_total{SEL}"
+                             f"{RATE}))", "write queue full")))
         .with_row(Row("Session state"))
         .with_panel(_series("Session state held", "bytes", "Estimated bytes of the sessions "
                             "in memory (state_budget_bytes bounds it)",

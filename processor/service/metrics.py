@@ -103,6 +103,12 @@ class Metrics:
             "Store fills that failed and were retried (bounded, then the run fails)",
             registry=r,
         )
+        self.store_write_queue_full = Counter(
+            "processor_store_write_queue_full_total",
+            "Commits that waited for room in the local store's write queue "
+            "(store_write_queue commits; the loop waits, nothing is dropped)",
+            registry=r,
+        )
         self.restore_seconds = Histogram(
             "processor_restore_seconds",
             "Restore time per assigned partition",

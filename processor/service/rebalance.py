@@ -94,6 +94,8 @@ class Rebalance:
         self._started = 0.0  # the last assignment (restore_seconds)
         self._unstable: set[int] = set()  # restored behind an unknown open transaction
         committer.rewind = self.rewind
+        # the store's write queue reports its bound being hit (state.py)
+        store.on_queue_full = metrics.store_write_queue_full.inc
 
     # ------------------------------------------------------------ callbacks
 

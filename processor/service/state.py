@@ -38,7 +38,7 @@ import functools
 import logging
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -139,6 +139,8 @@ class CheckpointStore:
         self._topic_id = ""
         #: applies committed records off the loop thread (a store file only)
         self.writer: StoreWriter | None = None
+        #: called when a commit waits on the writer's full queue (the metric)
+        self.on_queue_full: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ open
 
@@ -159,7 +161,13 @@ class CheckpointStore:
         if self.store.reset_reason is not None:
             log.warning("local store %s emptied: %s", path, self.store.reset_reason)
         if self.store.path is not None:
-            self.writer = StoreWriter(self._write, session_key, self.config.store_write_queue)
+            self.writer = StoreWriter(
+                self._write, session_key, self.config.store_write_queue, self._queue_full
+            )
+
+    def _queue_full(self) -> None:
+        if self.on_queue_full is not None:
+            self.on_queue_full()
 
     def _claim(self, path: Path) -> Path:
         """The first file of ``path``'s series no other process holds."""

@@ -11,7 +11,8 @@ commit order.  What keeps that correct:
   stale: ``pending`` says so and the reader waits for the queue (``flush``)
   before it loads the session (an evicted session reloaded within a commit);
 - the queue is bounded (``store_write_queue`` commits): when full the loop
-  waits (back-pressure, counted and logged), records are never dropped;
+  waits (back-pressure, counted in
+  ``processor_store_write_queue_full_total`` and logged), records are never dropped;
 - revoke, assign and close wait for the queue within a deadline (``flush``).
 """
 
@@ -33,8 +34,16 @@ Apply = Callable[[int, list[StoredRecord], int], None]
 class StoreWriter:
     """One thread applying committed checkpoint records; see the module docstring."""
 
-    def __init__(self, apply: Apply, session_key: Callable[[bytes], bytes], depth: int) -> None:
+    def __init__(
+        self,
+        apply: Apply,
+        session_key: Callable[[bytes], bytes],
+        depth: int,
+        on_full: Callable[[], None] | None = None,
+    ) -> None:
         self._apply = apply
+        #: called each time the loop finds the queue full (the metric)
+        self._on_full = on_full
         self._session_key = session_key
         self.depth = max(1, depth)
         self._items: deque[tuple[int, list[StoredRecord], int, list[tuple[int, bytes]]]] = deque()
@@ -53,6 +62,8 @@ class StoreWriter:
         with self._cond:
             if len(self._items) >= self.depth:
                 self.full += 1
+                if self._on_full is not None:
+                    self._on_full()
                 log.warning(
                     "local store writer: queue full (%d commits); the loop waits for it",
                     self.depth,

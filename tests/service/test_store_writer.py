@@ -70,3 +70,42 @@ def test_a_session_with_queued_records_is_loaded_after_they_are_written(tmp_path
     loader.join(60)
     assert loaded == [len(b"not-a-checkpoint")]  # the record it waited for
     store.close()
+
+
+def test_a_full_write_queue_is_counted_in_the_metric(tmp_path: Path) -> None:
+    """The bound ``store_write_queue`` reports when hit: the processor's metric."""
+    from processor.service.memory import MemoryBroker, MemoryTransport
+    from processor.service.metrics import Metrics
+    from processor.service.runner import Processor
+
+    config = ServiceConfig(partitions=1, topic_prefix="wq", state_dir=str(tmp_path))
+    config = config.with_overrides(store_write_queue=1)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    metrics = Metrics()
+    proc = Processor(config, metrics=metrics, transport=MemoryTransport(broker, config))
+    gate = threading.Event()
+    real = proc.store._write
+
+    def held(partition: int, records: list[StoredRecord], next_offset: int) -> None:
+        gate.wait(60)
+        real(partition, records, next_offset)
+
+    proc.store._write = held  # type: ignore[method-assign]
+    proc.store.open("cluster", "topic-id")
+    writer = proc.store.writer
+    assert writer is not None
+    writer.put(0, [StoredRecord(0, b"a", b"1")], 1)  # taken by the thread, held
+    writer.put(0, [StoredRecord(1, b"b", b"1")], 2)  # queued: full
+    third = threading.Thread(target=writer.put, args=(0, [StoredRecord(2, b"c", b"1")], 3))
+    third.start()
+    deadline = threading.Event()
+    for _ in range(600):  # the third put found the queue full (no time asserted)
+        if writer.full:
+            break
+        deadline.wait(0.1)
+    gate.set()
+    third.join(60)
+    full = metrics.registry.get_sample_value("processor_store_write_queue_full_total")
+    assert full is not None and full == writer.full >= 1
+    proc.store.close(10)
