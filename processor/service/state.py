@@ -37,6 +37,7 @@ import fcntl
 import functools
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -130,8 +131,11 @@ class CheckpointStore:
         self._lock: IO[bytes] | None = None
         #: why the store file could not be opened (an in-memory one serves instead)
         self.open_problem: str | None = None
-        #: partitions whose store took no write since a failed one, and why
+        #: partitions whose store took no write since a failed one, and why;
+        #: replaced, never changed in place, under ``_broken_lock``: the writer
+        #: thread adds to it while the loop iterates it (eviction pins them)
         self.broken: dict[int, str] = {}
+        self._broken_lock = threading.Lock()
         #: the open transaction's checkpoint records by partition, in produce order
         self._produced: dict[int, list[tuple[bytes, bytes | None]]] = {}
         #: the offset each partition's last record got (its delivery report)
@@ -221,8 +225,9 @@ class CheckpointStore:
         if not self.flush():
             log.warning("local store writer still busy after %.0f s; filling anyway", FLUSH_S)
         out: dict[int, tuple[int, int, int | None]] = {}
+        with self._broken_lock:  # verified and caught up below: writable again
+            self.broken = {p: why for p, why in self.broken.items() if p not in partitions}
         for p in partitions:
-            self.broken.pop(p, None)
             high = watermarks(reader, topic, p)[1]
             read_at = functools.partial(_read_at, reader, topic, p)
             with store.write_lock:
@@ -373,7 +378,9 @@ class CheckpointStore:
             self._break(partition, f"write failed: {exc}")
 
     def _break(self, partition: int, why: str) -> None:
-        self.broken[partition] = line = f"local store partition {partition}: {why}"
+        line = f"local store partition {partition}: {why}"
+        with self._broken_lock:
+            self.broken = {**self.broken, partition: line}
         log.error("%s; it takes no more writes until reassigned", line)
 
     @property

@@ -109,3 +109,31 @@ def test_a_full_write_queue_is_counted_in_the_metric(tmp_path: Path) -> None:
     full = metrics.registry.get_sample_value("processor_store_write_queue_full_total")
     assert full is not None and full == writer.full >= 1
     proc.store.close(10)
+
+
+def test_a_write_failing_on_the_writer_thread_never_changes_what_the_loop_iterates(
+    tmp_path: Path,
+) -> None:
+    """The writer thread marks a partition broken while the loop walks the broken
+    ones (eviction pins their sessions): the walk must not see the dict change
+    (``RuntimeError: dictionary changed size during iteration`` ended the run)."""
+    import sqlite3
+
+    config = ServiceConfig(partitions=2, topic_prefix="w", state_dir=str(tmp_path))
+    store = CheckpointStore(config, default_codec())
+    store.open("c1", "t1")
+    assert store.writer is not None
+    store._break(0, "an earlier write failed")
+    walk = iter(store.broken)  # the loop, mid-iteration
+    assert next(walk) == 0
+
+    def full(partition: int, records: list[StoredRecord], next_offset: int) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    store._apply = full  # type: ignore[method-assign]
+    store.writer.put(1, [StoredRecord(0, b"s1", b"x")], 1)
+    assert store.flush(60)
+    assert 1 in store.broken and "disk is full" in store.broken[1]
+    assert list(walk) == []  # the loop's walk ends as it began
+    assert store.problem is not None
+    store.close()
