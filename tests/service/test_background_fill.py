@@ -200,3 +200,88 @@ def test_a_fill_failing_past_its_bound_ends_the_run(
     assert len(loop.errors) == 1 and "failed 3 times" in str(loop.errors[0]), loop.errors
     # nothing was folded on a partition whose store could not be filled
     assert all(_group_offset(broker, config, p) < _high(broker, config, p) for p in range(2))
+
+
+def test_an_abort_while_a_partition_fills_rewinds_only_the_folded_ones(
+    tmp_path: Path, gate: Gate
+) -> None:
+    """The neighbour's transaction aborts while BIG is still filling: the rewind
+    restores and seeks the neighbour only; BIG stays paused (nothing of it was
+    folded, nothing resumed), its fill goes on and ends in its own resume."""
+    broker, _, config = _fresh_host(tmp_path, gate)
+    small = 1 - BIG
+    held_at = _group_offset(broker, config, BIG)
+    broker.fail(
+        "commit_transaction",
+        KafkaError(KafkaError._TIMED_OUT, "commit lost", txn_requires_abort=True),
+    )
+    loop = Loop(broker, config)
+    _wait(
+        lambda: (
+            gate.held > 0 and _group_offset(broker, config, small) >= _high(broker, config, small)
+        ),
+        loop,
+        "the neighbour committed after its abort",
+    )
+    assert loop.sample("processor_transaction_aborts_total") == 1
+    consumer = loop.proc._consumer
+    assert isinstance(consumer, MemoryConsumer)
+    events = config.topics.events
+    # still filling, still paused, nothing of it folded or committed
+    assert loop.proc.rebalance.fill.filling == {BIG}
+    assert (events, BIG) in consumer.paused and (events, small) not in consumer.paused
+    assert BIG not in loop.proc.engine.partitions
+    assert _group_offset(broker, config, BIG) == held_at
+    gate.open = True
+    _wait(lambda: _committed(broker, config), loop, "all committed")
+    assert not consumer.paused  # resumed once filled, never left paused
+    loop.stop()
+    assert not loop.errors, loop.errors
+    _assert_folded(broker, config, 12)
+
+
+def test_a_partition_revoked_and_assigned_again_mid_fill_reads_each_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same member's fill consumer: cancel (revoke) after some slices, then a
+    second assignment of the same partition resumes at the store's position; the
+    store ends with the last value of every key (nothing applied out of order)."""
+    from processor.codec import default_codec
+    from processor.service.metrics import Metrics
+    from processor.service.state import CheckpointStore
+
+    monkeypatch.setattr(background_fill, "FILL_SLICE", 50)
+    config = _config(tmp_path)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    topic = config.topics.checkpoints
+    for i in range(500):
+        broker.append(topic, 0, f"k{i % 20}".encode(), f"v{i}".encode(), "committed")
+    store = CheckpointStore(config, default_codec())
+    store.open("c", "t")
+    metrics = Metrics()
+    fill = BackgroundFill(store, metrics, lambda: MemoryConsumer(broker, "g", eof=True))
+    verify = MemoryConsumer(broker, "g", eof=True)
+    fill.start(verify, [0])
+    for _ in range(3):
+        assert fill.step() == {}
+    fill.cancel([0])  # revoked mid-fill
+    partial = metrics.registry.get_sample_value("processor_store_records_read_total")
+    assert partial is not None and 0 < partial < 500
+    assert metrics.registry.get_sample_value("processor_partitions_filling") == 0
+    fill.start(verify, [0])  # assigned again
+    assert fill.jobs[0].kept_from == partial  # verified: the applied slices are kept
+    done: dict[int, Filled] = {}
+    for _ in range(100):
+        done = fill.step()
+        if done:
+            break
+    assert set(done) == {0} and done[0].records_read == 500 - partial
+    assert metrics.registry.get_sample_value("processor_store_records_read_total") == 500
+    db = store.store
+    assert db is not None
+    for k in range(20):
+        last = max(i for i in range(500) if i % 20 == k)
+        assert db.session_records(topic, 0, f"k{k}") == [(f"k{k}".encode(), f"v{last}".encode())]
+    fill.close()
+    store.close()
