@@ -143,6 +143,7 @@ class LocalStore:
         #: serialises the writes: the store's writer thread and the loop's fill
         #: and drop share the write connection, never at the same time
         self.write_lock = threading.RLock()
+        self._fills = 0  # fills from zero in progress (the larger page cache)
         #: the loop's reads: a second connection on a file (WAL: it reads the last
         #: committed write while the writer thread writes), the same one in memory
         self._rdb = self._db if path is None else self._connect()
@@ -249,9 +250,14 @@ class LocalStore:
     # ------------------------------------------------------------ writing
 
     def filling(self, on: bool) -> None:
-        """A fill from zero starts (True) or ends: the larger page cache, then back."""
+        """A fill from zero starts (True) or ends: the larger page cache, then back.
+
+        Counted: the background fill and a rewind's fill can overlap, and the
+        first to end must not shrink the cache under the other."""
         with self.write_lock:
-            self._db.execute(f"PRAGMA cache_size=-{FILL_CACHE_KIB if on else CACHE_KIB}")
+            self._fills = max(0, self._fills + (1 if on else -1))
+            kib = FILL_CACHE_KIB if self._fills else CACHE_KIB
+            self._db.execute(f"PRAGMA cache_size=-{kib}")
 
     def apply(
         self,

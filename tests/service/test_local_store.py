@@ -223,3 +223,24 @@ def test_a_store_of_an_older_layout_is_emptied(tmp_path: Path) -> None:
     assert s.reset_reason is not None and "version '2'" in s.reset_reason
     s.apply(TOPIC, 0, "id1", [StoredRecord(0, b"a", b"1")], 1)
     assert list(s.records(TOPIC, 0)) == [(b"a", b"1")]
+
+
+def test_overlapping_fills_keep_the_larger_cache_until_the_last_ends(tmp_path: Path) -> None:
+    """A rewind's fill from zero ending while the background fill of another
+    partition still runs must not shrink the page cache under it; the cache is
+    back to its bound once both ended."""
+    from processor.service.local_store import CACHE_KIB, FILL_CACHE_KIB
+
+    store = LocalStore(tmp_path / "s.sqlite", "c1", lambda k: k)
+
+    def kib() -> int:
+        return -int(store._db.execute("PRAGMA cache_size").fetchone()[0])
+
+    assert kib() == CACHE_KIB
+    store.filling(True)  # the background fill
+    store.filling(True)  # a rewind's fill
+    store.filling(False)  # the rewind's ends first
+    assert kib() == FILL_CACHE_KIB
+    store.filling(False)
+    assert kib() == CACHE_KIB
+    store.close()
