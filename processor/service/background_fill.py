@@ -47,7 +47,13 @@ from processor.service import faultpoints
 from processor.service.local_store import StoredRecord
 from processor.service.metrics import Metrics
 from processor.service.retry import is_transient
-from processor.service.state import CheckpointStore, Filled, StoreUnusable, stored_records
+from processor.service.state import (
+    CheckpointStore,
+    Filled,
+    StoreUnusable,
+    is_corrupt,
+    stored_records,
+)
 from processor.service.transport import Msg, Reader
 
 log = logging.getLogger("processor.fill")
@@ -210,23 +216,25 @@ class BackgroundFill:
         for p, batch in pending.items():
             job = self.jobs[p]
             last = (batch[-1].offset() or 0) + 1
-            self._apply(job, batch, max(last, job.high) if p in ended else last)
-            read[p] = len(batch)
-        for p, job in ended.items():
-            if p not in pending:
-                self._apply(job, [], job.high)
+            if self._apply(job, batch, max(last, job.high) if p in ended else last):
+                read[p] = len(batch)
+            else:
+                ended.pop(p, None)  # refilled from zero in memory
+        for p, job in list(ended.items()):
+            if p not in pending and not self._apply(job, [], job.high):
+                ended.pop(p)
         if read:
             faultpoints.hit(faultpoints.FILL_SLICE_APPLIED)
             if self.on_slice is not None:
                 self.on_slice(read)
         return ended
 
-    def _apply(self, job: FillJob, batch: list[Msg], next_offset: int) -> None:
+    def _apply(self, job: FillJob, batch: list[Msg], next_offset: int) -> bool:
+        """Apply one slice; False: the write failed and the job starts over in memory."""
         records: Iterable[StoredRecord] = stored_records(
             self.store.codec, ((m.offset() or 0, m.key(), m.value()) for m in batch)
         )
-        db = self.store.store
-        assert db is not None
+        db = self.store.db(job.partition)
         try:
             db.apply(
                 self.store.topic,
@@ -237,13 +245,32 @@ class BackgroundFill:
                 recount=True,
             )
         except sqlite3.Error as exc:
-            # sessions would load from a store missing records: stop, do not guess
-            raise StoreUnusable(f"local store {db.path}: write failed: {exc}") from exc
+            # sessions would load from a store missing records: never guess.  A
+            # full disk (or an I/O error) moves the partition to memory — nothing
+            # of it is folded yet — and fills it again from zero; a corrupt file
+            # ends the run, removed (state.py)
+            why = f"write failed while filling: {exc}"
+            if is_corrupt(exc) or not self.store.move_to_memory(job.partition, why):
+                raise self.store.unusable(exc, f"filling partition {job.partition}") from exc
+            self._restart(job, why)
+            return False
         job.next_offset = next_offset
         job.read += len(batch)
         job.progress_at = time.monotonic()
         job.problem = None
         self.metrics.store_records_read.inc(len(batch))
+        return True
+
+    def _restart(self, job: FillJob, why: str) -> None:
+        """Fill ``job`` again from offset zero (its partition moved stores)."""
+        self.metrics.fill_failures.inc()
+        job.problem = f"fill of {self.store.topic}[{job.partition}]: {why}; refilling in memory"
+        log.warning("%s", job.problem)
+        job.next_offset, job.kept_from, job.read = 0, None, 0
+        job.progress_at = time.monotonic()
+        self._unassign([job.partition])
+        self._assign([job])
+        self._report()
 
     def _failed(self, partitions: list[int], why: str) -> None:
         """Report; retry from the store's position, up to ``MAX_ATTEMPTS``."""

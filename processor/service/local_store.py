@@ -166,6 +166,10 @@ class LocalStore:
         db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         return db
 
+    def remove_files(self) -> None:
+        """Delete the file (a corrupt one: the next open starts empty)."""
+        self._remove_files()
+
     def _remove_files(self) -> None:
         if self.path is None:
             return

@@ -106,11 +106,13 @@ class Rebalance:
         numbers = [tp.partition for tp in partitions]
         self._prepare(numbers)
         assert self.reader is not None
-        self.fill.start(self.reader, numbers)
         assignment = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
         consumer.incremental_assign(assignment)
         # nothing of theirs is folded before the fill and the anchor check end
+        # (assigned first: a store failing its verification ends the run with
+        # the partitions assigned, so the close's revoke finds them)
         consumer.pause(assignment)
+        self.fill.start(self.reader, numbers)
         self.health.ready = True  # serving; /readyz names the partitions still filling
 
     def fill_step(self) -> None:
@@ -328,4 +330,4 @@ class Rebalance:
         # what no readable head names (an orphaned or unreadable part) goes too
         self.engine.batch.tombstones.extend((topic, number, k) for k in keys if k not in done)
         if self.store.store is not None:
-            self.store.store.drop(self.topics.checkpoints, number)
+            self.store.db(number).drop(self.topics.checkpoints, number)

@@ -62,7 +62,7 @@ from processor.service.rebalance import Rebalance
 from processor.service.registry import codec_for
 from processor.service.restore import AnchorError, read_key_range
 from processor.service.retry import run_all
-from processor.service.state import CheckpointStore
+from processor.service.state import CheckpointStore, StoreUnusable
 from processor.service.transport import GroupConsumer, KafkaTransport, Msg, Transport
 
 log = logging.getLogger("processor.runner")
@@ -349,7 +349,7 @@ class Processor:
             rec = _record(msg)
             try:
                 self.engine.fold(part, rec)
-            except (AnchorError, KafkaException):
+            except (AnchorError, StoreUnusable, KafkaException):  # the run's, not the record's
                 raise
             except Exception as exc:  # one record's failure is that record's dead letter
                 log.exception(

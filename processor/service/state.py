@@ -22,7 +22,12 @@ Three moments:
 - **failure**: a store that cannot be opened or written is reported on
   ``/readyz`` (``health.degraded``), its partitions stop taking writes
   (a later write would move the position past the missing one) and their
-  sessions are never evicted; folding goes on.
+  sessions are never evicted; folding goes on.  A write failing while a
+  partition fills (a full disk: nothing of it is folded yet) moves that
+  partition to an in-memory store, refilled from zero and reported; a
+  corrupt file (met anywhere) ends the run with one line after removing
+  the file, so the restart refills it from the topic — never a fold from a
+  damaged page, never a crash loop on the same file.
 
 The fill of an assignment runs off the assignment callback, in bounded
 slices of the poll loop, the partition paused meanwhile
@@ -33,6 +38,7 @@ synchronous one the rewind after an abort uses.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import logging
@@ -141,6 +147,11 @@ class CheckpointStore:
         #: the offset each partition's last record got (its delivery report)
         self._last: dict[int, int] = {}
         self._topic_id = ""
+        self._cluster_id = ""
+        #: partitions moved off the store file after a write failed while filling
+        #: (disk full): held in ``_memory``, refilled from the topic, and why
+        self.in_memory: dict[int, str] = {}
+        self._memory: LocalStore | None = None
         #: applies committed records off the loop thread (a store file only)
         self.writer: StoreWriter | None = None
         #: called when a commit waits on the writer's full queue (the metric)
@@ -151,6 +162,7 @@ class CheckpointStore:
     def open(self, cluster_id: str, topic_id: str) -> None:
         """Open (or create) the store file; a failure is reported, not fatal."""
         self._topic_id = topic_id
+        self._cluster_id = cluster_id
         if self.store is not None:
             return
         path = self.config.state_path
@@ -202,13 +214,56 @@ class CheckpointStore:
         if self.store is not None:
             self.store.close()
             self.store = None
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None
+        self.in_memory = {}
         if self._lock is not None:
             self._lock.close()
             self._lock = None
 
-    def _db(self) -> LocalStore:
+    def _db(self, partition: int | None = None) -> LocalStore:
         assert self.store is not None, "CheckpointStore.open first"
+        if partition is not None and partition in self.in_memory:
+            assert self._memory is not None
+            return self._memory
         return self.store
+
+    def db(self, partition: int) -> LocalStore:
+        """The store holding ``partition`` (the file, or memory after a failed write)."""
+        return self._db(partition)
+
+    # ------------------------------------------------------------ failures
+
+    def unusable(self, exc: sqlite3.Error, doing: str) -> StoreUnusable:
+        """The one line a store error ends the run with.  A corrupt file is
+        removed first, so the restart refills it from the topic (never a
+        crash loop on the same file, never a fold from a damaged page)."""
+        db = self.store
+        path = db.path if db is not None else None
+        if is_corrupt(exc) and db is not None and path is not None:
+            db.remove_files()
+            return StoreUnusable(
+                f"local store {path} is corrupt ({exc}) while {doing}: removed, "
+                f"the next start refills it from {self.topic}"
+            )
+        return StoreUnusable(f"local store {path}: {doing} failed: {exc}")
+
+    def move_to_memory(self, partition: int, why: str) -> bool:
+        """A write to the store file failed while ``partition`` filled (nothing of
+        it is folded yet): hold it in memory from now on, refilled from zero.
+        False: it was in memory already (the caller gives up)."""
+        if partition in self.in_memory:
+            return False
+        line = f"local store partition {partition}: {why}; held in memory instead"
+        log.error("%s (refilled from %s)", line, self.topic)
+        with contextlib.suppress(sqlite3.Error):  # its pages go back to the file
+            self._db().drop(self.topic, partition)
+        if self._memory is None:
+            self._memory = LocalStore(None, self._cluster_id, session_key)
+        self._memory.drop(self.topic, partition)
+        self.in_memory = {**self.in_memory, partition: line}
+        return True
 
     # ------------------------------------------------------------ assign
 
@@ -221,7 +276,7 @@ class CheckpointStore:
     ) -> dict[int, tuple[int, int, int | None]]:
         """Each partition's verified stored position: ``(start, topic end, kept)``,
         kept None when the store had nothing usable (filled from zero)."""
-        store, topic = self._db(), self.topic
+        topic = self.topic
         if not self.flush():
             log.warning("local store writer still busy after %.0f s; filling anyway", FLUSH_S)
         out: dict[int, tuple[int, int, int | None]] = {}
@@ -230,8 +285,12 @@ class CheckpointStore:
         for p in partitions:
             high = watermarks(reader, topic, p)[1]
             read_at = functools.partial(_read_at, reader, topic, p)
-            with store.write_lock:
-                pos = store.verify(topic, p, self._topic_id, high, read_at)
+            store = self._db(p)
+            try:
+                with store.write_lock:
+                    pos = store.verify(topic, p, self._topic_id, high, read_at)
+            except sqlite3.DatabaseError as exc:
+                raise self.unusable(exc, f"verifying partition {p}") from exc
             kept = pos.next_offset if pos is not None else None
             out[p] = (kept or 0, high, kept)
         return out
@@ -239,30 +298,42 @@ class CheckpointStore:
     def fill(self, reader: Reader, partitions: list[int]) -> dict[int, Filled]:
         """Verify each partition's stored position, then catch up to the topic's end
         (synchronously: the rewind after an abort; assignments use background_fill.py)."""
-        store, topic = self._db(), self.topic
+        topic = self.topic
         verified = self.positions(reader, partitions)
         starts = {p: v[0] for p, v in verified.items()}
         highs = {p: v[1] for p, v in verified.items()}
         kept = {p: v[2] for p, v in verified.items()}
         read = {p: 0 for p in partitions}
         fresh = [p for p in partitions if kept[p] is None]
+        moved: set[int] = set()  # a write failed: refilled in memory below
         if fresh:
-            store.filling(True)
+            self._db().filling(True)
         try:
             for p, batch, next_offset in _stream(reader, topic, starts, highs):
+                if p in moved:
+                    continue
                 records = stored_records(
                     self.codec, ((m.offset() or 0, m.key(), m.value()) for m in batch)
                 )
                 try:
-                    store.apply(topic, p, self._topic_id, records, next_offset, recount=True)
+                    self._db(p).apply(
+                        topic, p, self._topic_id, records, next_offset, recount=True
+                    )
                 except sqlite3.Error as exc:
-                    # sessions would load from a store missing records: stop, do not guess
-                    raise StoreUnusable(f"local store {store.path}: write failed: {exc}") from exc
+                    # sessions would load from a store missing records: never
+                    # guess; a full disk moves the partition to memory, refilled
+                    if is_corrupt(exc) or not self.move_to_memory(p, f"write failed: {exc}"):
+                        raise self.unusable(exc, f"filling partition {p}") from exc
+                    moved.add(p)
+                    continue
                 read[p] += len(batch)
         finally:
             if fresh:
-                store.filling(False)
-        return {p: Filled(kept[p], read[p]) for p in partitions}
+                self._db().filling(False)
+        done = {p: Filled(kept[p], read[p]) for p in partitions}
+        if moved:
+            done.update(self.fill(reader, sorted(moved)))
+        return done
 
     def load(self, partition: int, session_id: str) -> tuple[Checkpoint | None, int]:
         """CheckpointSource: a session's newest checkpoint from the store, and its size."""
@@ -271,7 +342,10 @@ class CheckpointStore:
         stale = writer is not None and writer.pending(partition, session_id.encode())
         if stale and writer is not None and not writer.flush(FLUSH_S):
             raise StoreUnusable(f"local store writer stuck for {FLUSH_S:.0f} s")
-        records = self._db().session_records(self.topic, partition, session_id)
+        try:
+            records = self._db(partition).session_records(self.topic, partition, session_id)
+        except sqlite3.DatabaseError as exc:
+            raise self.unusable(exc, f"loading session {session_id}") from exc
         if not records:
             return None, 0
 
@@ -289,18 +363,30 @@ class CheckpointStore:
 
     def newest(self, partition: int) -> Checkpoint | None:
         """The most recently written checkpoint of the partition (its anchor is checked)."""
-        head = self._db().newest_head(self.topic, partition)
+        try:
+            head = self._db(partition).newest_head(self.topic, partition)
+        except sqlite3.DatabaseError as exc:
+            raise self.unusable(exc, f"reading partition {partition}") from exc
         return None if head is None else self.load(partition, session_of(head[0]))[0]
 
     def keys(self, partition: int) -> Iterator[bytes]:
-        return self._db().keys(self.topic, partition)
+        try:
+            return iter(list(self._db(partition).keys(self.topic, partition)))
+        except sqlite3.DatabaseError as exc:
+            raise self.unusable(exc, f"reading partition {partition}") from exc
 
     def quarantined(self, partition: int) -> set[str]:
-        return self._db().quarantined_sessions(self.topic, partition)
+        try:
+            return self._db(partition).quarantined_sessions(self.topic, partition)
+        except sqlite3.DatabaseError as exc:
+            raise self.unusable(exc, f"reading partition {partition}") from exc
 
     def sessions(self, partition: int) -> int:
         """Sessions with a checkpoint head in the store (O(1): kept on apply)."""
-        return self._db().heads(self.topic, partition)
+        try:
+            return self._db(partition).heads(self.topic, partition)
+        except sqlite3.DatabaseError as exc:
+            raise self.unusable(exc, f"reading partition {partition}") from exc
 
     # ------------------------------------------------------------ commit
 
@@ -373,7 +459,7 @@ class CheckpointStore:
         if partition in self.broken:
             return
         try:
-            self._db().apply(self.topic, partition, self._topic_id, records, next_offset)
+            self._db(partition).apply(self.topic, partition, self._topic_id, records, next_offset)
         except sqlite3.Error as exc:
             self._break(partition, f"write failed: {exc}")
 
@@ -388,7 +474,15 @@ class CheckpointStore:
         """What /readyz reports (None: the store works)."""
         if self.open_problem is not None:
             return self.open_problem
-        return next(iter(self.broken.values()), None)
+        return next(iter(self.broken.values()), next(iter(self.in_memory.values()), None))
+
+
+def is_corrupt(exc: sqlite3.Error) -> bool:
+    """The file is damaged (not a full disk, an I/O error or a lock)."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or (
+        type(exc) is sqlite3.DatabaseError and "malformed" in str(exc)
+    )
 
 
 def _read_at(reader: Reader, topic: str, partition: int, offset: int) -> StoredRecord | None:

@@ -285,3 +285,41 @@ def test_a_partition_revoked_and_assigned_again_mid_fill_reads_each_record_once(
         assert db.session_records(topic, 0, f"k{k}") == [(f"k{k}".encode(), f"v{last}".encode())]
     fill.close()
     store.close()
+
+
+def test_a_full_disk_while_filling_moves_the_partition_to_memory_and_refills_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store file cannot grow (SQLITE_FULL) while a fresh host fills: the
+    run goes on (a restart would fail the same way: a crash loop), the filling
+    partition is held in memory, filled again from zero, reported on /readyz and
+    in processor_fill_failures_total, and the views equal the offline fold."""
+    from processor.service.local_store import LocalStore
+
+    broker, _, config = _fresh_host(tmp_path)
+    for i in range(50):  # records that take room while filling, then deleted
+        key = f"junk-{i}".encode()
+        broker.append(config.topics.checkpoints, BIG, key, b"x" * 10_000, "committed")
+        broker.append(config.topics.checkpoints, BIG, key, None, "committed")
+    real = LocalStore.__init__
+
+    def small_disk(self: LocalStore, *args: Any) -> None:
+        real(self, *args)
+        if self.path is not None and "/b/" in str(self.path):
+            # the disk has room for the new file (its schema), no more
+            pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+            self._db.execute(f"PRAGMA max_page_count={pages}")
+
+    monkeypatch.setattr(LocalStore, "__init__", small_disk)
+    loop = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), loop, "all committed")
+    store = loop.proc.store
+    moved = set(store.in_memory)
+    assert BIG in moved, store.in_memory
+    assert "disk is full" in store.in_memory[BIG]
+    assert loop.sample("processor_fill_failures_total") >= len(moved)
+    status, body = loop.metrics.health.readiness()
+    assert status == 503 and b"held in memory" in body
+    loop.stop()
+    assert not loop.errors, loop.errors
+    _assert_folded(broker, config, 12)

@@ -250,3 +250,98 @@ def test_one_delivery_report_per_partition_gives_every_offset(tmp_path: Path) ->
     assert db.position(topic, 1) is None and 1 in store.broken  # its report never came
     assert 0 not in store.broken
     store.close()
+
+
+def _damage(path: Path) -> None:
+    """Flip bytes in the second half of the file: the header and the first pages
+    stay readable (the store opens), the records' pages are garbage."""
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 2, len(data), 7):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupt_store_ends_the_run_with_one_line_and_the_restart_refills_it(
+    tmp_path: Path,
+) -> None:
+    """A store whose pages are damaged (the file opens) must never be folded
+    from, nor crash every start: the run ends with one line naming the file,
+    the file is removed, and the next start refills from the checkpoints topic."""
+    broker = MemoryBroker()
+    config = _config(tmp_path)
+    broker.create_topics(config)
+    _run(broker, config, 0, 6)
+    path = _store_file(tmp_path, config)
+    _damage(path)
+    _produce(broker, config, 6, 12)
+    loop = Loop(broker, config)
+    loop.thread.join(60)
+    assert not loop.thread.is_alive()
+    assert len(loop.errors) == 1, loop.errors
+    line = str(loop.errors[0])
+    assert "\n" not in line and str(path) in line and "corrupt" in line and "removed" in line
+    assert not path.exists()
+    second = Loop(broker, config)  # the restart
+    _wait(lambda: _committed(broker, config), second, "committed after the refill")
+    second.stop()
+    assert not second.errors, second.errors
+    assert second.sample("processor_store_records_read_total") > 0
+    _assert_folded(broker, config, 12)
+
+
+def test_a_store_failing_a_session_load_ends_the_run_never_a_dead_letter(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A damaged page met when a session loads (its first event after the
+    restart) is the store's failure, not the event's: no dead letter, no
+    quarantine, the run ends with one line and the file is removed."""
+    broker = MemoryBroker()
+    config = _config(tmp_path)
+    broker.create_topics(config)
+    _run(broker, config, 0, 6)
+    from processor.service.local_store import LocalStore
+
+    def damaged(self: LocalStore, topic: str, partition: int, session: str) -> Any:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(LocalStore, "session_records", damaged)
+    _produce(broker, config, 6, 12)
+    loop = Loop(broker, config)
+    loop.thread.join(60)
+    assert not loop.thread.is_alive()
+    assert len(loop.errors) == 1 and "corrupt" in str(loop.errors[0]), loop.errors
+    assert "loading session" in str(loop.errors[0])
+    assert broker.committed_records(config.topics.dlq) == []
+    assert not _store_file(tmp_path, config).exists()
+    monkeypatch.undo()
+    second = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), second, "committed after the refill")
+    second.stop()
+    assert not second.errors, second.errors
+    _assert_folded(broker, config, 12)
+
+
+def test_a_full_disk_in_a_rewinds_fill_holds_the_partition_in_memory(tmp_path: Path) -> None:
+    """The synchronous fill (the rewind after an abort) meets a full disk: the
+    partition is refilled from zero in memory, every record there, reported."""
+    from processor.service.memory import MemoryConsumer
+    from processor.service.state import CheckpointStore
+
+    config = _config(tmp_path)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    topic = config.topics.checkpoints
+    for i in range(40):
+        broker.append(topic, 0, f"k{i}".encode(), b"x" * 10_000, "committed")
+    store = CheckpointStore(config, CODEC)
+    store.open("c", "t")
+    db = store.store
+    assert db is not None
+    pages = db._db.execute("PRAGMA page_count").fetchone()[0]
+    db._db.execute(f"PRAGMA max_page_count={pages}")  # the disk is full
+    filled = store.fill(MemoryConsumer(broker, "g", eof=True), [0])
+    assert filled[0].kept_from is None and filled[0].records_read == 40
+    assert set(store.in_memory) == {0} and store.problem is not None
+    assert "held in memory" in store.problem
+    assert store.db(0).session_records(topic, 0, "k39") == [(b"k39", b"x" * 10_000)]
+    store.close()
