@@ -316,9 +316,7 @@ class CheckpointStore:
                     self.codec, ((m.offset() or 0, m.key(), m.value()) for m in batch)
                 )
                 try:
-                    self._db(p).apply(
-                        topic, p, self._topic_id, records, next_offset, recount=True
-                    )
+                    self._db(p).apply(topic, p, self._topic_id, records, next_offset, recount=True)
                 except sqlite3.Error as exc:
                     # sessions would load from a store missing records: never
                     # guess; a full disk moves the partition to memory, refilled

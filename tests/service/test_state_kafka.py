@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,3 +136,55 @@ def test_sigkill_during_a_background_fill_loses_nothing(stack: Stack, tmp_path: 
         proc.wait(30)
     text = log.read_text()
     assert re.search(r"kept to offset \d+", text), text[-3000:]  # the slice was kept
+
+
+def test_a_member_joining_during_a_fill_takes_partitions_mid_fill(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """librdkafka's cooperative rebalance revokes partitions that are paused and
+    filling: their fills are cancelled, nothing of them was folded, the joining
+    member fills and resumes them, no partition stays paused, and the views
+    equal the offline fold."""
+    import threading
+
+    from processor.service.background_fill import BackgroundFill
+
+    logs = sessions(8, 60, seed=44)
+    _produce(stack, logs, 0, 30)
+    stack.run_processor(max_idle_s=3, state_dir=str(tmp_path / "first"))
+    _produce(stack, logs, 30, 60)
+    hold = threading.Event()
+    real = BackgroundFill.step
+
+    def held(self: BackgroundFill) -> Any:
+        return real(self) if hold.is_set() else {}
+
+    monkeypatch.setattr(BackgroundFill, "step", held)
+    a, ta = stack.start_thread(instance_id="f1", state_dir=str(tmp_path / "a"))
+    b = tb = None
+    try:
+        parts = stack.config.partitions
+        wait_until(lambda: len(a.rebalance.fill.jobs) == parts, "the first member filling")
+        b, tb = stack.start_thread(instance_id="f2", state_dir=str(tmp_path / "b"))
+        wait_until(
+            lambda: (
+                b is not None
+                and len(a.rebalance.fill.jobs) + len(b.rebalance.fill.jobs) == parts
+                and a.metrics.rebalances.labels("revoke")._value.get() >= 1
+                and len(b.rebalance.fill.jobs) >= 1
+            ),
+            "partitions moved to the second member mid-fill",
+        )
+        assert not set(a.rebalance.fill.jobs) & set(b.rebalance.fill.jobs)
+        assert a.metrics.records_consumed._value.get() == 0  # paused: nothing folded
+        assert b.metrics.records_consumed._value.get() == 0
+        hold.set()
+        wait_for_views(stack, {sid: stack.expected(sid) for sid in logs}, timeout=120)
+        assert not a.rebalance.fill.jobs and not b.rebalance.fill.jobs
+        assert set(a.engine.partitions) | set(b.engine.partitions) == set(range(parts))
+    finally:
+        hold.set()
+        for proc, thread in ((a, ta), (b, tb)):
+            if proc is not None and thread is not None:
+                proc.stop()
+                thread.join(60)
