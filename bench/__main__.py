@@ -12,6 +12,7 @@ error; the others still run.  Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
@@ -23,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.common import RESULTS, Context, git_revision, result, unique, write_result
+from bench.common import (
+    RESULTS,
+    Context,
+    broker_bootstrap,
+    git_revision,
+    result,
+    unique,
+    write_result,
+)
 from bench.workload import SCALES, build
 
 #: figure -> (module, needs the shared workload)
@@ -66,14 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.perf_counter()
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
-    if not bootstrap:
-        from processor.devbroker import LocalBroker
-
-        broker = LocalBroker()
-        bootstrap = broker.start()
-        _say(f"local broker at {bootstrap}")
+    broker = contextlib.ExitStack()  # a local broker unless KAFKA_BOOTSTRAP_SERVERS is set
+    bootstrap, local = broker.enter_context(broker_bootstrap(_say))
     ctx = Context(
         bootstrap=bootstrap,
         runs=args.runs,
@@ -102,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             write_result(ctx, doc)
             _say(f"{figure}: {report.one_line(doc)} ({durations[figure]:.0f} s)")
     finally:
-        if broker is not None:
-            broker.stop()
+        broker.close()
     total = time.perf_counter() - started
     summary: dict[str, Any] = {
         "figure": "summary",
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "selected": selected,
         "durations_s": {k: round(v, 1) for k, v in durations.items()},
         "total_s": round(total, 1),
-        "broker": "KAFKA_BOOTSTRAP_SERVERS" if broker is None else "local (processor.devbroker)",
+        "broker": "local (processor.devbroker)" if local else "KAFKA_BOOTSTRAP_SERVERS",
         "cpus": os.cpu_count(),
         "workload": ctx.workload.describe() if ctx.workload is not None else None,
     }

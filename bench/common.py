@@ -14,6 +14,7 @@ same top-level keys, so :mod:`bench.report` can render any of them:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,35 @@ def python_env() -> dict[str, str]:
 
 def shell_command(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
+
+
+@contextlib.contextmanager
+def broker_bootstrap(say: Callable[[str], None] | None = None) -> Iterator[tuple[str, bool]]:
+    """``KAFKA_BOOTSTRAP_SERVERS``, or a local broker started for the block (and
+    stopped after it): ``(bootstrap, local)``."""
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
+    if bootstrap:
+        yield bootstrap, False
+        return
+    from processor.devbroker import LocalBroker
+
+    broker = LocalBroker()
+    bootstrap = broker.start()
+    if say is not None:
+        say(f"local broker at {bootstrap}")
+    try:
+        yield bootstrap, True
+    finally:
+        broker.stop()
+
+
+def run_child_json(argv: Sequence[str], what: str, timeout: float = 3600) -> dict[str, Any]:
+    """Run a bench child process (``python -m bench.<x> --child ...``) from the
+    repository root; its last stdout line, as JSON."""
+    done = subprocess.run(
+        list(argv), cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=timeout
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed: {done.stderr[-2000:]}")
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out

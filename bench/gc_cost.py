@@ -23,12 +23,12 @@ import argparse
 import gc
 import json
 import random
-import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from bench.common import REPO, python_env
+from bench.common import run_child_json
 
 HELD_EVENTS = 12
 POOL = 300
@@ -43,16 +43,14 @@ def _logs(count: int, length: int, seed: int) -> list[list[bytes]]:
     ]
 
 
-def child(n: int, freeze: bool) -> dict[str, Any]:
+def _folder() -> Callable[[str, list[bytes]], Any]:
+    """A fresh session folded from event lines (parsed afresh: no shared objects)."""
     from processor.core.builtin import default_registry
     from processor.core.defaults import default_message_projections
     from processor.core.events import parse_event_bytes
     from processor.core.session import Session, synthetic_header
 
-    gc.set_threshold(50_000, 20, 100)  # as the `processor` command does
     registry, mp = default_registry(), default_message_projections()
-    pool = _logs(POOL, HELD_EVENTS, 41)
-    hot = _logs(1000, 60, 97)
 
     def fold(sid: str, lines: list[bytes]) -> Session:
         session = Session(synthetic_header(sid), message_projections=mp, projections=registry)
@@ -60,32 +58,67 @@ def child(n: int, freeze: bool) -> dict[str, Any]:
             session.append(parse_event_bytes(line))
         return session
 
+    return fold
+
+
+class _Pauses:
+    """The collector's pauses per generation, timed by ``gc.callbacks`` while on."""
+
+    def __init__(self) -> None:
+        self.by_gen: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._started = 0.0
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.by_gen[info["generation"]].append(time.perf_counter() - self._started)
+
+    def on(self) -> None:
+        gc.callbacks.append(self._on_gc)
+
+    def off(self) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+    def clear(self) -> None:
+        for v in self.by_gen.values():
+            v.clear()
+
+    @property
+    def total_s(self) -> float:
+        return sum(sum(v) for v in self.by_gen.values())
+
+    @property
+    def counts(self) -> dict[int, int]:
+        return {g: len(v) for g, v in self.by_gen.items()}
+
+    @property
+    def max_s(self) -> float:
+        return max((max(v) for v in self.by_gen.values() if v), default=0.0)
+
+
+def child(n: int, freeze: bool) -> dict[str, Any]:
+    gc.set_threshold(50_000, 20, 100)  # as the `processor` command does
+    fold = _folder()
+    pool = _logs(POOL, HELD_EVENTS, 41)
+    hot = _logs(1000, 60, 97)
     t0 = time.perf_counter()
     held = [fold(f"held-{i}", pool[i % POOL]) for i in range(n)]
     build_s = time.perf_counter() - t0
     gc.collect()
     if freeze:
         gc.freeze()
-    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
-    started = [0.0]
-
-    def on_gc(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            pauses[info["generation"]].append(time.perf_counter() - started[0])
-
-    gc.callbacks.append(on_gc)
+    pauses = _Pauses()
+    pauses.on()
     t0 = time.perf_counter()
     gc.collect()
     full_collect_s = time.perf_counter() - t0
-    for v in pauses.values():
-        v.clear()
+    pauses.clear()
     t0 = time.perf_counter()
     hot_sessions = [fold(f"hot-{i}", lines) for i, lines in enumerate(hot)]
     hot_s = time.perf_counter() - t0
-    gc.callbacks.remove(on_gc)
-    in_gc = sum(sum(v) for v in pauses.values())
+    pauses.off()
+    in_gc = pauses.total_s
     return {
         "sessions": n,
         "freeze": freeze,
@@ -97,8 +130,8 @@ def child(n: int, freeze: bool) -> dict[str, Any]:
         "hot_s": round(hot_s, 3),
         "hot_gc_s": round(in_gc, 4),
         "hot_gc_share": round(in_gc / hot_s, 4),
-        "hot_collections": {g: len(v) for g, v in pauses.items()},
-        "hot_max_pause_s": round(max((max(v) for v in pauses.values() if v), default=0.0), 4),
+        "hot_collections": pauses.counts,
+        "hot_max_pause_s": round(pauses.max_s, 4),
         "held": len(held),
         "hot_sessions": len(hot_sessions),
     }
@@ -144,38 +177,20 @@ def steady(n: int, policy: str, batches: int, batch_events: int) -> dict[str, An
     """
     import weakref
 
-    from processor.core.builtin import default_registry
-    from processor.core.defaults import default_message_projections
     from processor.core.events import parse_event_bytes
-    from processor.core.session import Session, synthetic_header
     from processor.gcpolicy import settle_heap
 
     gc.set_threshold(50_000, 20, 2**30 if policy == "gen2off" else 100)
-    registry, mp = default_registry(), default_message_projections()
+    fold = _folder()
     pool = _logs(POOL, HELD_EVENTS + 400, 41)
-    held: list[Session] = []
-    for i in range(n):
-        session = Session(
-            synthetic_header(f"held-{i}"), message_projections=mp, projections=registry
-        )
-        for line in pool[i % POOL][:HELD_EVENTS]:
-            session.append(parse_event_bytes(line))
-        held.append(session)
+    held = [fold(f"held-{i}", pool[i % POOL][:HELD_EVENTS]) for i in range(n)]
     settle_heap()
-    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
-    started = [0.0]
-
-    def on_gc(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            pauses[info["generation"]].append(time.perf_counter() - started[0])
-
+    pauses = _Pauses()
     rng = random.Random(5)
     markers: weakref.WeakSet[_Cycle] = weakref.WeakSet()
     carried: list[_Cycle] = []
     policy_s = 0.0
-    gc.callbacks.append(on_gc)
+    pauses.on()
     t0 = time.perf_counter()
     events = 0
     for _ in range(batches):
@@ -195,26 +210,26 @@ def steady(n: int, policy: str, batches: int, batch_events: int) -> dict[str, An
         del young, older
         p0 = time.perf_counter()
         if policy == "commit":
-            gc.callbacks.remove(on_gc)  # its own collection is counted as policy time
+            pauses.off()  # its own collection is counted as policy time
             settle_young()
-            gc.callbacks.append(on_gc)
+            pauses.on()
         policy_s += time.perf_counter() - p0
     hot_s = time.perf_counter() - t0
-    gc.callbacks.remove(on_gc)
+    pauses.off()
     del carried
     t1 = time.perf_counter()
     gc.collect()
     final_full_s = time.perf_counter() - t1
-    in_gc = sum(sum(v) for v in pauses.values())
+    in_gc = pauses.total_s
     return {
         "sessions": n,
         "policy": policy,
         "batches": batches,
         "hot_events": events,
         "hot_s": round(hot_s, 3),
-        "auto_collections": {g: len(v) for g, v in pauses.items()},
+        "auto_collections": pauses.counts,
         "auto_gc_s": round(in_gc, 4),
-        "auto_max_pause_s": round(max((max(v) for v in pauses.values() if v), default=0.0), 4),
+        "auto_max_pause_s": round(pauses.max_s, 4),
         "policy_s": round(policy_s, 4),
         "policy_per_commit_ms": round(1000 * policy_s / batches, 3),
         "gc_share": round((in_gc + policy_s) / hot_s, 4),
@@ -262,23 +277,13 @@ def main(argv: list[str] | None = None) -> None:
                     "--batch-events",
                     str(args.batch_events),
                 ]
-                done = subprocess.run(
-                    argv_c, cwd=REPO, env=python_env(), capture_output=True, text=True, check=True
-                )
-                print(done.stdout.strip().splitlines()[-1], flush=True)
+                print(json.dumps(run_child_json(argv_c, f"gc_cost {n} {policy}")), flush=True)
         return
     for n in (int(x) for x in args.sessions.split(",")):
         for freeze in (False, True):
             argv_c = [sys.executable, "-m", "bench.gc_cost", "--child", str(n)]
-            done = subprocess.run(
-                argv_c + (["--freeze"] if freeze else []),
-                cwd=REPO,
-                env=python_env(),
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            print(done.stdout.strip().splitlines()[-1], flush=True)
+            argv_c += ["--freeze"] if freeze else []
+            print(json.dumps(run_child_json(argv_c, f"gc_cost {n}")), flush=True)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ waits only for its own.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import threading
 import time
 
-from bench.common import unique, wait_topics_ready
+from bench.common import broker_bootstrap, unique, wait_topics_ready
 from bench.workload import produce, session_logs
 from processor.config import ServiceConfig
 from processor.engine.commands import partition_of
@@ -91,22 +90,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backlog", type=int, default=300_000, help="checkpoint records on p1")
     args = ap.parse_args()
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
-    if not bootstrap:
-        from processor.devbroker import LocalBroker
-
-        broker = LocalBroker()
-        bootstrap = broker.start()
-    try:
+    with broker_bootstrap() as (bootstrap, _):
         first, total = run(bootstrap, args.backlog)
-        print(
-            f"backlog {args.backlog} records on checkpoints[1]: first folded event of "
-            f"partition 0 after {first:.2f} s, caught up after {total:.2f} s"
-        )
-    finally:
-        if broker is not None:
-            broker.stop()
+    print(
+        f"backlog {args.backlog} records on checkpoints[1]: first folded event of "
+        f"partition 0 after {first:.2f} s, caught up after {total:.2f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -24,14 +24,14 @@ import gc
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, Context, python_env, result, rss_bytes
+from bench.common import Context, result, rss_bytes, run_child_json
 
 EVENTS = 12
 ACTIVE = 2_000
@@ -53,9 +53,7 @@ def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
     from bench.workload import session_logs
     from processor.codec import default_codec
     from processor.config import ServiceConfig
-    from processor.core.builtin import default_registry
-    from processor.core.defaults import default_message_projections
-    from processor.engine import Engine, PartitionState, Record
+    from processor.engine import PartitionState, Record
     from processor.engine.records import Batch
     from processor.service.memory import MemoryMessage
     from processor.service.state import CheckpointStore
@@ -64,7 +62,7 @@ def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-state-"))
     cfg = ServiceConfig(state_dir=str(tmp), partitions=1)
     pool = [list(events) for _, events in session_logs(POOL, EVENTS + 2, seed=43, tag="bud")]
-    engine = Engine(cfg, codec, default_registry(), default_message_projections())
+    engine = _engine(cfg, codec)
     store = CheckpointStore(cfg, codec)
     store.open("bench-cluster", "bench-topic")
     engine.partitions[0] = PartitionState(0, source=store)
@@ -141,21 +139,38 @@ def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
     return out
 
 
-def _synthetic(store: Any, topic: str, seen: int) -> int:
-    """Put ``seen`` sessions in the store through its fill path; the next offset."""
+def _synthetic_batches(prefix: str, n: int) -> Iterator[tuple[list[Any], int]]:
+    """``n`` synthetic sessions (parts ``n.0`` and ``hdr`` of 300 bytes, then the
+    head), in batches of 10,000 sessions: ``(records, next offset)``."""
     from processor.service.local_store import StoredRecord
 
-    db = store.store
     value = b"v" * 300
     offset = 0
-    db.filling(True)
-    for start in range(0, seen, 10_000):
+    for start in range(0, n, 10_000):
         batch = []
-        for i in range(start, min(seen, start + 10_000)):
-            sid = f"seen-{i:08d}".encode()
+        for i in range(start, min(n, start + 10_000)):
+            sid = f"{prefix}-{i:08d}".encode()
             for key in (b"\xff" + sid + b"\x00n.0", b"\xff" + sid + b"\x00hdr", sid):
                 batch.append(StoredRecord(offset, key, value))
                 offset += 1
+        yield batch, offset
+
+
+def _engine(cfg: Any, codec: Any) -> Any:
+    """The service's engine with the default projections."""
+    from processor.core.builtin import default_registry
+    from processor.core.defaults import default_message_projections
+    from processor.engine import Engine
+
+    return Engine(cfg, codec, default_registry(), default_message_projections())
+
+
+def _synthetic(store: Any, topic: str, seen: int) -> int:
+    """Put ``seen`` sessions in the store through its fill path; the next offset."""
+    db = store.store
+    offset = 0
+    db.filling(True)
+    for batch, offset in _synthetic_batches("seen", seen):
         db.apply(topic, 0, "bench-topic", iter(batch), offset, recount=True)
     db.filling(False)
     return offset
@@ -164,13 +179,7 @@ def _synthetic(store: Any, topic: str, seen: int) -> int:
 def _run_child(n: int, budget: int, *, mode: str = "child") -> dict[str, Any]:
     argv = [sys.executable, "-m", "bench.state_budget"]
     argv += [f"--{mode}", str(n)] + ([str(budget)] if mode == "child" else [])
-    done = subprocess.run(
-        argv, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=3600
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"state_budget child {n}/{budget} failed: {done.stderr[-2000:]}")
-    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return out
+    return run_child_json(argv, f"state_budget child {n}/{budget}")
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -244,15 +253,13 @@ def fill_child(n: int) -> dict[str, Any]:
     from bench.workload import session_logs
     from processor.codec import default_codec
     from processor.config import ServiceConfig
-    from processor.core.builtin import default_registry
-    from processor.core.defaults import default_message_projections
-    from processor.engine import Engine, PartitionState, Record
+    from processor.engine import PartitionState, Record
     from processor.service.local_store import LocalStore
     from processor.service.state import FILL_BATCH, session_key, stored_records
 
     codec = default_codec()
     cfg = ServiceConfig(partitions=1)
-    engine = Engine(cfg, codec, default_registry(), default_message_projections())
+    engine = _engine(cfg, codec)
     engine.partitions[0] = PartitionState(0)
     pool = [list(events) for _, events in session_logs(POOL, EVENTS, seed=47, tag="fill")]
     records: list[tuple[bytes, bytes]] = []
@@ -306,20 +313,13 @@ def restart_child(n: int) -> dict[str, Any]:
     restart (group join, the tail) does not depend on ``n``."""
     import random
 
-    from processor.service.local_store import LocalStore, StoredRecord
+    from processor.service.local_store import LocalStore
     from processor.service.state import session_key
 
     path = Path(tempfile.mkdtemp(prefix="bench-restart-")) / "s.sqlite"
     store = LocalStore(path, "c", session_key)
-    offset = 0
-    value = b"v" * 300
-    for start in range(0, n, 10_000):
-        batch = []
-        for i in range(start, min(n, start + 10_000)):
-            sid = f"r-{i:08d}".encode()
-            for key in (b"\xff" + sid + b"\x00n.0", b"\xff" + sid + b"\x00hdr", sid):
-                batch.append(StoredRecord(offset, key, value))
-                offset += 1
+    offset, batch = 0, []
+    for batch, offset in _synthetic_batches("r", n):
         store.apply("cp", 0, "t", batch, offset)
     last = batch[-1]
     store.close()
