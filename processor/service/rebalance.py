@@ -91,7 +91,9 @@ class Rebalance:
         self.assigned_at = 0.0
         #: partitions of the events topic (co-partitioned with the checkpoints)
         self.partition_count = 0
-        self._started = 0.0  # the last assignment (restore_seconds)
+        #: when each partition's restore began (restore_seconds): per partition, as a
+        #: rewind or another assignment during a background fill must not reset it
+        self._started: dict[int, float] = {}
         self._unstable: set[int] = set()  # restored behind an unknown open transaction
         committer.rewind = self.rewind
         # the store's write queue reports its bound being hit (state.py)
@@ -152,6 +154,8 @@ class Rebalance:
         self.metrics.rebalances.labels("revoke").inc()
         # a fill in progress stops here: the store keeps its applied slices
         self.fill.cancel(tp.partition for tp in partitions)
+        for tp in partitions:
+            self._started.pop(tp.partition, None)
         # A failing commit here aborts the batch and rewinds only the partitions
         # we keep: the revoked ones are the next owner's to restore, and a
         # back-off would only delay the whole group's rebalance.
@@ -184,6 +188,8 @@ class Rebalance:
         self.metrics.rebalances.labels("lost").inc()
         lost = {tp.partition for tp in partitions}
         self.fill.cancel(lost)
+        for p in lost:
+            self._started.pop(p, None)
         self.committer.abort(lost, rewind=False)
         for p in lost:
             self.engine.drop_partition(p)
@@ -232,7 +238,8 @@ class Rebalance:
     def _prepare(self, numbers: list[int]) -> None:
         """Before a fill: no zombie transaction open, the store open, the partitions dropped."""
         assert self.reader is not None
-        self._started = time.monotonic()
+        now = time.monotonic()
+        self._started.update(dict.fromkeys(numbers, now))
         rc, store = self.reader, self.store
         if self.config.exactly_once:
             # never restore behind a zombie's open transaction (see restore.py)
@@ -314,7 +321,9 @@ class Rebalance:
                 if starts[number] is not None
                 else f"committed offset {committed[number]}",
             )
-        self.metrics.restore_seconds.observe(time.monotonic() - self._started)
+        now = time.monotonic()
+        began = min((self._started.pop(n, now) for n in numbers), default=now)
+        self.metrics.restore_seconds.observe(now - began)
         return starts
 
     def _tombstone_all(self, number: int) -> None:

@@ -392,3 +392,64 @@ def test_a_fill_slice_never_reads_more_than_its_bound(
     assert max(slices) == 200 and len(slices) >= BACKLOG // 200
     assert sum(slices) == loop.sample("processor_store_records_read_total")
     _assert_folded(broker, config, 12)
+
+
+def test_a_rewind_during_a_fill_does_not_reset_the_fills_restore_time(
+    tmp_path: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """processor_restore_seconds of a partition filled in the background runs from
+    its assignment, even when a neighbour's abort rewinds (and restores) meanwhile.
+    The rebalance module's clock jumps 1000 s at the rewind (no wall time)."""
+    import time as real_time
+
+    from processor.service import rebalance
+    from processor.service.rebalance import Rebalance
+
+    class Clock:
+        extra = 0.0
+
+        @staticmethod
+        def monotonic() -> float:
+            return real_time.monotonic() + Clock.extra
+
+    monkeypatch.setattr(rebalance, "time", Clock)
+    real_rewind = Rebalance.rewind
+
+    def rewind(self: Rebalance, numbers: list[int]) -> None:
+        Clock.extra += 1000.0
+        real_rewind(self, numbers)
+
+    monkeypatch.setattr(Rebalance, "rewind", rewind)
+    broker, _, config = _fresh_host(tmp_path, gate)
+    small = 1 - BIG
+    broker.fail(
+        "commit_transaction",
+        KafkaError(KafkaError._TIMED_OUT, "commit lost", txn_requires_abort=True),
+    )
+    loop = Loop(broker, config)
+    _wait(
+        lambda: (
+            gate.held > 0
+            and loop.sample("processor_transaction_aborts_total") == 1
+            and _group_offset(broker, config, small) >= _high(broker, config, small)
+        ),
+        loop,
+        "the neighbour rewound and committed",
+    )
+    gate.open = True
+    _wait(lambda: _committed(broker, config), loop, "all committed")
+    loop.stop()
+    assert not loop.errors, loop.errors
+
+    def over(seconds: str) -> float:
+        bucket = loop.metrics.registry.get_sample_value(
+            "processor_restore_seconds_bucket", {"le": seconds}
+        )
+        assert bucket is not None
+        return bucket
+
+    # three restores: the neighbour's fill, its rewind, BIG's fill; only BIG's
+    # spans the clock's jump (it was assigned before the rewind)
+    assert over("+Inf") == 3
+    assert over("+Inf") - over("30.0") == 1
+    _assert_folded(broker, config, 12)
