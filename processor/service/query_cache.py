@@ -154,6 +154,12 @@ class QueryCache:
             "Failed reads of a views partition (retried)",
             registry=r,
         )
+        self.queue_full = Counter(
+            "processor_query_cache_queue_full_total",
+            "Commits that waited for room in the query cache's write queue "
+            "(MAX_QUEUED_COMMITS; the loop waits, nothing is dropped)",
+            registry=r,
+        )
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -197,7 +203,15 @@ class QueryCache:
         parts = self._parts  # changed by this (the loop) thread only
         tagged = [(p, parts[p].epoch, key, value) for p, key, value in writes if p in parts]
         if tagged:
-            self._commits.put(tagged)
+            try:
+                self._commits.put_nowait(tagged)
+            except queue.Full:  # the bound is hit: reported, then the loop waits
+                self.queue_full.inc()
+                log.warning(
+                    "query cache: write queue full (%d commits); the loop waits for it",
+                    MAX_QUEUED_COMMITS,
+                )
+                self._commits.put(tagged)
 
     def sync(self) -> None:
         """Wait until every queued commit is applied (tests, benches)."""

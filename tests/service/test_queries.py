@@ -389,3 +389,39 @@ def test_the_metrics_port_serves_the_routes_with_their_headers() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_full_commit_queue_makes_the_loop_wait_and_is_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cache's write queue (MAX_QUEUED_COMMITS) reports when hit; the loop
+    waits for room and no commit is lost."""
+    from processor.service import query_cache
+
+    monkeypatch.setattr(query_cache, "MAX_QUEUED_COMMITS", 1)
+    h, batches, sids = _batches()
+    cache = _cache(lambda p: [])
+    held = threading.Event()
+    real_apply = cache._apply_commits
+
+    def slow(records: Any) -> None:
+        held.wait(30)
+        real_apply(records)
+
+    cache._apply_commits = slow  # type: ignore[method-assign]
+    cache.assigned([0])
+    loop = threading.Thread(target=lambda: [cache.committed(_writes(b)) for b in batches])
+    loop.start()
+    deadline = time.monotonic() + 30
+    while cache.queue_full._value.get() == 0:
+        assert time.monotonic() < deadline, "the queue never filled"
+        time.sleep(0.01)
+    assert loop.is_alive()  # waiting for room
+    held.set()
+    loop.join(30)
+    cache.sync()
+    _wait_ready(cache, "a")
+    topic = materialize(h.topic(VIEWS))
+    for sid in sids:
+        assert cache.session_views(sid) == topic[sid]
+    cache.close()
