@@ -49,6 +49,7 @@ class BuildWithSharedData(build_py):
 #: interpreted: mypyc cannot compile dict/list subclasses.
 MYPYC_MODULES = [
     "processor/core/events.py",
+    "processor/core/freezing.py",
     "processor/core/event_checks.py",
     "processor/core/header.py",
     "processor/core/image_offload.py",

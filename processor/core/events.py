@@ -97,6 +97,8 @@ KNOWN_TYPES: Final = frozenset(
         "workspace/changes",
     }
 )
+#: Known types that may not carry surface metadata (E-5).
+_LOG_ONLY_KNOWN: Final = KNOWN_TYPES - SURFACE_TYPES
 #: Known types that neither join the surface nor project messages.
 LOG_ONLY_TYPES: Final = KNOWN_TYPES - SURFACE_TYPES - MESSAGE_PROJECTION_TYPES
 
@@ -119,6 +121,7 @@ _ENVELOPE_KEYS: Final = frozenset(
     {"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"}
 )
 _REQUIRED_KEYS: Final = ("type", "seq", "time", "data")
+_REQUIRED_SET: Final = frozenset(_REQUIRED_KEYS)
 
 
 class _Absent:
@@ -301,6 +304,46 @@ def parse_event(raw: Any, *, trusted_json: bool = False) -> Event:
     absent or exactly ``true``.  ``trusted_json`` skips the plain-JSON walk when
     ``raw`` came from a strict JSON decoder (orjson refuses NaN/Infinity itself).
     """
+    if type(raw) is dict:
+        # The common case, a well-formed envelope from a JSON decoder: the same
+        # checks as below in a few C-level tests (key sets, exact int types).
+        # Anything else (a float seq, an unknown key, an error) takes the
+        # full path, which decides and words the refusal.
+        keys = raw.keys()
+        seq = raw.get("seq")
+        time = raw.get("time")
+        etype = raw.get("type")
+        if (
+            trusted_json
+            and keys <= _ENVELOPE_KEYS
+            and keys >= _REQUIRED_SET
+            and type(etype) is str
+            and type(seq) is int
+            and 0 <= seq <= MAX_SAFE_INT
+            and type(time) is int
+            and -MAX_SAFE_INT <= time <= MAX_SAFE_INT
+        ):
+            if len(keys) == 4:  # type, seq, time, data only
+                return _new_event(etype, seq, time, freeze(raw["data"]), ABSENT, ABSENT, None)
+            ignorable = raw.get("ignorable", ABSENT)
+            if (ignorable is True or ignorable is ABSENT) and (
+                etype not in _LOG_ONLY_KNOWN
+                or ("surfaceOp" not in keys and "sourceEventSeqs" not in keys)
+            ):
+                return _new_event(
+                    etype,
+                    seq,
+                    time,
+                    freeze(raw["data"]),
+                    freeze(raw["surfaceOp"]) if "surfaceOp" in keys else ABSENT,
+                    freeze(raw["sourceEventSeqs"]) if "sourceEventSeqs" in keys else ABSENT,
+                    True if ignorable is True else None,
+                )
+    return _parse_event_checked(raw, trusted_json)
+
+
+def _parse_event_checked(raw: Any, trusted_json: bool) -> Event:
+    """:func:`parse_event`, every check in the runtime's order (and its refusals)."""
     if not isinstance(raw, dict):
         raise SessionError(None, "E-1", "event envelope must be a JSON object")
     seq_hint = _seq_hint(raw)
