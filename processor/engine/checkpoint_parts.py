@@ -303,12 +303,14 @@ def _bundle(ledger: PartLedger, max_bytes: int, out: PartWrites) -> None:
     for name, version, value in entries:
         if name in ledger.bundle_of or name in ledger.standalone:
             ledger.drop(name, out.tombstones)  # rewritten: the old copy goes
-        entry_size = len(orjson.dumps(value)) + len(name) + 30  # + '["name",...,version],'
+        # encoded once: the size decides the group, the bytes go into it as they are
+        text = orjson.Fragment(encoded := orjson.dumps(value))
+        entry_size = len(encoded) + len(name) + 30  # + '["name",...,version],'
         if groups[-1] and size + entry_size > max_bytes:
             groups.append([])
             size = 2
         size += entry_size
-        groups[-1].append([name, value, version] if version else [name, value])
+        groups[-1].append([name, text, version] if version else [name, text])
     for group in groups:
         n = ledger.next_bundle
         ledger.next_bundle += 1

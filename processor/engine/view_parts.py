@@ -228,12 +228,14 @@ def _bundle(out: ViewWrites, ledger: ViewLedger, max_bytes: int) -> None:
     pinned = False
     size = 2
     for seq, generation, message, transcript in out.entries:
-        entry_size = len(orjson.dumps(message)) + 24  # + "[seq,generation,...]",
+        # encoded once: the size decides the bundle, the bytes go into it as they are
+        text = orjson.Fragment(encoded := orjson.dumps(message))
+        entry_size = len(encoded) + 24  # + "[seq,generation,...]",
         if items and size + entry_size > max_bytes:
             bundles.append((items, droppable, pinned))
             items, droppable, pinned, size = [], [], False, 2
         size += entry_size
-        items.append([seq, message] if generation is None else [seq, generation, message])
+        items.append([seq, text] if generation is None else [seq, generation, text])
         if transcript:
             pinned = True
         else:
