@@ -56,7 +56,9 @@ class BundleSlot:
     """A live bundle that holds entries which can be dropped."""
 
     pinned: bool  # holds a transcript message too: never tombstoned
-    entries: set[str] = field(default_factory=set)  # droppable entries still named
+    #: droppable entries still named: the ledger's ``bundle_of`` names them
+    #: (entry -> bundle), so a count is all the slot needs to know its last
+    live: int = 0
 
 
 @dataclass(slots=True)
@@ -97,8 +99,8 @@ class ViewLedger:
             tombstones.append(name)
             return
         slot = self.bundles[n]
-        slot.entries.discard(name)
-        if not slot.entries:
+        slot.live -= 1
+        if not slot.live:
             del self.bundles[n]
             self.died.append(n)
             if not slot.pinned:
@@ -246,11 +248,14 @@ def _bundle(out: ViewWrites, ledger: ViewLedger, max_bytes: int) -> None:
         n = ledger.next_bundle
         ledger.next_bundle += 1
         records.append((bundle_view(n), items))
+        live = 0
         for name in droppable:
             if name in ledger.bundle_of:  # rewritten whole (views held back, then
                 ledger.drop(name, out.tombstones)  # published): the old copy goes
-            ledger.bundle_of[name] = n
+            if ledger.bundle_of.get(name) != n:
+                ledger.bundle_of[name] = n
+                live += 1
         if droppable:
-            ledger.bundles[n] = BundleSlot(pinned, set(droppable))
+            ledger.bundles[n] = BundleSlot(pinned, live)
             ledger.born.append((n, pinned, sorted(droppable)))
     out.records[:0] = records
