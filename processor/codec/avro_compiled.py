@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from processor.codec.names import CodecError
+
 _LONG_MIN: Final = -(1 << 63)
 _LONG_MAX: Final = (1 << 63) - 1
 _INT_MIN: Final = -(1 << 31)
@@ -31,8 +33,9 @@ Emit = Callable[[list[bytes], Any], None]
 Writer = Callable[[Any], bytes]
 
 
-class Unsupported(Exception):
-    """A value the compiled writer leaves to fastavro."""
+class Unsupported(CodecError):
+    """A value the compiled writer leaves to fastavro (never escapes the codec:
+    ``Codec.encode_record`` catches it and runs fastavro)."""
 
 
 #: zigzag varints of small values, precomputed (seqs, counts, lengths)
