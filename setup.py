@@ -71,6 +71,18 @@ MYPYC_MODULES = [
     "processor/core/builtin/turn_boundary.py",
     "processor/files.py",
     "processor/offline.py",
+    # the engine (issue 15, helper `out`): fold bookkeeping and output assembly
+    "processor/engine/gate.py",
+    "processor/engine/held.py",
+    "processor/engine/runtime.py",
+    "processor/engine/chunks.py",
+    "processor/engine/view_parts.py",
+    "processor/engine/checkpoint_parts.py",
+    "processor/engine/output.py",
+    "processor/engine/records.py",
+    "processor/engine/engine.py",
+    "processor/codec/avro_compiled.py",
+    "processor/codec/avro_fast.py",
 ]
 
 

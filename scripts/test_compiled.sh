@@ -37,3 +37,7 @@ echo "== pytest (compiled build)"
 PROCESSOR_PURE_SOURCE="$ROOT" "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider \
   tests/core tests/agent tests/cli -rs \
   --deselect tests/cli/test_fold_cli.py::test_example_log_folds "$@"
+echo "== pytest (compiled build: the engine's broker-less tests)"
+cp -r "$ROOT/bench" "$WORK/run/"  # (test_write_amp_count uses the bench's workload)
+"$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider -m "not kafka" \
+  tests/engine tests/service/test_avro_compiled.py tests/service/test_avro_fast.py

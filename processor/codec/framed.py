@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import fastavro
 from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
+from processor.codec.avro_compiled import Unsupported, Writer, compile_writer
 from processor.codec.avro_fast import VIEW_LAYOUT, layout_matches, view_body
 from processor.codec.envelope import (
     _check_ints,
@@ -87,6 +88,8 @@ class Codec:
         self._id_plans: dict[int, _Plan] = {}
         self._event_writer = self.store.current(SESSION_EVENT).parsed
         self._layouts: dict[str, bool] = {}
+        #: record name -> its compiled writer (avro_compiled.py), None: fastavro's
+        self._compiled: dict[str, Writer | Literal[False] | None] = {}
 
     # -- framing ------------------------------------------------------------
 
@@ -154,6 +157,14 @@ class Codec:
         """Frame + schemaless body of ``datum`` with the current schema ``name``."""
         head = self.header(name)
         schema = self._event_writer if name == SESSION_EVENT else self.store.current(name).parsed
+        write = self._compiled.get(name, False)
+        if write is False:
+            write = self._compiled[name] = compile_writer(schema)
+        if write is not None:
+            try:
+                return head + write(datum)
+            except Unsupported:
+                pass  # fastavro writes it, or says why not
         buf = io.BytesIO()
         buf.write(head)
         try:

@@ -138,7 +138,9 @@ class PartLedger:
     seq_chunks: int = 0
     next_bundle: int = 0  # number of the next part ``b.<n>``
     bundle_of: dict[str, int] = field(default_factory=dict)  # entry -> its bundle
-    bundles: dict[int, set[str]] = field(default_factory=dict)  # live bundle -> entries named
+    #: live bundle -> how many of its entries are still named (``bundle_of``
+    #: names them: a set per bundle would hold every name twice)
+    bundles: dict[int, int] = field(default_factory=dict)
     stale: list[int] = field(default_factory=list)  # restored bundles nothing names: tombstone
     #: rewritable parts (not ``e.``/``o.``) that live as records of their own
     #: (format 2): a bundle entry that supersedes one tombstones it
@@ -152,9 +154,9 @@ class PartLedger:
             self.standalone.discard(name)
         if n is None:
             return
-        entries = self.bundles[n]
-        entries.discard(name)
-        if not entries:
+        live = self.bundles[n] - 1
+        self.bundles[n] = live
+        if not live:
             del self.bundles[n]
             tombstones.append(bundle_part(n))
 
@@ -303,19 +305,24 @@ def _bundle(ledger: PartLedger, max_bytes: int, out: PartWrites) -> None:
     for name, version, value in entries:
         if name in ledger.bundle_of or name in ledger.standalone:
             ledger.drop(name, out.tombstones)  # rewritten: the old copy goes
-        entry_size = len(orjson.dumps(value)) + len(name) + 30  # + '["name",...,version],'
+        # encoded once: the size decides the group, the bytes go into it as they are
+        text = orjson.Fragment(encoded := orjson.dumps(value))
+        entry_size = len(encoded) + len(name) + 30  # + '["name",...,version],'
         if groups[-1] and size + entry_size > max_bytes:
             groups.append([])
             size = 2
         size += entry_size
-        groups[-1].append([name, value, version] if version else [name, value])
+        groups[-1].append([name, text, version] if version else [name, text])
     for group in groups:
         n = ledger.next_bundle
         ledger.next_bundle += 1
         out.parts.append((bundle_part(n), 0, group))
-        ledger.bundles[n] = {entry[0] for entry in group}
+        live = 0
         for entry in group:
-            ledger.bundle_of[entry[0]] = n
+            if ledger.bundle_of.get(entry[0]) != n:
+                ledger.bundle_of[entry[0]] = n
+                live += 1
+        ledger.bundles[n] = live
 
 
 def _pending(session: Session, published: int, ledger: PartLedger, out: PartWrites) -> None:

@@ -236,8 +236,8 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts.last_write = session.last_seq
     for n, names in parted.get("partBundles", ()):
         if names:
-            parts.bundles[int(n)] = set(names)
             parts.bundle_of.update(dict.fromkeys(names, int(n)))
+            parts.bundles[int(n)] = len(set(names))
         else:
             parts.stale.append(int(n))
         parts.next_bundle = max(parts.next_bundle, int(n) + 1)
@@ -279,7 +279,7 @@ def _restore_view_bundles(
             if not pinned:
                 views.legacy.append(bundle_view(int(n)))
             continue
-        views.bundles[int(n)] = BundleSlot(bool(pinned), live)
+        views.bundles[int(n)] = BundleSlot(bool(pinned), len(live))
         views.bundle_of.update(dict.fromkeys(live, int(n)))
 
 

@@ -56,7 +56,9 @@ class BundleSlot:
     """A live bundle that holds entries which can be dropped."""
 
     pinned: bool  # holds a transcript message too: never tombstoned
-    entries: set[str] = field(default_factory=set)  # droppable entries still named
+    #: droppable entries still named: the ledger's ``bundle_of`` names them
+    #: (entry -> bundle), so a count is all the slot needs to know its last
+    live: int = 0
 
 
 @dataclass(slots=True)
@@ -97,8 +99,8 @@ class ViewLedger:
             tombstones.append(name)
             return
         slot = self.bundles[n]
-        slot.entries.discard(name)
-        if not slot.entries:
+        slot.live -= 1
+        if not slot.live:
             del self.bundles[n]
             self.died.append(n)
             if not slot.pinned:
@@ -228,12 +230,14 @@ def _bundle(out: ViewWrites, ledger: ViewLedger, max_bytes: int) -> None:
     pinned = False
     size = 2
     for seq, generation, message, transcript in out.entries:
-        entry_size = len(orjson.dumps(message)) + 24  # + "[seq,generation,...]",
+        # encoded once: the size decides the bundle, the bytes go into it as they are
+        text = orjson.Fragment(encoded := orjson.dumps(message))
+        entry_size = len(encoded) + 24  # + "[seq,generation,...]",
         if items and size + entry_size > max_bytes:
             bundles.append((items, droppable, pinned))
             items, droppable, pinned, size = [], [], False, 2
         size += entry_size
-        items.append([seq, message] if generation is None else [seq, generation, message])
+        items.append([seq, text] if generation is None else [seq, generation, text])
         if transcript:
             pinned = True
         else:
@@ -244,11 +248,14 @@ def _bundle(out: ViewWrites, ledger: ViewLedger, max_bytes: int) -> None:
         n = ledger.next_bundle
         ledger.next_bundle += 1
         records.append((bundle_view(n), items))
+        live = 0
         for name in droppable:
             if name in ledger.bundle_of:  # rewritten whole (views held back, then
                 ledger.drop(name, out.tombstones)  # published): the old copy goes
-            ledger.bundle_of[name] = n
+            if ledger.bundle_of.get(name) != n:
+                ledger.bundle_of[name] = n
+                live += 1
         if droppable:
-            ledger.bundles[n] = BundleSlot(pinned, set(droppable))
+            ledger.bundles[n] = BundleSlot(pinned, live)
             ledger.born.append((n, pinned, sorted(droppable)))
     out.records[:0] = records
