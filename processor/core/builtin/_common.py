@@ -11,7 +11,17 @@ def is_int(value: Any) -> bool:
 
 
 def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A JSON number (booleans are not numbers here)."""
+    # Exact int/float first (every value a JSON decoder makes): the
+    # ``isinstance(value, int | float)`` form built a union type per call,
+    # and ``sessionStats`` asks this for every usage field of every reply.
+    kind = type(value)
+    if kind is int or kind is float:
+        return True
+    return isinstance(value, _NUMBER_TYPES) and kind is not bool
+
+
+_NUMBER_TYPES = (int, float)
 
 
 def require_dict(value: Any, keys: tuple[str, ...], what: str) -> None:
