@@ -157,6 +157,7 @@ class Processor:
             flush_tally=self._flush_tally,
             stop=self._stop,
         )
+        self.txn.after_commit = self._after_commit
         #: the rebalance callbacks and the restore (rebalance.py)
         self.rebalance = Rebalance(
             config,
@@ -233,7 +234,8 @@ class Processor:
             while not self._stop.is_set():
                 self.health.tick()
                 brokers.tick()
-                if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S:
+                # an in-flight commit's sessions are not in the store yet: no eviction
+                if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S and not self.txn.in_flight:
                     self._evict()  # idle sessions go even when nothing commits
                     self._update_gauges()
                 # A batch consume returns only when it is full or its timeout is
@@ -244,13 +246,19 @@ class Processor:
                 # record could have arrived, not one interval after the commit
                 # that made it wait (measured, BENCHMARKS §5: p99 ~ I + 2C -> I + C
                 # for a transaction time C).  Never older than one interval (a
-                # long restore inside the poll).
+                # long restore inside the poll).  A slice ends when the open
+                # batch is due, so it closes on time, not up to a slice late.
                 polled_at = time.monotonic()
+                slice_s = min(0.02, interval)
+                if not self._pending.empty():
+                    due = self._pending.started + interval - polled_at
+                    slice_s = max(0.0, min(slice_s, due))
                 msgs = consumer.consume(
-                    num_messages=min(cfg.max_batch_events, 5_000), timeout=min(0.02, interval)
+                    num_messages=min(cfg.max_batch_events, 5_000), timeout=slice_s
                 )
                 dated = max(drained_at, polled_at - interval)
                 drained_at = time.monotonic()
+                self.txn.poll()  # finish the commit in flight if it has ended
                 if self._fatal is not None:  # raised in a rebalance callback
                     raise self._fatal
                 problems.raise_if_fatal()
@@ -272,7 +280,8 @@ class Processor:
                 if not p.empty() and (
                     p.events >= cfg.max_batch_events or time.monotonic() - p.started >= interval
                 ):
-                    self._commit()
+                    # commit_transaction overlaps the next batch's fold (commit.py)
+                    self._commit(overlap=True)
                 if until_offsets is not None and self._reached(until_offsets):
                     break
             self._commit()
@@ -294,7 +303,7 @@ class Processor:
         return error
 
     def _reached(self, targets: dict[int, int]) -> bool:
-        if not self._pending.empty() or set(targets) - set(self._partitions):
+        if self.txn.in_flight or not self._pending.empty() or set(targets) - set(self._partitions):
             return False
         assert self._consumer is not None
         tps = [TopicPartition(self.topics.events, p) for p in targets]
@@ -431,13 +440,16 @@ class Processor:
 
     # ------------------------------------------------------------ output
 
-    def _commit(self) -> None:
-        """Commit the open batch (commit.py), then keep the sessions within budget."""
-        self.txn.commit()
-        if self.engine.batch.empty():
-            self.heap.committed()
-            self._evict()
-            self._update_gauges()
+    def _commit(self, *, overlap: bool = False) -> None:
+        """Commit the open batch (commit.py); ``overlap``: let its
+        ``commit_transaction`` run while the loop folds the next batch."""
+        self.txn.commit(overlap=overlap)
+
+    def _after_commit(self) -> None:
+        """A batch committed (the store has it): keep the sessions within budget."""
+        self.heap.committed()
+        self._evict()
+        self._update_gauges()
 
     def _evict(self) -> None:
         cfg = self.config
