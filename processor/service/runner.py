@@ -234,8 +234,9 @@ class Processor:
             while not self._stop.is_set():
                 self.health.tick()
                 brokers.tick()
-                # an in-flight commit's sessions are not in the store yet: no eviction
-                if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S and not self.txn.in_flight:
+                if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S:
+                    # an in-flight commit's sessions are not in the store yet
+                    self.txn.settle()
                     self._evict()  # idle sessions go even when nothing commits
                     self._update_gauges()
                 # A batch consume returns only when it is full or its timeout is
