@@ -121,8 +121,8 @@ class Committer:
         #: delivery reports of checkpoint records, appended on whichever thread
         #: served them, applied to the store on the loop thread (settle)
         self._reports: list[tuple[KafkaError | None, Message]] = []
-        #: the loop's work after a commit (heap, evictions, gauges; runner.py)
-        self.after_commit: Callable[[], None] = lambda: None
+        #: a batch committed since the loop last asked (:meth:`take_committed`)
+        self._fresh = False
 
     @property
     def txn_id(self) -> str:
@@ -391,7 +391,14 @@ class Committer:
         self.metrics.batch_events.observe(pending.events)
         self.metrics.commit_seconds.observe(seconds)
         if not self.leaving:  # a revoke drops the partitions next: no eviction needed
-            self.after_commit()
+            self._fresh = True
+
+    def take_committed(self) -> bool:
+        """Whether a batch committed since the last call.  The loop then settles
+        the heap and evicts, out here: inside the commit's frames the committed
+        batch is still referenced and the heap settle would walk and freeze it."""
+        fresh, self._fresh = self._fresh, False
+        return fresh
 
     def _failed(self, exc: KafkaException, opened: float, pending: Batch) -> None:
         assert self.producer is not None

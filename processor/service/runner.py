@@ -157,7 +157,6 @@ class Processor:
             flush_tally=self._flush_tally,
             stop=self._stop,
         )
-        self.txn.after_commit = self._after_commit
         #: the rebalance callbacks and the restore (rebalance.py)
         self.rebalance = Rebalance(
             config,
@@ -234,9 +233,14 @@ class Processor:
             while not self._stop.is_set():
                 self.health.tick()
                 brokers.tick()
+                # finish the commit in flight if it has ended; here, not after the
+                # consume: the heap settle would walk and freeze the fresh records
+                self.txn.poll()
+                self._after_commit()
                 if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S:
                     # an in-flight commit's sessions are not in the store yet
                     self.txn.settle()
+                    self._after_commit()
                     self._evict()  # idle sessions go even when nothing commits
                     self._update_gauges()
                 # A batch consume returns only when it is full or its timeout is
@@ -259,7 +263,6 @@ class Processor:
                 )
                 dated = max(drained_at, polled_at - interval)
                 drained_at = time.monotonic()
-                self.txn.poll()  # finish the commit in flight if it has ended
                 if self._fatal is not None:  # raised in a rebalance callback
                     raise self._fatal
                 problems.raise_if_fatal()
@@ -445,9 +448,12 @@ class Processor:
         """Commit the open batch (commit.py); ``overlap``: let its
         ``commit_transaction`` run while the loop folds the next batch."""
         self.txn.commit(overlap=overlap)
+        self._after_commit()
 
     def _after_commit(self) -> None:
-        """A batch committed (the store has it): keep the sessions within budget."""
+        """If a batch committed (the store has it): keep the sessions within budget."""
+        if not self.txn.take_committed():
+            return
         self.heap.committed()
         self._evict()
         self._update_gauges()
