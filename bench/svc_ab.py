@@ -154,8 +154,8 @@ def cmd_mem_run(args: argparse.Namespace) -> None:
         tracked: list[int] = []
         commit = proc._commit
 
-        def watched(commit: Any = commit, tracked: list[int] = tracked) -> None:
-            commit()  # then: the objects a full collection would walk
+        def watched(commit: Any = commit, tracked: list[int] = tracked, **kw: Any) -> None:
+            commit(**kw)  # then: the objects a full collection would walk
             tracked.append(len(gc.get_objects()))
 
         proc._commit = watched  # type: ignore[method-assign]

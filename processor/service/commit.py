@@ -13,6 +13,19 @@ steps are retried, abortable ones abort, rewind and back off (bounded,
 producer error a broker fault explains, answered with a new producer
 (``replace_producer``).  While revoking, every step's timeout is what is
 left of ``revoke_budget_ms`` (:meth:`timeout`).
+
+``commit_transaction`` overlaps the next batch (``commit(overlap=True)``):
+it runs, with the flush that serves the store's delivery reports, on the
+helper thread while the loop consumes and folds the next batch; the loop
+finishes it (:meth:`settle`) before anything needs it done — the next
+``begin_transaction``, a revoke's commit, an abort, shutdown, an eviction.
+A failed commit aborts and rewinds both batches' partitions: the open one
+was folded on top of the failed one.
+
+Threads: the helper thread calls only the producer (librdkafka is
+thread-safe) and appends to ``_reports``; the store, the engine, the query
+cache and the metrics are touched on the loop thread only, in
+:meth:`settle`.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -40,6 +54,19 @@ from processor.service.state import CheckpointStore
 from processor.service.transport import GroupConsumer, Transport, TxnProducer
 
 log = logging.getLogger("processor.runner")
+
+
+@dataclass
+class _InFlight:
+    """A batch whose ``commit_transaction`` runs on the helper thread."""
+
+    batch: Batch
+    views: list[ViewWrite]
+    tally: Tally  # the batch's decisions: counted once it committed
+    t0: float  # perf_counter at the commit's start
+    opened: float  # monotonic time the transaction began
+    future: Future[None] = field(default_factory=Future)
+    done_at: float = 0.0  # perf_counter when commit_transaction returned (helper thread)
 
 
 class Committer:
@@ -86,8 +113,16 @@ class Committer:
         self._held: dict[int, tuple[bytes | None, bytes | None]] = {}
         #: (topic, partition) pairs whose first record of the transaction is out
         self._reported: set[tuple[str, int]] = set()
-        #: sends a batch's offsets while the loop produces its output (commit)
+        #: sends a batch's offsets while the loop produces its output, and commits
+        #: a batch while the loop folds the next one (commit)
         self._helper: ThreadPoolExecutor | None = None
+        #: the batch being committed on the helper thread (settle finishes it)
+        self._inflight: _InFlight | None = None
+        #: delivery reports of checkpoint records, appended on whichever thread
+        #: served them, applied to the store on the loop thread (settle)
+        self._reports: list[tuple[KafkaError | None, Message]] = []
+        #: a batch committed since the loop last asked (:meth:`take_committed`)
+        self._fresh = False
 
     @property
     def txn_id(self) -> str:
@@ -147,7 +182,13 @@ class Committer:
         self._reported.clear()
 
     def close(self) -> None:
-        """End the helper thread (the loop has ended: nothing is being sent)."""
+        """End the helper thread (the loop has ended: nothing is being sent).
+
+        An in-flight commit is waited for but not applied (the run died: the
+        store stays behind the topic, which the next assignment catches up)."""
+        flight, self._inflight = self._inflight, None
+        if flight is not None:
+            wait((flight.future,), timeout=self.timeout(60))
         if self._helper is not None:
             self._helper.shutdown(wait=True)
             self._helper = None
@@ -165,9 +206,38 @@ class Committer:
                 self.metrics,
             )
 
+        return self._submit(send)
+
+    def _submit(self, step: Callable[[], None]) -> Future[None]:
         if self._helper is None:  # made on first use, ended by close() with the loop
-            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-offsets")
-        return self._helper.submit(send)
+            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-helper")
+        return self._helper.submit(step)
+
+    @property
+    def in_flight(self) -> bool:
+        """A commit runs on the helper thread (the store and metrics lag it)."""
+        return self._inflight is not None
+
+    def poll(self) -> None:
+        """Finish the in-flight commit if it has ended (the loop, every slice)."""
+        if self._inflight is not None and self._inflight.future.done():
+            self.settle()
+
+    def settle(self) -> None:
+        """Wait for the in-flight commit and finish it: apply it to the store, the
+        query cache and the metrics — or, if it failed, abort and rewind its
+        partitions and the open batch's (folded on top of it)."""
+        flight, self._inflight = self._inflight, None
+        if flight is None:
+            return
+        wait((flight.future,))  # bounded: its steps' timeouts, cut by a revoke's deadline
+        exc = flight.future.exception()
+        if exc is None:
+            self._committed(flight.batch, flight.views, flight.tally, flight.done_at - flight.t0)
+            return
+        if not isinstance(exc, KafkaException):
+            raise exc
+        self._failed(exc, flight.opened, flight.batch)
 
     def _delivered_all(self, producer: TxnProducer) -> None:
         """Without transactions: wait for every record's delivery; a refused one
@@ -182,12 +252,31 @@ class Committer:
             raise KafkaException(failed[1])
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        """The last checkpoint record's delivery report: the store's offsets."""
-        self.store.delivered(err, msg)
-        if err is not None:  # this callback replaces the producer's: pass failures on
-            self.problems.on_delivery(err, msg)
+        """The last checkpoint record's delivery report: the store's offsets.
 
-    def commit(self) -> None:
+        Served on the loop thread or on the helper (inside its flush and
+        ``commit_transaction``): only kept here (list.append is atomic), applied
+        on the loop thread by :meth:`_apply_reports`."""
+        self._reports.append((err, msg))
+
+    def _apply_reports(self) -> None:
+        reports, self._reports = self._reports, []
+        for err, msg in reports:
+            self.store.delivered(err, msg)
+            if err is not None:  # this callback replaces the producer's: pass failures on
+                self.problems.on_delivery(err, msg)
+
+    def _forget(self) -> None:
+        """Nothing of an unfinished transaction may ride along into the next."""
+        self._held.clear()
+        self._reported.clear()
+        self._reports.clear()
+        self.store.aborted()
+
+    def commit(self, *, overlap: bool = False) -> None:
+        """Commit the open batch.  ``overlap``: leave ``commit_transaction`` on
+        the helper thread (the loop's normal commit; a revoke or shutdown waits)."""
+        self.settle()  # never two transactions at once
         pending = self.engine.batch
         if pending.empty() or self.producer is None or self.consumer is None:
             return
@@ -197,10 +286,7 @@ class Committer:
         topics = self.config.topics
         eos = self.config.exactly_once
         views: list[ViewWrite] = []  # for the query cache once committed
-        # nothing of an earlier, unfinished commit may ride along
-        self._held.clear()
-        self._reported.clear()
-        self.store.aborted()
+        self._forget()
         try:
             if eos:
                 producer.begin_transaction()
@@ -214,10 +300,8 @@ class Committer:
             # 20-25% of a transaction on a loaded box (BENCHMARKS §5).  Both
             # are inside the one transaction, so the order does not matter.
             # (Not under the fault point that needs them unsent.)
-            overlap = (
-                eos and offsets and not faultpoints.configured(faultpoints.BEFORE_SEND_OFFSETS)
-            )
-            sent = self._send_offsets(offsets) if overlap else None
+            early = eos and offsets and not faultpoints.configured(faultpoints.BEFORE_SEND_OFFSETS)
+            sent = self._send_offsets(offsets) if early else None
             # Without transactions a delivered record is visible at once, and a
             # checkpoint claims the views it names were published: checkpoints go
             # out only after every view and dead letter of the batch is delivered.
@@ -240,6 +324,9 @@ class Committer:
                     sent.result()  # raises what send_offsets_to_transaction raised
                 elif offsets:
                     self._send_offsets(offsets).result()
+                if overlap and not faultpoints.configured(faultpoints.AFTER_COMMIT):
+                    self._hand_off(pending, views, t0, opened)
+                    return
                 transactions.retrying(
                     lambda: producer.commit_transaction(self.timeout(60)), self.metrics
                 )
@@ -261,15 +348,57 @@ class Committer:
         # store is written from
         producer.flush(self.timeout(10))
         faultpoints.hit(faultpoints.AFTER_COMMIT)
+        tally, self.engine.tally = self.engine.tally, Tally()
+        self.engine.batch = Batch()
+        self._committed(pending, views, tally, time.perf_counter() - t0)
+
+    def _hand_off(self, pending: Batch, views: list[ViewWrite], t0: float, opened: float) -> None:
+        """Commit on the helper thread; the loop goes on with a new batch."""
+        producer = self.producer
+        assert producer is not None
+        # the batch's decisions leave with it (counted when it commits, dropped
+        # with the open batch's when it fails)
+        tally, self.engine.tally = self.engine.tally, Tally()
+        flight = _InFlight(pending, views, tally, t0, opened)
+        # a step is at most half the revoke budget: a revoke waits for it and
+        # then commits its own batch within the budget
+        step_s = min(60.0, self.config.revoke_budget_ms / 2000)
+
+        def finish() -> None:  # helper thread: the producer only
+            transactions.retrying(
+                lambda: producer.commit_transaction(self.timeout(step_s)), self.metrics
+            )
+            flight.done_at = time.perf_counter()
+            producer.flush(self.timeout(min(10.0, step_s)))  # the store's delivery reports
+
+        flight.future = self._submit(finish)
+        self._inflight = flight
+        self.engine.batch = Batch()
+
+    def _committed(
+        self, pending: Batch, views: list[ViewWrite], tally: Tally, seconds: float
+    ) -> None:
+        """The batch's transaction committed: apply and count it (loop thread)."""
+        self._apply_reports()
         self.store.committed(self.engine.partitions)
         if self.queries is not None:
             self.queries.committed(views)
-        self._flush_tally()
+        current, self.engine.tally = self.engine.tally, tally
+        self._flush_tally()  # the committed batch's decisions
+        self.engine.tally = current  # the open batch's, still undecided
         self.failures.succeeded()
         self.metrics.commits.inc()
         self.metrics.batch_events.observe(pending.events)
-        self.metrics.commit_seconds.observe(time.perf_counter() - t0)
-        self.engine.batch = Batch()
+        self.metrics.commit_seconds.observe(seconds)
+        if not self.leaving:  # a revoke drops the partitions next: no eviction needed
+            self._fresh = True
+
+    def take_committed(self) -> bool:
+        """Whether a batch committed since the last call.  The loop then settles
+        the heap and evicts, out here: inside the commit's frames the committed
+        batch is still referenced and the heap settle would walk and freeze it."""
+        fresh, self._fresh = self._fresh, False
+        return fresh
 
     def _failed(self, exc: KafkaException, opened: float, pending: Batch) -> None:
         assert self.producer is not None
@@ -281,9 +410,8 @@ class Committer:
         # error, classified just below)
         with contextlib.suppress(KafkaException):
             self.producer.poll(0)
-        self._held.clear()
-        self._reported.clear()
-        self.store.aborted()
+        self._apply_reports()  # a refused record names its topic (verdict)
+        self._forget()
         eos = self.config.exactly_once
         verdict = transactions.verdict(exc, self.problems, self.config.group_id)
         self.metrics.txn_failures.labels(verdict.kind.value).inc()
@@ -345,15 +473,21 @@ class Committer:
 
     def abort(self, partitions: set[int], *, rewind: bool = True) -> None:
         """Drop the open batch; restore touched partitions from the checkpoints."""
+        if self._inflight is not None:
+            kept = self.leaving
+            if not rewind:  # lost partitions are not ours to rewind
+                self.leaving = kept | partitions
+            try:
+                self.settle()
+            finally:
+                self.leaving = kept
         if self.config.exactly_once and self.producer is not None:
             producer = self.producer
             try:
                 retry(lambda: producer.abort_transaction(30), "abort_transaction")
             except KafkaException as exc:
                 log.debug("abort_transaction: %s", exc)
-        self._held.clear()
-        self._reported.clear()
-        self.store.aborted()
+        self._forget()
         self.metrics.aborts.inc()
         touched = self.engine.batch.partitions() | partitions
         self.engine.batch = Batch()

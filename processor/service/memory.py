@@ -139,6 +139,7 @@ class MemoryBroker:
         self.open_txns: dict[str, _Txn] = {}
         self.members: dict[str, list[MemoryConsumer]] = {}
         self._faults: dict[str, list[KafkaError]] = {}
+        self._holds: dict[str, tuple[threading.Event, threading.Event]] = {}
         self.cluster_id = uuid.uuid4().hex
         self.topic_ids: dict[str, str] = {}
 
@@ -165,6 +166,22 @@ class MemoryBroker:
         """Make the next ``times`` calls of a producer's ``step`` fail with ``error``."""
         with self.cond:
             self._faults.setdefault(step, []).extend([error] * times)
+
+    def hold(self, step: str) -> tuple[threading.Event, threading.Event]:
+        """Make the next call of a producer's ``step`` wait, outside the broker's
+        lock, until ``release`` is set; ``entered`` is set when it starts waiting
+        (a test folds more records while a commit is in flight)."""
+        gate = (threading.Event(), threading.Event())
+        with self.cond:
+            self._holds[step] = gate
+        return gate
+
+    def _hold(self, step: str) -> None:
+        with self.cond:
+            gate = self._holds.pop(step, None)
+        if gate is not None:
+            gate[0].set()
+            gate[1].wait(60)
 
     def _fault(self, step: str) -> None:
         with self.cond:
@@ -536,6 +553,7 @@ class MemoryProducer:
         self._end("abort_transaction", commit=False)
 
     def _end(self, step: str, *, commit: bool) -> None:
+        self.broker._hold(step)
         with self.broker.cond:
             self._check(step)
             txn, self.txn = self.txn, None

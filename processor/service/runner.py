@@ -233,7 +233,14 @@ class Processor:
             while not self._stop.is_set():
                 self.health.tick()
                 brokers.tick()
+                # finish the commit in flight if it has ended; here, not after the
+                # consume: the heap settle would walk and freeze the fresh records
+                self.txn.poll()
+                self._after_commit()
                 if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S:
+                    # an in-flight commit's sessions are not in the store yet
+                    self.txn.settle()
+                    self._after_commit()
                     self._evict()  # idle sessions go even when nothing commits
                     self._update_gauges()
                 # A batch consume returns only when it is full or its timeout is
@@ -244,10 +251,15 @@ class Processor:
                 # record could have arrived, not one interval after the commit
                 # that made it wait (measured, BENCHMARKS §5: p99 ~ I + 2C -> I + C
                 # for a transaction time C).  Never older than one interval (a
-                # long restore inside the poll).
+                # long restore inside the poll).  A slice ends when the open
+                # batch is due, so it closes on time, not up to a slice late.
                 polled_at = time.monotonic()
+                slice_s = min(0.02, interval)
+                if not self._pending.empty():
+                    due = self._pending.started + interval - polled_at
+                    slice_s = max(0.0, min(slice_s, due))
                 msgs = consumer.consume(
-                    num_messages=min(cfg.max_batch_events, 5_000), timeout=min(0.02, interval)
+                    num_messages=min(cfg.max_batch_events, 5_000), timeout=slice_s
                 )
                 dated = max(drained_at, polled_at - interval)
                 drained_at = time.monotonic()
@@ -272,7 +284,8 @@ class Processor:
                 if not p.empty() and (
                     p.events >= cfg.max_batch_events or time.monotonic() - p.started >= interval
                 ):
-                    self._commit()
+                    # commit_transaction overlaps the next batch's fold (commit.py)
+                    self._commit(overlap=True)
                 if until_offsets is not None and self._reached(until_offsets):
                     break
             self._commit()
@@ -294,7 +307,7 @@ class Processor:
         return error
 
     def _reached(self, targets: dict[int, int]) -> bool:
-        if not self._pending.empty() or set(targets) - set(self._partitions):
+        if self.txn.in_flight or not self._pending.empty() or set(targets) - set(self._partitions):
             return False
         assert self._consumer is not None
         tps = [TopicPartition(self.topics.events, p) for p in targets]
@@ -431,13 +444,19 @@ class Processor:
 
     # ------------------------------------------------------------ output
 
-    def _commit(self) -> None:
-        """Commit the open batch (commit.py), then keep the sessions within budget."""
-        self.txn.commit()
-        if self.engine.batch.empty():
-            self.heap.committed()
-            self._evict()
-            self._update_gauges()
+    def _commit(self, *, overlap: bool = False) -> None:
+        """Commit the open batch (commit.py); ``overlap``: let its
+        ``commit_transaction`` run while the loop folds the next batch."""
+        self.txn.commit(overlap=overlap)
+        self._after_commit()
+
+    def _after_commit(self) -> None:
+        """If a batch committed (the store has it): keep the sessions within budget."""
+        if not self.txn.take_committed():
+            return
+        self.heap.committed()
+        self._evict()
+        self._update_gauges()
 
     def _evict(self) -> None:
         cfg = self.config

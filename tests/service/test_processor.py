@@ -7,21 +7,24 @@ Every comparison is against the offline fold of the same logs
 from __future__ import annotations
 
 import signal
+import threading
 import time
 import urllib.request
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
 
 from processor.codec import default_codec
 from processor.core.builder import LogBuilder
 from processor.service import clients
 from processor.service.control import redrive
+from processor.service.kafka_errors import ClientProblems
 from processor.service.metrics import Metrics, serve
 from processor.service.restore import read_partitions
 from processor.service.runner import Processor
 from processor.service.topics import create_topics, delete_topics
+from processor.service.transport import KafkaTransport, TxnProducer
 from processor.service.views_reader import (
     materialize_views,
     offline_equivalent,
@@ -142,6 +145,70 @@ def test_sigkill_mid_batch_then_restart_loses_and_duplicates_nothing(stack: Stac
         proc.wait(10)
     for (sid, view), seqs in _view_history(stack).items():
         assert seqs == sorted(seqs), f"asOfSeq went back for {sid}/{view}: {seqs}"
+
+
+class _HeldCommit:
+    """The real output producer; its first ``commit_transaction`` waits for the
+    test and then fails abortably without committing (the transaction stays
+    open on the broker until the processor's ``abort_transaction``)."""
+
+    def __init__(self, inner: TxnProducer, entered: threading.Event, release: threading.Event):
+        self._inner, self._entered, self._release = inner, entered, release
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        if self._entered.is_set():
+            self._inner.commit_transaction(timeout)
+            return
+        self._entered.set()
+        self._release.wait(60)
+        raise KafkaException(
+            KafkaError(KafkaError._TIMED_OUT, "commit lost (test)", txn_requires_abort=True)
+        )
+
+
+def test_a_commit_failing_while_the_next_batch_is_folded_loses_and_duplicates_nothing(
+    stack: Stack,
+) -> None:
+    """commit_transaction runs while the loop folds the next batch: its failure
+    aborts and rewinds both batches (the open one was folded on top of it)."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Held(KafkaTransport):
+        def output_producer(self, instance_id: str, problems: ClientProblems) -> TxnProducer:
+            producer = super().output_producer(instance_id, problems)
+            return _HeldCommit(producer, entered, release)  # type: ignore[return-value]
+
+    logs = sessions(6, 120, seed=19)
+    for sid, events in logs.items():
+        stack.produce(sid, events[:40])
+    # the held transaction must not reach the broker's timeout (that fences)
+    config = stack.config.with_overrides(transaction_timeout_ms=180_000)
+    proc = Processor(config, transport=Held(config))
+    thread = threading.Thread(target=proc.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(entered.is_set, "the first commit is in flight")
+        for sid, events in logs.items():
+            stack.produce(sid, events[40:])
+        wait_until(
+            lambda: proc.metrics.records_consumed._value.get() > 6 * 40,
+            "the next batch is folded while the commit is held",
+        )
+        assert proc.metrics.commits._value.get() == 0
+        release.set()
+        wait_for_views(stack, {sid: stack.expected(sid) for sid in logs})
+        assert proc.metrics.aborts._value.get() == 1
+        assert proc.metrics.records_consumed._value.get() > 6 * 120  # refolded
+    finally:
+        release.set()
+        proc.stop()
+        thread.join(60)
+    assert not thread.is_alive()
+    for (sid, view), seqs in _view_history(stack).items():
+        assert seqs == sorted(set(seqs)), f"{sid}/{view} published twice or backwards: {seqs}"
 
 
 def test_restart_rereads_only_the_tail_after_the_last_commit(stack: Stack) -> None:
