@@ -284,8 +284,9 @@ def _view_history(broker: MemoryBroker) -> dict[tuple[str, str], list[int]]:
     """asOfSeq per (session, view) in committed order."""
     history: dict[tuple[str, str], list[int]] = {}
     for _, msg in broker.committed_records(CONFIG.topics.views):
-        if msg.value() is not None:
-            v = CODEC.decode_view(msg.value())
+        value = msg.value()
+        if value is not None:
+            v = CODEC.decode_view(value)
             if v.part == 0:
                 history.setdefault((v.session_id, v.view), []).append(v.as_of_seq)
     return history

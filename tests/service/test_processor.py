@@ -179,7 +179,7 @@ def test_a_commit_failing_while_the_next_batch_is_folded_loses_and_duplicates_no
     class Held(KafkaTransport):
         def output_producer(self, instance_id: str, problems: ClientProblems) -> TxnProducer:
             producer = super().output_producer(instance_id, problems)
-            return _HeldCommit(producer, entered, release)  # type: ignore[return-value]
+            return _HeldCommit(producer, entered, release)
 
     logs = sessions(6, 120, seed=19)
     for sid, events in logs.items():

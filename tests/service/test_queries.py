@@ -410,7 +410,12 @@ def test_a_full_commit_queue_makes_the_loop_wait_and_is_counted(
 
     cache._apply_commits = slow  # type: ignore[method-assign]
     cache.assigned([0])
-    loop = threading.Thread(target=lambda: [cache.committed(_writes(b)) for b in batches])
+
+    def commit_all() -> None:
+        for b in batches:
+            cache.committed(_writes(b))
+
+    loop = threading.Thread(target=commit_all)
     loop.start()
     deadline = time.monotonic() + 30
     while cache.queue_full._value.get() == 0:
