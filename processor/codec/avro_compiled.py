@@ -21,12 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from processor.codec.avro_fast import _INT_MAX, _INT_MIN, _LONG_MAX, _LONG_MIN, varint
 from processor.codec.names import CodecError
-
-_LONG_MIN: Final = -(1 << 63)
-_LONG_MAX: Final = (1 << 63) - 1
-_INT_MIN: Final = -(1 << 31)
-_INT_MAX: Final = (1 << 31) - 1
 
 #: appends the encoding of one value to the output list
 Emit = Callable[[list[bytes], Any], None]
@@ -38,30 +34,11 @@ class Unsupported(CodecError):
     ``Codec.encode_record`` catches it and runs fastavro)."""
 
 
-#: zigzag varints of small values, precomputed (seqs, counts, lengths)
-_SMALL: Final = [
-    bytes((z,)) if z < 0x80 else bytes(((z & 0x7F) | 0x80, z >> 7))
-    for z in ((n << 1) ^ (n >> 63) for n in range(-4096, 4096))
-]
-
-
-def _varint(n: int) -> bytes:
-    if -4096 <= n < 4096:
-        return _SMALL[n + 4096]
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 def _ranged(lo: int, hi: int) -> Emit:
     def emit(out: list[bytes], v: Any) -> None:
         if type(v) is not int or not lo <= v <= hi:
             raise Unsupported
-        out.append(_varint(v))
+        out.append(varint(v))
 
     return emit
 
@@ -70,14 +47,14 @@ def _string(out: list[bytes], v: Any) -> None:
     if type(v) is not str:
         raise Unsupported
     b = v.encode()
-    out.append(_varint(len(b)))
+    out.append(varint(len(b)))
     out.append(b)
 
 
 def _bytes(out: list[bytes], v: Any) -> None:
     if type(v) is not bytes:
         raise Unsupported
-    out.append(_varint(len(v)))
+    out.append(varint(len(v)))
     out.append(v)
 
 
@@ -135,7 +112,7 @@ def _compile(t: Any, named: dict[str, Emit | None], fields_of: dict[str, Any]) -
     if kind == "map":
         return _map(t.get("values"), named, fields_of)
     if kind == "enum":
-        symbols = {s: _varint(i) for i, s in enumerate(t.get("symbols", ()))}
+        symbols = {s: varint(i) for i, s in enumerate(t.get("symbols", ()))}
         emit = _enum(symbols)
         named[str(t.get("name"))] = emit
         return emit
@@ -178,7 +155,7 @@ def _array(items: Any, named: dict[str, Emit | None], fields_of: dict[str, Any])
         if type(v) is not list:
             raise Unsupported
         if v:
-            out.append(_varint(len(v)))
+            out.append(varint(len(v)))
             for item in v:
                 emit(out, item)
         out.append(b"\x00")
@@ -195,7 +172,7 @@ def _map(values: Any, named: dict[str, Emit | None], fields_of: dict[str, Any]) 
         if type(v) is not dict:
             raise Unsupported
         if v:
-            out.append(_varint(len(v)))
+            out.append(varint(len(v)))
             for key, item in v.items():
                 _string(out, key)
                 emit(out, item)
@@ -224,7 +201,7 @@ def _union(
     emit = _compile(branches[1 - null_at], named, fields_of)
     if emit is None:
         return None
-    null_tag, value_tag = _varint(null_at), _varint(1 - null_at)
+    null_tag, value_tag = varint(null_at), varint(1 - null_at)
 
     def union(out: list[bytes], v: Any) -> None:
         if v is None:

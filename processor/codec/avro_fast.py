@@ -61,11 +61,18 @@ def layout_matches(parsed_schema: Mapping[str, Any], layout: Sequence[tuple[str,
     return have == tuple(layout)
 
 
-def _varint(n: int) -> bytes:
+#: zigzag varints of small values, precomputed (seqs, counts, lengths)
+_SMALL: Final = [
+    bytes((z,)) if z < 0x80 else bytes(((z & 0x7F) | 0x80, z >> 7))
+    for z in ((n << 1) ^ (n >> 63) for n in range(-4096, 4096))
+]
+
+
+def varint(n: int) -> bytes:
     """Avro ``long``/``int``: zigzag, then base-128 little-endian."""
+    if -4096 <= n < 4096:
+        return _SMALL[n + 4096]
     z = (n << 1) ^ (n >> 63)
-    if z < 0x80:
-        return bytes((z,))
     out = bytearray()
     while z >= 0x80:
         out.append((z & 0x7F) | 0x80)
@@ -78,11 +85,11 @@ def _long(record: str, name: str, n: int, lo: int = _LONG_MIN, hi: int = _LONG_M
     if type(n) is not int or not lo <= n <= hi:
         kind = "long" if hi == _LONG_MAX else "32-bit int"
         raise CodecError(f"cannot encode {record}: {name} must be a {kind}, got {n!r}")
-    return _varint(n)
+    return varint(n)
 
 
 def _bytes(b: bytes) -> bytes:
-    return _varint(len(b)) + b
+    return varint(len(b)) + b
 
 
 def _enum(record: str, encoding: str) -> bytes:
