@@ -133,13 +133,20 @@ class Committer:
         if self.config.exactly_once:
             transactions.init(producer, self.problems, self.txn_id, deadline_s=RETRY_DEADLINE_S)
 
-    def timeout(self, default_s: float) -> float:
+    def timeout(self, default_s: float, *, in_flight: bool = False) -> float:
         """A transaction step's timeout: ``default_s``, or what is left of the
         revoke budget while revoking (a shutdown revokes too), so a revoke
-        never outlasts the budget the transaction timeout was sized for."""
+        never outlasts the budget the transaction timeout was sized for.
+        ``in_flight``: a step of the overlapped commit the revoke waits for,
+        which gets the first half of the budget only; the revoke's own commit
+        keeps the second half (else the in-flight flush could take it all and
+        leave the revoke's commit 0.1 s steps, which abort)."""
         if self.deadline is None:
             return default_s
-        return max(0.1, min(default_s, self.deadline - time.monotonic()))
+        end = self.deadline
+        if in_flight:
+            end -= self.config.revoke_budget_ms / 2000
+        return max(0.1, min(default_s, end - time.monotonic()))
 
     # ------------------------------------------------------------ commit
 
@@ -366,10 +373,12 @@ class Committer:
 
         def finish() -> None:  # helper thread: the producer only
             transactions.retrying(
-                lambda: producer.commit_transaction(self.timeout(step_s)), self.metrics
+                lambda: producer.commit_transaction(self.timeout(step_s, in_flight=True)),
+                self.metrics,
             )
             flight.done_at = time.perf_counter()
-            producer.flush(self.timeout(min(10.0, step_s)))  # the store's delivery reports
+            # the store's delivery reports
+            producer.flush(self.timeout(min(10.0, step_s), in_flight=True))
 
         flight.future = self._submit(finish)
         self._inflight = flight

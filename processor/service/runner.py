@@ -238,11 +238,7 @@ class Processor:
                 self.txn.poll()
                 self._after_commit()
                 if time.monotonic() - self._gauges_at >= GAUGE_EVERY_S:
-                    # an in-flight commit's sessions are not in the store yet
-                    self.txn.settle()
-                    self._after_commit()
-                    self._evict()  # idle sessions go even when nothing commits
-                    self._update_gauges()
+                    self._tick()
                 # A batch consume returns only when it is full or its timeout is
                 # over, so poll in short slices.  Date a new batch from when the
                 # queue was last seen drained (the previous consume's return):
@@ -450,13 +446,23 @@ class Processor:
         self.txn.commit(overlap=overlap)
         self._after_commit()
 
-    def _after_commit(self) -> None:
-        """If a batch committed (the store has it): keep the sessions within budget."""
+    def _after_commit(self) -> bool:
+        """If a batch committed (the store has it): keep the sessions within budget.
+        Whether it did (then it evicted and set the gauges)."""
         if not self.txn.take_committed():
-            return
+            return False
         self.heap.committed()
         self._evict()
         self._update_gauges()
+        return True
+
+    def _tick(self) -> None:
+        """Every ``GAUGE_EVERY_S``: idle sessions go and the gauges refresh even
+        when nothing commits; once, also when a commit settles here."""
+        self.txn.settle()  # an in-flight commit's sessions are not in the store yet
+        if not self._after_commit():  # else it evicted and set the gauges
+            self._evict()
+            self._update_gauges()
 
     def _evict(self) -> None:
         cfg = self.config
