@@ -83,6 +83,7 @@ MYPYC_MODULES = [
     "processor/engine/engine.py",
     "processor/codec/avro_compiled.py",
     "processor/codec/avro_fast.py",
+    "processor/codec/avro_event.py",
 ]
 
 

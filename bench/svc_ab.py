@@ -6,7 +6,12 @@ regenerating the workload each time.
   figure 1), printing events/s, the ratio and the Processor's CPU seconds;
 - ``mem``: the same events through one Processor on the in-memory transport
   (``processor/service/memory.py``): engine + service CPU without librdkafka
-  or the broker; ``--profile`` prints a cProfile summary of the run.
+  or the broker; ``--profile`` prints a cProfile summary of the run;
+- ``engine``: the same events through an :class:`~processor.engine.Engine`
+  alone (no runner, no transport; in partition order as the in-memory
+  consumer hands them out, batches of ``--batch`` events): the CPU
+  of decode + fold vs output, and a SHA-256 of every produced record in
+  order, so two trees can be checked for byte-identical output.
 
 Run it with ``PYTHONPATH`` at the tree to measure (a git archive of another
 revision works too when it has this file's dependencies), e.g.::
@@ -186,6 +191,65 @@ def cmd_mem_run(args: argparse.Namespace) -> None:
             stats.sort_stats(args.sort).print_stats(args.top)
 
 
+def cmd_engine(args: argparse.Namespace) -> None:
+    import hashlib
+
+    from processor.codec import default_codec
+    from processor.config import ServiceConfig
+    from processor.core.builtin import default_registry
+    from processor.core.defaults import default_message_projections
+    from processor.engine import Batch, Engine, PartitionState, Record
+
+    data = _events(args.events, args.sessions, args.length)
+    for i in range(args.runs):
+        config = ServiceConfig(partitions=PARTITIONS)
+        engine = Engine(
+            config, default_codec(), default_registry(), default_message_projections()
+        )
+        for p in range(PARTITIONS):
+            engine.partitions[p] = PartitionState(p)
+        offsets = dict.fromkeys(range(PARTITIONS), 0)
+        records = []
+        for key, value in data:
+            p = _partition(key, PARTITIONS)
+            records.append(Record(config.topics.events, p, offsets[p], key, value, 1_000))
+            offsets[p] += 1
+        # in partition order, as the in-memory consumer hands them out (a
+        # batch is then most of one partition: each session's events together)
+        records.sort(key=lambda r: r.partition)
+        sha = hashlib.sha256()
+        n_out = fold_s = out_s = 0.0
+        # the service's collector settings (heap.py): thresholds, a settle per commit
+        gc.set_threshold(50_000, 20, 100)
+        gc.collect()
+        gc.freeze()
+        for start in range(0, len(records), args.batch):
+            t0 = time.process_time()
+            for rec in records[start : start + args.batch]:
+                engine.fold(engine.partitions[rec.partition], rec)
+            t1 = time.process_time()
+            outs = list(engine.output())
+            t2 = time.process_time()
+            engine.batch = Batch()
+            gc.collect()
+            gc.freeze()
+            fold_s += t1 - t0
+            out_s += t2 - t1
+            for o in outs:
+                sha.update(f"{o.topic}/{o.partition}/".encode())
+                sha.update(o.key or b"-")
+                sha.update(b"=" + o.value if o.value is not None else b"!")
+                n_out += 1
+        n = len(records)
+        print(
+            f"engine run {i}: {n} events, fold {fold_s / n * 1e6:.1f} us/event, "
+            f"output {out_s / n * 1e6:.1f} us/event, {n_out:.0f} records, "
+            f"sha256 {sha.hexdigest()[:16]}, load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+        gc.unfreeze()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.svc_ab")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -210,6 +274,13 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--sort", default="tottime")
     s.add_argument("--top", type=int, default=40)
     s.set_defaults(func=cmd_mem_run)
+    s = sub.add_parser("engine")
+    s.add_argument("--events", required=True)
+    s.add_argument("--sessions", type=int, default=1000)
+    s.add_argument("--length", type=int, default=60)
+    s.add_argument("--runs", type=int, default=1)
+    s.add_argument("--batch", type=int, default=5000)
+    s.set_defaults(func=cmd_engine)
     args: Any = ap.parse_args(argv)
     args.func(args)
 

@@ -41,4 +41,5 @@ echo "== pytest (compiled build: the engine's broker-less tests)"
 cp -r "$ROOT/bench" "$WORK/run/"  # (test_write_amp_count uses the bench's workload)
 "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider -m "not kafka" \
   tests/engine tests/service/test_avro_compiled.py tests/service/test_avro_fast.py \
+  tests/service/test_avro_event.py \
   tests/service/test_memory_transport.py

@@ -11,6 +11,7 @@ from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
 from processor.codec.avro_compiled import Unsupported, Writer, compile_writer
+from processor.codec.avro_event import EVENT_CANONICAL, read_event
 from processor.codec.avro_fast import VIEW_LAYOUT, layout_matches, view_body
 from processor.codec.envelope import (
     _check_ints,
@@ -90,6 +91,8 @@ class Codec:
         self._layouts: dict[str, bool] = {}
         #: record name -> its compiled writer (avro_compiled.py), None: fastavro's
         self._compiled: dict[str, Writer | Literal[False] | None] = {}
+        #: event read plans avro_event.py reads (True) or leaves to fastavro
+        self._event_plans: dict[_Plan, bool] = {}
 
     # -- framing ------------------------------------------------------------
 
@@ -229,6 +232,19 @@ class Codec:
         return self.encode_event(session_id, event.to_json(), producer=producer, trusted=True)
 
     def decode_event(self, data: bytes) -> DecodedEvent:
+        if data is not None:
+            plan, offset = self._plan(data)
+            fast = self._event_plans.get(plan)
+            if fast is None:
+                fast = self._event_plans[plan] = (
+                    plan.name == SESSION_EVENT
+                    and plan.reader is None
+                    and to_parsing_canonical_form(plan.writer) == EVENT_CANONICAL
+                )
+            if fast:
+                rec = read_event(data, offset)
+                if rec is not None:
+                    return _event_from_record(rec)
         return _event_from_record(self.decode_record(data, SESSION_EVENT)[1])
 
     def decode_events_batch(
@@ -237,12 +253,12 @@ class Codec:
         """Decode many event values; a bad one yields its :class:`CodecError` in place."""
         out: list[DecodedEvent | CodecError] = []
         append = out.append
-        decode_record = self.decode_record
+        decode_event = self.decode_event
         for value in values:
             try:
                 if value is None:
                     raise CodecError("record value is null (tombstone on the events topic)")
-                append(_event_from_record(decode_record(value, SESSION_EVENT)[1]))
+                append(decode_event(value))
             except CodecError as exc:
                 append(exc)
         return out

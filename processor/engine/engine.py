@@ -307,7 +307,12 @@ class Engine:
         # no session to protect) but is never dropped silently.  Headers are
         # never read: commands travel on the control topic only.
         key = rec.key
-        sid = record_session(key)
+        sid: str | None = None
+        if key is not None and len(key) <= MAX_KEY_BYTES:  # record_session, inlined
+            try:
+                sid = key.decode("utf-8")
+            except UnicodeDecodeError:
+                sid = None
         if key is None or sid is None:
             why = (
                 "has no key (events are keyed by session id)"
@@ -335,7 +340,10 @@ class Engine:
                 "KEY",
                 f"record key {sid!r} does not match sessionId {decoded.session_id!r}",
             )
-        rt = self.runtime(part, sid)
+        # a held session is touched (LRU) with its fold below, in one lookup
+        rt = part.sessions.get(sid)
+        if rt is None:
+            rt = self.runtime(part, sid)
         if rt.quarantine is not None and decoded.seq == rt.quarantine.seq + 1:
             # the fix of a quarantine: apply a redrive acknowledged before it first
             self.apply_commands(self.feeds.control_backlog(part.number))
@@ -343,28 +351,32 @@ class Engine:
             q = rt.quarantine
             reason = f"session quarantined at seq {q.seq} ({q.rule}: {q.reason})"
             self.dead_letter(part, sid, rec, decoded.seq, "QUARANTINED", reason)
+            self.held.touch(rt)
             self.tally.events["quarantined"] += 1
             return Outcome(Fate.QUARANTINED, sid, decoded.seq, "QUARANTINED", reason)
         try:
             event = decoded.to_event()
         except SessionError as exc:
+            self.held.touch(rt)
             return self.reject(part, sid, rec, decoded.seq, exc.rule, str(exc), rt)
         last = rt.last_seq
         gate = judge(rt, event)
-        if gate is Gate.DUPLICATE:
-            self.tally.events["duplicate"] += 1
-            return Outcome(Fate.DUPLICATE, sid, event.seq)
-        if gate is Gate.GAP and part.fresh and self._repair_stale(part, rt):
-            return self.fold(part, rec)  # judged again against the repaired state
         if gate is not Gate.APPLY:
+            self.held.touch(rt)
+            if gate is Gate.DUPLICATE:
+                self.tally.events["duplicate"] += 1
+                return Outcome(Fate.DUPLICATE, sid, event.seq)
+            if gate is Gate.GAP and part.fresh and self._repair_stale(part, rt):
+                return self.fold(part, rec)  # judged again against the repaired state
             rule, reason = refusal(gate, event.seq, last)
             return self.reject(part, sid, rec, event.seq, rule, reason, rt)
         try:
             rt.session.append(event)
         except SessionError as exc:
+            self.held.touch(rt)
             return self.reject(part, sid, rec, event.seq, exc.rule, str(exc), rt)
         rt.record_applied(event, rec.offset)
-        self.held.grow(rt, len(value))
+        self.held.used(rt, len(value))
         if part.fresh:
             part.fresh.discard(sid)
         rt.session.log.trim_before(event.seq + 1)

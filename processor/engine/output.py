@@ -95,6 +95,7 @@ def _views(
         record = View.of(sid, name, as_of, CORE_STATE_VERSION, value, threshold=threshold)
         yield Out(topic, partition, view_key(sid, name), codec.encode_view(record))
     tally.views_published += len(writes.records)
+    max_bytes = config.max_view_bytes
     for change in changes:  # domain units: one record per unit, split when too large
         ident = (sid, change.name)
         old_parts = view_parts.get(ident, 1)
@@ -103,12 +104,16 @@ def _views(
                 yield Out(topic, partition, k, None)
             view_parts.pop(ident, None)
             continue
-        records = split_view(
-            View.of(
-                sid, change.name, as_of, change.state_version, change.value, threshold=threshold
-            ),
-            config.max_view_bytes,
+        whole = View.of(
+            sid, change.name, as_of, change.state_version, change.value, threshold=threshold
         )
+        if old_parts == 1 and 0 < len(whole.value) <= max_bytes:
+            # nearly every unit view: one part before and after, nothing to
+            # tombstone or to remember (the general path below, short)
+            yield Out(topic, partition, view_key(sid, change.name), codec.encode_view(whole))
+            tally.views_published += 1
+            continue
+        records = split_view(whole, max_bytes)
         for k in stale_part_keys(sid, change.name, old_parts, len(records)):
             yield Out(topic, partition, k, None)
         for record in sorted(records, key=lambda r: -r.part):  # parts first, head last

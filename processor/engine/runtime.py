@@ -18,17 +18,20 @@ import base64
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from hashlib import blake2b
 from typing import Any
 
 from processor.core.events import Event
-from processor.core.session import Session, event_digest
+from processor.core.session import Session
 from processor.engine.checkpoint_parts import PartLedger
 from processor.engine.view_parts import ViewLedger
 from processor.protocol import SERVICE_STATE_VERSION
 
 
 def _short_digest(event: Event) -> bytes:
-    return bytes.fromhex(event_digest(event)[:16])
+    """The first 8 bytes of ``core.session.event_digest`` (the same blake2b without
+    its hex round trip: one per folded event; tests/engine/test_gate.py checks)."""
+    return blake2b(event.digest_bytes(), digest_size=16).digest()[:8]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +108,9 @@ class SessionRuntime:
     # ------------------------------------------------------------ seq gate
 
     def record_applied(self, event: Event, offset: int) -> None:
-        """Remember a folded event (the session computed its digest on append)."""
-        digest = self.session.last_digest
-        self._digests.append(bytes.fromhex(digest[:16]) if digest else _short_digest(event))
+        """Remember a folded event.  (Not through ``Session.last_digest``: that one
+        is the hex the checkpoint's anchor needs once per batch, left lazy.)"""
+        self._digests.append(_short_digest(event))
         self.last_offset = offset
 
     def duplicate_verdict(self, event: Event) -> str:

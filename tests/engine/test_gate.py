@@ -96,3 +96,21 @@ def test_S1_a_gap_is_refused_never_skipped() -> None:
     late = h.fold(h.event("s", log[5]))
     assert late.fate is Fate.QUARANTINED
     assert h.engine.partitions[0].sessions["s"].last_seq == log[4].seq
+
+
+def test_S1_window_digests_are_the_event_digests_checkpoints_anchor_on() -> None:
+    """The window keeps the first 8 bytes of ``event_digest`` (computed without its
+    hex, once per event): the same bytes a checkpoint's anchor starts with."""
+    from processor.core.session import event_digest
+    from processor.engine.runtime import _short_digest
+
+    events = session_log(40, seed=3)
+    h = Harness()
+    h.fold_events("s", events)
+    rt = h.engine.partitions[0].sessions["s"]
+    assert rt.digests == [bytes.fromhex(event_digest(e)[:16]) for e in events]
+    assert all(_short_digest(e) == bytes.fromhex(event_digest(e)[:16]) for e in events)
+    h.commit()
+    anchor = h.checkpoints()["s"].anchor
+    assert anchor.digest == bytes.fromhex(event_digest(events[-1]))
+    assert anchor.digest[:8] == rt.digests[-1]
