@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from processor.core.errors import SessionError
-from processor.core.event_checks import check_event_data
+from processor.core.event_checks import check_header, check_settlement, check_surface_data
 from processor.core.events import (
     ABSENT,
     KNOWN_TYPES,
@@ -224,6 +224,15 @@ def _source_seqs(event: Event) -> tuple[int, ...] | None:
         raise SessionError(seq, "S-3", "assistant/message must not carry sourceEventSeqs")
     if not isinstance(raw, list) or not raw:
         raise SessionError(seq, "S-3", "sourceEventSeqs must be a non-empty array")
+    # One pass for the common case (a few valid, distinct, earlier seqs);
+    # any failure re-runs the checks in the rule's order for its message.
+    seen: set[int] = set()
+    for s in raw:
+        if type(s) is not int or s < 0 or s >= seq or s in seen:
+            break
+        seen.add(s)
+    else:
+        return tuple(raw)
     if not all(_is_seq(s) for s in raw):
         raise SessionError(seq, "S-3", "sourceEventSeqs must hold non-negative integers")
     if len(set(raw)) != len(raw):
@@ -233,7 +242,7 @@ def _source_seqs(event: Event) -> tuple[int, ...] | None:
         raise SessionError(
             seq, "S-3", f"sourceEventSeqs must reference earlier seqs; got {future[0]}"
         )
-    return tuple(raw)
+    raise AssertionError("unreachable: the fast pass refused a valid sourceEventSeqs")
 
 
 def _check_tool_result_replace(event: Event, old: Event) -> None:
@@ -348,6 +357,27 @@ def _plan_projection(
     return ProjectPlan(event.seq, event.type, MappingProxyType(overrides))
 
 
+#: What :func:`plan_event` does with a known type after S-1 and M-2: nothing
+#: more (log-only, opaque data), D-4, D-7, or the surface checks (D, S-2..S-6).
+#: One dict lookup per event instead of up to five set and string tests.
+_OPAQUE: Final = 0
+_HEADER: Final = 1
+_ATTEMPT: Final = 2
+_SURFACE: Final = 3
+_KIND_OF_TYPE: Final[dict[str, int]] = {
+    t: (
+        _SURFACE
+        if t in SURFACE_TYPES
+        else _HEADER
+        if t == "request/header"
+        else _ATTEMPT
+        if t == "assistant/attempt"
+        else _OPAQUE
+    )
+    for t in KNOWN_TYPES
+}
+
+
 def plan_event(
     state: SurfaceState, event: Event, message_projections: MessageProjectionRegistry | None = None
 ) -> Plan:
@@ -368,18 +398,30 @@ def plan_event(
         plan = _plan_projection(state, event, message_projections)
         if plan is not None:
             return plan
-    if etype not in KNOWN_TYPES:
+    kind = _KIND_OF_TYPE.get(etype)
+    if kind is None:
         if event.ignorable is True:
             return _log_only_plan(seq)
         raise SessionError(seq, "E-4", f"unknown event type {etype!r} (not marked ignorable: true)")
-    check_event_data(event, state.event_of, state.dialect)
-    if etype not in SURFACE_TYPES:
+    if kind != _SURFACE:
+        # check_event_data's log-only part, the type already known
+        if kind == _HEADER:
+            check_header(event)
+        elif kind == _ATTEMPT:
+            check_settlement(event)
         return _log_only_plan(seq)
-    op = _surface_op(event)
-    sources = _source_seqs(event)
-    if op is None:
+    check_surface_data(event, state.event_of, state.dialect)
+    op = event.surface_op
+    if op == "append":
+        # S-2 passed ("append"); S-3 still judges sourceEventSeqs when present
+        if event.source_event_seqs is not ABSENT:
+            _source_seqs(event)
         return _append_plan(seq)
-    return _plan_replace(state, event, op[0], op[1], sources)
+    replace = _surface_op(event)
+    sources = _source_seqs(event)
+    if replace is None:
+        return _append_plan(seq)
+    return _plan_replace(state, event, replace[0], replace[1], sources)
 
 
 def commit_plan(state: SurfaceState, event: Event, plan: Plan) -> None:
@@ -499,14 +541,21 @@ class SurfaceManager:
         return plan
 
     def commit(self, event: Event) -> Plan:
+        state = self.state
         staged = self._staged
-        self._staged = None
-        if staged is not None and staged[0] is event and staged[1] == self.state.next_seq:
-            plan = staged[2]
+        if staged is None:
+            # the offline fold and the service's own appends: nothing staged
+            if state.projection_types_used:  # _check_m4's own first test, inline
+                self._check_m4()
+            plan = plan_event(state, event, self._registry)
         else:
-            self._check_m4()
-            plan = plan_event(self.state, event, self._registry)
-        commit_plan(self.state, event, plan)
+            self._staged = None
+            if staged[0] is event and staged[1] == state.next_seq:
+                plan = staged[2]
+            else:
+                self._check_m4()
+                plan = plan_event(state, event, self._registry)
+        commit_plan(state, event, plan)
         return plan
 
 
