@@ -544,8 +544,16 @@ class SurfaceManager:
         state = self.state
         staged = self._staged
         if staged is None:
-            # the offline fold and the service's own appends: nothing staged
-            if state.projection_types_used:  # _check_m4's own first test, inline
+            # the offline fold and the service's own appends: nothing staged.
+            # _check_m4's tests, inline: once a projection was used (M-4) they
+            # run per event, and the call was most of their cost.
+            used = state.projection_types_used
+            if used and (
+                used is not self._m4_used
+                or len(used) != self._m4_used_count
+                or (self._registry.removals if self._registry is not None else -2)
+                != self._m4_removals
+            ):
                 self._check_m4()
             plan = plan_event(state, event, self._registry)
         else:
