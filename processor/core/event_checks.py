@@ -24,11 +24,6 @@ from processor.core.events import (
 EventLookup = Callable[[int], "Event | None"]
 
 
-def _blocks(message: Any) -> list[Any]:
-    content = message.get("content") if isinstance(message, dict) else None
-    return content if isinstance(content, list) else []
-
-
 def _nonempty_str(value: Any) -> bool:
     return isinstance(value, str) and value != ""
 
@@ -84,16 +79,34 @@ def check_message_shape(event: Event, dialect: int | None = None) -> None:
     _check_message_shape(event, event.message, dialect)
 
 
-def _check_message_shape(event: Event, message: Any, dialect: int | None) -> None:
-    """:func:`check_message_shape` with ``event.message`` already in hand."""
+#: Roles a tool/result message may have, by dialect (3, 4; None: either).
+_TOOL_RESULT_ROLES: Final[dict[int | None, tuple[str, ...]]] = {
+    3: ("user",),
+    4: ("tool",),
+    None: ("tool", "user"),
+}
+
+
+def _check_message_shape(
+    event: Event, message: Any, dialect: int | None, d1_checked: bool = False
+) -> None:
+    """:func:`check_message_shape` with ``event.message`` already in hand.
+
+    ``d1_checked``: the caller already ran D-1 on this very message (it did
+    whenever data and message are objects, the only way past the D-6 checks
+    before D-1 here), so the second test is skipped, not the rule.
+    """
     seq, etype = event.seq, event.type
     if etype != "user/message" and not isinstance(event.data, dict):
         raise SessionError(seq, "D-6", f"{etype} data must be an object")
     where = "data" if etype == "user/message" else "data.message"
-    if not isinstance(message, dict) or not _nonempty_str(message.get("id")):
+    if not isinstance(message, dict):
+        raise SessionError(seq, "D-6", f"{etype} lacks an identified message ({where}.id)")
+    mid = message.get("id")
+    if not isinstance(mid, str) or mid == "":
         raise SessionError(seq, "D-6", f"{etype} lacks an identified message ({where}.id)")
     role = message.get("role")
-    if (role == "developer") != (etype == "developer/message"):
+    if not d1_checked and (role == "developer") != (etype == "developer/message"):
         raise SessionError(
             seq,
             "D-1",
@@ -101,7 +114,7 @@ def _check_message_shape(event: Event, message: Any, dialect: int | None) -> Non
             f"(type {etype}, role {role!r})",
         )
     if etype == "tool/result":
-        allowed = {3: ("user",), 4: ("tool",)}.get(dialect or 0, ("tool", "user"))
+        allowed = _TOOL_RESULT_ROLES.get(dialect, _TOOL_RESULT_ROLES[None])
         if role not in allowed:
             raise SessionError(
                 seq,
@@ -114,11 +127,13 @@ def _check_message_shape(event: Event, message: Any, dialect: int | None) -> Non
             seq, "D-6", f"{where}.role must be {ROLE_OF_TYPE[etype]!r} for {etype}, got {role!r}"
         )
     source = message.get("source")
-    if not isinstance(source, dict) or not _nonempty_str(source.get("kind")):
+    if not isinstance(source, dict):
+        raise SessionError(seq, "D-6", f"{where}.source must be an object with a non-empty kind")
+    kind = source.get("kind")
+    if not isinstance(kind, str) or kind == "":
         raise SessionError(seq, "D-6", f"{where}.source must be an object with a non-empty kind")
     if not isinstance(message.get("content"), list):
         raise SessionError(seq, "D-6", f"{where}.content must be a list of blocks")
-    kind = source["kind"]
     if dialect == 4 and kind == "plugin":
         raise SessionError(
             seq,
@@ -173,8 +188,11 @@ def _check_settlement(event: Event) -> None:
 def _check_tool_blocks(event: Event, message: Any) -> list[str]:
     """D-2: tool-addition/removal blocks of ``message`` (the event's); returns the added names."""
     added: list[str] = []
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return added
     is_dev = event.type == "developer/message"
-    for block in _blocks(message):
+    for block in content:
         btype = block.get("type") if isinstance(block, dict) else None
         if btype not in ("tool-addition", "tool-removal"):
             continue
@@ -314,39 +332,52 @@ def check_event_data(event: Event, lookup: EventLookup, dialect: int | None = No
     if etype not in KNOWN_TYPES:
         return  # ignorable unknown type: opaque
     if etype in SURFACE_TYPES:
-        # The runtime's order: relation-free data checks (D-1, D-2, headerSeq
-        # presence, D-5), then the message shape (D-6), then the settlement
-        # fields (D-7), then the header the additions point at (D-3).
-        message = event.message
-        if isinstance(event.data, dict) and isinstance(message, dict):
-            role = message.get("role")
-            if (role == "developer") != (etype == "developer/message"):
-                raise SessionError(
-                    event.seq,
-                    "D-1",
-                    f"developer/message type and role developer must occur "
-                    f"together (type {etype}, role {role!r})",
-                )
-        added = _check_tool_blocks(event, message)
-        if etype == "developer/message":
-            _check_header_seq_presence(event, added)
-        if etype == "tool/result":
-            data = event.data
-            if not isinstance(data, dict):
-                raise SessionError(event.seq, "D-6", "tool/result data must be an object")
-            if "error" in data and not (
-                isinstance(message, dict) and message.get("isError") is True
-            ):
-                raise SessionError(
-                    event.seq, "D-5", "tool/result with error requires message.isError === true"
-                )
-        _check_message_shape(event, message, dialect)
-        if etype == "assistant/message":
-            _check_settlement(event)
-        if etype == "developer/message":
-            _check_header_seq(event, added, lookup)
-        return
-    if etype == "request/header":
-        _check_header(event)
+        check_surface_data(event, lookup, dialect)
+    elif etype == "request/header":
+        check_header(event)
     elif etype == "assistant/attempt":
+        check_settlement(event)
+
+
+#: D-4 and D-7 under the names the planner calls directly (it already knows the type).
+check_header = _check_header
+check_settlement = _check_settlement
+
+
+def check_surface_data(event: Event, lookup: EventLookup, dialect: int | None = None) -> None:
+    """:func:`check_event_data` of a surface event (the planner knows its type)."""
+    etype = event.type
+    # The runtime's order: relation-free data checks (D-1, D-2, headerSeq
+    # presence, D-5), then the message shape (D-6), then the settlement
+    # fields (D-7), then the header the additions point at (D-3).
+    data = event.data
+    if etype == "user/message":
+        message: Any = data
+    else:
+        message = data.get("message") if isinstance(data, dict) else None
+    d1_checked = False
+    if isinstance(data, dict) and isinstance(message, dict):
+        role = message.get("role")
+        if (role == "developer") != (etype == "developer/message"):
+            raise SessionError(
+                event.seq,
+                "D-1",
+                f"developer/message type and role developer must occur "
+                f"together (type {etype}, role {role!r})",
+            )
+        d1_checked = True
+    added = _check_tool_blocks(event, message)
+    if etype == "developer/message":
+        _check_header_seq_presence(event, added)
+    elif etype == "tool/result":
+        if not isinstance(data, dict):
+            raise SessionError(event.seq, "D-6", "tool/result data must be an object")
+        if "error" in data and not (isinstance(message, dict) and message.get("isError") is True):
+            raise SessionError(
+                event.seq, "D-5", "tool/result with error requires message.isError === true"
+            )
+    _check_message_shape(event, message, dialect, d1_checked)
+    if etype == "assistant/message":
         _check_settlement(event)
+    elif etype == "developer/message" and added:
+        _check_header_seq(event, added, lookup)

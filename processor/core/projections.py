@@ -309,6 +309,9 @@ class SessionProjections:
         targets = self._dispatch.get(event.type)
         if targets is None:
             targets = self._targets(event.type)
+        if not targets:  # no unit reacts to this type: only the watermark moves
+            self._fast_seq = seq
+            return True
         changed: list[_Cell] | None = None
         cell = None
         try:

@@ -338,6 +338,14 @@ def test_S2_surface_event_without_op_is_an_error() -> None:
         ([9], "earlier seqs"),
         (["1"], "non-negative integers"),
         ({"a": 1}, "non-empty array"),
+        # the planner's one-pass check must refuse what the rule-ordered checks refuse
+        ([True], "non-negative integers"),
+        ([-1], "non-negative integers"),
+        ([1.0], "non-negative integers"),
+        ([0, 2**53], "non-negative integers"),
+        ([0, 1, 0], "must not repeat"),
+        ([0, 2, 1, 2], "must not repeat"),
+        ([0, 2, 99], "earlier seqs"),
     ],
 )
 def test_S3_source_event_seqs_shape(sources: Any, frag: str) -> None:

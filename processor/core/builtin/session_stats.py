@@ -74,7 +74,11 @@ def apply(state: Any, event: Event) -> Any:
     if t == "tool/result":
         role: Any = "tool"  # a v3 tool result is a user-role message; count it as a tool result
     else:
-        message = event.message
+        # event.message, inline (a surface event; user/message data is the message)
+        if t == "user/message":
+            message = data
+        else:
+            message = data.get("message") if isinstance(data, dict) else None
         role = message.get("role") if isinstance(message, dict) else None
         if not isinstance(role, str):
             return state
@@ -91,7 +95,8 @@ def apply(state: Any, event: Event) -> Any:
         if isinstance(usage, dict):
             summed = FrozenDict(state["usage"])
             for k, v in usage.items():
-                if is_number(v):
+                kind = type(v)  # is_number's exact-type test, inline (per usage field)
+                if kind is int or kind is float or is_number(v):
                     _set(summed, k, summed.get(k, 0) + v)
             _set(new, "usage", summed)
     return new

@@ -63,7 +63,7 @@ import orjson
 from processor.core.builtin._common import is_int, require_dict, require_list, require_seq
 from processor.core.errors import ProjectionError
 from processor.core.events import Event
-from processor.core.frozen import freeze
+from processor.core.frozen import FrozenDict, freeze
 from processor.core.header import js_json
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
@@ -71,6 +71,8 @@ from processor.core.projections import ProjectionDefinition, WireView
 KEY = "toolHistory"
 KEYS = ("headers", "activeSeq", "declared", "available", "series", "fallback")
 VIEW_KEYS = ("baselineSeq", "tools", "updates")
+# writes into a FrozenDict this module has just copied and not yet returned
+_set = dict.__setitem__
 
 
 def init(header: SessionHeader, inherited: int) -> Any:
@@ -132,7 +134,13 @@ def _on_header(state: Any, event: Event) -> Any:
     header = event.data.get("header")
     raw = header.get("tools") if isinstance(header, dict) else None
     tools = freeze([t for t in raw if isinstance(t, dict)] if isinstance(raw, list) else [])
-    headers = {**state["headers"], str(event.seq): tools} if tools else state["headers"]
+    headers = state["headers"]
+    if tools:
+        # One frozen copy of the map with the new entry written in: the
+        # ``{**headers, seq: tools}`` form was copied a second time by the
+        # final ``freeze`` (and its values walked), per header with tools.
+        headers = FrozenDict(headers)
+        _set(headers, str(event.seq), tools)
     declared = state["declared"]
     redefined = any(
         t.get("name") in declared and not _same_tool(declared[t.get("name")], t) for t in tools
