@@ -140,7 +140,7 @@ def _checkpoint(
         session,
         rt.part_ledger,
         generations,
-        rt.digests,
+        rt.digest_blob,
         rt.window,
         views.transcript_total,
         views.closed_chunks,
