@@ -36,9 +36,9 @@ The transcript is not in the checkpoint: the views hold it (view_parts.py).
 from __future__ import annotations
 
 import base64
-from sys import intern
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 import orjson

@@ -15,9 +15,9 @@ what the two topics hold, so a batch writes only what changed.
 from __future__ import annotations
 
 import base64
-from sys import intern
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from sys import intern
 from typing import Any
 
 from processor.core.events import Event
