@@ -36,7 +36,7 @@ The transcript is not in the checkpoint: the views hold it (view_parts.py).
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from sys import intern
 from typing import Any
@@ -147,14 +147,16 @@ class PartLedger:
     stale: list[int] = field(default_factory=list)  # restored bundles nothing names: tombstone
     #: rewritable parts (not ``e.``/``o.``) that live as records of their own
     #: (format 2): a bundle entry that supersedes one tombstones it
-    standalone: set[str] = field(default_factory=set)
+    #: (almost always none: an empty frozenset, not a 216-byte set per session)
+    standalone: Set[str] = frozenset()
 
     def drop(self, name: str, tombstones: list[str]) -> None:
         """Entry ``name`` is named no more: tombstone its part or its bundle's last use."""
         n = self.bundle_of.pop(name, None)
         if n is None or name in self.standalone:
             tombstones.append(name)
-            self.standalone.discard(name)
+            if isinstance(self.standalone, set):  # non-empty ones are sets
+                self.standalone.discard(name)
         if n is None:
             return
         live = self.bundles[n] - 1
@@ -301,7 +303,10 @@ def _bundle(ledger: PartLedger, max_bytes: int, out: PartWrites) -> None:
         return
     if not BUNDLES:  # format 2: a part per entry
         out.parts.extend(entries)
-        ledger.standalone.update(n for n, _, _ in entries if not n.startswith(("e.", "o.")))
+        ledger.standalone = {
+            *ledger.standalone,
+            *(n for n, _, _ in entries if not n.startswith(("e.", "o."))),
+        }
         return
     groups: list[list[list[Any]]] = [[]]
     size = 2

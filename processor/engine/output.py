@@ -241,7 +241,7 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
         else:
             parts.stale.append(int(n))
         parts.next_bundle = max(parts.next_bundle, int(n) + 1)
-    parts.standalone = set(parted.get("standalone", ()))
+    parts.standalone = set(parted.get("standalone", ())) or frozenset()
     parts.pending = [int(s) for s in v["pending"]]
     parts.seq_chunks_from = int(parted["seqChunksFrom"])
     parts.seq_chunks = (int(v["transcriptTotal"]) - int(v["transcriptBase"])) // CHUNK_ITEMS
@@ -254,7 +254,9 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
         return  # views held back: the rest is written whole when they are published
     views.as_of = int(v["asOfSeq"])
     views.nodes = ChunkLedger.restored(node_refs(session, generations), v["nodeChunks"])
-    views.owned = {s for s in state.nodes if views.owns(session, s, s in generations)}
+    views.owned = {
+        s for s in state.nodes if views.owns(session, s, s in generations)
+    } or frozenset()
     views.overrides = dict(generations)
     _restore_view_bundles(views, parted.get("viewBundles", ()), generations)
 
