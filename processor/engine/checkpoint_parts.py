@@ -118,6 +118,10 @@ class UnitSlot:
     inline: bool = False  # the head carries it (as leaves against the part)
 
 
+#: The one empty ``standalone`` (``frozenset()`` is a new object per call)
+NO_NAMES: frozenset[str] = frozenset()
+
+
 @dataclass(slots=True)
 class PartLedger:
     """The parts the checkpoints topic holds for one session."""
@@ -148,7 +152,7 @@ class PartLedger:
     #: rewritable parts (not ``e.``/``o.``) that live as records of their own
     #: (format 2): a bundle entry that supersedes one tombstones it
     #: (almost always none: an empty frozenset, not a 216-byte set per session)
-    standalone: Set[str] = frozenset()
+    standalone: Set[str] = NO_NAMES
 
     def drop(self, name: str, tombstones: list[str]) -> None:
         """Entry ``name`` is named no more: tombstone its part or its bundle's last use."""

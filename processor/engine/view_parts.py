@@ -61,6 +61,10 @@ class BundleSlot:
     live: int = 0
 
 
+#: The one empty ``owned`` (``frozenset()`` is a new 216-byte object per call)
+NO_SEQS: frozenset[int] = frozenset()
+
+
 @dataclass(slots=True)
 class ViewLedger:
     """What the views topic holds for one session (so only changes are written)."""
@@ -73,7 +77,7 @@ class ViewLedger:
     content_floor: int = 0
     #: nodes whose own ``~m<seq>`` is live: few or none, so an empty frozenset until
     #: the first (an empty set is 216 bytes in every held session, figure 6)
-    owned: Set[int] = frozenset()
+    owned: Set[int] = NO_SEQS
     overrides: dict[int, int] = field(default_factory=dict)  # seq -> generation live
     as_of: int = -1  # seq of the last head written
     legacy: list[str] = field(default_factory=list)  # format-1 records to tombstone
@@ -160,7 +164,7 @@ def view_writes(
                 owned = ledger.owned = set(owned)
             owned.discard(seq)
     if not owned:
-        ledger.owned = frozenset()
+        ledger.owned = NO_SEQS
     for seq, generation in sorted(ledger.overrides.items()):
         if generations.get(seq) != generation:
             ledger.drop(content_view(seq, generation), out.tombstones)
