@@ -115,6 +115,28 @@ from processor.core.projection_restore import (
     view_checkpoint,
 )
 
+#: (index into a session's ``_order``, that unit's ``apply``) per unit that may react
+_Targets = tuple[tuple[int, Callable[[State, Event], State]], ...]
+#: Dispatch tables shared by every session whose cells are of the same units (same
+#: registry generation): a table per session was ~1.6 KB of each held session
+#: (figure 6).  Keyed by the units tuple (identity); the few newest are kept.
+_SHARED_DISPATCH: dict[tuple[_Unit, ...], dict[str, _Targets]] = {}
+_SHARED_DISPATCH_MAX = 8
+
+
+_NO_DISPATCH: dict[str, _Targets] = {}  # before the first _prime (never written)
+
+
+def _shared_dispatch(units: list[_Unit]) -> dict[str, _Targets]:
+    key = tuple(units)
+    table = _SHARED_DISPATCH.get(key)
+    if table is None:
+        if len(_SHARED_DISPATCH) >= _SHARED_DISPATCH_MAX:
+            del _SHARED_DISPATCH[next(iter(_SHARED_DISPATCH))]
+        table = _SHARED_DISPATCH[key] = {}
+    return table
+
+
 __all__ = [
     "Checkpoint",
     "CheckpointRow",
@@ -168,13 +190,14 @@ class SessionProjections:
         self._generation = -1
         # Fast path of on_commit: every cell of ``_order`` is at ``_fast_seq``
         # (None: unknown, re-check), and ``_dispatch`` maps an event type to
-        # the (apply, cell) pairs whose unit may change on it.  While it is
+        # the (index in ``_order``, apply) of the units that may change on it
+        # (shared by the sessions of the same units).  While it is
         # set, the cells' own ``observed_seq`` may lag: ``_flush`` writes it
         # before anything reads a cell, so the hot path does not write ten
         # watermarks per event.  Whatever replaces or moves a cell outside
         # the fast path calls ``_invalidate`` first.
         self._fast_seq: int | None = None
-        self._dispatch: dict[str, list[tuple[Callable[[State, Event], State], _Cell]]] = {}
+        self._dispatch: dict[str, _Targets] = _NO_DISPATCH
         self._order: list[_Cell] = []
 
     # ------------------------------------------------------------ driving
@@ -314,13 +337,16 @@ class SessionProjections:
             return True
         changed: list[_Cell] | None = None
         cell = None
+        order = self._order
         try:
             if not self._listeners:
                 # nobody to tell about identity changes (P-1): no list of them
-                for apply, cell in targets:
+                for index, apply in targets:
+                    cell = order[index]
                     cell.state = apply(cell.state, event)
             else:
-                for apply, cell in targets:
+                for index, apply in targets:
+                    cell = order[index]
                     before = cell.state
                     after = apply(before, event)
                     if after is not before:
@@ -368,18 +394,18 @@ class SessionProjections:
                 return False
             order.append(cell)
         self._order = order
-        self._dispatch = {}
+        self._dispatch = _shared_dispatch(units)
         self._fast_seq = prev
         return True
 
-    def _targets(self, etype: str) -> list[tuple[Callable[[State, Event], State], _Cell]]:
-        """(apply, cell) of the units that may react to ``etype``, in registration order."""
-        targets = [
-            (cell.definition.apply, cell)
-            for cell in self._order
+    def _targets(self, etype: str) -> _Targets:
+        """(index, apply) of the units that may react to ``etype``, in registration order."""
+        targets = tuple(
+            (index, cell.definition.apply)
+            for index, cell in enumerate(self._order)
             if etype in KNOWN_TYPES
             and (cell.definition.event_types is None or etype in cell.definition.event_types)
-        ]
+        )
         self._dispatch[etype] = targets
         return targets
 

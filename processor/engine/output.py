@@ -29,11 +29,11 @@ from processor.codec import (
 )
 from processor.config import ServiceConfig
 from processor.core.session import CHECKPOINT_VERSION
-from processor.engine.checkpoint_parts import UnitSlot, checkpoint_writes
+from processor.engine.checkpoint_parts import NO_NAMES, UnitSlot, checkpoint_writes
 from processor.engine.chunks import ChunkLedger
 from processor.engine.records import Out, Tally
 from processor.engine.runtime import SessionRuntime, ViewChange
-from processor.engine.view_parts import BundleSlot, ViewLedger, node_refs, view_writes
+from processor.engine.view_parts import NO_SEQS, BundleSlot, ViewLedger, node_refs, view_writes
 from processor.protocol import (
     CHUNK_ITEMS,
     CORE_STATE_VERSION,
@@ -145,7 +145,7 @@ def _checkpoint(
         session,
         rt.part_ledger,
         generations,
-        rt.digests,
+        rt.digest_blob,
         rt.window,
         views.transcript_total,
         views.closed_chunks,
@@ -246,7 +246,7 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
         else:
             parts.stale.append(int(n))
         parts.next_bundle = max(parts.next_bundle, int(n) + 1)
-    parts.standalone = set(parted.get("standalone", ()))
+    parts.standalone = set(parted.get("standalone", ())) or NO_NAMES
     parts.pending = [int(s) for s in v["pending"]]
     parts.seq_chunks_from = int(parted["seqChunksFrom"])
     parts.seq_chunks = (int(v["transcriptTotal"]) - int(v["transcriptBase"])) // CHUNK_ITEMS
@@ -259,7 +259,7 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
         return  # views held back: the rest is written whole when they are published
     views.as_of = int(v["asOfSeq"])
     views.nodes = ChunkLedger.restored(node_refs(session, generations), v["nodeChunks"])
-    views.owned = {s for s in state.nodes if views.owns(session, s, s in generations)}
+    views.owned = {s for s in state.nodes if views.owns(session, s, s in generations)} or NO_SEQS
     views.overrides = dict(generations)
     _restore_view_bundles(views, parted.get("viewBundles", ()), generations)
 
