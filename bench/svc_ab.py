@@ -203,9 +203,7 @@ def cmd_engine(args: argparse.Namespace) -> None:
     data = _events(args.events, args.sessions, args.length)
     for i in range(args.runs):
         config = ServiceConfig(partitions=PARTITIONS)
-        engine = Engine(
-            config, default_codec(), default_registry(), default_message_projections()
-        )
+        engine = Engine(config, default_codec(), default_registry(), default_message_projections())
         for p in range(PARTITIONS):
             engine.partitions[p] = PartitionState(p)
         offsets = dict.fromkeys(range(PARTITIONS), 0)
