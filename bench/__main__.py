@@ -1,5 +1,9 @@
 """The benchmark suite: ``python -m bench [--only a,b] [--runs N] [--scale 1k|10k|100k]``.
 
+It measures the build that ships, the compiled wheel, unless ``--build pure``
+(the checkout's source): see :mod:`bench.build`; every result records which
+build ran (``"build"``).
+
 Starts a local Kafka broker (``processor.devbroker``) unless
 ``KAFKA_BOOTSTRAP_SERVERS`` is set, generates the workload once and produces
 it once into a fresh events topic (12 partitions), then runs each selected

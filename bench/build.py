@@ -76,7 +76,7 @@ def ensure_compiled(say: Callable[[str], None]) -> Path:
     shutil.rmtree(VENV, ignore_errors=True)
     _check([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)])
     _check(["bash", str(REPO / "scripts" / "build_wheel.sh"), str(wheelhouse()), "--no-deps"])
-    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
+    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "-I"]
     _check([*pip, "--no-index", "--find-links", str(wheelhouse()), "processor"])
     (VENV / "benchpath").mkdir()
     (VENV / "benchpath" / "bench").symlink_to(REPO / "bench")

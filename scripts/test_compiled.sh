@@ -22,7 +22,8 @@ if [ -z "$HOUSE" ]; then
 fi
 # the test dependencies come from the system site (they are installed there)
 "$PY" -m venv --system-site-packages "$WORK/venv"
-"$WORK/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-index \
+# --ignore-installed: the system site may hold an editable install of a checkout (CI: this one)
+"$WORK/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --ignore-installed --no-index \
   --find-links "$HOUSE" processor
 # the checkout without the package (tracked and new files; no .git, no venvs)
 mkdir "$WORK/run"
