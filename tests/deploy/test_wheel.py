@@ -31,6 +31,7 @@ import pytest
 
 from processor.devbroker import default_jars_dir, kafka_version, resolve_jars
 from tests.deploy.conftest import (
+    PACKAGE,
     REPO,
     Unprivileged,
     background,
@@ -284,7 +285,7 @@ def test_fold_from_the_wheel_equals_the_checkout(installed: Installed) -> None:
     wheel = installed.run("processor", "fold", str(example), "--at", "40")
     assert wheel.returncode == 0, wheel.stderr
     checkout = subprocess.run(
-        [*checkout_processor(), "fold", str(REPO / EXAMPLE), "--at", "40"],
+        [*checkout_processor(), "fold", str(PACKAGE.parent / EXAMPLE), "--at", "40"],
         env=checkout_env(),
         capture_output=True,
         text=True,
