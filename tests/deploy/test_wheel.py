@@ -90,13 +90,14 @@ class Installed:
 def compiled_modules() -> list[str]:
     """setup.py's MYPYC_MODULES as module names (the list the compiled build compiles)."""
     tree = ast.parse((REPO / "setup.py").read_text())
-    files = next(
-        ast.literal_eval(node.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Assign | ast.AnnAssign)
-        and getattr(node.targets[0] if isinstance(node, ast.Assign) else node.target, "id", "")
-        == "MYPYC_MODULES"
-    )
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) == "MYPYC_MODULES" for t in node.targets
+        ):
+            files: list[str] = ast.literal_eval(node.value)
+            break
+    else:
+        raise AssertionError("setup.py has no MYPYC_MODULES list")
     return [f.removesuffix(".py").replace("/", ".") for f in files]
 
 
