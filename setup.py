@@ -43,10 +43,14 @@ class BuildWithSharedData(build_py):
                 shutil.copyfile(file, dest)
 
 
-#: Opt-in compiled build (issue 15): ``PROCESSOR_MYPYC=1`` compiles the hot
-#: strictly typed core modules with mypyc; the .py files stay in the wheel and
-#: the default build is pure Python, the single source.  ``frozen`` stays
-#: interpreted: mypyc cannot compile dict/list subclasses.
+#: The compiled build (issue 15) is what ships: ``PROCESSOR_MYPYC=1`` compiles
+#: the hot strictly typed modules below with mypyc (the container's build stage
+#: and scripts/build_wheel.sh set it).  Without it, a plain ``pip install .``
+#: builds the pure-Python package: the single source and the fallback, with no C
+#: compiler needed; the checkout's editable installs stay pure that way too (a
+#: compiled editable build would drop .so files beside the sources, shadowing
+#: them for every PYTHONPATH run).  The .py files stay in the compiled wheel.
+#: ``frozen`` stays interpreted: mypyc cannot compile dict/list subclasses.
 MYPYC_MODULES = [
     "processor/core/events.py",
     "processor/core/freezing.py",
@@ -87,9 +91,27 @@ MYPYC_MODULES = [
 ]
 
 
+#: the mypy (mypyc) a compiled build uses; pyproject.toml's [build-system]
+#: requires names the same pin, so an isolated build (pip's default, the
+#: container's) is reproducible, and a --no-build-isolation one must match it
+MYPY_PIN = "mypy==2.4.1"
+
+
 def _ext_modules() -> dict[str, Any]:
-    if os.environ.get("PROCESSOR_MYPYC") != "1":
+    flag = os.environ.get("PROCESSOR_MYPYC", "0")
+    if flag not in ("0", "1"):
+        raise SystemExit(f"PROCESSOR_MYPYC must be 0 (pure) or 1 (compiled), not {flag!r}")
+    if flag == "0":
         return {}
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("mypy")
+    except PackageNotFoundError:
+        found = "none"
+    if found != MYPY_PIN.split("==")[1]:
+        raise SystemExit(f"PROCESSOR_MYPYC=1 builds with {MYPY_PIN} (setup.py, pyproject.toml), "
+                         f"found mypy {found}: build in isolation or install the pin")
     from mypyc.build import mypycify
 
     # the strict config names processor.agent too: not built here, not an error

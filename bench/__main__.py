@@ -1,5 +1,9 @@
 """The benchmark suite: ``python -m bench [--only a,b] [--runs N] [--scale 1k|10k|100k]``.
 
+It measures the build that ships, the compiled wheel, unless ``--build pure``
+(the checkout's source): see :mod:`bench.build`; every result records which
+build ran (``"build"``).
+
 Starts a local Kafka broker (``processor.devbroker``) unless
 ``KAFKA_BOOTSTRAP_SERVERS`` is set, generates the workload once and produces
 it once into a fresh events topic (12 partitions), then runs each selected
@@ -23,6 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from bench import build as builds
 from bench import report
 from bench.common import (
     RESULTS,
@@ -63,6 +68,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         + ", ".join(f"{k} = {s:,} sessions x {e} events" for k, (s, e) in SCALES.items()),
     )
     ap.add_argument("--no-report", action="store_true", help="do not rewrite BENCHMARKS.md")
+    ap.add_argument(
+        "--build",
+        choices=builds.BUILDS,
+        default="compiled",
+        help="the processor build to measure: the shipped compiled wheel (built once into "
+        "bench/results/tmp/venv-compiled, the bench re-run there) or the checkout's pure source",
+    )
     return ap.parse_args(argv)
 
 
@@ -72,8 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in selected if f not in FIGURES]
     if unknown:
         sys.exit(f"unknown figure(s): {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
+    raw_argv = argv if argv is not None else sys.argv[1:]
+    if args.build == "compiled" and os.environ.get(builds.ENV_FLAG) != "compiled":
+        builds.rerun_compiled(raw_argv, _say)  # does not return
+    if builds.running_build() != args.build:
+        sys.exit(f"--build {args.build}, but this process imports {builds.describe()}")
+    _say(f"build: {builds.describe()}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m bench " + " ".join(raw_argv)
     started = time.perf_counter()
     broker = contextlib.ExitStack()  # a local broker unless KAFKA_BOOTSTRAP_SERVERS is set
     bootstrap, local = broker.enter_context(broker_bootstrap(_say))
@@ -118,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         "durations_s": {k: round(v, 1) for k, v in durations.items()},
         "total_s": round(total, 1),
         "broker": "local (processor.devbroker)" if local else "KAFKA_BOOTSTRAP_SERVERS",
+        "build": builds.describe(),
         "cpus": os.cpu_count(),
         "workload": ctx.workload.describe() if ctx.workload is not None else None,
     }

@@ -30,6 +30,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from bench.build import child_pythonpath, running_build
 from processor.config import ServiceConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,6 +105,7 @@ def result(ctx: Context, figure: str, title: str, **fields: Any) -> dict[str, An
         "runs": ctx.runs,
         "scale": ctx.scale,
         "python": sys.version.split()[0],
+        "build": running_build(),
     }
     doc.update(fields)
     return doc
@@ -180,9 +182,10 @@ def wait_for(cond: Callable[[], bool], timeout: float, interval: float = 0.05) -
 
 
 def python_env() -> dict[str, str]:
-    """Environment for subprocesses that import this checkout."""
+    """Environment for subprocesses that import the build this bench measures (bench.build)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    paths = [*child_pythonpath(), *(env.get("PYTHONPATH") or "").split(os.pathsep)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
     return env
 
 

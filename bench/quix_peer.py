@@ -19,45 +19,76 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from bench import build as bench_build
+from bench.build import running_build
 from bench.common import REPO, Context, measure, ratio, result, unique
 from bench.throughput import fresh_output, service
 
 VENV = REPO / "bench" / ".venv-quix"
+#: the Quix app folds with the same build as the Processor it is compared with:
+#: with the compiled bench (bench.build), a second venv holds the compiled wheel
+VENV_COMPILED = REPO / "bench" / "results" / "tmp" / "venv-quix-compiled"
 QUIX_VERSION = "3.28.1"
 PROCESSOR_DEPS = ("fastavro", "orjson", "zstandard", "click", "tqdm", "prometheus-client")
 TARGET = 4.0  # issue 15
+_PROBE = "import quixstreams, fastavro, zstandard, processor.core.session as s; print(s.__file__)"
+
+
+def venv_dir() -> Path:
+    return VENV_COMPILED if running_build() == "compiled" else VENV
 
 
 def venv_python() -> Path:
-    return VENV / "bin" / "python"
+    return venv_dir() / "bin" / "python"
 
 
 def ensure_venv(log: Any = print) -> Path:
-    """Create ``bench/.venv-quix`` with Quix Streams unless it already works."""
-    py = venv_python()
-    check = [str(py), "-c", "import quixstreams, processor.core.session, fastavro, zstandard"]
-    if py.exists() and subprocess.run(check, capture_output=True).returncode == 0:
-        return py
-    log(f"creating {VENV} (quixstreams=={QUIX_VERSION}) ...")
+    """A venv with Quix Streams and this build of the processor, unless one already works."""
+    venv, compiled = venv_dir(), running_build() == "compiled"
+    py = venv / "bin" / "python"
+    check = [str(py), "-c", _PROBE]
+    # the compiled venv is current when it holds the wheel of the bench venv's sources
+    stamp, want = venv / "source.sha256", bench_build.VENV / "source.sha256"
+    current = not compiled or (
+        stamp.exists() and want.exists() and stamp.read_text() == want.read_text()
+    )
+    if py.exists() and current:
+        done = subprocess.run(check, capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.strip().endswith(".py") != compiled:
+            return py
+    log(f"creating {venv} (quixstreams=={QUIX_VERSION}) ...")
+    shutil.rmtree(venv, ignore_errors=True)
+    this = (
+        ["--no-index", "--find-links", str(bench_build.wheelhouse()), "processor"]
+        if compiled
+        else ["-e", str(REPO)]
+    )
     steps = [
-        [sys.executable, "-m", "venv", str(VENV)],
+        [sys.executable, "-m", "venv", str(venv)],
         [str(py), "-m", "pip", "install", "-q", f"quixstreams=={QUIX_VERSION}"],
-        [str(py), "-m", "pip", "install", "-q", "--no-deps", "-e", str(REPO)],
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", *this],
         [str(py), "-m", "pip", "install", "-q", *PROCESSOR_DEPS],
     ]
     for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True)
+        # a clean environment: the compiled bench's PYTHONPATH must not reach pip
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+        if not compiled:
+            env["PROCESSOR_MYPYC"] = "0"  # the editable install is the pure source
+        done = subprocess.run(step, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(step)} failed:\n{done.stderr[-2000:]}")
     done = subprocess.run(check, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"the Quix venv does not import: {done.stderr[-2000:]}")
+    if done.returncode != 0 or done.stdout.strip().endswith(".py") == compiled:
+        raise RuntimeError(f"the Quix venv does not import this build: {done.stdout}{done.stderr}")
+    if compiled:
+        stamp.write_text(want.read_text())
     return py
 
 

@@ -113,7 +113,7 @@ def _figure(doc: dict[str, Any]) -> list[str]:
         out.append(f"- workload: {doc['workload']}")
     out.append(
         f"- revision `{doc.get('revision')}`, {doc.get('date')}, runs: {doc.get('runs')}"
-        f", took {doc.get('duration_s', '?')} s"
+        f", took {doc.get('duration_s', '?')} s, build: {doc.get('build', 'pure')}"
     )
     out.append(f"- command: `{doc.get('command')}`")
     for note in doc.get("notes", []):
@@ -273,7 +273,12 @@ def render(results: Path = RESULTS) -> str:
         "python -m bench                      # whole suite, default scale 1k, 3 runs per figure",
         "python -m bench --only throughput,restore --runs 5",
         "python -m bench --scale 10k          # 10k sessions x 60 events (100k: x 12 events)",
+        "python -m bench --build pure         # the pure source instead of the compiled wheel",
         "```",
+        "",
+        "The processor measured is the build that ships, the compiled wheel (built once per "
+        "source state into `bench/results/tmp/venv-compiled`, the bench re-run there); every "
+        "result records its build.",
         "",
         "Every figure that matters is a ratio of two measurements taken back to back in the "
         "same run; the tables give the median over runs with min and max. The machine is "

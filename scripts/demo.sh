@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if ! "$PY" -c "import processor.cli.main, confluent_kafka, fastavro, starlette, uvicorn" 2>/dev/null; then
-  "$PY" -m pip install -q --disable-pip-version-check -e .
+  PROCESSOR_MYPYC=0 "$PY" -m pip install -q --disable-pip-version-check -e .
 fi
 exec "$PY" -m processor demo "$@"

@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).parents[1] / "processor"
+import processor
+
+# the imported package (the installed wheel's sources in the compiled run)
+PACKAGE = Path(str(processor.__file__)).resolve().parent
 
 #: Cycles known and not yet broken; the test fails on any other.
 KNOWN_CYCLES: list[set[str]] = []

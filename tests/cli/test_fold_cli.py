@@ -10,12 +10,14 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+import processor
 from processor.cli.main import cli
 from processor.files import write_session_file
 from processor.workload import generate_session
 
 CORPUS = sorted((Path(__file__).parent.parent / "corpus" / "invalid").glob("*.jsonl"))
-EXAMPLE = Path(__file__).parents[2] / "processor" / "examples" / "session.jsonl"
+# the imported package's (the installed wheel's in the compiled run)
+EXAMPLE = Path(str(processor.__file__)).parent / "examples" / "session.jsonl"
 
 
 def run(*args: str) -> tuple[int, str, str]:

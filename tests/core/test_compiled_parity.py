@@ -1,10 +1,10 @@
 """A compiled build folds exactly as the pure-Python source (issue 15).
 
-The opt-in mypyc build (``PROCESSOR_MYPYC=1``, setup.py) compiles the same
+The shipped mypyc build (``PROCESSOR_MYPYC=1``, setup.py) compiles the same
 source; a difference in semantics between compiled and interpreted code
 (integer overflow, ``is`` on small values, attribute defaults) would change
 a fold silently.  ``scripts/test_compiled.sh`` installs the compiled wheel,
-runs the core tests against it and names the checkout in
+runs the whole suite against it and names the checkout in
 ``PROCESSOR_PURE_SOURCE``: here every log is folded in this process
 (compiled) and by a child interpreter importing the source, and the printed
 output, the session checkpoint, the last digest and every refusal must be

@@ -27,7 +27,12 @@ from typing import TypeVar
 
 import pytest
 
+import processor
+
 REPO = Path(__file__).resolve().parents[2]
+#: the imported package: the checkout's source, or the installed wheel when the
+#: suite runs on the compiled build (scripts/test_compiled.sh, no processor/ in REPO)
+PACKAGE = Path(str(processor.__file__)).resolve().parent
 T = TypeVar("T")
 
 

@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from processor.cli.main import cli
 from processor.cli.progress import FileProgress, Progress, format_eta
-from tests.deploy.conftest import REPO
+from tests.deploy.conftest import PACKAGE
 from tests.kafka_fixtures import unique_prefix
 
-EXAMPLE = REPO / "processor" / "examples" / "session.jsonl"
+EXAMPLE = PACKAGE / "examples" / "session.jsonl"
 
 
 class Terminal(io.StringIO):

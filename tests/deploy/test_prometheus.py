@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.deploy.conftest import (
+    PACKAGE,
     REPO,
     background,
     checkout_env,
@@ -32,7 +33,7 @@ from tests.kafka_fixtures import unique_prefix
 
 RULES = REPO / "deploy" / "prometheus" / "processor-rules.yaml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "processor-rules.test.yaml"
-EXAMPLE = REPO / "processor" / "examples" / "session.jsonl"
+EXAMPLE = PACKAGE / "examples" / "session.jsonl"
 
 
 def _tool(name: str) -> str:

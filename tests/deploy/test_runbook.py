@@ -24,6 +24,7 @@ import pytest
 
 from processor.cli.main import cli
 from tests.deploy.conftest import (
+    PACKAGE,
     REPO,
     Background,
     background,
@@ -36,7 +37,7 @@ from tests.deploy.conftest import (
 from tests.kafka_fixtures import unique_prefix
 
 RUNBOOK = REPO / "docs" / "operations.md"
-EXAMPLE = REPO / "processor" / "examples" / "session.jsonl"
+EXAMPLE = PACKAGE / "examples" / "session.jsonl"
 _MARK = re.compile(r"<!-- runbook-test: ([\w-]+)( background)? -->\n```(?:sh|bash)\n(.*?)```", re.S)
 _FENCE = re.compile(r"```(?:sh|bash)\n(.*?)```", re.S)
 

@@ -1,22 +1,26 @@
 """The container recipe, tested without a container engine.
 
-``deploy/container/Dockerfile`` builds the wheels in one stage and installs
-them into a fresh virtual environment, as a non-root user, in the next; its
-entry point is ``processor run``.  These tests do the same on the host: build
-the wheels, install them with ``pip --no-index`` into a fresh venv owned by a
-non-root user in a temp directory outside the checkout (no PYTHONPATH, cwd
-elsewhere), and run ``processor fold``, ``processor run`` against the real
-broker (health, readiness, views, clean SIGTERM) and ``processor demo`` with
-its own dev broker, which reads the wheel's packaged pom.xml and log4j config.
-"""
+``deploy/container/Dockerfile`` builds the wheels in one stage (the processor's
+is the compiled build, ``PROCESSOR_MYPYC=1``) and installs them into a fresh
+virtual environment, as a non-root user, in the next; its entry point is
+``processor run``.  These tests do the same on the host: build the wheels with
+``scripts/build_wheel.sh`` (the build stage's step on the same files; or take
+the ones CI built with it, ``PROCESSOR_WHEELHOUSE``), install them with ``pip
+--no-index`` into a fresh venv owned by a non-root user in a temp directory
+outside the checkout (no PYTHONPATH, cwd elsewhere), check that the modules
+setup.py compiles are the compiled ones, and run ``processor fold``,
+``processor run`` against the real broker (health, readiness, views, clean
+SIGTERM) and ``processor demo`` with its own dev broker, which reads the
+wheel's packaged pom.xml and log4j config."""
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import re
 import shutil
 import subprocess
-import sys
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ import pytest
 
 from processor.devbroker import default_jars_dir, kafka_version, resolve_jars
 from tests.deploy.conftest import (
+    PACKAGE,
     REPO,
     Unprivileged,
     background,
@@ -82,19 +87,42 @@ class Installed:
         return Path(out.stdout.strip()).parent / relative
 
 
-@pytest.fixture(scope="module")
-def installed(unprivileged: Unprivileged) -> Iterator[Installed]:
-    """Wheels built from the checkout, installed into a fresh venv by the non-root user."""
-    house = unprivileged.home / "wheelhouse"
+def compiled_modules() -> list[str]:
+    """setup.py's MYPYC_MODULES as module names (the list the compiled build compiles)."""
+    tree = ast.parse((REPO / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) == "MYPYC_MODULES" for t in node.targets
+        ):
+            files: list[str] = ast.literal_eval(node.value)
+            break
+    else:
+        raise AssertionError("setup.py has no MYPYC_MODULES list")
+    return [f.removesuffix(".py").replace("/", ".") for f in files]
+
+
+def build_wheelhouse(out: Path) -> None:
+    """The shipped wheels: scripts/build_wheel.sh, or the wheelhouse CI built with it."""
+    ready = os.environ.get("PROCESSOR_WHEELHOUSE")
+    if ready:
+        shutil.copytree(ready, out, dirs_exist_ok=True)
+        return
     # the build side (root in CI) may use its pip cache; the install side may not reach it
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(house), str(REPO)],
+        ["bash", str(REPO / "scripts" / "build_wheel.sh"), str(out)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
         check=False,
     )
     assert built.returncode == 0, built.stdout + built.stderr
+
+
+@pytest.fixture(scope="module")
+def installed(unprivileged: Unprivileged) -> Iterator[Installed]:
+    """The shipped wheels, installed into a fresh venv by the non-root user."""
+    house = unprivileged.home / "wheelhouse"
+    build_wheelhouse(house)
     wheel = next(house.glob("processor-*.whl"))
     unprivileged.give(house)
     venv = unprivileged.home / "venv"
@@ -166,6 +194,65 @@ def test_container_recipe_is_multi_stage_non_root_with_health_check() -> None:
     assert ignore[0] == "**", "the build context denies everything not listed"
 
 
+def _arg_defaults(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(\S+)", text, re.M))
+
+
+def test_container_builds_the_compiled_wheel_on_the_runtime_python() -> None:
+    text = DOCKERFILE.read_text()
+    args = _arg_defaults(text)
+    froms = re.findall(r"^FROM \$\{(\w+)\} AS (\w+)", text, re.M)
+    images = {stage: args[arg] for arg, stage in froms}
+    build, runtime = images["build"], images["runtime"]
+    # the build stage has a compiler (the full image), the runtime none (slim) ...
+    assert "slim" not in build and "slim" in runtime, images
+    # ... and both are the same Python on the same Debian release: the ABI of the
+    # compiled modules is the runtime interpreter's
+    assert build.split(":")[0] == runtime.split(":")[0] == "python"
+    tag_b, tag_r = build.split(":")[1].split("-"), runtime.split(":")[1].split("-")
+    assert tag_b[0] == tag_r[0] and tag_b[-1] == tag_r[-1], images
+    stage_build = _stages(text)[0]
+    assert any(i.startswith("ENV") and "PROCESSOR_MYPYC=1" in i for i in stage_build)
+    # the build stage and scripts/build_wheel.sh build from the same files
+    copied = {
+        src
+        for i in stage_build
+        if i.upper().startswith("COPY ")
+        for src in i.split()[1:-1]
+        if not src.startswith("--")
+    }
+    script = (REPO / "scripts" / "build_wheel.sh").read_text()
+    files = re.search(r"^FILES=\((.*?)\)", script, re.M | re.S)
+    assert files is not None
+    assert set(files.group(1).split()) == copied
+
+
+def test_compiler_is_pinned_for_the_build() -> None:
+    pin = re.search(r'^MYPY_PIN = "(mypy==[\w.]+)"', (REPO / "setup.py").read_text(), re.M)
+    assert pin is not None
+    requires = re.search(r"^requires = (\[.*?\])", (REPO / "pyproject.toml").read_text(), re.M)
+    assert requires is not None
+    assert pin.group(1) in json.loads(requires.group(1))
+
+
+def test_installed_modules_are_the_compiled_ones(installed: Installed) -> None:
+    # a platform wheel (a pure one would be py3-none-any) ...
+    assert not installed.wheel.name.endswith("-none-any.whl"), installed.wheel.name
+    modules = compiled_modules()
+    assert "processor.core.session" in modules and "processor.engine.engine" in modules
+    probe = (
+        "import importlib, json, sys; "
+        "print(json.dumps({m: importlib.import_module(m).__file__ for m in sys.argv[1:]}))"
+    )
+    out = installed.run("python", "-c", probe, *modules)
+    assert out.returncode == 0, out.stderr
+    files = json.loads(out.stdout)
+    # ... whose every module setup.py compiles is an extension module in the venv
+    site = str(installed.venv)
+    pure = {m: f for m, f in files.items() if not (f.startswith(site) and f.endswith(".so"))}
+    assert not pure, f"not compiled: {pure}"
+
+
 def test_wheel_ships_schemas_and_dev_broker_files(installed: Installed) -> None:
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     for schema in sorted((REPO / "schemas").rglob("*.avsc")):
@@ -199,7 +286,7 @@ def test_fold_from_the_wheel_equals_the_checkout(installed: Installed) -> None:
     wheel = installed.run("processor", "fold", str(example), "--at", "40")
     assert wheel.returncode == 0, wheel.stderr
     checkout = subprocess.run(
-        [*checkout_processor(), "fold", str(REPO / EXAMPLE), "--at", "40"],
+        [*checkout_processor(), "fold", str(PACKAGE.parent / EXAMPLE), "--at", "40"],
         env=checkout_env(),
         capture_output=True,
         text=True,

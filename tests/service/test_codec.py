@@ -20,6 +20,7 @@ from fastavro.schema import to_parsing_canonical_form
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import processor
 from processor import codec
 from processor.codec import (
     CHECKPOINT,
@@ -153,7 +154,10 @@ def test_default_store_is_loaded_once() -> None:
 def test_schema_dir_falls_back_to_package_data(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert codec.find_schema_dir() == SCHEMAS
+    # the repository's schemas/ for the checkout's source; the wheel's copy for an
+    # installed package (the compiled suite runs on the installed wheel)
+    package = Path(str(processor.__file__)).resolve().parent
+    assert codec.find_schema_dir() == (SCHEMAS if package.parent == REPO else package / "schemas")
     pkg = tmp_path / "site" / "processor"
     (pkg / "service" / "codec").mkdir(parents=True)
     shutil.copytree(SCHEMAS, pkg / "schemas")

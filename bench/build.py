@@ -1,0 +1,109 @@
+"""Which build of the processor the benchmarks measure (issue 15).
+
+By default ``python -m bench`` measures the build that ships: the compiled
+wheel (``scripts/build_wheel.sh``, the container's build step), installed into
+a venv under ``bench/results/tmp/`` that sees the system's site packages (the
+bench's own dependencies) and rebuilt only when the package's sources change.
+The bench then runs itself again in that venv, away from the checkout's
+``processor/``: ``PYTHONPATH`` names a folder holding only a link to
+``bench/`` and ``PYTHONSAFEPATH`` keeps the working directory off
+``sys.path``, so the bench process and every child it starts (``python -m
+processor run``, ``python -m bench.<figure> --child``) import the installed
+compiled package.  ``--build pure`` measures the checkout's source, as before.
+Every result records the build that actually ran (:func:`running_build`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+REPO = Path(__file__).resolve().parent.parent
+VENV = REPO / "bench" / "results" / "tmp" / "venv-compiled"
+#: set in the re-run bench's environment (and so its children's)
+ENV_FLAG = "PROCESSOR_BENCH_BUILD"
+BUILDS = ("compiled", "pure")
+
+
+def running_build() -> str:
+    """``compiled`` or ``pure``: what ``import processor`` gives this process."""
+    import processor.core.session as session
+
+    return "pure" if str(session.__file__).endswith(".py") else "compiled"
+
+
+def describe() -> str:
+    import processor
+
+    where = Path(str(processor.__file__)).parent
+    if running_build() == "compiled":
+        return f"compiled (mypyc wheel, scripts/build_wheel.sh) at {where}"
+    return f"pure (Python source) at {where}"
+
+
+def source_digest() -> str:
+    """What the wheel is built from: the package's files, setup.py, pyproject.toml."""
+    h = hashlib.sha256()
+    files = sorted(
+        p
+        for p in (REPO / "processor").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".so"
+    )
+    for path in [*files, REPO / "setup.py", REPO / "pyproject.toml"]:
+        h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def wheelhouse() -> Path:
+    return VENV / "wheels"
+
+
+def ensure_compiled(say: Callable[[str], None]) -> Path:
+    """The venv's python with the compiled wheel of the current sources installed."""
+    py = VENV / "bin" / "python"
+    stamp = VENV / "source.sha256"
+    digest = source_digest()
+    if py.exists() and stamp.exists() and stamp.read_text() == digest:
+        return py
+    say(f"building the compiled wheel into {VENV} (sources changed or first use) ...")
+    shutil.rmtree(VENV, ignore_errors=True)
+    _check([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)])
+    _check(["bash", str(REPO / "scripts" / "build_wheel.sh"), str(wheelhouse()), "--no-deps"])
+    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "-I"]
+    _check([*pip, "--no-index", "--find-links", str(wheelhouse()), "processor"])
+    (VENV / "benchpath").mkdir()
+    (VENV / "benchpath" / "bench").symlink_to(REPO / "bench")
+    stamp.write_text(digest)
+    return py
+
+
+def rerun_compiled(argv: Sequence[str], say: Callable[[str], None]) -> NoReturn:
+    """Replace this process by the bench in the compiled venv (same arguments)."""
+    py = ensure_compiled(say)
+    env = dict(os.environ)
+    env.update({ENV_FLAG: "compiled", "PYTHONPATH": str(VENV / "benchpath"), "PYTHONSAFEPATH": "1"})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(py, [str(py), "-m", "bench", *argv], env)
+
+
+def child_pythonpath() -> list[str]:
+    """What children need on ``PYTHONPATH`` to import the build this process runs."""
+    if os.environ.get(ENV_FLAG) == "compiled":
+        return [str(VENV / "benchpath")]
+    return [str(REPO)]
+
+
+def _check(argv: list[str]) -> None:
+    with tempfile.TemporaryFile("w+") as log:
+        done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False)
+        if done.returncode != 0:
+            log.seek(0)
+            raise RuntimeError(f"{' '.join(argv)} failed:\n{log.read()[-3000:]}")
