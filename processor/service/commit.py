@@ -106,6 +106,11 @@ class Committer:
         #: while revoking: the monotonic time the revoke's commit must end by
         #: (``revoke_budget_ms``; the derived transaction timeout assumes it)
         self.deadline: float | None = None
+        #: monotonic time a transaction failed after being open past the
+        #: transaction timeout (a SIGSTOP, a stalled host): the coordinator
+        #: aborted it itself and bumped the producer epoch, so the next fence is
+        #: the coordinator's, not another member's (``replace_producer``)
+        self.overran_at: float | None = None
         #: views of the owned partitions for queries by session (query_setup.py)
         self.queries: QueryCache | None = None
         #: per checkpoints partition, its last record of the open transaction (held
@@ -422,6 +427,9 @@ class Committer:
         self._apply_reports()  # a refused record names its topic (verdict)
         self._forget()
         eos = self.config.exactly_once
+        now = time.monotonic()
+        if now - opened >= self.config.effective_transaction_timeout_ms / 1000:
+            self.overran_at = now
         verdict = transactions.verdict(exc, self.problems, self.config.group_id)
         self.metrics.txn_failures.labels(verdict.kind.value).inc()
         err = error_of(exc)
@@ -429,7 +437,7 @@ class Committer:
             verdict.kind is Kind.FATAL
             and eos
             and err is not None
-            and self.replace_producer(err, time.monotonic() - opened)
+            and self.replace_producer(err, now - opened)
         ):
             pass  # the new producer fenced the broken one; refold below
         elif verdict.kind in (Kind.FATAL, Kind.DENIED):
@@ -455,19 +463,26 @@ class Committer:
         timeout (``open_s``: how long the failed transaction was open) while
         every broker answers means another live member has our instance id:
         that ends the process (``FENCED``).  Shortly after a broker went away
-        a coordinator fails over and may fence the transaction itself (seen
-        in the fault suite): that is answered with a new producer.  Bounded
+        a coordinator fails over and may fence the transaction itself, and
+        shortly after a transaction of ours outlived the timeout (the process
+        was stopped: the coordinator aborted it and bumped the epoch) the
+        next transaction is fenced at once (both seen in the fault suite):
+        those are answered with a new producer.  Bounded
         (FatalBudget): a cause that persists — missing ACLs — still ends the
         process.
         """
         timeout_s = self.config.effective_transaction_timeout_ms / 1000
-        trouble = self.problems.broker_trouble_at
-        cluster_fault = trouble is not None and time.monotonic() - trouble < 2 * timeout_s
-        if err.code() in FENCED and open_s < timeout_s and not cluster_fault:
+        now = time.monotonic()
+        # a broker fault or our own overrun moments ago explains the fence
+        explained = any(
+            at is not None and now - at < 2 * timeout_s
+            for at in (self.problems.broker_trouble_at, self.overran_at)
+        )
+        if err.code() in FENCED and open_s < timeout_s and not explained:
             log.error(
-                "producer fenced after %.1f s, within the transaction timeout (%.1f s) "
-                "and with every broker answering: another member runs with instance "
-                "id %r",
+                "producer fenced after %.1f s, within the transaction timeout (%.1f s), "
+                "with every broker answering and no transaction of ours overrun: another "
+                "member runs with instance id %r",
                 open_s,
                 timeout_s,
                 self.instance_id,

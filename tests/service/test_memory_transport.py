@@ -344,6 +344,35 @@ def test_a_fenced_producer_ends_the_run_with_one_line() -> None:
     assert broker.committed_records(CONFIG.topics.views) == []
 
 
+def test_a_fence_right_after_an_overrun_transaction_gets_a_new_producer() -> None:
+    """A member stopped (SIGSTOP, a stalled host) with a transaction open past
+    the transaction timeout finds it aborted by the coordinator, whose epoch
+    bump fences the next transaction at once.  That is not another member
+    with our instance id (the fault suite saw the member exit for it): the
+    producer is replaced and the batch refolded."""
+    config = CONFIG.with_overrides(transaction_timeout_ms=1_000)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    entered, release = broker.hold("commit_transaction")
+    broker.fail(
+        "commit_transaction",
+        KafkaError(KafkaError._TIMED_OUT, "coordinator gone", txn_requires_abort=True),
+    )
+    broker.fail("commit_transaction", KafkaError(KafkaError._FENCED, "epoch bumped", fatal=True))
+    _produce(broker, "s", 0, 20)
+    loop = Loop(broker, config)
+    try:
+        _wait(entered.is_set, loop, "the first commit is in flight")
+        time.sleep(1.2)  # the stop: the transaction outlives its timeout
+    finally:
+        release.set()
+    _wait(lambda: _committed(broker, config), loop, "the batch commits on a new producer")
+    loop.stop()
+    assert not loop.errors
+    assert loop.sample("processor_transaction_aborts_total") == 2
+    _expect(_views(broker, config), "s", 20)
+
+
 def test_at_least_once_restores_checkpoints_ahead_of_the_committed_offset() -> None:
     """Without transactions a member that dies after its checkpoints were
     delivered but before its offsets were committed leaves checkpoints ahead
