@@ -400,11 +400,15 @@ class SessionProjections:
 
     def _targets(self, etype: str) -> _Targets:
         """(index, apply) of the units that may react to ``etype``, in registration order."""
+        if etype not in KNOWN_TYPES:
+            # ignorable types are never applied; not cached either: the table is
+            # shared by every session, and would grow with every type the input
+            # invents for as long as the process runs
+            return ()
         targets = tuple(
             (index, cell.definition.apply)
             for index, cell in enumerate(self._order)
-            if etype in KNOWN_TYPES
-            and (cell.definition.event_types is None or etype in cell.definition.event_types)
+            if cell.definition.event_types is None or etype in cell.definition.event_types
         )
         self._dispatch[etype] = targets
         return targets
