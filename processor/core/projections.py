@@ -399,12 +399,17 @@ class SessionProjections:
         return True
 
     def _targets(self, etype: str) -> _Targets:
-        """(index, apply) of the units that may react to ``etype``, in registration order."""
+        """(index, apply) of the units that may react to ``etype``, in registration order.
+
+        Only known types are remembered: an ignorable type is any string the
+        input chooses, and the table is shared process-wide (one entry per
+        distinct unknown type would grow it without bound)."""
+        if etype not in KNOWN_TYPES:
+            return ()
         targets = tuple(
             (index, cell.definition.apply)
             for index, cell in enumerate(self._order)
-            if etype in KNOWN_TYPES
-            and (cell.definition.event_types is None or etype in cell.definition.event_types)
+            if cell.definition.event_types is None or etype in cell.definition.event_types
         )
         self._dispatch[etype] = targets
         return targets
