@@ -30,6 +30,7 @@ import zstandard
 from processor.core.errors import SessionError, raised_from
 from processor.core.events import parse_event_bytes
 from processor.files import SessionFileError, json_lines, read_bytes
+from tests.deploy.test_wheel import compiled_modules
 
 ROOT = Path(os.environ.get("PROCESSOR_PURE_SOURCE") or Path(__file__).parents[2])
 
@@ -106,14 +107,7 @@ def test_raised_from_sets_what_from_sets() -> None:
 
 
 def _compiled_sources() -> list[Path]:
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            getattr(t, "id", None) == "MYPYC_MODULES" for t in node.targets
-        ):
-            files: list[str] = ast.literal_eval(node.value)
-            return [ROOT / f for f in files]
-    raise AssertionError("setup.py has no MYPYC_MODULES list")
+    return [ROOT / (name.replace(".", "/") + ".py") for name in compiled_modules()]
 
 
 class _Finder(ast.NodeVisitor):

@@ -23,10 +23,11 @@ from processor.service import rebalance as rebalance_mod
 from processor.service import retry as retry_mod
 from processor.service import runner as runner_mod
 from processor.service import transactions as transactions_mod
-from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
+from processor.service.memory import MemoryBroker, MemoryProducer, MemoryTransport
 from processor.service.metrics import Metrics
 from processor.service.runner import Processor
-from tests.service.test_loop_steps import CODEC, LOG, _Clock, _RevokingConsumer, _wait
+from tests.service.test_loop_steps import CODEC, LOG, _Clock, _wait
+from tests.service.test_loop_steps import _Transport as _LoopTransport
 
 BUDGET_S = 10.0
 CONFIG = ServiceConfig(
@@ -66,21 +67,16 @@ class _Stalling(MemoryProducer):
         super().abort_transaction(timeout)
 
 
-class _Transport(MemoryTransport):
-    def __init__(self, broker: MemoryBroker, config: ServiceConfig, clock: _Clock) -> None:
-        super().__init__(broker, config)
-        self.clock = clock
-        self.consumer: _RevokingConsumer | None = None
-        self.producer: _Stalling | None = None
+class _Transport(_LoopTransport):
+    """test_loop_steps' transport (a consumer that revokes when asked), with a
+    producer that stalls."""
 
-    def group_consumer(self, instance_id: str, problems: Any) -> MemoryConsumer:
-        self.consumer = _RevokingConsumer(self.broker, self.config.group_id, eof=False)
-        return self.consumer
+    stalling: _Stalling | None = None
 
     def output_producer(self, instance_id: str, problems: Any) -> MemoryProducer:
         txn_id = f"{self.config.group_id}-{instance_id}"
-        self.producer = _Stalling(self.broker, txn_id, self.clock)
-        return self.producer
+        self.stalling = _Stalling(self.broker, txn_id, self.clock)
+        return self.stalling
 
 
 def _fake_time(monkeypatch: pytest.MonkeyPatch, clock: _Clock) -> None:
@@ -196,7 +192,7 @@ def test_a_revoke_whose_commit_keeps_failing_ends_within_the_budget(
             errors,
             "the open batch is folded",
         )
-        producer, consumer = transport.producer, transport.consumer
+        producer, consumer = transport.stalling, transport.consumer
         assert producer is not None and consumer is not None
         broker.fail("commit_transaction", RETRIABLE, times=5)
         producer.armed = True
