@@ -63,7 +63,7 @@ def raised_from(err: E, cause: BaseException | None) -> E:
     and ``from exc`` sets no ``__cause__``.  Assigning ``__cause__`` (``None``
     included) also sets ``__suppress_context__``, as ``from`` does.  Write
     ``raise raised_from(err, cause) from cause``: the ``from`` serves the
-    pure build's readers and the linter (tests/test_compiled_raise.py
+    pure build's readers and the linter (tests/core/test_error_chaining.py
     checks every compiled module does this).
     """
     err.__cause__ = cause
