@@ -20,12 +20,12 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import zstandard
 
-from processor.core.errors import InvalidInput, SessionError
+from processor.core.errors import InvalidInput, SessionError, raised_from
 from processor.core.events import Event, parse_event
 from processor.core.log import SessionHeader
 from processor.core.session import synthetic_header
@@ -98,7 +98,8 @@ def _decompress(raw: bytes, path: str | Path) -> bytes:
         try:
             out += dobj.decompress(data)
         except zstandard.ZstdError as exc:
-            raise SessionFileError(f"{path}: corrupt zstd data: {exc}") from None
+            err = SessionFileError(f"{path}: corrupt zstd data: {exc}")
+            raise raised_from(err, None) from None
         if not dobj.eof:
             raise SessionFileError(
                 f"{path}: truncated zstd stream (the last frame ends early after "
@@ -221,6 +222,10 @@ def iter_lines(
         pos = stop + 1
 
 
+#: what a line that is not JSON decodes to in :func:`json_lines`
+_NOT_JSON: Final = object()
+
+
 def json_lines(
     content: bytes,
     *,
@@ -239,19 +244,25 @@ def json_lines(
         try:
             value = orjson.loads(line)
         except orjson.JSONDecodeError:
-            if not terminated:
-                if drop_torn_tail:
-                    yield offset, None, TornTail(offset, len(line))
-                    return
-                raise SessionFileError(
-                    f"torn last line at byte offset {offset} ({len(line)} bytes); "
-                    "pass --drop-torn-tail to fold without it"
-                ) from None
-            hint = where()
+            # answered below, outside the handler: a compiled generator that
+            # yields inside an except block leaves the handled error current
+            # in its caller, chained into any later error (mypyc)
+            value = _NOT_JSON
+        if value is not _NOT_JSON:
+            yield offset, value, None
+            continue
+        if not terminated:
+            if drop_torn_tail:
+                yield offset, None, TornTail(offset, len(line))
+                return
             raise SessionFileError(
-                f"line at byte offset {offset}{f' ({hint})' if hint else ''} is not valid JSON"
-            ) from None
-        yield offset, value, None
+                f"torn last line at byte offset {offset} ({len(line)} bytes); "
+                "pass --drop-torn-tail to fold without it"
+            )
+        hint = where()
+        raise SessionFileError(
+            f"line at byte offset {offset}{f' ({hint})' if hint else ''} is not valid JSON"
+        )
 
 
 def is_header_line(value: Any) -> bool:
@@ -292,7 +303,7 @@ def parse_session_bytes(
                 raise
             # No usable seq on the line: name its position, the seq it must have.
             index = events[-1].seq + 1 if events else 0
-            raise SessionError(index, exc.rule, exc.reason) from None
+            raise raised_from(SessionError(index, exc.rule, exc.reason), None) from None
     return SessionFile(
         header=header if header is not None else synthetic_header(session_id),
         events=events,

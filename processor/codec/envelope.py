@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from sys import intern
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -24,6 +23,7 @@ from processor.codec.payload import (
 from processor.codec.records import (
     DecodedEvent,
 )
+from processor.core.events import KNOWN_TYPES
 from processor.core.frozen import json_problem
 
 _loads = orjson.loads
@@ -143,8 +143,14 @@ def _event_datum(
     }
 
 
-def _intern(value: Any) -> Any:
-    return intern(value) if type(value) is str else value
+#: The one copy of each known type and of "append" that decoded events share.
+#: Not ``sys.intern``: these strings come from the input (an ignorable type is
+#: any string), and on Python 3.12 an interned string is never freed.
+_SHARED: Final[dict[str, str]] = {s: s for s in (*KNOWN_TYPES, "append")}
+
+
+def _shared(value: Any) -> Any:
+    return _SHARED.get(value, value) if type(value) is str else value
 
 
 def _opaque(value: dict[str, Any]) -> Any:
@@ -161,16 +167,16 @@ def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
     except _JSONDecodeError as exc:
         raise CodecError(f"SessionEvent.data is not valid JSON: {exc}") from exc
     envelope: dict[str, Any] = {
-        # interned: a held session keeps its events, and a copy of "message" or
+        # shared: a held session keeps its events, and a copy of "message" or
         # "append" per event was ~0.5 KB of each 12-event session (figure 6)
-        "type": _intern(rec["type"]),
+        "type": _shared(rec["type"]),
         "seq": rec["seq"],
         "time": rec["time"],
         "data": data,
     }
     op = rec["surfaceOp"]
     if op is not None:
-        envelope["surfaceOp"] = _opaque(op) if type(op) is dict and "json" in op else _intern(op)
+        envelope["surfaceOp"] = _opaque(op) if type(op) is dict and "json" in op else _shared(op)
     seqs = rec["sourceEventSeqs"]
     if seqs is not None:
         envelope["sourceEventSeqs"] = _opaque(seqs) if type(seqs) is dict else seqs

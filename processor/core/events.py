@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Final
 
 import orjson
 
-from processor.core.errors import SessionError
+from processor.core.errors import SessionError, raised_from
 from processor.core.frozen import freeze, json_problem
 
 SURFACE_TYPES: Final = frozenset(
@@ -397,7 +397,8 @@ def parse_event_bytes(line: bytes | str) -> Event:
     try:
         raw = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        raise SessionError(None, "E-3", f"event is not valid JSON: {exc}") from None
+        err = SessionError(None, "E-3", f"event is not valid JSON: {exc}")
+        raise raised_from(err, None) from None
     return parse_event(raw, trusted_json=True)
 
 

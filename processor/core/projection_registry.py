@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from processor.core.errors import ProjectionError
+from processor.core.errors import ProjectionError, raised_from
 from processor.core.events import Event
 from processor.core.frozen import freeze, thaw
 from processor.core.log import SessionHeader
@@ -270,7 +270,8 @@ def _validate_view(definition: ProjectionDefinition, view: Any, seq: int | None)
     try:
         wire.validate_view(view)
     except ValueError as exc:
-        raise ProjectionError(seq, "P-4", f"{definition.key}: invalid view: {exc}") from None
+        err = ProjectionError(seq, "P-4", f"{definition.key}: invalid view: {exc}")
+        raise raised_from(err, None) from None
 
 
 def _row_version_matches(definition: ProjectionDefinition, row: Any) -> bool:

@@ -399,11 +399,12 @@ class SessionProjections:
         return True
 
     def _targets(self, etype: str) -> _Targets:
-        """(index, apply) of the units that may react to ``etype``, in registration order."""
+        """(index, apply) of the units that may react to ``etype``, in registration order.
+
+        Only known types are remembered: an ignorable type is any string the
+        input chooses, and the table is shared process-wide (one entry per
+        distinct unknown type would grow it without bound)."""
         if etype not in KNOWN_TYPES:
-            # ignorable types are never applied; not cached either: the table is
-            # shared by every session, and would grow with every type the input
-            # invents for as long as the process runs
             return ()
         targets = tuple(
             (index, cell.definition.apply)

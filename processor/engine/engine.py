@@ -24,7 +24,7 @@ from typing import Protocol
 
 from processor.codec import Checkpoint, Codec, CodecError, DeadLetter, session_key
 from processor.config import ServiceConfig
-from processor.core.errors import SessionError
+from processor.core.errors import SessionError, raised_from
 from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import Session, synthetic_header
@@ -227,7 +227,8 @@ class Engine:
         except SessionError as exc:
             # A bumped stateVersion (or an unreadable row) needs the prefix:
             # the replay command rebuilds such sessions from offset zero.
-            raise AnchorError(f"session {cp.session_id}: {exc}; run `processor replay`") from exc
+            err = AnchorError(f"session {cp.session_id}: {exc}; run `processor replay`")
+            raise raised_from(err, exc) from exc
 
     def unusable_rows(self, checkpoints: Iterable[Checkpoint]) -> str | None:
         """A unit whose checkpoint row cannot be used needs the log prefix (P-7, P-10)."""

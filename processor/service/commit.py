@@ -11,8 +11,9 @@ Errors follow confluent-kafka's model (``kafka_errors.py``): retriable
 steps are retried, abortable ones abort, rewind and back off (bounded,
 ``failures.py``), fatal ones end the run with one line — except a fatal
 producer error a broker fault explains, answered with a new producer
-(``replace_producer``).  While revoking, every step's timeout is what is
-left of ``revoke_budget_ms`` (:meth:`timeout`).
+(``replace_producer``).  While revoking, every wait is cut by what is left
+of ``revoke_budget_ms`` (:meth:`left`): each step's timeout, the back-off
+between retried steps, the abort's attempts.
 
 ``commit_transaction`` overlaps the next batch (``commit(overlap=True)``):
 it runs, with the flush that serves the store's delivery reports, on the
@@ -138,6 +139,16 @@ class Committer:
         if self.config.exactly_once:
             transactions.init(producer, self.problems, self.txn_id, deadline_s=RETRY_DEADLINE_S)
 
+    def left(self, *, in_flight: bool = False) -> float | None:
+        """Seconds left of the revoke budget (``None``: not revoking; <= 0:
+        spent).  ``in_flight``: of its first half (see :meth:`timeout`)."""
+        deadline = self.deadline  # read once: the loop thread clears it
+        if deadline is None:
+            return None
+        if in_flight:
+            deadline -= self.config.revoke_budget_ms / 2000
+        return deadline - time.monotonic()
+
     def timeout(self, default_s: float, *, in_flight: bool = False) -> float:
         """A transaction step's timeout: ``default_s``, or what is left of the
         revoke budget while revoking (a shutdown revokes too), so a revoke
@@ -146,12 +157,10 @@ class Committer:
         which gets the first half of the budget only; the revoke's own commit
         keeps the second half (else the in-flight flush could take it all and
         leave the revoke's commit 0.1 s steps, which abort)."""
-        if self.deadline is None:
+        left = self.left(in_flight=in_flight)
+        if left is None:
             return default_s
-        end = self.deadline
-        if in_flight:
-            end -= self.config.revoke_budget_ms / 2000
-        return max(0.1, min(default_s, end - time.monotonic()))
+        return max(0.1, min(default_s, left))
 
     # ------------------------------------------------------------ commit
 
@@ -210,12 +219,12 @@ class Committer:
         producer, consumer = self.producer, self.consumer
         assert producer is not None and consumer is not None
         group = consumer.consumer_group_metadata()  # on this thread: the consumer's owner
-        timeout = self.timeout(30)
 
         def send() -> None:
             transactions.retrying(
-                lambda: producer.send_offsets_to_transaction(offsets, group, timeout),
+                lambda: producer.send_offsets_to_transaction(offsets, group, self.timeout(30)),
                 self.metrics,
+                left=self.left,
             )
 
         return self._submit(send)
@@ -340,7 +349,9 @@ class Committer:
                     self._hand_off(pending, views, t0, opened)
                     return
                 transactions.retrying(
-                    lambda: producer.commit_transaction(self.timeout(60)), self.metrics
+                    lambda: producer.commit_transaction(self.timeout(60)),
+                    self.metrics,
+                    left=self.left,
                 )
             else:
                 self._delivered_all(producer)
@@ -380,6 +391,7 @@ class Committer:
             transactions.retrying(
                 lambda: producer.commit_transaction(self.timeout(step_s, in_flight=True)),
                 self.metrics,
+                left=lambda: self.left(in_flight=True),
             )
             flight.done_at = time.perf_counter()
             # the store's delivery reports
@@ -507,8 +519,17 @@ class Committer:
                 self.leaving = kept
         if self.config.exactly_once and self.producer is not None:
             producer = self.producer
+            # while revoking, within what is left of the budget (spent: one
+            # short attempt; an abort that misses it is the coordinator's at
+            # the transaction timeout, and the next owner restores)
+            left = self.left()
+            until = RETRY_DEADLINE_S if left is None else max(0.0, left)
             try:
-                retry(lambda: producer.abort_transaction(30), "abort_transaction")
+                retry(
+                    lambda: producer.abort_transaction(self.timeout(30)),
+                    "abort_transaction",
+                    deadline_s=until,
+                )
             except KafkaException as exc:
                 log.debug("abort_transaction: %s", exc)
         self._forget()

@@ -2,7 +2,8 @@
 
 - ``init``: in short slices, so a failed handshake (reported through
   ``error_cb``) ends the start within seconds instead of a 30 s timeout;
-- ``retrying``: a step whose error is only ``retriable()`` is retried;
+- ``retrying``: a step whose error is only ``retriable()`` is retried
+  (within a revoke's deadline);
 - ``verdict``: a failed transaction sorted into abort / fatal / denied,
   naming the topic that refused a record when a delivery report says so.
 """
@@ -58,25 +59,39 @@ def init(
                 ) from None
 
 
-def retrying(step: Callable[[], object], metrics: Metrics, attempts: int = 5) -> None:
-    """Run a transaction step, retried while its error is only ``retriable()``."""
+def retrying(
+    step: Callable[[], object],
+    metrics: Metrics,
+    attempts: int = 5,
+    *,
+    left: Callable[[], float | None] = lambda: None,
+) -> None:
+    """Run a transaction step, retried while its error is only ``retriable()``.
+
+    ``left``: seconds left of a revoke's budget (``None``: no deadline); a
+    back-off that would not end within it is not slept: the error is raised
+    at once, as after the last attempt (the revoke aborts; the next owner
+    restores)."""
     for attempt in range(attempts):
         try:
             step()
             return
         except KafkaException as exc:
             err = error_of(exc)
+            pause = min(0.1 * 2**attempt, 2.0)
+            budget = left()
             if (
                 err is None
                 or not err.retriable()
                 or err.txn_requires_abort()
                 or err.fatal()
                 or attempt == attempts - 1
+                or (budget is not None and pause >= budget)
             ):
                 raise
             metrics.txn_failures.labels("retriable").inc()
             log.info("transaction step failed (%s); retrying", err)
-            time.sleep(min(0.1 * 2**attempt, 2.0))
+            time.sleep(pause)
 
 
 def verdict(exc: KafkaException, problems: ClientProblems, group: str) -> Verdict:

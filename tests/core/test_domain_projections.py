@@ -168,20 +168,6 @@ def test_P3_ignorable_events_advance_the_watermark_only() -> None:
     assert calls == [] and s.projections.observed_seq("users") == s.last_seq
 
 
-def test_P3_ignorable_types_do_not_grow_the_shared_dispatch_tables() -> None:
-    """The per-type dispatch tables are shared by every session of the same
-    units for the life of the process: types the input invents must not be
-    kept in them (a hostile log of unique ignorable types would leak)."""
-    from processor.core import projections
-
-    s = session_with(counter(), events=log_of(1).events)
-    for i in range(200):
-        s.append(make_event(f"vendor/x{i}", s.next_seq, {}, ignorable=True))
-    assert s.projections.observed_seq("users") == s.last_seq
-    sizes = [len(table) for table in projections._SHARED_DISPATCH.values()]
-    assert sizes and max(sizes) < 50, sizes
-
-
 def test_P4_state_of_unknown_key_is_none_and_snapshot_validates_views() -> None:
     s = session_with(counter(), events=log_of(2).events)
     assert s.projections.state_of("nope") is None

@@ -968,3 +968,18 @@ def test_builtin_units_are_all_registered_by_the_property_registry() -> None:
     keys = [u.key for u in BUILTIN_UNITS]
     assert [d.key for d in registry.definitions()][: len(keys)] == keys
     assert isinstance(_fold(registry, [user(0)]).state_of("sessionStats"), FrozenDict)
+
+
+def test_P3_ignorable_types_do_not_grow_the_shared_dispatch_table() -> None:
+    """The fast path's dispatch table is shared by every session of the same
+    units (process-wide): an ignorable type is any string the input picks,
+    so it must not get an entry of its own (only the known types may)."""
+    c = Counter()
+    _, log, proj = setup(c)
+    commit(log, proj, user(0))
+    for seq in range(1, 200):
+        commit(log, proj, make_event(f"vendor/x{seq}", seq, {"n": seq}, ignorable=True))
+    commit(log, proj, user(200))
+    assert c.applied == [0, 200]
+    assert proj.observed_seq("users") == 200
+    assert len(proj._dispatch) <= 2  # user/message, and nothing per vendor type

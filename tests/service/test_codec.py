@@ -9,6 +9,7 @@ import io
 import json
 import random
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -770,3 +771,21 @@ def test_encode_errors_on_out_of_range_fields_are_codec_errors() -> None:
         encode_checkpoint(Checkpoint("s", 1, Anchor(0, 0, 1, b""), {}, {}, -(2**31) - 1))
     with pytest.raises(CodecError, match="not JSON-serialisable"):
         encode_checkpoint(checkpoint({"k": object()}, {}))
+
+
+def test_decoded_events_share_known_strings_and_intern_nothing_else() -> None:
+    """Held events share one copy of a known type and of "append" (memory per
+    held session); a type or surfaceOp the input made up is not interned (on
+    Python 3.12 an interned string is never freed: a stream of made-up types
+    would grow the process without bound)."""
+    one = decode_event(encode_event("s", {**typical_envelope(), "surfaceOp": "append"}))
+    two = decode_event(encode_event("s", {**typical_envelope(), "surfaceOp": "append"}))
+    assert one.envelope["type"] is two.envelope["type"]
+    assert one.envelope["surfaceOp"] is two.envelope["surfaceOp"]
+    made_up = "".join(["vendor/", "made-up-", str(random.random())])
+    env = {**typical_envelope(), "type": made_up, "ignorable": True, "surfaceOp": made_up}
+    decoded = decode_event(encode_event("s", env)).envelope
+    assert decoded["type"] == made_up and decoded["surfaceOp"] == made_up
+    probe = "".join(["vendor/", made_up.removeprefix("vendor/")])  # an equal, new string
+    assert sys.intern(probe) is probe  # so nobody interned one before
+    assert decoded["type"] is not probe and decoded["surfaceOp"] is not probe
