@@ -79,7 +79,7 @@ def chunk_part(kind: str, index: int) -> str:
 def digest_part(block: int, size: int = DIGEST_BLOCK) -> str:
     """``d.<b>`` for blocks of 16 (version-1 heads), ``d<size>.<b>`` otherwise:
     blocks of two sizes never share a key."""
-    return f"d.{block}" if size == 16 else f"d{size}.{block}"
+    return intern(f"d.{block}" if size == 16 else f"d{size}.{block}")  # as event_part
 
 
 def pending_part(seq: int) -> str:
@@ -459,11 +459,25 @@ def decode_leaves(base: Mapping[str, Any], leaves: Any) -> dict[str, Any]:
     return {"ver": leaves[0], "val": val}
 
 
+#: The unit keys last seen (one entry: nothing stale is held), never mutated
+_LAST_KEYS: list[list[str]] = [[]]
+
+
+def shared_keys(keys: list[str]) -> list[str]:
+    """``keys`` as the one list of the last keys seen when equal: every session
+    of the same units names the same keys (a list per session was ~0.1 KB)."""
+    last = _LAST_KEYS[0]
+    if last == keys:
+        return last
+    _LAST_KEYS[0] = keys
+    return keys
+
+
 def _unit_keys(keys: list[str], ledger: PartLedger, last: int, out: PartWrites) -> int:
     """The version of part ``k`` naming ``keys`` (written when the keys change)."""
     if ledger.unit_keys is None or ledger.unit_keys[0] != keys:
         out.entries.append((UNIT_KEYS_PART, last, keys))
-        ledger.unit_keys = (keys, last)
+        ledger.unit_keys = (shared_keys(keys), last)
     return ledger.unit_keys[1]
 
 

@@ -29,7 +29,7 @@ from processor.codec import (
 )
 from processor.config import ServiceConfig
 from processor.core.session import CHECKPOINT_VERSION
-from processor.engine.checkpoint_parts import NO_NAMES, UnitSlot, checkpoint_writes
+from processor.engine.checkpoint_parts import NO_NAMES, UnitSlot, checkpoint_writes, shared_keys
 from processor.engine.chunks import ChunkLedger
 from processor.engine.records import Out, Tally
 from processor.engine.runtime import SessionRuntime, ViewChange
@@ -237,7 +237,7 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
         for k, v, inline, base in parted["units"]
         if k in rows
     }
-    parts.unit_keys = ([u[0] for u in parted["units"]], int(parted["unitKeys"]))
+    parts.unit_keys = (shared_keys([u[0] for u in parted["units"]]), int(parted["unitKeys"]))
     parts.nodes = ChunkLedger.restored(state.nodes, parted["nodeChunks"])
     parts.headers = ChunkLedger.restored(list(state.headers), parted["headerChunks"])
     parts.replacements = len(state.replacements)
