@@ -114,7 +114,9 @@ class SessionRuntime:
         self._units: tuple[str, ...] = ()
         #: transcript entries a format-1 checkpoint says were published
         self._published_transcript: int | None = None
-        self._overrides: dict[int, tuple[int, Any]] = {}
+        #: node seq -> (generation first seen at, override); None while there are
+        #: none (most sessions: an empty dict is 64 bytes of each, figure 6)
+        self._overrides: dict[int, tuple[int, Any]] | None = None
         #: what the views and checkpoints topics hold for this session (parted format)
         self.view_ledger = ViewLedger()
         self.part_ledger = PartLedger()
@@ -179,6 +181,11 @@ class SessionRuntime:
         """
         overrides = self.session.surface.state.overrides
         known = self._overrides
+        if not overrides:  # most sessions: no dict held, none built
+            self._overrides = None
+            return {}
+        if known is None:
+            known = self._overrides = {}
         for seq, message in overrides.items():
             seen = known.get(seq)
             if seen is None or seen[1] is not message:
@@ -190,7 +197,8 @@ class SessionRuntime:
     def adopt_override_generations(self, generations: Mapping[int, int]) -> None:
         """After a restore: the generations the restored overrides were written at."""
         overrides = self.session.surface.state.overrides
-        self._overrides = {s: (g, overrides[s]) for s, g in generations.items() if s in overrides}
+        known = {s: (g, overrides[s]) for s, g in generations.items() if s in overrides}
+        self._overrides = known or None
 
     @property
     def published_transcript(self) -> int:
