@@ -183,7 +183,9 @@ class SurfaceState:
     headers: dict[int, Event] = field(default_factory=dict)
     overrides: dict[int, Any] = field(default_factory=dict)
     replacements: list[Replacement] = field(default_factory=list)
-    projection_types_used: set[str] = field(default_factory=set)
+    #: a frozenset replaced when it grows (rarely): one shared empty one in the
+    #: sessions that never used a projection, not an empty set (216 bytes) each
+    projection_types_used: frozenset[str] = frozenset()
     replace_generation: int = 0
     content_generation: int = 0
     #: Session format whose message rules apply (3, 4), or None for either; it
@@ -230,7 +232,7 @@ class SurfaceState:
                 Replacement(r["seq"], r["startSeq"], r["endSeq"], tuple(r["shadowed"]))
                 for r in raw["replacements"]
             ],
-            projection_types_used=set(raw["projectionTypesUsed"]),
+            projection_types_used=frozenset(raw["projectionTypesUsed"]),
             replace_generation=int(raw["replaceGeneration"]),
             content_generation=int(raw["contentGeneration"]),
         )
@@ -501,7 +503,8 @@ def commit_plan(state: SurfaceState, event: Event, plan: Plan) -> None:
         state.content_generation += 1
     elif isinstance(plan, ProjectPlan):
         state.overrides.update(plan.overrides)
-        state.projection_types_used.add(plan.projection_type)
+        if plan.projection_type not in state.projection_types_used:
+            state.projection_types_used = state.projection_types_used | {plan.projection_type}
         state.content_generation += 1
     if event.type == "request/header":
         state.headers[event.seq] = event
@@ -548,7 +551,7 @@ class SurfaceManager:
         self._staged: tuple[Event, int, Plan] | None = None
         # The last passed M-4 check: the used-type set (object and size) and
         # the registry's removal count it was made against.
-        self._m4_used: set[str] | None = None
+        self._m4_used: frozenset[str] | None = None
         self._m4_used_count = -1
         self._m4_removals = -1
 
