@@ -131,14 +131,16 @@ NO_NAMES: frozenset[str] = frozenset()
 
 @dataclass(slots=True)
 class PartLedger:
-    """The parts the checkpoints topic holds for one session."""
+    """The parts the checkpoints topic holds for one session.
 
-    #: no set of the event parts ``e.<seq>``: they are the nodes and headers as
-    #: of ``last_write`` (checkpoint_writes), and ``bundle_of`` names the bundled
-    #: ones (a set per session was 0.6 KB of each held 12-event session, figure 6)
-    #: seq -> generation (the shared empty mapping while there are none); this
-    #: ledger's lists that are mostly empty are tuples, ``()`` when empty (one
-    #: shared object, where an empty list is 56 bytes per held session)
+    No set of the event parts ``e.<seq>``: they are the session's nodes and
+    headers as of ``last_write`` (checkpoint_writes), and ``bundle_of`` names
+    the bundled ones (the set was 0.6 KB of each held 12-event session, figure
+    6).  The lists that are mostly empty are tuples, ``()`` when empty (one
+    shared object, where an empty list is 56 bytes per held session).
+    """
+
+    #: seq -> generation (the shared empty mapping while there are none)
     overrides: Mapping[int, int] = field(default_factory=no_generations)
     units: dict[str, UnitSlot] = field(default_factory=dict)
     unit_keys: tuple[list[str], int] | None = None  # part ``k``: (keys, version)
