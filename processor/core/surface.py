@@ -173,6 +173,10 @@ class Replacement:
 # ---------------------------------------------------------------- state
 
 
+#: The one empty ``projection_types_used`` (``frozenset(())`` is a new object)
+_NO_TYPES: Final[frozenset[str]] = frozenset()
+
+
 @dataclass(slots=True)
 class SurfaceState:
     """Everything the planner reads; mutated only by :func:`commit_plan`."""
@@ -185,7 +189,7 @@ class SurfaceState:
     replacements: list[Replacement] = field(default_factory=list)
     #: a frozenset replaced when it grows (rarely): one shared empty one in the
     #: sessions that never used a projection, not an empty set (216 bytes) each
-    projection_types_used: frozenset[str] = frozenset()
+    projection_types_used: frozenset[str] = _NO_TYPES
     replace_generation: int = 0
     content_generation: int = 0
     #: Session format whose message rules apply (3, 4), or None for either; it
@@ -232,7 +236,7 @@ class SurfaceState:
                 Replacement(r["seq"], r["startSeq"], r["endSeq"], tuple(r["shadowed"]))
                 for r in raw["replacements"]
             ],
-            projection_types_used=frozenset(raw["projectionTypesUsed"]),
+            projection_types_used=frozenset(raw["projectionTypesUsed"]) or _NO_TYPES,
             replace_generation=int(raw["replaceGeneration"]),
             content_generation=int(raw["contentGeneration"]),
         )
