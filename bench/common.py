@@ -17,10 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -32,6 +34,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bench.build import child_pythonpath, running_build
 from processor.config import ServiceConfig
+from processor.files import SessionFile, read_session_file, write_session_file
+from processor.workload import generate_session
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -223,3 +227,14 @@ def run_child_json(argv: Sequence[str], what: str, timeout: float = 3600) -> dic
         raise RuntimeError(f"{what} failed: {done.stderr[-2000:]}")
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return out
+
+
+@contextlib.contextmanager
+def generated_session_file(events: int, seed: int) -> Iterator[tuple[Path, SessionFile]]:
+    """A generated session log of ``events`` events, written to a temporary
+    ``session.jsonl`` and read back: its path and the parsed file, the
+    offline fold's input (``bench.fold_icount``, ``bench.fold_parts``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "session.jsonl"
+        write_session_file(path, None, generate_session(random.Random(seed), events))
+        yield path, read_session_file(path)

@@ -14,13 +14,9 @@ from __future__ import annotations
 
 import argparse
 import gc
-import random
-import tempfile
-from pathlib import Path
 
-from processor.files import read_session_file, write_session_file
+from bench.common import generated_session_file
 from processor.offline import fold_events
-from processor.workload import generate_session
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,10 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args(argv)
     gc.disable()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "session.jsonl"
-        write_session_file(path, None, generate_session(random.Random(args.seed), args.events))
-        file = read_session_file(path)
+    with generated_session_file(args.events, args.seed) as (_, file):
         fold_events(file.events, file.header)  # warm-up: imports, caches
         for _ in range(args.folds):
             fold_events(file.events, file.header)

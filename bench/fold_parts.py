@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import random
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import processor.core.session as session_module
-from processor.files import read_session_file, write_session_file
+from bench.common import generated_session_file
+from processor.files import read_session_file
 from processor.offline import fold_events
-from processor.workload import generate_session
 
 
 def _best_us(fn: Callable[[], object], runs: int, events: int) -> float:
@@ -42,10 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--label", default="")
     args = ap.parse_args(argv)
     gc.disable()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "session.jsonl"
-        write_session_file(path, None, generate_session(random.Random(args.seed), args.events))
-        file = read_session_file(path)
+    with generated_session_file(args.events, args.seed) as (path, file):
         read = _best_us(lambda: read_session_file(path), args.runs, args.events)
         fold = _best_us(lambda: fold_events(file.events, file.header), args.runs, args.events)
     build = "pure" if session_module.__file__.endswith(".py") else "compiled"

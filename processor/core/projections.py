@@ -185,7 +185,8 @@ class SessionProjections:
         self.header = header
         self.log = log
         self._cells: dict[str, _Cell] = {}
-        self._listeners: list[Listener] = []
+        # a tuple, () while there are none (most sessions): an empty list is 56 bytes
+        self._listeners: tuple[Listener, ...] = ()
         self._drained: dict[str, Any] = {}
         self._generation = -1
         # Fast path of on_commit: every cell of ``_order`` is at ``_fast_seq``
@@ -288,7 +289,7 @@ class SessionProjections:
         if changed and self._listeners:
             for cell in changed:
                 view = cell.current_view() if cell.definition.wire is not None else None
-                for listener in list(self._listeners):
+                for listener in self._listeners:
                     listener(cell.definition.key, cell.state, view, cell.observed_seq)
 
     def on_commit(self, event: Event) -> None:
@@ -417,7 +418,7 @@ class SessionProjections:
     def _notify(self, changed: list[_Cell]) -> None:
         for cell in changed:
             view = cell.current_view() if cell.definition.wire is not None else None
-            for listener in list(self._listeners):
+            for listener in self._listeners:
                 listener(cell.definition.key, cell.state, view, cell.observed_seq)
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
@@ -425,11 +426,13 @@ class SessionProjections:
 
         Returns a function that removes the listener.
         """
-        self._listeners.append(listener)
+        self._listeners = (*self._listeners, listener)
 
         def remove() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+            listeners = list(self._listeners)
+            if listener in listeners:
+                listeners.remove(listener)
+                self._listeners = tuple(listeners)
 
         return remove
 

@@ -173,6 +173,10 @@ class Replacement:
 # ---------------------------------------------------------------- state
 
 
+#: The one empty ``projection_types_used`` (``frozenset(())`` is a new object)
+_NO_TYPES: Final[frozenset[str]] = frozenset()
+
+
 @dataclass(slots=True)
 class SurfaceState:
     """Everything the planner reads; mutated only by :func:`commit_plan`."""
@@ -183,7 +187,9 @@ class SurfaceState:
     headers: dict[int, Event] = field(default_factory=dict)
     overrides: dict[int, Any] = field(default_factory=dict)
     replacements: list[Replacement] = field(default_factory=list)
-    projection_types_used: set[str] = field(default_factory=set)
+    #: a frozenset replaced when it grows (rarely): one shared empty one in the
+    #: sessions that never used a projection, not an empty set (216 bytes) each
+    projection_types_used: frozenset[str] = _NO_TYPES
     replace_generation: int = 0
     content_generation: int = 0
     #: Session format whose message rules apply (3, 4), or None for either; it
@@ -230,7 +236,7 @@ class SurfaceState:
                 Replacement(r["seq"], r["startSeq"], r["endSeq"], tuple(r["shadowed"]))
                 for r in raw["replacements"]
             ],
-            projection_types_used=set(raw["projectionTypesUsed"]),
+            projection_types_used=frozenset(raw["projectionTypesUsed"]) or _NO_TYPES,
             replace_generation=int(raw["replaceGeneration"]),
             content_generation=int(raw["contentGeneration"]),
         )
@@ -501,7 +507,8 @@ def commit_plan(state: SurfaceState, event: Event, plan: Plan) -> None:
         state.content_generation += 1
     elif isinstance(plan, ProjectPlan):
         state.overrides.update(plan.overrides)
-        state.projection_types_used.add(plan.projection_type)
+        if plan.projection_type not in state.projection_types_used:
+            state.projection_types_used = state.projection_types_used | {plan.projection_type}
         state.content_generation += 1
     if event.type == "request/header":
         state.headers[event.seq] = event
@@ -548,7 +555,7 @@ class SurfaceManager:
         self._staged: tuple[Event, int, Plan] | None = None
         # The last passed M-4 check: the used-type set (object and size) and
         # the registry's removal count it was made against.
-        self._m4_used: set[str] | None = None
+        self._m4_used: frozenset[str] | None = None
         self._m4_used_count = -1
         self._m4_removals = -1
 

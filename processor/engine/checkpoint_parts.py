@@ -36,7 +36,7 @@ The transcript is not in the checkpoint: the views hold it (view_parts.py).
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Mapping, Sequence, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from sys import intern
 from typing import Any
@@ -46,6 +46,7 @@ import orjson
 from processor.codec import encode_json_payload
 from processor.core.session import Session
 from processor.engine.chunks import ChunkLedger
+from processor.engine.view_parts import NO_GENERATIONS, no_generations
 from processor.protocol import DIGEST_BLOCK
 
 #: Write bundles (format 3); False writes a part per entry (format 2), kept
@@ -78,7 +79,7 @@ def chunk_part(kind: str, index: int) -> str:
 def digest_part(block: int, size: int = DIGEST_BLOCK) -> str:
     """``d.<b>`` for blocks of 16 (version-1 heads), ``d<size>.<b>`` otherwise:
     blocks of two sizes never share a key."""
-    return f"d.{block}" if size == 16 else f"d{size}.{block}"
+    return intern(f"d.{block}" if size == 16 else f"d{size}.{block}")  # as event_part
 
 
 def pending_part(seq: int) -> str:
@@ -109,12 +110,18 @@ SETTLE_AFTER = 4
 
 @dataclass(slots=True)
 class UnitSlot:
-    """What the checkpoints topic holds for one projection row."""
+    """What the checkpoints topic holds for one projection row.
 
-    row: Any  # the row as of the last checkpoint
+    The row's ``ver`` and (frozen, the cell's own) ``val``, not the row dict
+    ``checkpoint()`` made: one dict per unit was ~1.6 KB of a held session at
+    nine units (figure 6).
+    """
+
+    ver: Any  # the row as of the last checkpoint: its version...
+    val: Any  # ... and its value
     changed_at: int  # lastSeq of the checkpoint that last changed it
     part_version: int | None = None  # version of the live part ``u.<key>``, if any
-    part_row: Any = None  # the row that part holds (the base of inline leaves)
+    part_val: Any = None  # the ``val`` that part holds (the base of inline leaves)
     inline: bool = False  # the head carries it (as leaves against the part)
 
 
@@ -124,21 +131,28 @@ NO_NAMES: frozenset[str] = frozenset()
 
 @dataclass(slots=True)
 class PartLedger:
-    """The parts the checkpoints topic holds for one session."""
+    """The parts the checkpoints topic holds for one session.
 
-    events: set[int] = field(default_factory=set)
-    overrides: dict[int, int] = field(default_factory=dict)  # seq -> generation
+    No set of the event parts ``e.<seq>``: they are the session's nodes and
+    headers as of ``last_write`` (checkpoint_writes), and ``bundle_of`` names
+    the bundled ones (the set was 0.6 KB of each held 12-event session, figure
+    6).  The lists that are mostly empty are tuples, ``()`` when empty (one
+    shared object, where an empty list is 56 bytes per held session).
+    """
+
+    #: seq -> generation (the shared empty mapping while there are none)
+    overrides: Mapping[int, int] = field(default_factory=no_generations)
     units: dict[str, UnitSlot] = field(default_factory=dict)
     unit_keys: tuple[list[str], int] | None = None  # part ``k``: (keys, version)
     nodes: ChunkLedger = field(default_factory=ChunkLedger)
     headers: ChunkLedger = field(default_factory=ChunkLedger)
     replacements: int = 0  # parts ``r.<i>`` written
-    digest_blocks: list[int] = field(default_factory=list)
+    digest_blocks: tuple[int, ...] = ()
     digest_size: int = DIGEST_BLOCK  # block size of ``digest_blocks``
     header: Any = None  # the header object written as ``hdr``
     last_write: int = -1  # lastSeq of the previous checkpoint of this session
     #: transcript entries folded while the views were held back: parts ``t.<seq>``
-    pending: list[int] = field(default_factory=list)
+    pending: tuple[int, ...] = ()
     #: parts ``x.<i>`` exist for transcript chunks ``seq_chunks_from <= i < seq_chunks``
     #: (a session restored from an older head has none for its earlier chunks)
     seq_chunks_from: int = 0
@@ -148,7 +162,7 @@ class PartLedger:
     #: live bundle -> how many of its entries are still named (``bundle_of``
     #: names them: a set per bundle would hold every name twice)
     bundles: dict[int, int] = field(default_factory=dict)
-    stale: list[int] = field(default_factory=list)  # restored bundles nothing names: tombstone
+    stale: tuple[int, ...] = ()  # restored bundles nothing names: tombstone
     #: rewritable parts (not ``e.``/``o.``) that live as records of their own
     #: (format 2): a bundle entry that supersedes one tombstones it
     #: (almost always none: an empty frozenset, not a 216-byte set per session)
@@ -169,9 +183,10 @@ class PartLedger:
             del self.bundles[n]
             tombstones.append(bundle_part(n))
 
-    def names(self) -> list[str]:
-        """Every live part (a session tombstone removes them all)."""
-        entries = [event_part(s) for s in sorted(self.events)]
+    def names(self, events: Iterable[int]) -> list[str]:
+        """Every live part (a session tombstone removes them all); ``events``: the
+        session's nodes and headers as of the last checkpoint."""
+        entries = [event_part(s) for s in sorted(events)]
         entries += [override_part(s, g) for s, g in sorted(self.overrides.items())]
         names = [e for e in entries if e not in self.bundle_of]
         names += [bundle_part(n) for n in sorted(self.bundles)]
@@ -236,24 +251,26 @@ def checkpoint_writes(
     out = PartWrites()
     state = session.surface.state
     last = session.last_seq
-    kept = set(state.nodes) | set(state.headers)
+    # the topic holds part ``e.<seq>`` for exactly the nodes and headers of the
+    # previous checkpoint (``last_write``): a node enters with a new seq and
+    # leaves only by a replace (``state.replacements``), a header never leaves
+    written = ledger.last_write
     for seq in [*state.nodes, *state.headers]:
-        if seq not in ledger.events:
+        if seq > written:
             event = state.node_events.get(seq) or state.headers[seq]
             out.entries.append((event_part(seq), 0, event.to_json()))
-            ledger.events.add(seq)
-    for seq in sorted(ledger.events - kept):
+    shadowed = [s for r in state.replacements[ledger.replacements :] for s in r.shadowed]
+    for seq in sorted(s for s in shadowed if s <= written):
         ledger.drop(event_part(seq), out.tombstones)
-        ledger.events.discard(seq)
     for seq, generation in generations.items():
         if ledger.overrides.get(seq) != generation:
             out.entries.append((override_part(seq, generation), 0, state.overrides[seq]))
     for seq, generation in sorted(ledger.overrides.items()):
         if generations.get(seq) != generation:
             ledger.drop(override_part(seq, generation), out.tombstones)
-    ledger.overrides = dict(generations)
+    ledger.overrides = dict(generations) if generations else NO_GENERATIONS
     out.tombstones.extend(bundle_part(n) for n in ledger.stale)
-    ledger.stale = []
+    ledger.stale = ()
     rows = session.projections.checkpoint(detached=False)
     inline = {
         key: blob for key, row in rows.items() if (blob := _unit(key, row, ledger, last, out))
@@ -352,7 +369,7 @@ def _pending(session: Session, published: int, ledger: PartLedger, out: PartWrit
     for s in ledger.pending:
         if s not in live:
             ledger.drop(pending_part(s), out.tombstones)
-    ledger.pending = seqs
+    ledger.pending = tuple(seqs)
 
 
 def _unit(
@@ -360,12 +377,12 @@ def _unit(
 ) -> bytes:
     """Bring row ``key`` up to date: its inline leaves (empty: the head reads the part)."""
     slot = ledger.units.get(key)
-    value = {"ver": row["ver"], "val": row["val"]}
-    if slot is not None and _same_row(slot.row, row):
+    ver, val = row["ver"], row["val"]
+    if slot is not None and _same_row(slot, ver, val):
         if slot.part_version is not None and not slot.inline:
             return b""  # the part holds it
         if slot.part_version is not None and last - slot.changed_at < SETTLE_AFTER:
-            blob = encode_leaves(slot.part_row, row)
+            blob = _encode_leaves(slot.part_val, ver, val)
             if blob is not None:
                 return blob  # paused: keeps riding a while
         # settled (or a format-2 inline row without a part): write it out
@@ -376,14 +393,14 @@ def _unit(
             slot.inline or slot.changed_at == ledger.last_write  # changed twice in a row: hot
         )
     ):
-        blob = encode_leaves(slot.part_row, row)
+        blob = _encode_leaves(slot.part_val, ver, val)
         if blob is not None and len(blob) <= INLINE_ROW_BYTES:
-            slot.row, slot.changed_at, slot.inline = row, last, True
+            slot.ver, slot.val, slot.changed_at, slot.inline = ver, val, last, True
             return blob
     # a new, cold, reshaped or settled row: the part (the next inline rows' base)
-    changed_at = last if slot is None or not _same_row(slot.row, row) else slot.changed_at
-    out.entries.append((unit_part(key), last, value))
-    ledger.units[key] = UnitSlot(row, changed_at, last, row, False)
+    changed_at = last if slot is None or not _same_row(slot, ver, val) else slot.changed_at
+    out.entries.append((unit_part(key), last, {"ver": ver, "val": val}))
+    ledger.units[key] = UnitSlot(ver, val, changed_at, last, val, False)
     return b""
 
 
@@ -410,8 +427,12 @@ def encode_leaves(base: Mapping[str, Any], row: Mapping[str, Any]) -> bytes | No
     shape (the base's objects with the same keys in the same order are
     descended into; any other base value is a leaf that ``row`` fills with
     any value), or None when the shapes differ."""
-    leaves: list[Any] = [row["ver"]]
-    if not _leaves(base["val"], row["val"], leaves):
+    return _encode_leaves(base["val"], row["ver"], row["val"])
+
+
+def _encode_leaves(base: Any, ver: Any, val: Any) -> bytes | None:
+    leaves: list[Any] = [ver]
+    if not _leaves(base, val, leaves):
         return None
     return encode_json_payload(leaves, threshold=1 << 62)[1]
 
@@ -440,16 +461,30 @@ def decode_leaves(base: Mapping[str, Any], leaves: Any) -> dict[str, Any]:
     return {"ver": leaves[0], "val": val}
 
 
+#: The unit keys last seen (one entry: nothing stale is held), never mutated
+_LAST_KEYS: list[list[str]] = [[]]
+
+
+def shared_keys(keys: list[str]) -> list[str]:
+    """``keys`` as the one list of the last keys seen when equal: every session
+    of the same units names the same keys (a list per session was ~0.1 KB)."""
+    last = _LAST_KEYS[0]
+    if last == keys:
+        return last
+    _LAST_KEYS[0] = keys
+    return keys
+
+
 def _unit_keys(keys: list[str], ledger: PartLedger, last: int, out: PartWrites) -> int:
     """The version of part ``k`` naming ``keys`` (written when the keys change)."""
     if ledger.unit_keys is None or ledger.unit_keys[0] != keys:
         out.entries.append((UNIT_KEYS_PART, last, keys))
-        ledger.unit_keys = (keys, last)
+        ledger.unit_keys = (shared_keys(keys), last)
     return ledger.unit_keys[1]
 
 
-def _same_row(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    return old["ver"] == new["ver"] and (old["val"] is new["val"] or old["val"] == new["val"])
+def _same_row(slot: UnitSlot, ver: Any, val: Any) -> bool:
+    return slot.ver == ver and (slot.val is val or slot.val == val)
 
 
 def _digests(last: int, digests: bytes, window: int, ledger: PartLedger, out: PartWrites) -> None:
@@ -475,7 +510,7 @@ def _digests(last: int, digests: bytes, window: int, ledger: PartLedger, out: Pa
     if ledger.digest_size != DIGEST_BLOCK:  # restored from a head of another block size
         for b in ledger.digest_blocks:
             ledger.drop(digest_part(b, ledger.digest_size), out.tombstones)
-        ledger.digest_blocks, ledger.digest_size = [], DIGEST_BLOCK
+        ledger.digest_blocks, ledger.digest_size = (), DIGEST_BLOCK
     live = set(blocks)
     for block in blocks:
         if block not in ledger.digest_blocks:
@@ -485,6 +520,6 @@ def _digests(last: int, digests: bytes, window: int, ledger: PartLedger, out: Pa
     for b in ledger.digest_blocks:
         if b not in live:
             ledger.drop(digest_part(b), out.tombstones)
-    ledger.digest_blocks = blocks
+    ledger.digest_blocks = tuple(blocks)
     out.head["digestFirstBlock"] = blocks[0] if blocks else tail_block
     out.head["digestBlock"] = DIGEST_BLOCK

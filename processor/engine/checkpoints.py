@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 from processor.codec import (
@@ -182,6 +183,18 @@ class _Parts:
         return items
 
 
+def _interned(event: Any) -> Any:
+    """A decoded event part with its ``type`` and ``surfaceOp`` interned, as a
+    consumed event's are (codec/envelope.py): one ``"message"`` or ``"append"``
+    in all loaded sessions, not a copy per held event (~0.5 KB a session)."""
+    if type(event) is dict:
+        for key in ("type", "surfaceOp"):
+            value = event.get(key)
+            if type(value) is str:
+                event[key] = intern(value)
+    return event
+
+
 def _assemble(
     codec: Codec,
     sid: str,
@@ -219,8 +232,8 @@ def _assemble(
     surface = {
         "nextSeq": last + 1,
         "nodes": nodes,
-        "nodeEvents": [parts.get(f"e.{s}") for s in nodes],
-        "headers": [parts.get(f"e.{s}") for s in headers],
+        "nodeEvents": [_interned(parts.get(f"e.{s}")) for s in nodes],
+        "headers": [_interned(parts.get(f"e.{s}")) for s in headers],
         "overrides": overrides,
         "replacements": [parts.get(f"r.{i}") for i in range(h["replacements"])],
         "projectionTypesUsed": list(h["projectionTypesUsed"]),

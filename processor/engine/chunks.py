@@ -13,7 +13,7 @@ holds a head knows exactly which chunk versions it needs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from processor.protocol import CHUNK_ITEMS
@@ -27,14 +27,20 @@ class ChunkWrites:
 
 @dataclass(slots=True)
 class ChunkLedger:
-    """The closed chunks of one list as last written: ``(version, items)`` each."""
+    """The closed chunks of one list as last written: ``(version, items)`` each.
 
-    closed: list[tuple[int, list[Any]]] = field(default_factory=list)
+    A tuple, ``()`` (one shared object) while there are none, as in most held
+    sessions: an empty list was 56 bytes in three ledgers of each (figure 6).
+    """
+
+    closed: tuple[tuple[int, list[Any]], ...] = ()
 
     def update(self, items: Sequence[Any], version: int) -> ChunkWrites:
         """Bring the ledger to ``items``: the chunks to write and to tombstone."""
         n = len(items) // CHUNK_ITEMS
-        closed = self.closed
+        if not n and not self.closed:
+            return ChunkWrites([], [])
+        closed = list(self.closed)
         writes: list[tuple[int, list[Any]]] = []
         for i in range(n):
             chunk = list(items[i * CHUNK_ITEMS : (i + 1) * CHUNK_ITEMS])
@@ -46,7 +52,7 @@ class ChunkLedger:
                 closed.append((version, chunk))
             writes.append((i, chunk))
         removed = list(range(n, len(closed)))
-        del closed[n:]
+        self.closed = tuple(closed[:n])
         return ChunkWrites(writes, removed)
 
     @property
@@ -61,8 +67,8 @@ class ChunkLedger:
     def restored(cls, items: Sequence[Any], versions: Sequence[int]) -> ChunkLedger:
         """The ledger of a restored list whose closed chunks are at ``versions``."""
         return cls(
-            [
+            tuple(
                 (int(v), list(items[i * CHUNK_ITEMS : (i + 1) * CHUNK_ITEMS]))
                 for i, v in enumerate(versions)
-            ]
+            )
         )

@@ -13,6 +13,7 @@ frames it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from sys import intern
 from typing import Any
 
 from processor.codec import (
@@ -29,11 +30,18 @@ from processor.codec import (
 )
 from processor.config import ServiceConfig
 from processor.core.session import CHECKPOINT_VERSION
-from processor.engine.checkpoint_parts import NO_NAMES, UnitSlot, checkpoint_writes
+from processor.engine.checkpoint_parts import NO_NAMES, UnitSlot, checkpoint_writes, shared_keys
 from processor.engine.chunks import ChunkLedger
 from processor.engine.records import Out, Tally
 from processor.engine.runtime import SessionRuntime, ViewChange
-from processor.engine.view_parts import NO_SEQS, BundleSlot, ViewLedger, node_refs, view_writes
+from processor.engine.view_parts import (
+    NO_GENERATIONS,
+    NO_SEQS,
+    BundleSlot,
+    ViewLedger,
+    node_refs,
+    view_writes,
+)
 from processor.protocol import (
     CHUNK_ITEMS,
     CORE_STATE_VERSION,
@@ -153,7 +161,7 @@ def _checkpoint(
         views_born=views.born,
         views_died=views.died,
     )
-    views.closed_chunks, views.born, views.died = [], [], []
+    views.closed_chunks = views.born = views.died = ()
     for name, version, value in writes.parts:
         yield Out(topic, partition, part_key(sid, name), encode_part(codec, name, version, value))
     for name in writes.tombstones:
@@ -211,10 +219,10 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
         views.transcript_base = views.transcript_total = base
         views.content_floor = int(retained[0]["seq"]) if retained else session.last_seq + 1
         published = int(rt.published_transcript)
-        views.legacy = [
+        views.legacy = (
             *CORE_VIEWS,
             *(transcript_page(n) for n in range(base // page_size, -(-published // page_size))),
-        ]
+        )
         return
     v = parted["views"]
     views.next_bundle = int(v.get("nextBundle", 0))  # before any return: numbers stay unique
@@ -223,31 +231,32 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     generations = {int(s): int(g) for s, g in parted["overrides"]}
     rt.adopt_override_generations(generations)
     parts = rt.part_ledger
-    parts.events = set(state.nodes) | set(state.headers)
-    parts.overrides = dict(generations)
+    parts.overrides = dict(generations) if generations else NO_GENERATIONS
     rows = session.projections.checkpoint(detached=False)
+    # names interned as a fresh session's are (checkpoint_parts.unit_part and
+    # friends): decoded, they were a copy per loaded session (~1.2 KB of each)
     parts.units = {
-        k: UnitSlot(rows[k], session.last_seq if inline else int(v), v, base, inline)
+        intern(k): _unit_slot(rows[k], session.last_seq if inline else int(v), v, base, inline)
         for k, v, inline, base in parted["units"]
         if k in rows
     }
-    parts.unit_keys = ([u[0] for u in parted["units"]], int(parted["unitKeys"]))
+    parts.unit_keys = (shared_keys([u[0] for u in parted["units"]]), int(parted["unitKeys"]))
     parts.nodes = ChunkLedger.restored(state.nodes, parted["nodeChunks"])
     parts.headers = ChunkLedger.restored(list(state.headers), parted["headerChunks"])
     parts.replacements = len(state.replacements)
-    parts.digest_blocks = list(parted["digestBlocks"])
+    parts.digest_blocks = tuple(parted["digestBlocks"])
     parts.digest_size = int(parted["digestSize"])
     parts.header = session.header
     parts.last_write = session.last_seq
     for n, names in parted.get("partBundles", ()):
         if names:
-            parts.bundle_of.update(dict.fromkeys(names, int(n)))
+            parts.bundle_of.update(dict.fromkeys(map(intern, names), int(n)))
             parts.bundles[int(n)] = len(set(names))
         else:
-            parts.stale.append(int(n))
+            parts.stale += (int(n),)
         parts.next_bundle = max(parts.next_bundle, int(n) + 1)
     parts.standalone = set(parted.get("standalone", ())) or NO_NAMES
-    parts.pending = [int(s) for s in v["pending"]]
+    parts.pending = tuple(int(s) for s in v["pending"])
     parts.seq_chunks_from = int(parted["seqChunksFrom"])
     parts.seq_chunks = (int(v["transcriptTotal"]) - int(v["transcriptBase"])) // CHUNK_ITEMS
     views.transcript_total = int(v["transcriptTotal"])
@@ -260,8 +269,16 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     views.as_of = int(v["asOfSeq"])
     views.nodes = ChunkLedger.restored(node_refs(session, generations), v["nodeChunks"])
     views.owned = {s for s in state.nodes if views.owns(session, s, s in generations)} or NO_SEQS
-    views.overrides = dict(generations)
+    views.overrides = dict(generations) if generations else NO_GENERATIONS
     _restore_view_bundles(views, parted.get("viewBundles", ()), generations)
+
+
+def _unit_slot(row: Any, changed_at: int, version: Any, base: Any, inline: bool) -> UnitSlot:
+    """The slot of a restored row; ``base``: the row its part holds (None: no part)."""
+    part_val = None if base is None else base["val"]
+    if part_val is not None and part_val == row["val"]:
+        part_val = row["val"]  # the cell's frozen value: not a second, decoded copy
+    return UnitSlot(row["ver"], row["val"], changed_at, version, part_val, inline)
 
 
 def _restore_view_bundles(
@@ -280,9 +297,9 @@ def _restore_view_bundles(
     for n, pinned, names in described:
         live = set(names) if named is None else set(names) & named
         if not live:  # emptied without the checkpoint noticing: finish the job
-            views.died.append(int(n))
+            views.died += (int(n),)
             if not pinned:
-                views.legacy.append(bundle_view(int(n)))
+                views.legacy += (bundle_view(int(n)),)
             continue
         views.bundles[int(n)] = BundleSlot(bool(pinned), len(live))
         views.bundle_of.update(dict.fromkeys(live, int(n)))

@@ -18,7 +18,6 @@ import base64
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from hashlib import blake2b
-from sys import intern
 from typing import Any
 
 from processor.core.events import Event
@@ -26,6 +25,18 @@ from processor.core.session import Session
 from processor.engine.checkpoint_parts import PartLedger
 from processor.engine.view_parts import ViewLedger
 from processor.protocol import SERVICE_STATE_VERSION
+
+#: The last tuple of published units made (see ``SessionRuntime._units``): one
+#: entry, so sessions of the same units share it and it holds nothing stale.
+_LAST_UNITS: list[tuple[str, ...]] = [()]
+
+
+def _shared_units(units: tuple[str, ...]) -> tuple[str, ...]:
+    last = _LAST_UNITS[0]
+    if units == last:
+        return last
+    _LAST_UNITS[0] = units
+    return units
 
 
 def _short_digest(event: Event) -> bytes:
@@ -59,7 +70,8 @@ class SessionRuntime:
     __slots__ = (
         "_digests",
         "_overrides",
-        "_published",
+        "_published_transcript",
+        "_units",
         "_window",
         "held_bytes",
         "last_offset",
@@ -96,9 +108,15 @@ class SessionRuntime:
         # one flat buffer, not a deque of bytes objects: a deque's first block
         # alone is ~0.5 KB per held session (figure 6)
         self._digests = bytearray()
-        # view name -> marker of what was published last (identity or tuple)
-        self._published: dict[str, Any] = {}
-        self._overrides: dict[int, tuple[int, Any]] = {}
+        #: the unit views published, in first-publication order (so a unit that
+        #: is unregistered gets its tombstone): one tuple shared by the sessions
+        #: of the same units, not a dict per session (figure 6)
+        self._units: tuple[str, ...] = ()
+        #: transcript entries a format-1 checkpoint says were published
+        self._published_transcript: int | None = None
+        #: node seq -> (generation first seen at, override); None while there are
+        #: none (most sessions: an empty dict is 64 bytes of each, figure 6)
+        self._overrides: dict[int, tuple[int, Any]] | None = None
         #: what the views and checkpoints topics hold for this session (parted format)
         self.view_ledger = ViewLedger()
         self.part_ledger = PartLedger()
@@ -141,17 +159,19 @@ class SessionRuntime:
         parts (view_parts.py); ``page_size`` is unused and kept for callers.
         """
         session = self.session
-        pub = self._published
         registry = session.projections.registry
         for key, (view, _seq) in session.projections.drain_view_changes().items():
             defn = registry.get(key)
             yield ViewChange(key, defn.state_version if defn is not None else 0, view)
-        for key in [k for k in pub if k.startswith("unit:")]:
-            if registry.get(key[5:]) is None:
-                del pub[key]
-                yield ViewChange(key[5:], 0, None, removed=True)
-        for key in session.projections.wire_keys():
-            pub.setdefault(intern(f"unit:{key}"), True)  # one copy, not one per session
+        units = self._units
+        if any(registry.get(k) is None for k in units):
+            for key in units:
+                if registry.get(key) is None:
+                    yield ViewChange(key, 0, None, removed=True)
+            units = tuple(k for k in units if registry.get(k) is not None)
+        new = [k for k in session.projections.wire_keys() if k not in units]
+        if new or units is not self._units:
+            self._units = _shared_units((*units, *new))
 
     def override_generations(self) -> dict[int, int]:
         """Node seq -> the ``contentGeneration`` its current override was first seen at.
@@ -161,6 +181,11 @@ class SessionRuntime:
         """
         overrides = self.session.surface.state.overrides
         known = self._overrides
+        if not overrides:  # most sessions: no dict held, none built
+            self._overrides = None
+            return {}
+        if known is None:
+            known = self._overrides = {}
         for seq, message in overrides.items():
             seen = known.get(seq)
             if seen is None or seen[1] is not message:
@@ -172,12 +197,14 @@ class SessionRuntime:
     def adopt_override_generations(self, generations: Mapping[int, int]) -> None:
         """After a restore: the generations the restored overrides were written at."""
         overrides = self.session.surface.state.overrides
-        self._overrides = {s: (g, overrides[s]) for s, g in generations.items() if s in overrides}
+        known = {s: (g, overrides[s]) for s, g in generations.items() if s in overrides}
+        self._overrides = known or None
 
     @property
     def published_transcript(self) -> int:
         """Transcript entries a format-1 checkpoint says were published."""
-        return int(self._published.get("transcript", self.session.transcript_base))
+        t = self._published_transcript
+        return self.session.transcript_base if t is None else t
 
     @property
     def digests(self) -> list[bytes]:
@@ -215,7 +242,9 @@ class SessionRuntime:
             "redriveAt": self.redrive_at,
             "liftedAt": self.lifted_at,
             "digests": base64.b64encode(digests).decode(),
-            "published": {k: v for k, v in self._published.items() if k in ("transcript",)},
+            "published": {}
+            if self._published_transcript is None
+            else {"transcript": self._published_transcript},
         }
 
     def load_service_state(self, raw: Mapping[str, Any]) -> None:
@@ -231,6 +260,6 @@ class SessionRuntime:
             self._push_digest(blob[i : i + 8])
         published = raw.get("published") or {}
         if "transcript" in published:
-            self._published["transcript"] = int(published["transcript"])
+            self._published_transcript = int(published["transcript"])
         # Everything else is republished once after a restore: harmless,
         # the values are identical and asOfSeq does not go back.

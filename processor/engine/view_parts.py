@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -63,6 +64,12 @@ class BundleSlot:
 
 #: The one empty ``owned`` (``frozenset()`` is a new 216-byte object per call)
 NO_SEQS: frozenset[int] = frozenset()
+#: The one empty ``overrides`` of both ledgers (an empty dict is 64 bytes)
+NO_GENERATIONS: Mapping[int, int] = MappingProxyType({})
+
+
+def no_generations() -> Mapping[int, int]:
+    return NO_GENERATIONS  # (a dataclass default must be hashable: a factory)
 
 
 @dataclass(slots=True)
@@ -78,12 +85,16 @@ class ViewLedger:
     #: nodes whose own ``~m<seq>`` is live: few or none, so an empty frozenset until
     #: the first (an empty set is 216 bytes in every held session, figure 6)
     owned: Set[int] = NO_SEQS
-    overrides: dict[int, int] = field(default_factory=dict)  # seq -> generation live
+    #: seq -> generation live (few or none: the shared empty mapping until the first)
+    overrides: Mapping[int, int] = field(default_factory=no_generations)
     as_of: int = -1  # seq of the last head written
-    legacy: list[str] = field(default_factory=list)  # format-1 records to tombstone
+    #: format-1 records to tombstone.  This and the other lists that are empty
+    #: between commits are tuples, ``()`` when empty (one shared object, where
+    #: an empty list is 56 bytes in every held session: figure 6)
+    legacy: tuple[str, ...] = ()
     #: transcript chunks closed in the views and not yet mirrored in the
     #: checkpoint (parts ``x.<i>``: what a session tombstone must remove)
-    closed_chunks: list[tuple[int, list[int]]] = field(default_factory=list)
+    closed_chunks: tuple[tuple[int, list[int]], ...] = ()
     next_bundle: int = 0  # number of the next ``~b<n>`` (unique per session)
     #: published transcript entries (from ``transcript_base``) that have a
     #: ``~m<seq>`` record of their own (format 2); the later ones are bundled
@@ -95,8 +106,8 @@ class ViewLedger:
     #: bundles with droppable entries written / emptied since the last
     #: checkpoint: the checkpoint records them (entries ``vb.<n>``) so a
     #: restore knows what every views bundle holds, without a list in the head
-    born: list[tuple[int, bool, list[str]]] = field(default_factory=list)
-    died: list[int] = field(default_factory=list)
+    born: tuple[tuple[int, bool, list[str]], ...] = ()
+    died: tuple[int, ...] = ()
 
     def drop(self, name: str, tombstones: list[str]) -> None:
         """Entry ``name`` is named no more: tombstone its record or its bundle's last use."""
@@ -108,7 +119,7 @@ class ViewLedger:
         slot.live -= 1
         if not slot.live:
             del self.bundles[n]
-            self.died.append(n)
+            self.died += (n,)
             if not slot.pinned:
                 tombstones.append(bundle_view(n))
 
@@ -168,13 +179,13 @@ def view_writes(
     for seq, generation in sorted(ledger.overrides.items()):
         if generations.get(seq) != generation:
             ledger.drop(content_view(seq, generation), out.tombstones)
-    ledger.overrides = dict(generations)
+    ledger.overrides = dict(generations) if generations else NO_GENERATIONS
     _bundle(out, ledger, max_bytes)
     chunks = ledger.nodes.update(refs, session.last_seq)
     out.records.extend((node_chunk_view(i), items) for i, items in chunks.writes)
     out.tombstones.extend(node_chunk_view(i) for i in chunks.removed)
     out.tombstones.extend(ledger.legacy)
-    ledger.legacy = []
+    ledger.legacy = ()
     head: dict[str, Any] = {
         "f": VIEWS_FORMAT,
         "ps": page_size,
@@ -223,7 +234,7 @@ def _transcript(session: Session, ledger: ViewLedger, out: ViewWrites) -> None:
         if len(tail) == CHUNK_ITEMS:
             index = (ledger.transcript_total - ledger.transcript_base) // CHUNK_ITEMS - 1
             out.records.append((transcript_chunk_view(index), list(tail)))
-            ledger.closed_chunks.append((index, list(tail)))
+            ledger.closed_chunks += ((index, list(tail)),)
             tail.clear()
     session.drop_transcript_before(total)  # the views hold them now
 
@@ -270,5 +281,5 @@ def _bundle(out: ViewWrites, ledger: ViewLedger, max_bytes: int) -> None:
                 live += 1
         if droppable:
             ledger.bundles[n] = BundleSlot(pinned, live)
-            ledger.born.append((n, pinned, sorted(droppable)))
+            ledger.born += ((n, pinned, sorted(droppable)),)
     out.records[:0] = records

@@ -167,3 +167,28 @@ def test_a_gap_in_a_session_that_is_not_fresh_is_not_repaired() -> None:
     r.fold(records[0])  # folded since the restore: the session is no longer fresh
     assert r.fold(records[5]).rule == "S-1"
     assert r.feeds.asked == []
+
+
+def test_a_released_unit_is_tombstoned_once_in_every_session_that_published_it() -> None:
+    from processor.core.builtin import default_registry
+    from processor.core.session import Session, synthetic_header
+    from processor.engine.runtime import SessionRuntime
+    from tests.core.test_projections import Counter as Users
+
+    registry = default_registry()
+    registration = registry.register(Users("extra").definition)
+    runtimes = []
+    for sid in ("a", "b"):
+        rt = SessionRuntime(sid, 0, Session(synthetic_header(sid), projections=registry))
+        for event in session_log(6):
+            rt.session.append(event)
+        assert "extra" in {c.name for c in rt.view_changes() if not c.removed}
+        runtimes.append(rt)
+    registration.release()
+    for rt in runtimes:
+        assert [c.name for c in rt.view_changes() if c.removed] == ["extra"]
+        assert not any(c.removed for c in rt.view_changes())  # once
+    registry.register(Users("extra").definition)  # back: published again, no tombstone
+    for rt in runtimes:
+        changes = list(rt.view_changes())
+        assert "extra" in {c.name for c in changes} and not any(c.removed for c in changes)

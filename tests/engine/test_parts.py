@@ -180,7 +180,8 @@ def test_a_compaction_tombstones_the_parts_of_the_nodes_it_removed() -> None:
     h.fold_events("s", [second])
     out = h.commit()
     assert not {f"e.{s}" for s in (first.seq, *seqs[4:7])} & set(ledger.bundle_of)
-    assert "b.0" in ledger.names()  # the system prompt's bundle: still named
+    state = h.engine.partitions[0].sessions["s"].session.surface.state
+    assert "b.0" in ledger.names([*state.nodes, *state.headers])  # the system prompt's: named
     # the first summary's message left the surface and is no transcript entry
     written, gone = entry_names(out, h.produced, VIEWS)
     assert f"~m{first.seq}" in gone and f"~m{second.seq}" in written
