@@ -23,6 +23,7 @@ from processor.codec.payload import (
 )
 from processor.codec.records import (
     DecodedEvent,
+    new_decoded,
 )
 from processor.core.frozen import json_problem
 
@@ -160,10 +161,11 @@ def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
         data = _loads(data_text)
     except _JSONDecodeError as exc:
         raise CodecError(f"SessionEvent.data is not valid JSON: {exc}") from exc
+    etype = rec["type"]
     envelope: dict[str, Any] = {
         # interned: a held session keeps its events, and a copy of "message" or
         # "append" per event was ~0.5 KB of each 12-event session (figure 6)
-        "type": _intern(rec["type"]),
+        "type": intern(etype) if type(etype) is str else etype,  # _intern, inlined
         "seq": rec["seq"],
         "time": rec["time"],
         "data": data,
@@ -177,4 +179,4 @@ def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
     flag = rec["ignorable"]
     if flag is not None:
         envelope["ignorable"] = _opaque(flag) if type(flag) is dict else flag
-    return DecodedEvent(rec["sessionId"], envelope, data_text, rec.get("producer"))
+    return new_decoded(rec["sessionId"], envelope, data_text, rec.get("producer"))

@@ -60,6 +60,7 @@ class SessionRuntime:
         "_digests",
         "_overrides",
         "_published",
+        "_synced",
         "_window",
         "held_bytes",
         "last_offset",
@@ -99,6 +100,9 @@ class SessionRuntime:
         # view name -> marker of what was published last (identity or tuple)
         self._published: dict[str, Any] = {}
         self._overrides: dict[int, tuple[int, Any]] = {}
+        # registry generation ``_published`` last followed (-1: never): while it
+        # holds, no unit was added or released, so there is nothing to tombstone
+        self._synced = -1
         #: what the views and checkpoints topics hold for this session (parted format)
         self.view_ledger = ViewLedger()
         self.part_ledger = PartLedger()
@@ -146,12 +150,16 @@ class SessionRuntime:
         for key, (view, _seq) in session.projections.drain_view_changes().items():
             defn = registry.get(key)
             yield ViewChange(key, defn.state_version if defn is not None else 0, view)
+        generation = registry.generation
+        if generation == self._synced:
+            return  # the same unit keys as at the last call: none removed, none new
         for key in [k for k in pub if k.startswith("unit:")]:
             if registry.get(key[5:]) is None:
                 del pub[key]
                 yield ViewChange(key[5:], 0, None, removed=True)
         for key in session.projections.wire_keys():
             pub.setdefault(intern(f"unit:{key}"), True)  # one copy, not one per session
+        self._synced = generation
 
     def override_generations(self) -> dict[int, int]:
         """Node seq -> the ``contentGeneration`` its current override was first seen at.

@@ -770,3 +770,29 @@ def test_encode_errors_on_out_of_range_fields_are_codec_errors() -> None:
         encode_checkpoint(Checkpoint("s", 1, Anchor(0, 0, 1, b""), {}, {}, -(2**31) - 1))
     with pytest.raises(CodecError, match="not JSON-serialisable"):
         encode_checkpoint(checkpoint({"k": object()}, {}))
+
+
+def test_decoded_events_built_through_the_slot_maker_are_ordinary_ones() -> None:
+    """``records.new_decoded`` (the frozen ``__init__`` skipped) gives the object
+    the dataclass constructor gives: equal, same repr, still frozen; and the
+    codec's decoded events are exactly those."""
+    from dataclasses import FrozenInstanceError
+
+    from processor.codec.records import DecodedEvent, new_decoded
+
+    assert new_decoded is not DecodedEvent  # the fast path is the one in use
+    args: tuple[str, dict[str, Any], str, str | None] = ("s1", {"seq": 3}, "{}", None)
+    made = new_decoded(*args)
+    assert made == DecodedEvent(*args) and repr(made) == repr(DecodedEvent(*args))
+    with pytest.raises(FrozenInstanceError):
+        made.data_text = "x"  # type: ignore[misc]
+    from processor.workload import generate_session
+
+    ev = generate_session(random.Random(3), 5)[2]
+    c = codec.default_codec()
+    decoded = c.decode_event(c.encode_parsed_event("s1", ev))
+    assert type(decoded) is DecodedEvent
+    assert decoded == DecodedEvent(
+        decoded.session_id, decoded.envelope, decoded.data_text, decoded.producer
+    )
+    assert decoded.to_event().digest_bytes() == ev.digest_bytes()
