@@ -296,6 +296,26 @@ class Codec:
             },
         )
 
+    def encode_whole_view(
+        self,
+        session_id: str,
+        view: str,
+        as_of_seq: int,
+        state_version: int,
+        encoding: ViewEncoding,
+        value: bytes,
+    ) -> bytes:
+        """:meth:`encode_view` of the one-part ``View`` of these fields, without
+        building the record (several per changed session and batch)."""
+        if encoding not in _ENCODINGS or not self.fast_layout(VIEW, VIEW_LAYOUT):
+            return self.encode_view(
+                View(session_id, view, as_of_seq, state_version, encoding, value)
+            )
+        _check_ints(VIEW, stateVersion=state_version)
+        return self.header(VIEW) + view_body(
+            session_id, view, as_of_seq, state_version, encoding, value, 0, 1
+        )
+
     def decode_view(self, data: bytes) -> View:
         rec = self.decode_record(data, VIEW)[1]
         return View(

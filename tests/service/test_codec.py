@@ -796,3 +796,32 @@ def test_decoded_events_built_through_the_slot_maker_are_ordinary_ones() -> None
         decoded.session_id, decoded.envelope, decoded.data_text, decoded.producer
     )
     assert decoded.to_event().digest_bytes() == ev.digest_bytes()
+
+
+@pytest.mark.parametrize(
+    ("state_version", "encoding", "value"),
+    [
+        (0, "JSON", b'{"a":1}'),
+        (7, "ZSTD_JSON", zstandard.ZstdCompressor().compress(b"[1,2,3]")),
+        (2**31 - 1, "JSON", b""),
+        (2**31, "JSON", b"1"),  # not an Avro int: refused with encode_view's text
+        (-(2**31) - 1, "JSON", b"1"),
+        (1, "BROTLI", b"1"),  # unknown encoding: refused with encode_view's text
+    ],
+)
+def test_encode_whole_view_is_encode_view_of_the_one_part_view(
+    state_version: int, encoding: Any, value: bytes
+) -> None:
+    """The engine's per-view shortcut writes the bytes ``encode_view`` writes for
+    ``View(...)`` (part 0 of 1), and refuses what it refuses, with its text."""
+    c = codec.default_codec()
+    fields = ("s1", "unit", 12, state_version, encoding, value)
+    try:
+        want: bytes | str = c.encode_view(View(*fields))
+    except CodecError as exc:
+        want = str(exc)
+    try:
+        got: bytes | str = c.encode_whole_view(*fields)
+    except CodecError as exc:
+        got = str(exc)
+    assert got == want
