@@ -22,6 +22,7 @@ from processor.codec.payload import (
 )
 from processor.codec.records import (
     DecodedEvent,
+    new_decoded,
 )
 from processor.core.events import KNOWN_TYPES
 from processor.core.frozen import json_problem
@@ -166,10 +167,11 @@ def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
         data = _loads(data_text)
     except _JSONDecodeError as exc:
         raise CodecError(f"SessionEvent.data is not valid JSON: {exc}") from exc
+    etype = rec["type"]
     envelope: dict[str, Any] = {
         # shared: a held session keeps its events, and a copy of "message" or
         # "append" per event was ~0.5 KB of each 12-event session (figure 6)
-        "type": _shared(rec["type"]),
+        "type": _SHARED.get(etype, etype) if type(etype) is str else etype,  # _shared, inlined
         "seq": rec["seq"],
         "time": rec["time"],
         "data": data,
@@ -183,4 +185,4 @@ def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
     flag = rec["ignorable"]
     if flag is not None:
         envelope["ignorable"] = _opaque(flag) if type(flag) is dict else flag
-    return DecodedEvent(rec["sessionId"], envelope, data_text, rec.get("producer"))
+    return new_decoded(rec["sessionId"], envelope, data_text, rec.get("producer"))

@@ -93,6 +93,10 @@ class Codec:
         self._compiled: dict[str, Writer | Literal[False] | None] = {}
         #: event read plans avro_event.py reads (True) or leaves to fastavro
         self._event_plans: dict[_Plan, bool] = {}
+        # single-object frame heads (marker + fingerprint) of SessionEvent writers
+        # avro_event.py reads: one slice and set lookup per event instead of
+        # the plan lookups (bounded by the store's known schemas)
+        self._fast_event_heads: set[bytes] = set()
 
     # -- framing ------------------------------------------------------------
 
@@ -233,14 +237,21 @@ class Codec:
 
     def decode_event(self, data: bytes) -> DecodedEvent:
         if data is not None:
-            plan, offset = self._plan(data)
-            fast = self._event_plans.get(plan)
-            if fast is None:
-                fast = self._event_plans[plan] = (
-                    plan.name == SESSION_EVENT
-                    and plan.reader is None
-                    and to_parsing_canonical_form(plan.writer) == EVENT_CANONICAL
-                )
+            head = data[:_SO_HEADER_LEN]
+            if head in self._fast_event_heads:
+                fast, offset = True, _SO_HEADER_LEN
+            else:
+                plan, offset = self._plan(data)
+                known = self._event_plans.get(plan)
+                if known is None:
+                    known = self._event_plans[plan] = (
+                        plan.name == SESSION_EVENT
+                        and plan.reader is None
+                        and to_parsing_canonical_form(plan.writer) == EVENT_CANONICAL
+                    )
+                fast = known
+                if fast and offset == _SO_HEADER_LEN and head[:2] == SINGLE_OBJECT_MARKER:
+                    self._fast_event_heads.add(head)
             if fast:
                 rec = read_event(data, offset)
                 if rec is not None:
@@ -294,6 +305,26 @@ class Codec:
                 "part": view.part,
                 "parts": view.parts,
             },
+        )
+
+    def encode_whole_view(
+        self,
+        session_id: str,
+        view: str,
+        as_of_seq: int,
+        state_version: int,
+        encoding: ViewEncoding,
+        value: bytes,
+    ) -> bytes:
+        """:meth:`encode_view` of the one-part ``View`` of these fields, without
+        building the record (several per changed session and batch)."""
+        if encoding not in _ENCODINGS or not self.fast_layout(VIEW, VIEW_LAYOUT):
+            return self.encode_view(
+                View(session_id, view, as_of_seq, state_version, encoding, value)
+            )
+        _check_ints(VIEW, stateVersion=state_version)
+        return self.header(VIEW) + view_body(
+            session_id, view, as_of_seq, state_version, encoding, value, 0, 1
         )
 
     def decode_view(self, data: bytes) -> View:

@@ -21,6 +21,7 @@ from processor.codec import (
     Codec,
     View,
     encode_head,
+    encode_json_payload,
     encode_part,
     part_key,
     session_key,
@@ -100,8 +101,9 @@ def _views(
     )
     threshold = codec.compress_threshold
     for name, value in writes.records:
-        record = View.of(sid, name, as_of, CORE_STATE_VERSION, value, threshold=threshold)
-        yield Out(topic, partition, view_key(sid, name), codec.encode_view(record))
+        encoding, payload = encode_json_payload(value, threshold=threshold)
+        encoded = codec.encode_whole_view(sid, name, as_of, CORE_STATE_VERSION, encoding, payload)
+        yield Out(topic, partition, view_key(sid, name), encoded)
     tally.views_published += len(writes.records)
     max_bytes = config.max_view_bytes
     for change in changes:  # domain units: one record per unit, split when too large
@@ -112,15 +114,17 @@ def _views(
                 yield Out(topic, partition, k, None)
             view_parts.pop(ident, None)
             continue
-        whole = View.of(
-            sid, change.name, as_of, change.state_version, change.value, threshold=threshold
-        )
-        if old_parts == 1 and 0 < len(whole.value) <= max_bytes:
+        encoding, payload = encode_json_payload(change.value, threshold=threshold)
+        if old_parts == 1 and 0 < len(payload) <= max_bytes:
             # nearly every unit view: one part before and after, nothing to
             # tombstone or to remember (the general path below, short)
-            yield Out(topic, partition, view_key(sid, change.name), codec.encode_view(whole))
+            encoded = codec.encode_whole_view(
+                sid, change.name, as_of, change.state_version, encoding, payload
+            )
+            yield Out(topic, partition, view_key(sid, change.name), encoded)
             tally.views_published += 1
             continue
+        whole = View(sid, change.name, as_of, change.state_version, encoding, payload)
         records = split_view(whole, max_bytes)
         for k in stale_part_keys(sid, change.name, old_parts, len(records)):
             yield Out(topic, partition, k, None)
@@ -133,8 +137,9 @@ def _views(
         tally.views_published += len(records)
     for name in writes.tombstones:
         yield Out(topic, partition, view_key(sid, name), None)
-    head = View.of(sid, VIEW_HEAD, as_of, CORE_STATE_VERSION, writes.head, threshold=threshold)
-    yield Out(topic, partition, view_key(sid, VIEW_HEAD), codec.encode_view(head))
+    encoding, payload = encode_json_payload(writes.head, threshold=threshold)
+    head = codec.encode_whole_view(sid, VIEW_HEAD, as_of, CORE_STATE_VERSION, encoding, payload)
+    yield Out(topic, partition, view_key(sid, VIEW_HEAD), head)
     tally.views_published += 1
 
 

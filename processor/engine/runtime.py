@@ -71,6 +71,7 @@ class SessionRuntime:
         "_digests",
         "_overrides",
         "_published_transcript",
+        "_synced",
         "_units",
         "_window",
         "held_bytes",
@@ -117,6 +118,9 @@ class SessionRuntime:
         #: node seq -> (generation first seen at, override); None while there are
         #: none (most sessions: an empty dict is 64 bytes of each, figure 6)
         self._overrides: dict[int, tuple[int, Any]] | None = None
+        #: registry generation ``_units`` last followed (-1: never): while it
+        #: holds, no unit was added or released, so there is nothing to tombstone
+        self._synced = -1
         #: what the views and checkpoints topics hold for this session (parted format)
         self.view_ledger = ViewLedger()
         self.part_ledger = PartLedger()
@@ -163,6 +167,9 @@ class SessionRuntime:
         for key, (view, _seq) in session.projections.drain_view_changes().items():
             defn = registry.get(key)
             yield ViewChange(key, defn.state_version if defn is not None else 0, view)
+        generation = registry.generation
+        if generation == self._synced:
+            return  # the same unit keys as at the last call: none removed, none new
         units = self._units
         if any(registry.get(k) is None for k in units):
             for key in units:
@@ -172,6 +179,7 @@ class SessionRuntime:
         new = [k for k in session.projections.wire_keys() if k not in units]
         if new or units is not self._units:
             self._units = _shared_units((*units, *new))
+        self._synced = generation
 
     def override_generations(self) -> dict[int, int]:
         """Node seq -> the ``contentGeneration`` its current override was first seen at.

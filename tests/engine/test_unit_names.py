@@ -51,3 +51,26 @@ def test_P2_ordinary_unit_keys_still_register() -> None:
     for key in ("stats~", "my.transcript", "messagesCount", "team/unit"):
         registry.register(unit(key))
         assert key in registry
+
+
+def test_a_released_unit_is_tombstoned_once() -> None:
+    """Unit views follow the registry's key set: a released unit's view record is
+    tombstoned in the next batch, once (runtime.py skips the scan while the
+    registry's generation holds)."""
+    from tests.engine.kit import Harness, session_log
+
+    h = Harness()
+    events = session_log(8)
+    reg = h.engine.registry.register(unit("extra"))
+    key = b"s/extra"
+
+    def batch(i: int) -> list[tuple[bytes | None, bool]]:
+        h.fold_events("s", [events[i]])
+        return [(o.key, o.value is None) for o in h.commit() if o.key == key]
+
+    assert batch(0) == [(key, False)]  # published
+    assert batch(1) == []  # unchanged value (0): nothing
+    reg.release()
+    assert batch(2) == [(key, True)]  # tombstoned
+    assert batch(3) == []  # once
+    assert batch(4) == []

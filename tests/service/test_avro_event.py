@@ -181,3 +181,27 @@ def test_other_writer_schemas_are_read_by_fastavro() -> None:
     framed = b"\xc3\x01" + v1[0].fingerprint + buf.getvalue()
     decoded = CODEC.decode_event(framed)
     assert decoded.producer is None and decoded.seq == 0
+
+
+def test_only_the_read_layouts_frame_head_skips_the_plan_lookup() -> None:
+    """The codec remembers the single-object head of a writer avro_event.py
+    reads (then a corrupt body behind it still goes to fastavro, as the
+    parity tests above check with the head remembered); a v1 writer's head is
+    never remembered, so its events keep being resolved by fastavro."""
+    datum = {"sessionId": "s", "type": "t", "seq": 0, "time": 1, "data": "{}"}
+    datum |= {"surfaceOp": None, "sourceEventSeqs": None, "ignorable": None}
+    CODEC.decode_event(HEADER + body({**datum, "producer": None}))
+    assert HEADER in CODEC._fast_event_heads
+    v1 = next(
+        info
+        for info in CODEC.store._by_fp.values()
+        if info.name == SESSION_EVENT and info.canonical != EVENT_CANONICAL
+    )
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, v1.parsed, datum)
+    framed = b"\xc3\x01" + v1.fingerprint + buf.getvalue()
+    for _ in range(2):
+        assert CODEC.decode_event(framed).producer is None
+    assert CODEC._fast_event_heads == {HEADER}
+    cut = HEADER[:6]  # a head cut short is not a remembered one
+    assert str(outcome(CODEC.decode_event, cut)) == str(outcome(slow_decode, cut))

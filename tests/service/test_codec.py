@@ -789,3 +789,58 @@ def test_decoded_events_share_known_strings_and_intern_nothing_else() -> None:
     probe = "".join(["vendor/", made_up.removeprefix("vendor/")])  # an equal, new string
     assert sys.intern(probe) is probe  # so nobody interned one before
     assert decoded["type"] is not probe and decoded["surfaceOp"] is not probe
+
+
+def test_decoded_events_built_through_the_slot_maker_are_ordinary_ones() -> None:
+    """``records.new_decoded`` (the frozen ``__init__`` skipped) gives the object
+    the dataclass constructor gives: equal, same repr, still frozen; and the
+    codec's decoded events are exactly those."""
+    from dataclasses import FrozenInstanceError
+
+    from processor.codec.records import DecodedEvent, new_decoded
+
+    assert new_decoded is not DecodedEvent  # the fast path is the one in use
+    args: tuple[str, dict[str, Any], str, str | None] = ("s1", {"seq": 3}, "{}", None)
+    made = new_decoded(*args)
+    assert made == DecodedEvent(*args) and repr(made) == repr(DecodedEvent(*args))
+    with pytest.raises(FrozenInstanceError):
+        made.data_text = "x"  # type: ignore[misc]
+    from processor.workload import generate_session
+
+    ev = generate_session(random.Random(3), 5)[2]
+    c = codec.default_codec()
+    decoded = c.decode_event(c.encode_parsed_event("s1", ev))
+    assert type(decoded) is DecodedEvent
+    assert decoded == DecodedEvent(
+        decoded.session_id, decoded.envelope, decoded.data_text, decoded.producer
+    )
+    assert decoded.to_event().digest_bytes() == ev.digest_bytes()
+
+
+@pytest.mark.parametrize(
+    ("state_version", "encoding", "value"),
+    [
+        (0, "JSON", b'{"a":1}'),
+        (7, "ZSTD_JSON", zstandard.ZstdCompressor().compress(b"[1,2,3]")),
+        (2**31 - 1, "JSON", b""),
+        (2**31, "JSON", b"1"),  # not an Avro int: refused with encode_view's text
+        (-(2**31) - 1, "JSON", b"1"),
+        (1, "BROTLI", b"1"),  # unknown encoding: refused with encode_view's text
+    ],
+)
+def test_encode_whole_view_is_encode_view_of_the_one_part_view(
+    state_version: int, encoding: Any, value: bytes
+) -> None:
+    """The engine's per-view shortcut writes the bytes ``encode_view`` writes for
+    ``View(...)`` (part 0 of 1), and refuses what it refuses, with its text."""
+    c = codec.default_codec()
+    fields = ("s1", "unit", 12, state_version, encoding, value)
+    try:
+        want: bytes | str = c.encode_view(View(*fields))
+    except CodecError as exc:
+        want = str(exc)
+    try:
+        got: bytes | str = c.encode_whole_view(*fields)
+    except CodecError as exc:
+        got = str(exc)
+    assert got == want
