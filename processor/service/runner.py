@@ -359,7 +359,7 @@ class Processor:
             consumed += 1
             offset = msg.offset()
             ts = msg.timestamp()[1]
-            rec = Record(
+            rec = Record(  # _record, inlined: one call less per record
                 msg.topic() or "",
                 number,
                 offset if offset is not None else -1,
