@@ -49,17 +49,21 @@ def produce(
     ``BufferError`` means the queue (``queue.buffering.max.*``) is full:
     polling serves delivery reports, which frees it; every queued record is
     delivered or failed within ``message.timeout.ms``, so the wait ends.
+    ``partition`` None and -1 both mean the partitioner's choice; ``headers``
+    None, none; ``on_delivery`` None, the producer's own callback (as confluent's).
     """
-    extra: dict[str, Any] = {}
-    if partition is not None:
-        extra["partition"] = partition
-    if headers is not None:
-        extra["headers"] = headers
-    if on_delivery is not None:
-        extra["on_delivery"] = on_delivery
+    # one call per output record: no keyword dict built per record
+    part = -1 if partition is None else partition
     while True:
         try:
-            producer.produce(topic, value=value, key=key, **extra)
+            producer.produce(
+                topic,
+                value=value,
+                key=key,
+                partition=part,
+                on_delivery=on_delivery,
+                headers=headers,
+            )
             return
         except BufferError:
             producer.poll(0.05)

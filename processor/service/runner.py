@@ -274,6 +274,9 @@ class Processor:
                 idle_since = max(idle_since, self.rebalance.assigned_at)
                 if msgs:
                     self._fold_batch(msgs, dated)
+                    # let the batch's messages go before the next heap settle, which
+                    # would otherwise walk and freeze all of them (heap.py)
+                    msgs = []
                 elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
                     break
                 p = self._pending
@@ -340,39 +343,55 @@ class Processor:
         pending = self._pending
         if pending.empty():
             pending.started = polled_at if polled_at is not None else time.monotonic()
+        # per record: only what differs by record (names looked up once per batch)
+        parts = self.engine.partitions
+        fold = self.engine.fold
+        offsets = pending.offsets
         consumed = 0
         for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                fatal = message_error(err, msg.topic(), self.config.group_id)
-                if fatal is not None:
-                    raise self._fail(fatal)
-                log.warning("consume error: %s", err)
+            if msg.error() is not None:
+                self._consume_error(msg)
                 continue
-            part = self._partitions.get(msg.partition() or 0)
+            number = msg.partition() or 0
+            part = parts.get(number)
             if part is None:
                 continue  # fetched just before a revoke
             consumed += 1
-            rec = _record(msg)
+            offset = msg.offset()
+            ts = msg.timestamp()[1]
+            rec = Record(  # _record, inlined: one call less per record
+                msg.topic() or "",
+                number,
+                offset if offset is not None else -1,
+                msg.key(),
+                msg.value(),
+                ts if ts > 0 else int(time.time() * 1000),
+            )
             try:
-                self.engine.fold(part, rec)
+                fold(part, rec)
             except (AnchorError, StoreUnusable, KafkaException):  # the run's, not the record's
                 raise
             except Exception as exc:  # one record's failure is that record's dead letter
                 log.exception(
-                    "record %s[%d]@%d could not be interpreted",
-                    msg.topic(),
-                    part.number,
-                    rec.offset,
+                    "record %s[%d]@%d could not be interpreted", rec.topic, number, rec.offset
                 )
                 self.engine.fail(part, rec, exc)
-            pending.offsets[part.number] = rec.offset + 1
+            offsets[number] = rec.offset + 1
         pending.events += consumed
         self.metrics.records_consumed.inc(consumed)
         self._flush_tally(decided=False)  # decisions count when committed (commit.py)
         self.metrics.fold_seconds.observe(time.perf_counter() - t0)
+
+    def _consume_error(self, msg: Msg) -> None:
+        """A consume error in a record's place: end of partition, fatal or logged."""
+        err = msg.error()
+        assert err is not None
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        fatal = message_error(err, msg.topic(), self.config.group_id)
+        if fatal is not None:
+            raise self._fail(fatal)
+        log.warning("consume error: %s", err)
 
     def _apply_commands(self, msgs: Sequence[Msg]) -> None:
         """Operator commands from the control topic (the engine applies them)."""

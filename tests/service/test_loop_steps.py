@@ -74,6 +74,34 @@ def test_the_gauge_tick_evicts_once_when_it_settles_a_commit() -> None:
     assert len(evictions) == 2
 
 
+def test_the_heap_settle_does_not_walk_the_folded_batch_s_messages() -> None:
+    """The consumed messages of a folded batch are let go before the next heap
+    settle: they are garbage once folded, and a settle that finds them alive
+    walks and freezes every one (5,000 per batch: a fifth of the settle)."""
+    import gc
+
+    from processor.service.heap import HeapPolicy
+    from processor.service.memory import MemoryMessage
+
+    broker = MemoryBroker()
+    broker.create_topics(CONFIG)
+    _produce(broker, 0, 16)  # two full batches
+    proc = Processor(CONFIG, metrics=Metrics(), transport=MemoryTransport(broker, CONFIG))
+    seen: list[int] = []
+
+    class Watched(HeapPolicy):
+        def committed(self) -> None:
+            events = CONFIG.topics.events  # (a delivery report waits for its commit)
+            consumed = (o for o in gc.get_objects() if isinstance(o, MemoryMessage))
+            seen.append(sum(m.topic() == events for m in consumed))
+            super().committed()
+
+    proc.heap = Watched()
+    proc.run(until_offsets={0: 16}, max_idle_s=10)
+    assert len(seen) >= 2  # batches of 8: settles between folds
+    assert seen == [0] * len(seen)
+
+
 # ------------------------------------------------------------------ a revoke
 
 
