@@ -46,7 +46,7 @@ def _same(a: Any, b: Any) -> None:
 
 
 def test_the_heavy_units_fold_in_batches() -> None:
-    assert {u.key for u in BATCHED} >= {"sessionStats", "turnBoundary"}
+    assert {u.key for u in BATCHED} >= {"sessionStats", "turnBoundary", "titleInput"}
 
 
 @SETTINGS
