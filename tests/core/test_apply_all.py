@@ -49,18 +49,7 @@ def test_the_heavy_units_fold_in_batches() -> None:
     assert {u.key for u in BATCHED} >= {"sessionStats", "turnBoundary", "titleInput"}
 
 
-@SETTINGS
-@given(
-    st.randoms(use_true_random=False),
-    st.integers(1, 150),
-    st.sampled_from([3, 4]),
-    st.lists(st.integers(0, 150), max_size=6),
-)
-def test_apply_all_equals_apply_event_by_event(
-    rng: random.Random, n: int, form: int, cuts: list[int]
-) -> None:
-    events = [e for e in generate_session(rng, n, form=form) if e.is_known]
-    bounds = sorted({0, len(events), *(c for c in cuts if c <= len(events))})
+def _check_batches(events: list[Event], bounds: list[int]) -> None:
     for unit in BATCHED:
         assert unit.apply_all is not None
         state = batched = unit.init(synthetic_header(), 0)
@@ -73,6 +62,29 @@ def test_apply_all_equals_apply_event_by_event(
             _same(batched, state)
             # P-1: a batch that changes nothing returns the very same object
             assert (batched is before_batched) == (state is before), unit.key
+
+
+@SETTINGS
+@given(
+    st.randoms(use_true_random=False),
+    st.integers(1, 150),
+    st.sampled_from([3, 4]),
+    st.lists(st.integers(0, 150), max_size=6),
+)
+def test_apply_all_equals_apply_event_by_event(
+    rng: random.Random, n: int, form: int, cuts: list[int]
+) -> None:
+    events = [e for e in generate_session(rng, n, form=form) if e.is_known]
+    _check_batches(events, sorted({0, len(events), *(c for c in cuts if c <= len(events))}))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("size", [1, 3, 17, 200, 10_000])
+def test_apply_all_equals_apply_on_long_logs(seed: int, size: int) -> None:
+    """Long enough for every rule of the batched units (replaces, tool errors, usage)."""
+    events = [e for e in generate_session(random.Random(seed), 1000) if e.is_known]
+    assert {"turn/end", "assistant/message", "tool/result"} <= {e.type for e in events}
+    _check_batches(events, [*range(0, len(events), size), len(events)])
 
 
 def test_apply_all_of_irrelevant_events_is_the_same_object() -> None:
