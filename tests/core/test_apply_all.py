@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from processor.core.builtin import BUILTIN_UNITS, default_registry
@@ -211,3 +211,35 @@ def test_a_failing_apply_after_a_queued_unit_keeps_the_queue_consistent() -> Non
         reference.projections.state_of("sessionStats"),
     )
     assert session.projections._cells["turnCount"].state == turns
+
+
+_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.sampled_from([0, 1, -1, 2**53, 2**53 + 1, -(2**53) - 1, 2**64, 10**21])
+    | st.sampled_from([0.0, -0.0, 1.0, 1.5, 2.0**53, 1e21, 1e-7])
+    | st.sampled_from(["a", "b", "1", "\ud800", "\u2028"])
+)
+_JSON = st.recursive(
+    _LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from("xy"), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_JSON, _JSON)
+@example(2**53, 2**53 + 1)
+@example(-(2**53), -(2**53) - 1)
+@example([1, "a"], [1.0, "a"])
+@example({"x": 1, "y": True}, {"y": True, "x": 1})
+@example({"x": 2**64}, {"x": 2**64 + 1})
+def test_tool_redefinition_shortcut_agrees_with_js_text(a: Any, b: Any) -> None:
+    """toolHistory skips js_json for float-free values with safe integers (H-5)."""
+    from processor.core.builtin.tool_history import _same_tool
+    from processor.core.header import js_json
+
+    assert _same_tool(a, b) == (js_json(a) == js_json(b))
+    assert _same_tool(a, a)
