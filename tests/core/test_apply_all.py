@@ -22,27 +22,20 @@ from hypothesis import strategies as st
 from processor.core.builtin import BUILTIN_UNITS, default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.events import Event
-from processor.core.frozen import FrozenDict, FrozenList
+from processor.core.frozen import FrozenDict
 from processor.core.projections import ProjectionDefinition, ProjectionRegistry
 from processor.core.session import Session, synthetic_header
 from processor.workload import generate_session
+from tests.core.test_fold_reference import deep_frozen
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BATCHED = [unit for unit in BUILTIN_UNITS if unit.apply_all is not None]
 
 
-def _frozen(value: Any) -> bool:
-    if isinstance(value, dict):
-        return type(value) is FrozenDict and all(_frozen(v) for v in value.values())
-    if isinstance(value, list):
-        return type(value) is FrozenList and all(_frozen(v) for v in value)
-    return True
-
-
 def _same(a: Any, b: Any) -> None:
     # orjson keeps key order: equal bytes = equal values in the same order
     assert orjson.dumps(a) == orjson.dumps(b)
-    assert _frozen(a) and _frozen(b)
+    assert deep_frozen(a) and deep_frozen(b)
 
 
 def test_the_heavy_units_fold_in_batches() -> None:
