@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from processor.core.events import Event
 from processor.core.projection_registry import _UNSET, State, _Unit, _validate_view
 
 __all__ = ["_Cell"]
@@ -22,6 +23,7 @@ class _Cell:
     __slots__ = (
         "definition",
         "observed_seq",
+        "pending",
         "prev_view",
         "state",
         "unit",
@@ -35,6 +37,9 @@ class _Cell:
         self.definition = unit.definition
         self.state = state
         self.observed_seq = observed_seq
+        # Events queued for ``definition.apply_all`` (see SessionProjections._flush);
+        # None when there are none, which is whenever anything reads the cell.
+        self.pending: list[Event] | None = None
         self.view_state: Any = _UNSET  # the state object ``view`` was computed from
         self.view: Any = None
         self.prev_view: Any = None

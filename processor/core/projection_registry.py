@@ -91,6 +91,13 @@ class ProjectionDefinition:
     #: Every other event must return the same object (P-1), so the driver
     #: skips the call: with ten units most calls would be no-ops otherwise.
     event_types: frozenset[str] | None = None
+    #: Optional: ``apply`` over a list of events in one call, the same result
+    #: as applying them one by one (the same object when none changes it, an
+    #: equal state otherwise).  With it the session queues the unit's events
+    #: and folds them once before anyone reads the cell, instead of building
+    #: a new frozen state per event.  It must not raise: the queued events
+    #: were committed long before a reader makes it run.
+    apply_all: Callable[[State, list[Event]], State] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:

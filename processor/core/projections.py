@@ -115,8 +115,9 @@ from processor.core.projection_restore import (
     view_checkpoint,
 )
 
-#: (index into a session's ``_order``, that unit's ``apply``) per unit that may react
-_Targets = tuple[tuple[int, Callable[[State, Event], State]], ...]
+#: (index into a session's ``_order``, that unit's ``apply``) per unit that may react;
+#: None instead of ``apply`` for a unit with ``apply_all`` (its events are queued)
+_Targets = tuple[tuple[int, Callable[[State, Event], State] | None], ...]
 #: Dispatch tables shared by every session whose cells are of the same units (same
 #: registry generation): a table per session was ~1.6 KB of each held session
 #: (figure 6).  Keyed by the units tuple (identity); the few newest are kept.
@@ -204,11 +205,36 @@ class SessionProjections:
     # ------------------------------------------------------------ driving
 
     def _flush(self) -> None:
-        """Write the fast path's watermark into its cells (see ``__init__``)."""
+        """Write the fast path's watermark into its cells (see ``__init__``).
+
+        Cells of units with ``apply_all`` also fold their queued events here,
+        once per batch of commits instead of one new state per event: every
+        reader of a cell calls this first, so none sees a queued state.
+        """
         seq = self._fast_seq
-        if seq is not None:
-            for cell in self._order:
-                cell.observed_seq = seq
+        if seq is None:
+            return
+        order = self._order
+        for cell in order:
+            cell.observed_seq = seq
+        error: BaseException | None = None
+        for cell in order:
+            pending = cell.pending
+            if pending is None:
+                continue
+            cell.pending = None
+            apply_all = cell.definition.apply_all
+            assert apply_all is not None
+            try:
+                cell.state = apply_all(cell.state, pending)
+            except BaseException as exc:  # a broken apply_all: the contract says it never raises
+                # the cell stays before its queued events: the next read folds them
+                # one by one through apply (P-3), which raises at the event itself
+                cell.observed_seq = pending[0].seq - 1
+                self._fast_seq = None
+                error = exc
+        if error is not None:
+            raise error
 
     def _invalidate(self) -> None:
         self._flush()
@@ -341,15 +367,25 @@ class SessionProjections:
         order = self._order
         try:
             if not self._listeners:
-                # nobody to tell about identity changes (P-1): no list of them
+                # nobody to tell about identity changes (P-1): no list of them,
+                # and the units with apply_all take their events in one call
+                # when the cell is next read (_flush)
                 for index, apply in targets:
                     cell = order[index]
-                    cell.state = apply(cell.state, event)
+                    if apply is None:
+                        pending = cell.pending
+                        if pending is None:
+                            cell.pending = [event]
+                        else:
+                            pending.append(event)
+                    else:
+                        cell.state = apply(cell.state, event)
             else:
+                # (add_listener flushed every queue: listeners hear each event)
                 for index, apply in targets:
                     cell = order[index]
                     before = cell.state
-                    after = apply(before, event)
+                    after = (apply or cell.definition.apply)(before, event)
                     if after is not before:
                         cell.state = after
                         if changed is None:
@@ -408,7 +444,7 @@ class SessionProjections:
         if etype not in KNOWN_TYPES:
             return ()
         targets = tuple(
-            (index, cell.definition.apply)
+            (index, cell.definition.apply if cell.definition.apply_all is None else None)
             for index, cell in enumerate(self._order)
             if cell.definition.event_types is None or etype in cell.definition.event_types
         )
@@ -426,6 +462,7 @@ class SessionProjections:
 
         Returns a function that removes the listener.
         """
+        self._flush()  # fold queued events first: from now on each event is heard
         self._listeners = (*self._listeners, listener)
 
         def remove() -> None:

@@ -119,6 +119,26 @@ def _input_apply(state: Any, event: Event) -> Any:
     return FrozenDict({"first": first, "count": state["count"] + 1, "lastSeq": event.seq})
 
 
+def _input_apply_all(state: Any, events: list[Event]) -> Any:
+    """:func:`_input_apply` over ``events``: one new state per batch."""
+    first, count, last = state["first"], state["count"], state["lastSeq"]
+    changed = False
+    for event in events:
+        text = _prompt_text(event)
+        if text is None:
+            continue
+        if first is None:
+            first = FrozenDict({"seq": event.seq, "text": text})
+        count += 1
+        last = event.seq
+        changed = True
+    if not changed:
+        return state
+    if type(first) is not FrozenDict:
+        first = freeze(first)
+    return FrozenDict({"first": first, "count": count, "lastSeq": last})
+
+
 def _input_validate(state: Any) -> None:
     require_dict(state, ("first", "count", "lastSeq"), "titleInput state")
     empty = state["first"] is None and state["lastSeq"] is None and state["count"] == 0
@@ -143,6 +163,7 @@ TITLE_INPUT = ProjectionDefinition(
     apply=_input_apply,
     validate_state=_input_validate,
     event_types=frozenset({"user/message"}),
+    apply_all=_input_apply_all,
 )
 
 

@@ -102,6 +102,75 @@ def apply(state: Any, event: Event) -> Any:
     return new
 
 
+def _role(t: str, data: Any) -> str | None:
+    """The counted message role of an appended surface event (as :func:`apply`)."""
+    if t == "tool/result":
+        return "tool"
+    message = (
+        data if t == "user/message" else data.get("message") if isinstance(data, dict) else None
+    )
+    role = message.get("role") if isinstance(message, dict) else None
+    return role if isinstance(role, str) else None
+
+
+def _add_usage(usage: dict[str, Any], fields: dict[str, Any]) -> None:
+    for k, v in fields.items():
+        kind = type(v)
+        if kind is int or kind is float or is_number(v):
+            usage[k] = usage.get(k, 0) + v
+
+
+def apply_all(state: Any, events: list[Event]) -> Any:
+    """:func:`apply` over ``events`` in one pass: one new frozen state per batch.
+
+    The same rules on plain copies made at the first change, frozen once at
+    the end; keys keep their places and new roles/usage fields are added in
+    the order ``apply`` would add them, sums are added in the same order, so
+    the result equals the per-event fold.  Nothing changed: the same object.
+    """
+    new: dict[str, Any] | None = None
+    messages: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    for event in events:
+        t = event.type
+        counter = COUNTERS.get(t)
+        if counter is None:
+            if t not in SURFACE_TYPES:
+                continue
+            if event.surface_op != "append":
+                counter = "replacements"
+        if counter is not None:
+            if new is None:
+                new = dict(state)
+            new[counter] += 1
+            continue
+        data = event.data
+        role = _role(t, data)
+        if role is None:
+            continue
+        if new is None:
+            new = dict(state)
+        if messages is None:
+            messages = dict(state["messages"])
+        messages[role] = messages.get(role, 0) + 1
+        if t == "tool/result":
+            if "error" in data:
+                new["toolErrors"] += 1
+        elif t == "assistant/message":
+            fields = data.get("usage")
+            if isinstance(fields, dict):
+                if usage is None:
+                    usage = dict(state["usage"])
+                _add_usage(usage, fields)
+    if new is None:
+        return state
+    if messages is not None:
+        new["messages"] = FrozenDict(messages)
+    if usage is not None:
+        new["usage"] = FrozenDict(usage)
+    return FrozenDict(new)
+
+
 def validate(state: Any) -> None:
     require_dict(state, KEYS, "sessionStats state")
     for k in INT_KEYS:
@@ -123,4 +192,5 @@ SESSION_STATS = ProjectionDefinition(
     validate_state=validate,
     wire=WireView(view=identity, validate_view=validate),
     event_types=frozenset(COUNTERS) | SURFACE_TYPES,
+    apply_all=apply_all,
 )

@@ -112,13 +112,33 @@ def _with_fallback(state: dict[str, Any], previous: Any) -> Any:
     return freeze(state)
 
 
+def _js_exact(value: Any) -> bool:
+    """No float and no integer beyond 2**53 inside: ``js_json`` of it determines it.
+
+    Such a value's JS text parses back to the very value (strings, exact
+    integers, booleans, null, key order), so two of them with different
+    orjson bytes (a different value, type or key order) have different JS texts.
+    """
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-(2**53) <= value <= 2**53)
+    if isinstance(value, dict):
+        return all(_js_exact(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_js_exact(v) for v in value)
+    return False
+
+
 def _same_tool(old: Any, new: Any) -> bool:
     """``JSON.stringify`` of both is the same (H-5's redefinition test).
 
     Headers repeat their tools, so the usual answer is yes: identical orjson
     bytes (key order, types and values all equal) imply the same JS text, and
-    cost a fraction of :func:`js_json`, which judges the remaining cases (JS
-    prints 1.0 as 1).
+    cost a fraction of :func:`js_json`.  Different bytes of two
+    :func:`_js_exact` values imply different JS texts; :func:`js_json`
+    judges the remaining cases (JS prints 1.0 as 1, 2**53 + 1 as 2**53).
     """
     if old is new:
         return True
@@ -127,6 +147,9 @@ def _same_tool(old: Any, new: Any) -> bool:
             return True
     except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits: judge by js_json
         pass
+    else:
+        if _js_exact(old) and _js_exact(new):
+            return False
     return js_json(old) == js_json(new)
 
 

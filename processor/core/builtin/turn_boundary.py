@@ -77,6 +77,38 @@ def apply(state: Any, event: Event) -> Any:
     return state
 
 
+def apply_all(state: Any, events: list[Event]) -> Any:
+    """:func:`apply` over ``events``: one new frozen state per batch (same keys, order, values)."""
+    new: dict[str, Any] | None = None
+    boundary: tuple[str, Event] | None = None  # the last step boundary, built once
+    for event in events:
+        t = event.type
+        if t == "turn/start":
+            if new is None:
+                new = dict(state)
+            new["openTurnStartSeq"] = event.seq
+            new["lastTurn"] = _field(event, "turn")
+        elif t == "turn/end":
+            if (new if new is not None else state)["openTurnStartSeq"] is None:
+                continue
+            if new is None:
+                new = dict(state)
+            new["openTurnStartSeq"] = None
+        elif t == "step/start" or t == "step/end":
+            if new is None:
+                new = dict(state)
+            if t == "step/start":
+                new["lastStepStartSeq"] = event.seq
+                boundary = ("start", event)
+            else:
+                boundary = ("end", event)
+    if new is None:
+        return state
+    if boundary is not None:
+        new["lastStepBoundary"] = _boundary(boundary[0], boundary[1])
+    return FrozenDict(new)
+
+
 def validate(state: Any) -> None:
     require_dict(state, KEYS, "turnBoundary state")
     require_seq(state["openTurnStartSeq"], "turnBoundary.openTurnStartSeq")
@@ -100,4 +132,5 @@ TURN_BOUNDARY = ProjectionDefinition(
     validate_state=validate,
     wire=WireView(view=identity, validate_view=validate),
     event_types=frozenset({"turn/start", "turn/end", "step/start", "step/end"}),
+    apply_all=apply_all,
 )
