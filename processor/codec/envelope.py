@@ -150,7 +150,8 @@ def _event_datum(
 _SHARED: Final[dict[str, str]] = {s: s for s in (*KNOWN_TYPES, "append")}
 
 
-def _shared(value: Any) -> Any:
+def shared_string(value: Any) -> Any:
+    """The shared copy of a known event type or "append"; anything else as it is."""
     return _SHARED.get(value, value) if type(value) is str else value
 
 
@@ -171,14 +172,15 @@ def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
     envelope: dict[str, Any] = {
         # shared: a held session keeps its events, and a copy of "message" or
         # "append" per event was ~0.5 KB of each 12-event session (figure 6)
-        "type": _SHARED.get(etype, etype) if type(etype) is str else etype,  # _shared, inlined
+        "type": _SHARED.get(etype, etype) if type(etype) is str else etype,  # shared_string
         "seq": rec["seq"],
         "time": rec["time"],
         "data": data,
     }
     op = rec["surfaceOp"]
     if op is not None:
-        envelope["surfaceOp"] = _opaque(op) if type(op) is dict and "json" in op else _shared(op)
+        shared = _opaque(op) if type(op) is dict and "json" in op else shared_string(op)
+        envelope["surfaceOp"] = shared
     seqs = rec["sourceEventSeqs"]
     if seqs is not None:
         envelope["sourceEventSeqs"] = _opaque(seqs) if type(seqs) is dict else seqs

@@ -38,7 +38,6 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from sys import intern
 from typing import Any
 
 import orjson
@@ -54,14 +53,31 @@ from processor.protocol import DIGEST_BLOCK
 BUNDLES = True
 
 
+#: One copy of each part name the held sessions' ledgers share (the same few
+#: ``e.<seq>``, ``u.<key>`` and ``d8.<b>`` names in every session; a copy per
+#: session was ~0.8 KB of each at 12 events, figure 6).  Not ``sys.intern``:
+#: seqs and keys come from the input, and on Python 3.12 an interned string is
+#: never freed; this table stops growing at ``_NAMES_MAX`` (later names are
+#: plain copies, as before the sharing).
+_NAMES: dict[str, str] = {}
+_NAMES_MAX = 8192
+
+
+def shared_name(name: str) -> str:
+    got = _NAMES.get(name)
+    if got is None:
+        if len(_NAMES) >= _NAMES_MAX:
+            return name
+        got = _NAMES[name] = name
+    return got
+
+
 def bundle_part(number: int) -> str:
     return f"b.{number}"
 
 
 def event_part(seq: int) -> str:
-    # interned: the ledgers of every held session name the same few parts, and
-    # one copy per session was ~0.8 KB of each at 12 events (figure 6)
-    return intern(f"e.{seq}")
+    return shared_name(f"e.{seq}")
 
 
 def override_part(seq: int, generation: int) -> str:
@@ -69,7 +85,7 @@ def override_part(seq: int, generation: int) -> str:
 
 
 def unit_part(key: str) -> str:
-    return intern(f"u.{key}")
+    return shared_name(f"u.{key}")
 
 
 def chunk_part(kind: str, index: int) -> str:
@@ -79,7 +95,7 @@ def chunk_part(kind: str, index: int) -> str:
 def digest_part(block: int, size: int = DIGEST_BLOCK) -> str:
     """``d.<b>`` for blocks of 16 (version-1 heads), ``d<size>.<b>`` otherwise:
     blocks of two sizes never share a key."""
-    return intern(f"d.{block}" if size == 16 else f"d{size}.{block}")  # as event_part
+    return shared_name(f"d.{block}" if size == 16 else f"d{size}.{block}")
 
 
 def pending_part(seq: int) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from sys import intern
 from typing import Any
 
 from processor.codec import (
@@ -32,6 +31,7 @@ from processor.codec import (
     decode_part,
     split_part_key,
 )
+from processor.codec.envelope import shared_string
 from processor.engine.checkpoint_parts import decode_leaves, digest_part
 from processor.protocol import CHUNK_ITEMS, SERVICE_STATE_VERSION
 
@@ -184,14 +184,14 @@ class _Parts:
 
 
 def _interned(event: Any) -> Any:
-    """A decoded event part with its ``type`` and ``surfaceOp`` interned, as a
+    """A decoded event part with its ``type`` and ``surfaceOp`` shared, as a
     consumed event's are (codec/envelope.py): one ``"message"`` or ``"append"``
     in all loaded sessions, not a copy per held event (~0.5 KB a session)."""
     if type(event) is dict:
         for key in ("type", "surfaceOp"):
             value = event.get(key)
             if type(value) is str:
-                event[key] = intern(value)
+                event[key] = shared_string(value)
     return event
 
 

@@ -13,7 +13,6 @@ frames it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from sys import intern
 from typing import Any
 
 from processor.codec import (
@@ -31,7 +30,13 @@ from processor.codec import (
 )
 from processor.config import ServiceConfig
 from processor.core.session import CHECKPOINT_VERSION
-from processor.engine.checkpoint_parts import NO_NAMES, UnitSlot, checkpoint_writes, shared_keys
+from processor.engine.checkpoint_parts import (
+    NO_NAMES,
+    UnitSlot,
+    checkpoint_writes,
+    shared_keys,
+    shared_name,
+)
 from processor.engine.chunks import ChunkLedger
 from processor.engine.records import Out, Tally
 from processor.engine.runtime import SessionRuntime, ViewChange
@@ -238,10 +243,10 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts = rt.part_ledger
     parts.overrides = dict(generations) if generations else NO_GENERATIONS
     rows = session.projections.checkpoint(detached=False)
-    # names interned as a fresh session's are (checkpoint_parts.unit_part and
+    # names shared as a fresh session's are (checkpoint_parts.unit_part and
     # friends): decoded, they were a copy per loaded session (~1.2 KB of each)
     parts.units = {
-        intern(k): _unit_slot(rows[k], session.last_seq if inline else int(v), v, base, inline)
+        shared_name(k): _unit_slot(rows[k], session.last_seq if inline else int(v), v, base, inline)
         for k, v, inline, base in parted["units"]
         if k in rows
     }
@@ -255,7 +260,7 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     parts.last_write = session.last_seq
     for n, names in parted.get("partBundles", ()):
         if names:
-            parts.bundle_of.update(dict.fromkeys(map(intern, names), int(n)))
+            parts.bundle_of.update(dict.fromkeys(map(shared_name, names), int(n)))
             parts.bundles[int(n)] = len(set(names))
         else:
             parts.stale += (int(n),)
