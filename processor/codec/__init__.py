@@ -109,6 +109,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from processor.codec.envelope import shared_string
 from processor.codec.framed import (
     Codec,
 )
@@ -207,6 +208,7 @@ __all__ = [
     "part_key",
     "schema_fingerprint",
     "session_key",
+    "shared_string",
     "split_part_key",
     "split_view",
     "stale_part_keys",

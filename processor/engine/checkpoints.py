@@ -29,9 +29,9 @@ from processor.codec import (
     decode_checkpoint_record,
     decode_json_payload,
     decode_part,
+    shared_string,
     split_part_key,
 )
-from processor.codec.envelope import shared_string
 from processor.engine.checkpoint_parts import decode_leaves, digest_part
 from processor.protocol import CHUNK_ITEMS, SERVICE_STATE_VERSION
 
