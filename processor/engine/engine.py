@@ -265,15 +265,25 @@ class Engine:
             for rt in part.sessions.values():
                 self.held.remove(rt)
 
-    def evict(self, budget_bytes: int, idle_s: float, now: float) -> int:
+    def evict(
+        self,
+        budget_bytes: int,
+        idle_s: float,
+        now: float,
+        committing: Mapping[tuple[int, str], object] | None = None,
+    ) -> int:
         """Evict least recently used sessions while over budget, and idle ones.
 
         Only a session whose state is in its committed checkpoint may go: not
-        one changed in the open batch, not one that never had an event (it has
-        no checkpoint), not one of a partition whose store stopped taking writes.
+        one changed in the open batch, nor in the batch still ``committing``
+        (its commit overlaps the fold: the store gets it when it settles, and a
+        reload before that would read the state before it: a gap, quarantine),
+        not one that never had an event (it has no checkpoint), not one of a
+        partition whose store stopped taking writes.
         """
         evicted = 0
         dirty = self.batch.dirty
+        busy: Mapping[tuple[int, str], object] = committing or {}
         for rt in self.held.oldest():
             over = self.held.bytes > budget_bytes
             idle = idle_s > 0 and now - rt.last_used > idle_s
@@ -288,6 +298,7 @@ class Engine:
                 or part.pinned
                 or rt.last_seq < 0
                 or (rt.partition, rt.session_id) in dirty
+                or (rt.partition, rt.session_id) in busy
             ):
                 continue
             del part.sessions[rt.session_id]

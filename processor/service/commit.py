@@ -35,7 +35,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
@@ -233,6 +233,12 @@ class Committer:
         if self._helper is None:  # made on first use, ended by close() with the loop
             self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-helper")
         return self._helper.submit(step)
+
+    def committing(self) -> Mapping[tuple[int, str], object] | None:
+        """The sessions of the batch whose commit is in flight (None: none is):
+        not in the store yet, so not to be evicted (``Engine.evict``)."""
+        flight = self._inflight
+        return flight.batch.dirty if flight is not None else None
 
     @property
     def in_flight(self) -> bool:

@@ -489,7 +489,9 @@ class Processor:
             part = self._partitions.get(number)
             if part is not None:
                 part.pinned = True
-        self.engine.evict(cfg.state_budget_bytes, cfg.idle_evict_s, time.monotonic())
+        self.engine.evict(
+            cfg.state_budget_bytes, cfg.idle_evict_s, time.monotonic(), self.txn.committing()
+        )
         self._flush_tally(decided=False)
 
     def _update_gauges(self) -> None:

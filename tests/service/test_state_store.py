@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -345,3 +346,44 @@ def test_a_full_disk_in_a_rewinds_fill_holds_the_partition_in_memory(tmp_path: P
     assert "held in memory" in store.problem
     assert store.db(0).session_records(topic, 0, "k39") == [(b"k39", b"x" * 10_000)]
     store.close()
+
+
+def test_a_session_whose_commit_is_in_flight_is_not_evicted(tmp_path: Path) -> None:
+    """The loop folds the next batch while the last one commits (overlap); the
+    eviction after the hand-off must keep the in-flight batch's sessions: the
+    store gets them only when that commit settles, and a reload before it
+    read the state before them (a gap: the session was quarantined)."""
+    broker = MemoryBroker()
+    config = _config(tmp_path, state_budget_bytes=1, commit_interval_ms=20)
+    broker.create_topics(config)
+    entered_a, release_a = broker.hold("commit_transaction")
+    _produce(broker, config, 0, 3)
+    loop = Loop(broker, config)
+    release_b = threading.Event()
+    try:
+        _wait(entered_a.is_set, loop, "batch A commits (held)")
+        entered_b, release_b = broker.hold("commit_transaction")
+        one = {"s0": LOGS["s0"]}
+        for event in one["s0"][3:6]:  # batch B: folded while A commits
+            broker.produce(config.topics.events, b"s0", CODEC.encode_parsed_event("s0", event))
+        consumed = len(LOGS) * 3 + 3
+        _wait(lambda: loop.sample("processor_records_consumed_total") >= consumed, loop, "B")
+        release_a.set()
+        _wait(entered_b.is_set, loop, "batch B commits (held)")
+        evictions = "processor_session_evictions_total"
+        _wait(lambda: loop.sample(evictions) >= len(LOGS) - 1, loop, "A's sessions evicted")
+        assert loop.proc.engine.sessions_held() == 1  # s0: its batch is still committing
+        for event in one["s0"][6:9]:  # folded on the held session, not a stale reload
+            broker.produce(config.topics.events, b"s0", CODEC.encode_parsed_event("s0", event))
+        _wait(lambda: loop.sample("processor_records_consumed_total") >= consumed + 3, loop, "C")
+    finally:
+        release_a.set()
+        release_b.set()
+    _wait(lambda: _committed(broker, config), loop, "all committed")
+    loop.stop()
+    assert not loop.errors, loop.errors
+    views = _views(broker, config)
+    for sid, log in LOGS.items():
+        n = 9 if sid == "s0" else 3
+        expected = as_json(offline_equivalent(session_output(fold_events(log[:n]))))
+        assert as_json(session_fold_equivalent(views[sid])) == expected, sid
