@@ -183,7 +183,7 @@ class _Parts:
         return items
 
 
-def _interned(event: Any) -> Any:
+def _shared_types(event: Any) -> Any:
     """A decoded event part with its ``type`` and ``surfaceOp`` shared, as a
     consumed event's are (codec/envelope.py): one ``"message"`` or ``"append"``
     in all loaded sessions, not a copy per held event (~0.5 KB a session)."""
@@ -232,8 +232,8 @@ def _assemble(
     surface = {
         "nextSeq": last + 1,
         "nodes": nodes,
-        "nodeEvents": [_interned(parts.get(f"e.{s}")) for s in nodes],
-        "headers": [_interned(parts.get(f"e.{s}")) for s in headers],
+        "nodeEvents": [_shared_types(parts.get(f"e.{s}")) for s in nodes],
+        "headers": [_shared_types(parts.get(f"e.{s}")) for s in headers],
         "overrides": overrides,
         "replacements": [parts.get(f"r.{i}") for i in range(h["replacements"])],
         "projectionTypesUsed": list(h["projectionTypesUsed"]),
