@@ -17,7 +17,6 @@ is committed, and events after it once the command is.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from processor.service.views_reader import (
 )
 from tests.engine.kit import Harness, changed, session_log
 from tests.service.conftest import Stack, as_json
+from tests.service.running import RunningProcessor
 
 LOG = session_log(30, seed=23)
 PARTITIONS = 3  # the broker stack's partition count
@@ -287,17 +287,8 @@ def _run_on(side: Side) -> None:
     """Every scenario through one running ``Processor``, then each outcome checked."""
     cfg = side.config
     assert cfg.partitions == PARTITIONS
-    proc = side.processor()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            proc.run()
-        except BaseException as exc:  # named by the barrier
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    running = RunningProcessor(side.processor())
+    errors = running.errors  # named by the barrier
     try:
         for scenario in SCENARIOS:
             for step in scenario.steps:
@@ -315,9 +306,8 @@ def _run_on(side: Side) -> None:
             side.flush()
         _barrier(side, errors)
     finally:
-        proc.stop()
-        thread.join(60)
-    assert not thread.is_alive(), "the processor did not stop"
+        running.stop()
+    assert not running.thread.is_alive(), "the processor did not stop"
     assert not errors, errors
     views = side.views()
     letters: dict[str, Counter[str]] = {}

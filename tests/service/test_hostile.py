@@ -53,6 +53,7 @@ from processor.service.views_reader import (
     session_fold_equivalent,
 )
 from tests.service.conftest import Stack, as_json, sessions
+from tests.service.running import RunningProcessor
 
 pytestmark = pytest.mark.kafka
 
@@ -396,31 +397,23 @@ def test_hostile_producer_two_processors_nothing_stops_nothing_lies(stack: Stack
     assert len(kinds) >= 40, sorted(kinds)
     assert cfg.partitions == 3  # control-wrong-partition is computed for 3
 
-    errors: list[BaseException] = []
     procs = [Processor(cfg.with_overrides(instance_id=f"h{i}")) for i in range(2)]
-
-    def run(proc: Processor) -> None:
-        try:
-            proc.run()
-        except BaseException as exc:  # the assertion below names it
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in procs]
-    for t in threads:
-        t.start()
+    members = [RunningProcessor(p) for p in procs]
     try:
         produce_all(stack, plan, good)
         deadline = time.monotonic() + 180
         while not committed_to_end(stack):
+            errors = [e for m in members for e in m.errors]
             assert not errors, f"a processor died: {errors[0]!r}"
             assert time.monotonic() < deadline, "a partition stalled"
             time.sleep(1.0)
-        assert all(t.is_alive() for t in threads) and not errors, errors
+        assert all(m.thread.is_alive() for m in members), "a processor stopped"
     finally:
-        for p in procs:
-            p.stop()
-        for t in threads:
-            t.join(60)
+        for m in members:
+            m.proc.stop()
+        for m in members:
+            m.thread.join(60)
+    errors = [e for m in members for e in m.errors]
     assert not errors, f"a processor died: {errors[0]!r}"
 
     # every bad record accounted for, at its own (topic, partition, offset)
@@ -586,17 +579,8 @@ def test_a_fenced_member_ends_with_one_fatal_line_and_the_other_takes_over(stack
     logs = sessions(3, 40, seed=7)
     for sid, events in logs.items():
         stack.produce(sid, events[:20])
-    errors: list[BaseException] = []
-    old = Processor(stack.config.with_overrides(instance_id="same"))
-
-    def run_old() -> None:
-        try:
-            old.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run_old, daemon=True)
-    thread.start()
+    running = RunningProcessor(Processor(stack.config.with_overrides(instance_id="same")))
+    old, thread, errors = running.proc, running.thread, running.errors
     wait_until(lambda: old.metrics.commits._value.get() >= 1)
     new, new_thread = stack.start_thread(instance_id="same")
     try:

@@ -23,6 +23,7 @@ from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryProduce
 from processor.service.metrics import Metrics
 from processor.service.runner import Processor
 from tests.engine.kit import session_log
+from tests.service.running import RunningProcessor
 
 CODEC = default_codec()
 LOG = session_log(20, seed=5)
@@ -209,18 +210,10 @@ def test_a_revoke_waits_for_the_in_flight_commit_within_half_the_budget(
     broker.create_topics(CONFIG)
     transport = _Transport(broker, CONFIG, clock)
     proc = Processor(CONFIG, metrics=Metrics(), transport=transport)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            proc.run()
-        except BaseException as exc:
-            errors.append(exc)
-
     entered, release = broker.hold("commit_transaction")
     _produce(broker, 0, 8)  # a full batch: committed with overlap, held
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    running = RunningProcessor(proc)
+    errors = running.errors
     try:
         _wait(entered.is_set, errors, "the first batch's commit is in flight")
         _produce(broker, 8, 11)  # the open batch the revoke commits
@@ -240,9 +233,8 @@ def test_a_revoke_waits_for_the_in_flight_commit_within_half_the_budget(
     finally:
         release.set()
     _wait(lambda: proc.metrics.commits._value.get() >= 2, errors, "both batches commit")
-    proc.stop()
-    thread.join(60)
-    assert not thread.is_alive() and not errors, errors
+    running.stop()
+    assert not running.thread.is_alive() and not errors, errors
     calls = producer.calls
     in_flight = [c for c in calls if c[2]]
     own = [c for c in calls if not c[2]]

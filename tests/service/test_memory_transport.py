@@ -10,7 +10,6 @@ ending the run).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +37,7 @@ from processor.service.views_reader import (
 )
 from tests.engine.kit import session_log
 from tests.service.conftest import as_json
+from tests.service.running import RunningProcessor
 
 CODEC = default_codec()
 CONFIG = ServiceConfig(partitions=2, topic_prefix="mem")
@@ -174,27 +174,17 @@ def test_the_group_hands_partitions_over_when_a_member_leaves() -> None:
 # ------------------------------------------------------------------ the loop on it
 
 
-class Loop:
+class Loop(RunningProcessor):
     """A ``Processor`` thread on one in-memory cluster."""
 
     def __init__(self, broker: MemoryBroker, config: ServiceConfig = CONFIG) -> None:
         self.metrics = Metrics()
-        self.proc = Processor(
-            config, metrics=self.metrics, transport=MemoryTransport(broker, config)
+        super().__init__(
+            Processor(config, metrics=self.metrics, transport=MemoryTransport(broker, config))
         )
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
 
-    def _run(self) -> None:
-        try:
-            self.proc.run()
-        except BaseException as exc:
-            self.errors.append(exc)
-
-    def stop(self) -> None:
-        self.proc.stop()
-        self.thread.join(60)
+    def stop(self, timeout: float = 60) -> None:
+        super().stop(timeout)
         assert not self.thread.is_alive()
 
     def sample(self, name: str) -> float:

@@ -9,7 +9,6 @@ fake clock that each slow broker call advances by the timeout it was given
 
 from __future__ import annotations
 
-import threading
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -26,6 +25,7 @@ from processor.service import transactions as transactions_mod
 from processor.service.memory import MemoryBroker, MemoryProducer, MemoryTransport
 from processor.service.metrics import Metrics
 from processor.service.runner import Processor
+from tests.service.running import RunningProcessor
 from tests.service.test_loop_steps import CODEC, LOG, _Clock, _wait
 from tests.service.test_loop_steps import _Transport as _LoopTransport
 
@@ -174,18 +174,10 @@ def test_a_revoke_whose_commit_keeps_failing_ends_within_the_budget(
     broker.create_topics(CONFIG)
     transport = _Transport(broker, CONFIG, clock)
     proc = Processor(CONFIG, metrics=Metrics(), transport=transport)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            proc.run()
-        except BaseException as exc:
-            errors.append(exc)
-
     for event in LOG[:5]:
         broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    running = RunningProcessor(proc)
+    errors = running.errors
     try:
         _wait(
             lambda: proc.metrics.records_consumed._value.get() >= 5,
@@ -201,9 +193,8 @@ def test_a_revoke_whose_commit_keeps_failing_ends_within_the_budget(
         _wait(lambda: proc.metrics.aborts._value.get() >= 1, errors, "the revoke aborted")
         _wait(lambda: proc.txn.deadline is None, errors, "the revoke ended")
     finally:
-        proc.stop()
-        thread.join(60)
-    assert not thread.is_alive() and not errors, errors
+        running.stop()
+    assert not running.thread.is_alive() and not errors, errors
     assert producer.calls == [("commit_transaction", BUDGET_S), ("abort_transaction", 0.1)]
     assert clock.monotonic() - began <= BUDGET_S + 0.1 + 1e-6
     assert proc.metrics.commits._value.get() == 0

@@ -34,6 +34,7 @@ from processor.service.views_reader import follow_views, session_fold_equivalent
 from processor.workload import generate_session
 from tests.engine.kit import offline_fold, plain
 from tests.service.conftest import Stack
+from tests.service.running import RunningProcessor
 
 pytestmark = pytest.mark.kafka
 
@@ -114,17 +115,8 @@ def test_a_follower_sees_only_snapshots_equal_to_the_fold_at_their_seq(stack: St
     final = {sid: log[-1].seq for sid, log in logs.items()}
     whole = {sid: offline_fold(log) for sid, log in logs.items()}
     latest: dict[str, Any] = {}
-    proc = Processor(cfg)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            proc.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    processor = threading.Thread(target=run, daemon=True)
-    processor.start()
+    running = RunningProcessor(Processor(cfg))
+    errors = running.errors
     seen = Seen()
     producer = threading.Thread(
         target=_produce_paced, args=(stack, logs, seen, errors), daemon=True
@@ -156,8 +148,7 @@ def test_a_follower_sees_only_snapshots_equal_to_the_fold_at_their_seq(stack: St
             if all(latest.get(s) == whole[s] for s in logs):
                 break  # every session's last commit fully read
     finally:
-        proc.stop()
-        processor.join(60)
+        running.stop()
         producer.join(60)
     assert not errors, errors
     assert seen.at_least(final), f"the follower stopped at {seen.last_seq}, want {final}"

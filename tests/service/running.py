@@ -1,0 +1,30 @@
+"""A ``Processor`` run loop on a daemon thread, for tests that drive it from outside.
+
+Whatever the loop raises is kept in ``errors`` so the test names it in its own
+assertion (a thread's exception otherwise only reaches stderr).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from processor.service.runner import Processor
+
+
+class RunningProcessor:
+    def __init__(self, proc: Processor) -> None:
+        self.proc = proc
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.proc.run()
+        except BaseException as exc:  # the test's assertion names it
+            self.errors.append(exc)
+
+    def stop(self, timeout: float = 60) -> None:
+        """Ask the loop to stop and wait for it (the caller asserts on ``errors``)."""
+        self.proc.stop()
+        self.thread.join(timeout)
