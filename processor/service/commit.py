@@ -13,7 +13,9 @@ steps are retried, abortable ones abort, rewind and back off (bounded,
 producer error a broker fault explains, answered with a new producer
 (``replace_producer``).  While revoking, every wait is cut by what is left
 of ``revoke_budget_ms`` (:meth:`left`): each step's timeout, the back-off
-between retried steps, the abort's attempts.
+between retried steps, the abort's attempts, a new producer's
+``init_transactions`` (what misses it is finished before the next
+transaction, out of the rebalance).
 
 ``commit_transaction`` overlaps the next batch (``commit(overlap=True)``):
 it runs, with the flush that serves the store's delivery reports, on the
@@ -112,6 +114,10 @@ class Committer:
         #: aborted it itself and bumped the producer epoch, so the next fence is
         #: the coordinator's, not another member's (``replace_producer``)
         self.overran_at: float | None = None
+        #: a producer replaced during a revoke whose transactions were not
+        #: initialised within the revoke's budget: finished before the next
+        #: transaction (:meth:`_initialised`)
+        self.init_pending = False
         #: views of the owned partitions for queries by session (query_setup.py)
         self.queries: QueryCache | None = None
         #: per checkpoints partition, its last record of the open transaction (held
@@ -306,6 +312,9 @@ class Committer:
         self.settle()  # never two transactions at once
         pending = self.engine.batch
         if pending.empty() or self.producer is None or self.consumer is None:
+            return
+        if not self._initialised():  # a revoke's budget ran out first: retried next batch
+            self.abort(pending.partitions())
             return
         t0 = time.perf_counter()
         opened = time.monotonic()  # counts a SIGSTOP too, as the coordinator's timeout does
@@ -509,9 +518,36 @@ class Committer:
         if not self.fatal_budget.allow(err):
             return False
         log.error("producer fatal error (%s); replacing the producer", err)
-        self.producer = producer = self.transport.output_producer(self.instance_id, self.problems)
-        transactions.init(producer, self.problems, self.txn_id, deadline_s=RETRY_DEADLINE_S)
+        self.producer = self.transport.output_producer(self.instance_id, self.problems)
+        self.init_pending = True
+        # now if it can be (it fences the broken producer and aborts its open
+        # transaction: the next owner of revoked partitions need not wait for
+        # the coordinator's timeout), but never past a revoke's budget
+        self._initialised()
         return True
+
+    def _initialised(self) -> bool:
+        """Finish a replaced producer's ``init_transactions``; while revoking,
+        within what is left of the budget (False: not yet, retried before the
+        next transaction; the rebalance does not wait for a coordinator)."""
+        if not self.init_pending or not self.config.exactly_once:
+            return True
+        assert self.producer is not None
+        left = self.left()
+        done = transactions.init(
+            self.producer,
+            self.problems,
+            self.txn_id,
+            deadline_s=RETRY_DEADLINE_S if left is None else max(0.0, left),
+            deferrable=left is not None,
+        )
+        if not done:
+            log.warning(
+                "the new producer's transactions were not initialised within the revoke "
+                "budget; finishing that before the next transaction"
+            )
+        self.init_pending = not done
+        return done
 
     def abort(self, partitions: set[int], *, rewind: bool = True) -> None:
         """Drop the open batch; restore touched partitions from the checkpoints."""
@@ -523,7 +559,7 @@ class Committer:
                 self.settle()
             finally:
                 self.leaving = kept
-        if self.config.exactly_once and self.producer is not None:
+        if self.config.exactly_once and self.producer is not None and not self.init_pending:
             producer = self.producer
             # while revoking, within what is left of the budget (spent: one
             # short attempt; an abort that misses it is the coordinator's at

@@ -33,30 +33,47 @@ from processor.service.transport import TxnProducer
 log = logging.getLogger("processor.transactions")
 
 
+#: one ``init_transactions`` call at most (a failed handshake shows between slices)
+INIT_SLICE_S = 2.0
+
+
 def init(
-    producer: TxnProducer, problems: ClientProblems, txn_id: str, deadline_s: float = 60.0
-) -> None:
+    producer: TxnProducer,
+    problems: ClientProblems,
+    txn_id: str,
+    deadline_s: float = 60.0,
+    *,
+    deferrable: bool = False,
+) -> bool:
+    """Initialise transactions within ``deadline_s`` (spent: one short attempt).
+
+    True once initialised.  ``deferrable``: a deadline passing while the
+    coordinator only times out returns False instead of ending the run (a
+    revoke's budget; the caller finishes the init before its next
+    transaction).  A denial or a fatal error always raises ``KafkaFatal``."""
     deadline = time.monotonic() + deadline_s
     while True:
         with contextlib.suppress(KafkaException):  # poll re-raises fatal errors
             producer.poll(0)  # serves error_cb
         problems.raise_if_fatal()
         try:
-            producer.init_transactions(2)
-            return
+            producer.init_transactions(max(0.1, min(INIT_SLICE_S, deadline - time.monotonic())))
+            return True
         except KafkaException as exc:
             verdict = classify(exc, operation="WRITE", resource=txn_id)
             if verdict.kind is Kind.DENIED:
                 raise KafkaFatal(verdict.line) from None
             err = error_of(exc)
             timed_out = err is not None and err.code() == KafkaError._TIMED_OUT
-            if not (timed_out or verdict.kind is Kind.RETRY) or time.monotonic() > deadline:
-                with contextlib.suppress(KafkaException):
-                    producer.poll(0)
-                problems.raise_if_fatal()
-                raise KafkaFatal(
-                    f"cannot initialise transactions ({txn_id}): {verdict.line}"
-                ) from None
+            transient = timed_out or verdict.kind is Kind.RETRY
+            if transient and time.monotonic() <= deadline:
+                continue
+            with contextlib.suppress(KafkaException):
+                producer.poll(0)
+            problems.raise_if_fatal()
+            if transient and deferrable:
+                return False
+            raise KafkaFatal(f"cannot initialise transactions ({txn_id}): {verdict.line}") from None
 
 
 def retrying(

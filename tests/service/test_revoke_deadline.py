@@ -22,6 +22,7 @@ from processor.service import rebalance as rebalance_mod
 from processor.service import retry as retry_mod
 from processor.service import runner as runner_mod
 from processor.service import transactions as transactions_mod
+from processor.service.kafka_errors import KafkaFatal
 from processor.service.memory import MemoryBroker, MemoryProducer, MemoryTransport
 from processor.service.metrics import Metrics
 from processor.service.runner import Processor
@@ -198,3 +199,76 @@ def test_a_revoke_whose_commit_keeps_failing_ends_within_the_budget(
     assert producer.calls == [("commit_transaction", BUDGET_S), ("abort_transaction", 0.1)]
     assert clock.monotonic() - began <= BUDGET_S + 0.1 + 1e-6
     assert proc.metrics.commits._value.get() == 0
+
+
+class _SlowInit(_Stalling):
+    """A new producer whose coordinator does not answer ``init_transactions``
+    while ``armed``: each call takes its whole timeout and times out."""
+
+    def init_transactions(self, timeout: float = -1) -> None:
+        if self.armed:
+            self.calls.append(("init_transactions", timeout))
+            self.clock.advance(timeout)
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "coordinator not answering"))
+        super().init_transactions(timeout)
+
+
+def _replacing(clock: _Clock) -> tuple[commit_mod.Committer, list[_SlowInit]]:
+    """A Committer whose transport hands out producers with a slow init."""
+    committer, _ = _committer(clock)
+    made: list[_SlowInit] = []
+
+    def output_producer(instance_id: str, problems: Any) -> MemoryProducer:
+        made.append(_SlowInit(committer.transport.broker, "deadline-txn", clock))  # type: ignore[attr-defined]
+        made[-1].armed = True
+        return made[-1]
+
+    committer.transport.output_producer = output_producer  # type: ignore[method-assign]
+    committer.problems.broker_trouble_at = clock.monotonic()  # the fence is explained
+    return committer, made
+
+
+FENCE = KafkaError(KafkaError._FENCED, "fenced", fatal=True)
+
+
+def test_a_producer_replaced_while_revoking_is_initialised_within_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fatal error during a revoke's commit gets a new producer; its
+    ``init_transactions`` is cut by the revoke budget (not 120 s of 2 s slices,
+    which held the group's rebalance and then ended the run), and finished
+    before the next transaction, out of the rebalance."""
+    clock = _Clock()
+    _fake_time(monkeypatch, clock)
+    committer, made = _replacing(clock)
+    began = clock.monotonic()
+    committer.deadline = began + BUDGET_S
+    assert committer.replace_producer(FENCE, open_s=1.0)
+    assert clock.monotonic() - began <= BUDGET_S + 0.1 + 1e-6
+    assert committer.init_pending and committer.producer is made[0]
+    assert all(name == "init_transactions" for name, _ in made[0].calls)
+    # the abort that follows does not call into the uninitialised producer
+    made[0].calls.clear()
+    committer.abort(set())
+    assert made[0].calls == []
+    committer.deadline = None  # the revoke ended; the coordinator answers again
+    made[0].armed = False
+    committer.commit()  # nothing open: no transaction, the init stays pending
+    assert committer.init_pending
+    assert committer._initialised() and not committer.init_pending
+    made[0].begin_transaction()  # initialised: a transaction can begin
+
+
+def test_a_producer_replaced_outside_a_revoke_still_ends_the_run_when_init_never_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outside a revoke nothing is cut: the init keeps trying for its whole
+    deadline and then ends the run with one line."""
+    clock = _Clock()
+    _fake_time(monkeypatch, clock)
+    committer, made = _replacing(clock)
+    began = clock.monotonic()
+    with pytest.raises(KafkaFatal, match="cannot initialise transactions"):
+        committer.replace_producer(FENCE, open_s=1.0)
+    assert clock.monotonic() - began >= retry_mod.DEFAULT_DEADLINE_S
+    assert all(timeout <= transactions_mod.INIT_SLICE_S for _, timeout in made[0].calls)
