@@ -10,11 +10,10 @@ gives the same count on a loaded box.
 
 from __future__ import annotations
 
-import gc
 import random
-import tracemalloc
 from collections.abc import Callable
 
+from bench.held_fit import traced
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
@@ -40,17 +39,8 @@ BOUND = 19_800
 def _traced_per_session(hold: Callable[[], object]) -> float:
     """Traced bytes that ``hold()`` leaves allocated (after a full collection),
     per session; ``hold``'s result is kept alive until counted."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        held = hold()
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    del held
-    return (after - before) / SESSIONS
+    size, _ = traced(hold)
+    return size / SESSIONS
 
 
 def _held_bytes_per_session() -> float:
