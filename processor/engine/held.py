@@ -2,11 +2,12 @@
 
 The budget (``state_budget_bytes``) is of session state, which Python does
 not measure cheaply: a session's size is estimated from what it was built
-from — the encoded bytes of the checkpoint it was loaded from and of the
-events folded since — times a factor measured on the bench workload
-(``bench/memory.py``: resident bytes per session over encoded bytes), plus
-a fixed cost per session.  The estimate only has to rank and bound: it
-grows with exactly what makes a session big (nodes, transcript, units).
+from — the events folded into it (a count and their encoded bytes) and, for
+a session loaded from the local store, the encoded bytes of its checkpoint
+— with constants fitted to what held sessions of several shapes leave
+allocated (``bench/held_fit.py``).  The estimate only has to rank and bound:
+it grows with exactly what makes a session big (events folded, nodes,
+transcript, units).
 """
 
 from __future__ import annotations
@@ -17,15 +18,26 @@ from collections.abc import Callable, Iterator
 
 from processor.engine.runtime import SessionRuntime
 
-#: Resident bytes per encoded byte (checkpoint parts and event values), and a
-#: fixed cost per session.  Shape fitted to BENCHMARKS.md figure 6 (20,426 B/session
-#: at 12 events of 2,654 encoded bytes, 70,030 at 60 events of 13,736: 4.5 per
-#: byte + 8,500), scaled by 1.51 to what bench/state_budget.py measures through
-#: the engine (31.3 KB per 12-event session: ledgers, LRU entry, allocator).  A
-#: session loaded from its checkpoint (4,083 / 11,502 encoded bytes at 12 / 60
-#: events) is then over-estimated by ~30% at 12 events, under by ~14% at 60.
-BYTES_FACTOR = 6.8
-BASE_BYTES = 12_800
+#: A fixed cost per session, per event folded into it, per encoded byte of
+#: those events, and per encoded byte of the checkpoint it was loaded from.
+#: Fitted (stop 26, helper `lat`) to the bytes 100 sessions leave allocated
+#: through the engine (tracemalloc, ``python -m bench.held_fit``; BENCHMARKS.md
+#: §9), the larger of the pure and compiled builds, 14 shapes: the walker's
+#: logs of 4-120 events, 30% 10 KB tool results, the same loaded from their
+#: checkpoints, loaded and folded further.  Held bytes grow with the event
+#: count (~750 B per event, 12.8 KB at 4 events, 95-101 KB at 120, fresh or
+#: loaded), not with the events' bytes: a 10 KB tool result leaves the
+#: session with its transcript page.  The estimate is 1.03-1.19 x the traced
+#: bytes on every shape (never under; least over on loaded and big-result
+#: sessions, most on short and 120-event ones).  The resident size adds the
+#: allocator's overhead on top (RSS/traced ~1.1 in figure 6).  The previous
+#: constants (6.8 per encoded byte + 12,800) were 1.5-2.0 x on fresh
+#: sessions and 0.44-0.56 x on loaded ones of 60-120 events: a checkpoint's
+#: records are compressed, ~24 B per event.
+BASE_BYTES = 11_400
+EVENT_BYTES = 780
+EVENT_FACTOR = 0.3
+CHECKPOINT_FACTOR = 0.9
 
 
 class HeldSessions:
@@ -40,11 +52,14 @@ class HeldSessions:
         return len(self._lru)
 
     def add(self, rt: SessionRuntime, encoded_bytes: int) -> None:
+        """Hold ``rt``, new or loaded from a checkpoint of ``encoded_bytes``."""
         key = (rt.partition, rt.session_id)
         old = self._lru.pop(key, None)
         if old is not None:
             self.bytes -= old.held_bytes
-        rt.held_bytes = BASE_BYTES + int(BYTES_FACTOR * encoded_bytes)
+        # a loaded session holds the events its checkpoint folded (a fresh one: none)
+        events = rt.last_seq + 1
+        rt.held_bytes = BASE_BYTES + EVENT_BYTES * events + int(CHECKPOINT_FACTOR * encoded_bytes)
         rt.last_used = self.clock()
         self._lru[key] = rt
         self.bytes += rt.held_bytes
@@ -62,14 +77,14 @@ class HeldSessions:
         if lru.get(key) is rt:
             lru.move_to_end(key)
             rt.last_used = self.clock()
-            extra = int(BYTES_FACTOR * encoded_bytes)
+            extra = EVENT_BYTES + int(EVENT_FACTOR * encoded_bytes)  # inline: per event
             rt.held_bytes += extra
             self.bytes += extra
 
     def grow(self, rt: SessionRuntime, encoded_bytes: int) -> None:
         """A folded event of ``encoded_bytes`` added to the session."""
         if self._lru.get((rt.partition, rt.session_id)) is rt:
-            extra = int(BYTES_FACTOR * encoded_bytes)
+            extra = EVENT_BYTES + int(EVENT_FACTOR * encoded_bytes)
             rt.held_bytes += extra
             self.bytes += extra
 

@@ -133,7 +133,23 @@ def plain_consumer(
 def output_producer(
     config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
 ) -> Producer:
+    return Producer(output_settings(config, instance_id, problems))
+
+
+def output_settings(
+    config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
+) -> dict[str, Any]:
+    """The output producer's librdkafka settings."""
     conf: dict[str, Any] = {
+        # A transaction's first AddPartitionsToTxn / AddOffsetsToTxn meets
+        # CONCURRENT_TRANSACTIONS while the coordinator still writes the
+        # previous commit's markers (its commit_transaction has returned; with
+        # the overlapped commit the next batch begins ~I - C later).  Retried
+        # after the default 100 ms (then 200, 400: exponential) it held ~10% of
+        # the transactions 110-430 ms under load (BENCHMARKS §5, `lat`); the
+        # Java producer retries the first AddPartitionsToTxn of a transaction
+        # after 20 ms for this reason (KAFKA-5477).
+        "retry.backoff.ms": 20,
         "linger.ms": 5,
         "compression.type": "lz4",
         "batch.size": 1_000_000,
@@ -158,7 +174,7 @@ def output_producer(
     # for a report name their callback (commit.py): no Python call for the others
     conf["delivery.report.only.error"] = False
     conf.pop("on_delivery", None)
-    return Producer(conf)
+    return conf
 
 
 def event_producer(

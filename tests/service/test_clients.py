@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from processor.config import ServiceConfig
 from processor.service import clients
 from processor.service.kafka_errors import LIBRDKAFKA_LOGGER
 
@@ -32,3 +33,14 @@ def test_produce_waits_for_a_full_local_queue_instead_of_failing() -> None:
     assert reports[0].code() == KafkaError._MSG_TIMED_OUT
     producer.flush(5)
     assert len(reports) == 2
+
+
+def test_the_output_producer_retries_a_busy_transaction_coordinator_after_20_ms() -> None:
+    # CONCURRENT_TRANSACTIONS (the previous commit's markers still being
+    # written) retried after librdkafka's default 100 ms held ~10% of the
+    # transactions 110-430 ms under load (BENCHMARKS §5, branch `lat`)
+    conf = clients.output_settings(ServiceConfig(), "unit")
+    assert conf["retry.backoff.ms"] == 20
+    Producer(conf)  # librdkafka takes it
+    tuned = ServiceConfig(kafka={"retry.backoff.ms": "50"})  # -X still overrides it
+    assert clients.output_settings(tuned, "unit")["retry.backoff.ms"] == "50"
