@@ -8,7 +8,8 @@ unreachable); nothing reads a health field to decide what to do next.
   fatal happened — a restart helps only then.
 * ``/readyz`` (readiness): assigned partitions restored, nothing fatal,
   transactions not failing past their bound (``failures.py``) and a broker
-  answering (``broker_watch.py``), the local store usable (``state.py``);
+  answering (``broker_watch.py``), the local store usable (``state.py``),
+  no partition stalled with lag past its re-seeks (``progress.py``);
   the body names the first cause.
 """
 
@@ -35,6 +36,8 @@ class Health:
         self.filling = 0
         #: why a fill failed, while it is retried within its bound
         self.fill_problem: str | None = None
+        #: a partition with lag whose position did not move past its bound (progress.py)
+        self.stalled: str | None = None
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()
@@ -61,7 +64,14 @@ class Health:
         return (200, b"ok\n") if alive else (503, b"stalled\n")
 
     def readiness(self) -> tuple[int, bytes]:
-        cause = self.fatal or self.degraded or self.unreachable or self.store or self.fill_problem
+        cause = (
+            self.fatal
+            or self.degraded
+            or self.unreachable
+            or self.store
+            or self.fill_problem
+            or self.stalled
+        )
         if self.ready and cause is None:
             # serving: the filling partitions only wait, the others fold
             if self.filling:

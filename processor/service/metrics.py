@@ -69,6 +69,22 @@ class Metrics:
         self.lag = Gauge(
             "processor_partition_lag", "Events not yet consumed", ["partition"], registry=r
         )
+        self.partition_stalls = Counter(
+            "processor_partition_stalls_total",
+            "Times a partition with lag did not move for stall_s (progress.py)",
+            ["partition"],
+            registry=r,
+        )
+        self.stall_reseeks = Counter(
+            "processor_partition_stall_reseeks_total",
+            "Seeks the progress watchdog issued to restart a stalled partition's fetch",
+            registry=r,
+        )
+        self.partitions_stalled = Gauge(
+            "processor_partitions_stalled",
+            "Assigned partitions with lag whose position has not moved for stall_s",
+            registry=r,
+        )
         self.sessions = Gauge("processor_sessions_in_memory", "Sessions held in memory", registry=r)
         self.quarantined = Gauge(
             "processor_sessions_quarantined", "Quarantined sessions", registry=r

@@ -57,6 +57,7 @@ from processor.service.control import ControlChannel
 from processor.service.heap import HeapPolicy
 from processor.service.kafka_errors import ClientProblems, message_error
 from processor.service.metrics import Metrics
+from processor.service.progress import ProgressWatch
 from processor.service.query_cache import QueryCache
 from processor.service.rebalance import Rebalance
 from processor.service.registry import codec_for
@@ -137,6 +138,15 @@ class Processor:
         self._dead = False  # a KafkaFatal ended the run: close without committing
         self._gauges_at = 0.0
         self._lag_labels: set[int] = set()
+        #: (position, high watermark) of each folding partition, as the gauges last read
+        self._seen: dict[int, tuple[int, int]] = {}
+        #: partitions with lag whose position stopped moving (progress.py)
+        self.progress = ProgressWatch(
+            self.metrics,
+            self._reseek,
+            stall_s=config.effective_stall_s,
+            reseeks=config.stall_reseeks,
+        )
         #: what ended the run, when it was found in a callback (re-raised by the loop)
         self._fatal: ProcessorError | None = None
         #: the collector's thresholds and periodic heap settles (heap.py)
@@ -482,6 +492,15 @@ class Processor:
         if not self._after_commit():  # else it evicted and set the gauges
             self._evict()
             self._update_gauges()
+        # here, not in _update_gauges: that also runs inside rebalance callbacks,
+        # where a seek on the group consumer is not ours to make
+        filling = self.rebalance.fill.jobs
+        self.progress.check({n: s for n, s in self._seen.items() if n not in filling})
+
+    def _reseek(self, number: int, offset: int) -> None:
+        """The watchdog's seek: restart a stalled partition's fetch at ``offset``."""
+        assert self._consumer is not None
+        self._consumer.seek(TopicPartition(self.topics.events, number, offset))
 
     def _evict(self) -> None:
         cfg = self.config
@@ -508,6 +527,7 @@ class Processor:
         if self.store.problem != self.health.store:
             self.health.set_store(self.store.problem)
         self.metrics.quarantined.set(self.engine.sessions_quarantined())
+        self._seen = {}
         if self._consumer is None:
             return
         for number, part in self._partitions.items():
@@ -522,3 +542,4 @@ class Processor:
             if high >= 0 and pos >= 0:
                 self.metrics.lag.labels(str(number)).set(max(high - pos, 0))
                 self._lag_labels.add(number)
+                self._seen[number] = (pos, high)
