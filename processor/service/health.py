@@ -9,7 +9,8 @@ unreachable); nothing reads a health field to decide what to do next.
 * ``/readyz`` (readiness): assigned partitions restored, nothing fatal,
   transactions not failing past their bound (``failures.py``) and a broker
   answering (``broker_watch.py``), the local store usable (``state.py``),
-  no partition stalled with lag past its re-seeks (``progress.py``);
+  no partition stalled with lag past its re-seeks (``progress.py``) and the
+  loop ticking (a loop blocked in a call past ``liveness_s`` moves nothing);
   the body names the first cause.
 """
 
@@ -63,7 +64,10 @@ class Health:
         alive = self.fatal is None and time.monotonic() - self.last_tick < liveness_s
         return (200, b"ok\n") if alive else (503, b"stalled\n")
 
-    def readiness(self) -> tuple[int, bytes]:
+    def readiness(self, liveness_s: float = 60.0) -> tuple[int, bytes]:
+        """``liveness_s``: a loop that has not ticked for that long is not ready
+        either (blocked in a call: nothing moves, whatever the report says)."""
+        idle = time.monotonic() - self.last_tick
         cause = (
             self.fatal
             or self.degraded
@@ -71,6 +75,7 @@ class Health:
             or self.store
             or self.fill_problem
             or self.stalled
+            or (f"the loop has not ticked for {idle:.0f}s" if idle >= liveness_s else None)
         )
         if self.ready and cause is None:
             # serving: the filling partitions only wait, the others fold

@@ -187,9 +187,9 @@ def liveness(m: Metrics, liveness_s: float = 60.0) -> tuple[int, bytes]:
     return m.health.liveness(liveness_s)
 
 
-def readiness(m: Metrics) -> tuple[int, bytes]:
+def readiness(m: Metrics, liveness_s: float = 60.0) -> tuple[int, bytes]:
     """``/readyz``: see :class:`processor.service.health.Health`."""
-    return m.health.readiness()
+    return m.health.readiness(liveness_s)
 
 
 #: A path -> (status, body, headers) answerer mounted under ``/sessions/`` (queries.py).
@@ -211,7 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path.startswith("/healthz"):
             self._send(*liveness(m, self.liveness_s))
         elif self.path.startswith("/readyz"):
-            self._send(*readiness(m))
+            self._send(*readiness(m, self.liveness_s))
         else:
             self._send(404, b"not found\n")
 

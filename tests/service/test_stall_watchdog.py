@@ -275,3 +275,23 @@ def test_the_watch_counts_only_looks_with_lag_at_one_position(
     assert watch.health.stalled is None
     looks(20, {0: (8, 8)})  # idle, lag 0
     assert watch.health.stalled is None and sought == [(0, 7)]
+
+
+def test_a_loop_that_stops_ticking_is_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop blocked in a call moves nothing either: /readyz says so once it has
+    not ticked for ``liveness_s`` (the watch runs in the loop and cannot)."""
+    from processor.service import health as health_mod
+    from processor.service.health import Health
+
+    clock = _Clock()
+    monkeypatch.setattr(health_mod, "time", SimpleNamespace(monotonic=clock.monotonic))
+    health = Health()
+    health.ready = True
+    health.tick()
+    clock.advance(59)
+    assert health.readiness(60) == (200, b"ready\n")
+    clock.advance(2)
+    assert health.readiness(60) == (503, b"not ready: the loop has not ticked for 61s\n")
+    assert health.liveness(60)[0] == 503
+    health.tick()
+    assert health.readiness(60) == (200, b"ready\n")
