@@ -287,6 +287,9 @@ class MemoryConsumer:
         self._owned: list[TopicPartition] = []
         self._closed = False
         self.paused: set[tuple[str, int]] = set()
+        #: a group member's partitions sought and not read since: as librdkafka, a
+        #: seek resets the application position, ``position()`` is unknown until then
+        self._sought: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------ group
 
@@ -411,6 +414,7 @@ class MemoryConsumer:
             self._eof_at.pop(key, None)
             if self._topics:
                 self.broker._sought(key)
+                self._sought.add(key)
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         with self.broker.cond:
@@ -418,7 +422,9 @@ class MemoryConsumer:
                 TopicPartition(
                     tp.topic,
                     tp.partition,
-                    self.positions.get((tp.topic, tp.partition), OFFSET_INVALID),
+                    OFFSET_INVALID
+                    if (tp.topic, tp.partition) in self._sought
+                    else self.positions.get((tp.topic, tp.partition), OFFSET_INVALID),
                 )
                 for tp in partitions
             ]
@@ -450,6 +456,8 @@ class MemoryConsumer:
                     out.append(
                         MemoryMessage(topic, partition, e.offset, e.key, e.value, e.timestamp)
                     )
+            if pos != self.positions[(topic, partition)]:
+                self._sought.discard((topic, partition))
             self.positions[(topic, partition)] = pos
             at_end = pos >= stable
             if (

@@ -140,6 +140,9 @@ class Processor:
         self._lag_labels: set[int] = set()
         #: (position, high watermark) of each folding partition, as the gauges last read
         self._seen: dict[int, tuple[int, int]] = {}
+        #: where the watchdog last sought a partition (its state then): the client
+        #: forgets the position at a seek until it reads again
+        self._sought: dict[int, tuple[PartitionState, int]] = {}
         #: partitions with lag whose position stopped moving (progress.py)
         self.progress = ProgressWatch(
             self.metrics,
@@ -501,6 +504,9 @@ class Processor:
         """The watchdog's seek: restart a stalled partition's fetch at ``offset``."""
         assert self._consumer is not None
         self._consumer.seek(TopicPartition(self.topics.events, number, offset))
+        part = self._partitions.get(number)
+        if part is not None:
+            self._sought[number] = (part, offset)
 
     def _evict(self) -> None:
         cfg = self.config
@@ -522,6 +528,8 @@ class Processor:
             with contextlib.suppress(KeyError):
                 self.metrics.lag.remove(str(gone))
         self._lag_labels &= set(self._partitions)
+        for gone in set(self._sought) - set(self._partitions):
+            del self._sought[gone]
         self.metrics.sessions.set(self.engine.sessions_held())
         self.metrics.state_bytes.set(self.engine.held.bytes)
         if self.store.problem != self.health.store:
@@ -537,7 +545,11 @@ class Processor:
                 pos = self._consumer.position([tp])[0].offset
             except KafkaException:
                 continue
-            if pos < 0:  # nothing consumed since the assignment: where the restore resumed
+            sought = self._sought.pop(number, None)
+            if pos < 0 and sought is not None and sought[0] is part:
+                pos = sought[1]  # nothing read since the watchdog's seek: where it sought
+                self._sought[number] = sought
+            elif pos < 0:  # nothing consumed since the assignment: where the restore resumed
                 pos = part.resumed_at if part.resumed_at is not None else low
             if high >= 0 and pos >= 0:
                 self.metrics.lag.labels(str(number)).set(max(high - pos, 0))
