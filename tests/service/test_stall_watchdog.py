@@ -30,6 +30,7 @@ from processor.service.metrics import Metrics
 from processor.service.progress import ProgressWatch
 from processor.service.runner import Processor
 from tests.engine.kit import session_log
+from tests.service.test_loop_steps import _Clock  # a fake clock the test advances
 
 CODEC = default_codec()
 STALL_S = 60
@@ -51,20 +52,6 @@ def _sid(partition: int) -> str:
 
 
 SIDS = {0: _sid(0), 1: _sid(1)}
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.lock = threading.Lock()
-
-    def monotonic(self) -> float:
-        with self.lock:
-            return self.now
-
-    def advance(self, seconds: float) -> None:
-        with self.lock:
-            self.now += seconds
 
 
 @dataclass
