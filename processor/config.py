@@ -94,6 +94,11 @@ class ServiceConfig:
     #: Commits whose checkpoint records may wait for the local store's writer
     #: thread; when full the loop waits (never drops them).
     store_write_queue: int = 64
+    #: Seconds an assigned partition with lag may keep its position before the
+    #: progress watchdog seeks it again (0: derived, see ``effective_stall_s``).
+    stall_s: int = 0
+    #: Seeks the watchdog tries on a stalled partition before ``/readyz`` names it.
+    stall_reseeks: int = 2
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -121,6 +126,20 @@ class ServiceConfig:
         if self.transaction_timeout_ms > 0:
             return self.transaction_timeout_ms
         return self.revoke_budget_ms + 2 * self.commit_interval_ms + 5_000
+
+    @property
+    def effective_stall_s(self) -> float:
+        """How long a partition with lag may keep its position (``progress.py``).
+
+        Longer than what legitimately holds a position still: a leader election
+        (seconds), an open transaction on the events partition (a
+        ``read_committed`` reader waits for it, at most a transaction timeout plus
+        the broker's 10 s abort check).  Default: twice this member's transaction
+        timeout, at least 60 s.
+        """
+        if self.stall_s > 0:
+            return float(self.stall_s)
+        return max(60.0, 2 * self.effective_transaction_timeout_ms / 1000)
 
     @property
     def state_path(self) -> Path | None:

@@ -96,6 +96,15 @@ def build() -> Builder[Any]:
         .with_panel(_series("Lag by partition", "short", "Events not yet consumed per "
                             "partition (a stuck partition stays flat above zero)",
                             (lag, "partition {{partition}}")))
+        .with_panel(_series("Stalled partitions", "short", "Partitions with lag whose "
+                            "position did not move for stall_s (the member seeks them "
+                            "again, then /readyz names them), stalls and seeks",
+                            (f"sum by (instance) (processor_partitions_stalled{SEL})",
+                             "{{instance}} stalled"),
+                            (f"sum by (partition) (increase(processor_partition_stalls_total"
+                             f"{SEL}{RATE}))", "stalls partition {{partition}}"),
+                            (f"sum(increase(processor_partition_stall_reseeks_total{SEL}"
+                             f"{RATE}))", "seeks")))
         .with_panel(_series("Records consumed by member", "ops", "Records read from the "
                             "events topic",
                             (f"sum by (instance) (rate(processor_records_consumed_total{SEL}"

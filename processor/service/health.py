@@ -8,7 +8,9 @@ unreachable); nothing reads a health field to decide what to do next.
   fatal happened — a restart helps only then.
 * ``/readyz`` (readiness): assigned partitions restored, nothing fatal,
   transactions not failing past their bound (``failures.py``) and a broker
-  answering (``broker_watch.py``), the local store usable (``state.py``);
+  answering (``broker_watch.py``), the local store usable (``state.py``),
+  no partition stalled with lag past its re-seeks (``progress.py``) and the
+  loop ticking (a loop blocked in a call past ``liveness_s`` moves nothing);
   the body names the first cause.
 """
 
@@ -35,6 +37,8 @@ class Health:
         self.filling = 0
         #: why a fill failed, while it is retried within its bound
         self.fill_problem: str | None = None
+        #: a partition with lag whose position did not move past its bound (progress.py)
+        self.stalled: str | None = None
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()
@@ -60,8 +64,19 @@ class Health:
         alive = self.fatal is None and time.monotonic() - self.last_tick < liveness_s
         return (200, b"ok\n") if alive else (503, b"stalled\n")
 
-    def readiness(self) -> tuple[int, bytes]:
-        cause = self.fatal or self.degraded or self.unreachable or self.store or self.fill_problem
+    def readiness(self, liveness_s: float = 60.0) -> tuple[int, bytes]:
+        """``liveness_s``: a loop that has not ticked for that long is not ready
+        either (blocked in a call: nothing moves, whatever the report says)."""
+        idle = time.monotonic() - self.last_tick
+        cause = (
+            self.fatal
+            or self.degraded
+            or self.unreachable
+            or self.store
+            or self.fill_problem
+            or self.stalled
+            or (f"the loop has not ticked for {idle:.0f}s" if idle >= liveness_s else None)
+        )
         if self.ready and cause is None:
             # serving: the filling partitions only wait, the others fold
             if self.filling:

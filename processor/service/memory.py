@@ -140,6 +140,8 @@ class MemoryBroker:
         self.members: dict[str, list[MemoryConsumer]] = {}
         self._faults: dict[str, list[KafkaError]] = {}
         self._holds: dict[str, tuple[threading.Event, threading.Event]] = {}
+        #: (topic, partition) -> seeks left before a stalled fetch resumes (None: never)
+        self.stalls: dict[tuple[str, int], int | None] = {}
         self.cluster_id = uuid.uuid4().hex
         self.topic_ids: dict[str, str] = {}
 
@@ -182,6 +184,28 @@ class MemoryBroker:
         if gate is not None:
             gate[0].set()
             gate[1].wait(60)
+
+    def stall(self, topic: str, partition: int, seeks: int | None = None) -> None:
+        """Make group members' fetches of a partition deliver nothing, as a client
+        whose fetch lost its position (the fault suite's stall after a rewind),
+        until ``seeks`` seeks of it (None: until :meth:`unstall`)."""
+        with self.cond:
+            self.stalls[(topic, partition)] = seeks
+
+    def unstall(self, topic: str, partition: int) -> None:
+        with self.cond:
+            self.stalls.pop((topic, partition), None)
+            self.cond.notify_all()
+
+    def _sought(self, key: tuple[str, int]) -> None:
+        """A group member sought ``key``: one seek less before a stall ends."""
+        if key not in self.stalls:
+            return
+        left = self.stalls[key]
+        if left is not None and left <= 1:
+            del self.stalls[key]
+        elif left is not None:
+            self.stalls[key] = left - 1
 
     def _fault(self, step: str) -> None:
         with self.cond:
@@ -263,6 +287,9 @@ class MemoryConsumer:
         self._owned: list[TopicPartition] = []
         self._closed = False
         self.paused: set[tuple[str, int]] = set()
+        #: a group member's partitions sought and not read since: as librdkafka, a
+        #: seek resets the application position, ``position()`` is unknown until then
+        self._sought: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------ group
 
@@ -385,6 +412,9 @@ class MemoryConsumer:
                 raise _state_error(f"seek: {key} is not assigned")
             self.positions[key] = self._start(partition)
             self._eof_at.pop(key, None)
+            if self._topics:
+                self.broker._sought(key)
+                self._sought.add(key)
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         with self.broker.cond:
@@ -392,7 +422,9 @@ class MemoryConsumer:
                 TopicPartition(
                     tp.topic,
                     tp.partition,
-                    self.positions.get((tp.topic, tp.partition), OFFSET_INVALID),
+                    OFFSET_INVALID
+                    if (tp.topic, tp.partition) in self._sought
+                    else self.positions.get((tp.topic, tp.partition), OFFSET_INVALID),
                 )
                 for tp in partitions
             ]
@@ -413,6 +445,8 @@ class MemoryConsumer:
         for (topic, partition), pos in list(self.positions.items()):
             if (topic, partition) in self.paused:
                 continue
+            if self._topics and (topic, partition) in self.broker.stalls:
+                continue  # a group member's stalled fetch (MemoryBroker.stall)
             log = self.broker.log(topic, partition)
             stable = log.stable
             while pos < stable and len(out) < limit:
@@ -422,6 +456,8 @@ class MemoryConsumer:
                     out.append(
                         MemoryMessage(topic, partition, e.offset, e.key, e.value, e.timestamp)
                     )
+            if pos != self.positions[(topic, partition)]:
+                self._sought.discard((topic, partition))
             self.positions[(topic, partition)] = pos
             at_end = pos >= stable
             if (

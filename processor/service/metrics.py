@@ -69,6 +69,22 @@ class Metrics:
         self.lag = Gauge(
             "processor_partition_lag", "Events not yet consumed", ["partition"], registry=r
         )
+        self.partition_stalls = Counter(
+            "processor_partition_stalls_total",
+            "Times a partition with lag did not move for stall_s (progress.py)",
+            ["partition"],
+            registry=r,
+        )
+        self.stall_reseeks = Counter(
+            "processor_partition_stall_reseeks_total",
+            "Seeks the progress watchdog issued to restart a stalled partition's fetch",
+            registry=r,
+        )
+        self.partitions_stalled = Gauge(
+            "processor_partitions_stalled",
+            "Assigned partitions with lag whose position has not moved for stall_s",
+            registry=r,
+        )
         self.sessions = Gauge("processor_sessions_in_memory", "Sessions held in memory", registry=r)
         self.quarantined = Gauge(
             "processor_sessions_quarantined", "Quarantined sessions", registry=r
@@ -171,9 +187,9 @@ def liveness(m: Metrics, liveness_s: float = 60.0) -> tuple[int, bytes]:
     return m.health.liveness(liveness_s)
 
 
-def readiness(m: Metrics) -> tuple[int, bytes]:
+def readiness(m: Metrics, liveness_s: float = 60.0) -> tuple[int, bytes]:
     """``/readyz``: see :class:`processor.service.health.Health`."""
-    return m.health.readiness()
+    return m.health.readiness(liveness_s)
 
 
 #: A path -> (status, body, headers) answerer mounted under ``/sessions/`` (queries.py).
@@ -195,7 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path.startswith("/healthz"):
             self._send(*liveness(m, self.liveness_s))
         elif self.path.startswith("/readyz"):
-            self._send(*readiness(m))
+            self._send(*readiness(m, self.liveness_s))
         else:
             self._send(404, b"not found\n")
 

@@ -57,6 +57,7 @@ from processor.service.control import ControlChannel
 from processor.service.heap import HeapPolicy
 from processor.service.kafka_errors import ClientProblems, message_error
 from processor.service.metrics import Metrics
+from processor.service.progress import ProgressWatch
 from processor.service.query_cache import QueryCache
 from processor.service.rebalance import Rebalance
 from processor.service.registry import codec_for
@@ -137,6 +138,18 @@ class Processor:
         self._dead = False  # a KafkaFatal ended the run: close without committing
         self._gauges_at = 0.0
         self._lag_labels: set[int] = set()
+        #: (position, high watermark) of each folding partition, as the gauges last read
+        self._seen: dict[int, tuple[int, int]] = {}
+        #: where the watchdog last sought a partition (its state then): the client
+        #: forgets the position at a seek until it reads again
+        self._sought: dict[int, tuple[PartitionState, int]] = {}
+        #: partitions with lag whose position stopped moving (progress.py)
+        self.progress = ProgressWatch(
+            self.metrics,
+            self._reseek,
+            stall_s=config.effective_stall_s,
+            reseeks=config.stall_reseeks,
+        )
         #: what ended the run, when it was found in a callback (re-raised by the loop)
         self._fatal: ProcessorError | None = None
         #: the collector's thresholds and periodic heap settles (heap.py)
@@ -482,6 +495,18 @@ class Processor:
         if not self._after_commit():  # else it evicted and set the gauges
             self._evict()
             self._update_gauges()
+        # here, not in _update_gauges: that also runs inside rebalance callbacks,
+        # where a seek on the group consumer is not ours to make
+        filling = self.rebalance.fill.jobs
+        self.progress.check({n: s for n, s in self._seen.items() if n not in filling})
+
+    def _reseek(self, number: int, offset: int) -> None:
+        """The watchdog's seek: restart a stalled partition's fetch at ``offset``."""
+        assert self._consumer is not None
+        self._consumer.seek(TopicPartition(self.topics.events, number, offset))
+        part = self._partitions.get(number)
+        if part is not None:
+            self._sought[number] = (part, offset)
 
     def _evict(self) -> None:
         cfg = self.config
@@ -503,11 +528,14 @@ class Processor:
             with contextlib.suppress(KeyError):
                 self.metrics.lag.remove(str(gone))
         self._lag_labels &= set(self._partitions)
+        for gone in set(self._sought) - set(self._partitions):
+            del self._sought[gone]
         self.metrics.sessions.set(self.engine.sessions_held())
         self.metrics.state_bytes.set(self.engine.held.bytes)
         if self.store.problem != self.health.store:
             self.health.set_store(self.store.problem)
         self.metrics.quarantined.set(self.engine.sessions_quarantined())
+        self._seen = {}
         if self._consumer is None:
             return
         for number, part in self._partitions.items():
@@ -517,8 +545,13 @@ class Processor:
                 pos = self._consumer.position([tp])[0].offset
             except KafkaException:
                 continue
-            if pos < 0:  # nothing consumed since the assignment: where the restore resumed
+            sought = self._sought.pop(number, None)
+            if pos < 0 and sought is not None and sought[0] is part:
+                pos = sought[1]  # nothing read since the watchdog's seek: where it sought
+                self._sought[number] = sought
+            elif pos < 0:  # nothing consumed since the assignment: where the restore resumed
                 pos = part.resumed_at if part.resumed_at is not None else low
             if high >= 0 and pos >= 0:
                 self.metrics.lag.labels(str(number)).set(max(high - pos, 0))
                 self._lag_labels.add(number)
+                self._seen[number] = (pos, high)

@@ -55,7 +55,7 @@ def test_promtool_checks_the_rules() -> None:
         check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 17 rules found" in out.stdout
+    assert "SUCCESS: 18 rules found" in out.stdout
 
 
 def test_promtool_rule_unit_tests_pass() -> None:
@@ -98,6 +98,7 @@ def test_every_alert_names_an_existing_runbook_section() -> None:
     assert {a["alert"] for a in alerts} >= {
         "ProcessorLagGrowing",
         "ProcessorNoProgress",
+        "ProcessorPartitionStalled",
         "ProcessorSessionsQuarantined",
         "ProcessorDeadLetters",
         "ProcessorTransactionsAborting",
