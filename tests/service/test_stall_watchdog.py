@@ -11,7 +11,6 @@ reads a fake clock the test advances, and the loop ticks every iteration.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from processor.service.metrics import Metrics
 from processor.service.progress import ProgressWatch
 from processor.service.runner import Processor
 from tests.engine.kit import session_log
+from tests.service.running import RunningProcessor
 from tests.service.test_loop_steps import _Clock  # a fake clock the test advances
 
 CODEC = default_codec()
@@ -104,23 +104,12 @@ def _running(
     monkeypatch.setattr(runner_mod, "GAUGE_EVERY_S", 0.0)  # the watch looks every iteration
     broker = MemoryBroker()
     broker.create_topics(CONFIG)
-    proc = Processor(CONFIG, metrics=Metrics(), transport=transport(broker))
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            proc.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    running = RunningProcessor(Processor(CONFIG, metrics=Metrics(), transport=transport(broker)))
     try:
-        yield Loop(broker, proc, clock, errors, {0: 0, 1: 0})
+        yield Loop(broker, running.proc, clock, running.errors, {0: 0, 1: 0})
     finally:
-        proc.stop()
-        thread.join(60)
-    assert not thread.is_alive() and not errors, errors
+        running.stop()
+    assert not running.thread.is_alive() and not running.errors, running.errors
 
 
 @pytest.fixture
