@@ -51,7 +51,8 @@ def freeze(value: Any, _depth: int = 0) -> Any:
             if type(v) not in _DONE:
                 _list_set(flist, i, freeze(v, d))
         return flist
-    if t is FrozenDict or t is FrozenList or not isinstance(value, dict | list | tuple):
+    # scalars and frozen parts first: the union below is built per call
+    if t in _DONE or not isinstance(value, dict | list | tuple):
         return value
     if _depth >= MAX_DEPTH:
         raise JsonDepthError()
