@@ -224,6 +224,9 @@ def iter_lines(
 
 #: what a line that is not JSON decodes to in :func:`json_lines`
 _NOT_JSON: Final = object()
+#: compiled, a Final is a C static; ``orjson.loads`` was a module attribute
+#: lookup per line
+_loads: Final = orjson.loads
 
 
 def json_lines(
@@ -242,7 +245,7 @@ def json_lines(
     """
     for offset, line, terminated in iter_lines(content):
         try:
-            value = orjson.loads(line)
+            value = _loads(line)
         except orjson.JSONDecodeError:
             # answered below, outside the handler: a compiled generator that
             # yields inside an except block leaves the handled error current

@@ -2,9 +2,8 @@
 compiled build can compile it (the dict/list subclasses, in ``frozen_types.py``,
 cannot be compiled by mypyc).  Callers import ``freeze`` from ``frozen``.
 
-Interpreted it costs the same as when it lived in ``frozen.py``; compiled,
-freezing an event's data takes about a third less time (the walk, the type
-tests and the recursion run as C; the copies stay ``dict``/``list`` copies).
+Compiled, the walk, the type tests and the recursion run as C; the copies
+stay ``dict``/``list`` copies.
 """
 
 from __future__ import annotations
@@ -13,13 +12,26 @@ from typing import Any, Final
 
 from processor.core.frozen_types import MAX_DEPTH, FrozenDict, FrozenList, JsonDepthError
 
-# Values that need no work: already frozen, or immutable scalars.  Checked
-# inline (one set lookup) so freezing a dict of mostly-frozen values costs no
-# call per value.
-_DONE: Final = frozenset({str, int, float, bool, type(None), FrozenDict, FrozenList})
-# The base classes' item setters: only freeze itself fills a frozen container.
-_dict_set: Final = dict.__setitem__
-_list_set: Final = list.__setitem__
+# The frozen types as module constants: compiled, a Final is a C static, while
+# each use of an imported class name is a lookup in the module's dict.
+_FROZEN_DICT: Final = FrozenDict
+_FROZEN_LIST: Final = FrozenList
+
+
+def _done(t: type) -> bool:
+    """Values of type ``t`` need no work: immutable scalars, or already frozen.
+
+    Identity tests, most common first (compiled: pointer compares, where a
+    set of types was a hash lookup per value)."""
+    return (
+        t is str
+        or t is int
+        or t is bool
+        or t is float
+        or t is type(None)
+        or t is _FROZEN_DICT
+        or t is _FROZEN_LIST
+    )
 
 
 def freeze(value: Any, _depth: int = 0) -> Any:
@@ -29,29 +41,41 @@ def freeze(value: Any, _depth: int = 0) -> Any:
     nests deeper than :data:`MAX_DEPTH`.
     """
     t = type(value)
-    # Copy the container in C, then replace only its nested containers: most
-    # values are scalars, and building a temporary dict or list per container
-    # first was most of the cost of freezing an event.
+    # A container of scalars is copied once, in C.  One that holds containers
+    # is copied into a plain dict or list whose nested values are replaced
+    # (plain item writes), then frozen: writing into the frozen copy went
+    # through the base class's __setitem__ as a generic call per nested value.
     if t is dict:
         if _depth >= MAX_DEPTH:
             raise JsonDepthError()
         src: dict[str, Any] = value
         d = _depth + 1
-        fdict = FrozenDict(src)
+        copy: dict[str, Any] | None = None
         for k, v in src.items():
-            if type(v) not in _DONE:
-                _dict_set(fdict, k, freeze(v, d))
-        return fdict
+            tv = type(v)  # _done(tv), inline: a call per value costs the pure build
+            if not (tv is str or tv is int or tv is bool or tv is float or v is None) and not (
+                tv is _FROZEN_DICT or tv is _FROZEN_LIST
+            ):
+                if copy is None:
+                    copy = dict(src)
+                copy[k] = freeze(v, d)
+        return _FROZEN_DICT(src if copy is None else copy)
     if t is list or t is tuple:
         if _depth >= MAX_DEPTH:
             raise JsonDepthError()
         d = _depth + 1
-        flist = FrozenList(value)
+        items: list[Any] | None = None
         for i, v in enumerate(value):
-            if type(v) not in _DONE:
-                _list_set(flist, i, freeze(v, d))
-        return flist
-    if t is FrozenDict or t is FrozenList or not isinstance(value, dict | list | tuple):
+            tv = type(v)  # _done(tv), inline
+            if not (tv is str or tv is int or tv is bool or tv is float or v is None) and not (
+                tv is _FROZEN_DICT or tv is _FROZEN_LIST
+            ):
+                if items is None:
+                    items = list(value)
+                items[i] = freeze(v, d)
+        return _FROZEN_LIST(value if items is None else items)
+    # the union below is built per call: scalars and frozen parts first
+    if _done(t) or not isinstance(value, dict | list | tuple):
         return value
     if _depth >= MAX_DEPTH:
         raise JsonDepthError()

@@ -14,31 +14,85 @@ from enum import Enum
 from processor.codec import DeadLetter
 from processor.engine.runtime import SessionRuntime
 
-# Record, Out and Outcome are built once per consumed or produced record: not
-# frozen, whose __init__ (object.__setattr__ per field) costs ~3x a plain one.
+# Record, Out and Outcome are built once per consumed or produced record, so
+# they are plain classes with an explicit __init__: in the compiled build that
+# __init__ is native (a dataclass's generated one stays interpreted there, a
+# frozen one's costs ~3x more again).  Equality and repr are the dataclass
+# ones (tests compare them); like a non-frozen dataclass, they are unhashable.
 # Nothing mutates them after construction.
 
 
-@dataclass(slots=True)
 class Record:
     """One consumed record (an event or a control command)."""
 
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int  # ms since the epoch; the loop fills in "now" when the broker gave none
+    __slots__ = ("key", "offset", "partition", "timestamp", "topic", "value")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,  # ms since the epoch; the loop fills in "now" when the broker gave none
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.timestamp = timestamp
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Record:
+            return NotImplemented
+        return (
+            self.topic == other.topic
+            and self.partition == other.partition
+            and self.offset == other.offset
+            and self.key == other.key
+            and self.value == other.value
+            and self.timestamp == other.timestamp
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Record(topic={self.topic!r}, partition={self.partition!r}, "
+            f"offset={self.offset!r}, key={self.key!r}, value={self.value!r}, "
+            f"timestamp={self.timestamp!r})"
+        )
 
 
-@dataclass(slots=True)
 class Out:
     """One record to produce in the batch's transaction (``value`` None: a tombstone)."""
 
-    topic: str
-    partition: int
-    key: bytes | None
-    value: bytes | None
+    __slots__ = ("key", "partition", "topic", "value")
+
+    def __init__(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Out:
+            return NotImplemented
+        return (
+            self.topic == other.topic
+            and self.partition == other.partition
+            and self.key == other.key
+            and self.value == other.value
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Out(topic={self.topic!r}, partition={self.partition!r}, "
+            f"key={self.key!r}, value={self.value!r})"
+        )
 
 
 class Fate(Enum):
@@ -50,13 +104,41 @@ class Fate(Enum):
     QUARANTINED = "quarantined"  # dead-lettered because its session already is
 
 
-@dataclass(slots=True)
 class Outcome:
-    fate: Fate
-    session_id: str | None
-    seq: int | None = None
-    rule: str | None = None
-    reason: str | None = None
+    __slots__ = ("fate", "reason", "rule", "seq", "session_id")
+
+    def __init__(
+        self,
+        fate: Fate,
+        session_id: str | None,
+        seq: int | None = None,
+        rule: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.fate = fate
+        self.session_id = session_id
+        self.seq = seq
+        self.rule = rule
+        self.reason = reason
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Outcome:
+            return NotImplemented
+        return (
+            self.fate == other.fate
+            and self.session_id == other.session_id
+            and self.seq == other.seq
+            and self.rule == other.rule
+            and self.reason == other.reason
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Outcome(fate={self.fate!r}, session_id={self.session_id!r}, seq={self.seq!r}, "
+            f"rule={self.rule!r}, reason={self.reason!r})"
+        )
 
 
 @dataclass

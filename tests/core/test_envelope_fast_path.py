@@ -28,8 +28,12 @@ VARIANTS: list[tuple[str, Any]] = [
     ("ignorable", False),
     ("surfaceOp", "append"),
     ("sourceEventSeqs", [1, 2]),
+    ("ignorable", None),
     ("extra", 1),
     ("data", ABSENT),
+    ("time", ABSENT),
+    ("seq", ABSENT),
+    ("type", ABSENT),
 ]
 
 
@@ -40,7 +44,7 @@ def _outcome(fn: Any, raw: Any) -> Any:
         return ("error", exc.seq, exc.rule, exc.reason)
 
 
-@pytest.mark.parametrize("size", [0, 1, 2])
+@pytest.mark.parametrize("size", [0, 1, 2, 3])
 def test_E_1_E_2_E_5_fast_path_same_as_checked_path(size: int) -> None:
     for combo in itertools.combinations(VARIANTS, size):
         raw = dict(BASE)
@@ -57,6 +61,15 @@ def test_E_5_log_only_type_with_surface_op_refused_on_fast_path() -> None:
     with pytest.raises(SessionError) as info:
         parse_event(raw, trusted_json=True)
     assert info.value.rule == "E-5"
+
+
+def test_E_1_key_count_alone_does_not_pass_the_fast_path() -> None:
+    # as many keys as a valid envelope, one of them unknown in place of a known one
+    for missing in ("data", "time", "ignorable"):
+        raw: dict[str, Any] = {**BASE, "ignorable": True, "surfacop": "append"}
+        raw.pop(missing)
+        assert _outcome(parse_event, raw)[0] == "error", raw
+        assert _outcome(parse_event, raw) == _outcome(_parse_event_checked, raw), raw
 
 
 def test_E_1_unknown_key_refused_on_fast_path() -> None:
