@@ -1,6 +1,7 @@
-"""The output's framing shortcut (engine/output.py): the frame heads looked up
-once per changed session, the bodies written by avro_fast.py — the bytes and
-the refusals of the codec's per-record calls it replaces."""
+"""The output's per-record shortcuts (engine/output.py): the frame heads looked
+up once per changed session, the bodies written by avro_fast.py — the bytes and
+the refusals of the codec's per-record calls they replace; unit view changes
+built without a dataclass ``__init__``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import zstandard
 
 from processor.codec import CodecError, ViewEncoding, default_codec, encode_part
 from processor.engine.output import _part, _whole_view
+from processor.engine.runtime import ViewChange
 
 
 def _result(call: Callable[[], bytes]) -> bytes | str:
@@ -62,3 +64,20 @@ def test_a_checkpoint_part_is_framed_as_the_codec_frames_it(
     want = _result(lambda: encode_part(c, name, version, value))
     assert _result(lambda: _part(c, part_head, name, version, value)) == want
     assert _result(lambda: _part(c, None, name, version, value)) == want
+
+
+def test_a_view_change_is_built_by_its_own_init() -> None:
+    """Not a dataclass's generated ``__init__``: the compiled build runs that one
+    interpreted (one per changed unit view and batch); the repr stays the same."""
+    code = getattr(ViewChange.__init__, "__code__", None)  # None: compiled
+    assert code is None or "__create_fn__" not in code.co_qualname
+    change = ViewChange("stats", 2, {"n": 1})
+    assert (change.name, change.state_version, change.value, change.removed) == (
+        "stats",
+        2,
+        {"n": 1},
+        False,
+    )
+    assert repr(ViewChange("u", 0, None, removed=True)) == (
+        "ViewChange(name='u', state_version=0, value=None, removed=True)"
+    )
