@@ -80,24 +80,24 @@ def session_output(
     published, updated here.
     """
     generations = rt.override_generations()
-    view_head, part_head = codec.fast_heads()  # once per session, not per record
+    view_frame, part_frame = codec.fast_heads()  # once per session, not per record
     if changes is not None:
         yield from _views(
             rt,
             changes,
             view_parts,
             generations,
-            view_head,
+            view_frame,
             config=config,
             codec=codec,
             tally=tally,
         )
-    yield from _checkpoint(rt, generations, part_head, config=config, codec=codec, tally=tally)
+    yield from _checkpoint(rt, generations, part_frame, config=config, codec=codec, tally=tally)
 
 
 def _whole_view(
     codec: Codec,
-    head: bytes | None,
+    frame: bytes | None,
     sid: str,
     name: str,
     as_of: int,
@@ -106,18 +106,19 @@ def _whole_view(
     payload: bytes,
 ) -> bytes:
     """``codec.encode_whole_view`` (the same bytes and refusals: view_body checks
-    the int fields with the same texts) with the frame head looked up once."""
-    if head is None:
+    the int fields with the same texts); ``frame``: the frame head, looked up once
+    per session (None: no fast layout, the codec's path)."""
+    if frame is None:
         return codec.encode_whole_view(sid, name, as_of, state_version, encoding, payload)
-    return head + view_body(sid, name, as_of, state_version, encoding, payload, 0, 1)
+    return frame + view_body(sid, name, as_of, state_version, encoding, payload, 0, 1)
 
 
-def _part(codec: Codec, head: bytes | None, name: str, version: int, value: Any) -> bytes:
-    """``encode_part`` (the same bytes) with the frame head looked up once."""
-    if head is None:
+def _part(codec: Codec, frame: bytes | None, name: str, version: int, value: Any) -> bytes:
+    """``encode_part`` (the same bytes); ``frame`` as for :func:`_whole_view`."""
+    if frame is None:
         return encode_part(codec, name, version, value)
     encoding, payload = encode_json_payload(value, threshold=codec.compress_threshold)
-    return head + part_body(name, version, encoding, payload)
+    return frame + part_body(name, version, encoding, payload)
 
 
 def _views(
@@ -125,7 +126,7 @@ def _views(
     changes: Iterable[ViewChange],
     view_parts: dict[tuple[str, str], int],
     generations: dict[int, int],
-    head: bytes | None,
+    frame: bytes | None,
     *,
     config: ServiceConfig,
     codec: Codec,
@@ -144,7 +145,7 @@ def _views(
     threshold = codec.compress_threshold
     for name, value in writes.records:
         encoding, payload = encode_json_payload(value, threshold=threshold)
-        encoded = _whole_view(codec, head, sid, name, as_of, CORE_STATE_VERSION, encoding, payload)
+        encoded = _whole_view(codec, frame, sid, name, as_of, CORE_STATE_VERSION, encoding, payload)
         yield Out(topic, partition, view_key(sid, name), encoded)
     tally.views_published += len(writes.records)
     max_bytes = config.max_view_bytes
@@ -161,7 +162,7 @@ def _views(
             # nearly every unit view: one part before and after, nothing to
             # tombstone or to remember (the general path below, short)
             encoded = _whole_view(
-                codec, head, sid, change.name, as_of, change.state_version, encoding, payload
+                codec, frame, sid, change.name, as_of, change.state_version, encoding, payload
             )
             yield Out(topic, partition, view_key(sid, change.name), encoded)
             tally.views_published += 1
@@ -180,7 +181,9 @@ def _views(
     for name in writes.tombstones:
         yield Out(topic, partition, view_key(sid, name), None)
     encoding, payload = encode_json_payload(writes.head, threshold=threshold)
-    encoded = _whole_view(codec, head, sid, VIEW_HEAD, as_of, CORE_STATE_VERSION, encoding, payload)
+    encoded = _whole_view(
+        codec, frame, sid, VIEW_HEAD, as_of, CORE_STATE_VERSION, encoding, payload
+    )
     yield Out(topic, partition, view_key(sid, VIEW_HEAD), encoded)
     tally.views_published += 1
 
@@ -188,7 +191,7 @@ def _views(
 def _checkpoint(
     rt: SessionRuntime,
     generations: dict[int, int],
-    part_head: bytes | None,
+    part_frame: bytes | None,
     *,
     config: ServiceConfig,
     codec: Codec,
@@ -212,7 +215,7 @@ def _checkpoint(
     views.closed_chunks = views.born = views.died = ()
     for name, version, value in writes.parts:
         yield Out(
-            topic, partition, part_key(sid, name), _part(codec, part_head, name, version, value)
+            topic, partition, part_key(sid, name), _part(codec, part_frame, name, version, value)
         )
     for name in writes.tombstones:
         yield Out(topic, partition, part_key(sid, name), None)

@@ -39,11 +39,11 @@ def test_a_whole_view_is_framed_as_the_codec_frames_it(
     as_of: int, state_version: int, encoding: ViewEncoding, value: bytes
 ) -> None:
     c = default_codec()
-    view_head, _ = c.fast_heads()
-    assert view_head is not None  # the current View schema is avro_fast.py's layout
+    view_frame, _ = c.fast_heads()
+    assert view_frame is not None  # the current View schema is avro_fast.py's layout
     fields = ("s1", "unit", as_of, state_version, encoding, value)
     want = _result(lambda: c.encode_whole_view(*fields))
-    assert _result(lambda: _whole_view(c, view_head, *fields)) == want
+    assert _result(lambda: _whole_view(c, view_frame, *fields)) == want
     assert _result(lambda: _whole_view(c, None, *fields)) == want  # the codec's path
 
 
@@ -60,10 +60,10 @@ def test_a_checkpoint_part_is_framed_as_the_codec_frames_it(
     name: str, version: int, value: Any
 ) -> None:
     c = default_codec()
-    _, part_head = c.fast_heads()
-    assert part_head is not None
+    _, part_frame = c.fast_heads()
+    assert part_frame is not None
     want = _result(lambda: encode_part(c, name, version, value))
-    assert _result(lambda: _part(c, part_head, name, version, value)) == want
+    assert _result(lambda: _part(c, part_frame, name, version, value)) == want
     assert _result(lambda: _part(c, None, name, version, value)) == want
 
 
