@@ -88,6 +88,8 @@ MYPYC_MODULES = [
     "processor/codec/avro_compiled.py",
     "processor/codec/avro_fast.py",
     "processor/codec/avro_event.py",
+    # orjson + zstd of every view and checkpoint payload (helper `svc3`)
+    "processor/codec/payload.py",
 ]
 
 

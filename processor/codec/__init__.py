@@ -109,6 +109,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from processor.codec.avro_fast import part_body, view_body
 from processor.codec.envelope import shared_string
 from processor.codec.framed import (
     Codec,
@@ -205,6 +206,7 @@ __all__ = [
     "encode_view",
     "find_schema_dir",
     "join_view_parts",
+    "part_body",
     "part_key",
     "schema_fingerprint",
     "session_key",
@@ -212,6 +214,7 @@ __all__ = [
     "split_part_key",
     "split_view",
     "stale_part_keys",
+    "view_body",
     "view_key",
 ]
 

@@ -12,7 +12,7 @@ from fastavro.schema import to_parsing_canonical_form
 
 from processor.codec.avro_compiled import Unsupported, Writer, compile_writer
 from processor.codec.avro_event import EVENT_CANONICAL, read_event
-from processor.codec.avro_fast import VIEW_LAYOUT, layout_matches, view_body
+from processor.codec.avro_fast import PART_LAYOUT, VIEW_LAYOUT, layout_matches, view_body
 from processor.codec.envelope import (
     _check_ints,
     _event_datum,
@@ -23,6 +23,7 @@ from processor.codec.names import (
     _ENCODINGS,
     _SO_HEADER_LEN,
     CHECKPOINT,
+    CHECKPOINT_PART,
     COMPRESS_THRESHOLD,
     CONFLUENT_MAGIC,
     DEAD_LETTER,
@@ -326,6 +327,18 @@ class Codec:
         return self.header(VIEW) + view_body(
             session_id, view, as_of_seq, state_version, encoding, value, 0, 1
         )
+
+    def fast_heads(self) -> tuple[bytes | None, bytes | None]:
+        """The frame heads of ``View`` and ``CheckpointPart`` records when
+        avro_fast.py encodes their current schemas (None: it does not, use
+        :meth:`encode_whole_view` / ``parted.encode_part``).  The engine asks once
+        per changed session, not per record: each of these lookups is an
+        interpreted call, several per record before (engine/output.py)."""
+        view = self.header(VIEW) if self.fast_layout(VIEW, VIEW_LAYOUT) else None
+        part = (
+            self.header(CHECKPOINT_PART) if self.fast_layout(CHECKPOINT_PART, PART_LAYOUT) else None
+        )
+        return view, part
 
     def decode_view(self, data: bytes) -> View:
         rec = self.decode_record(data, VIEW)[1]

@@ -14,6 +14,7 @@ from processor.codec.names import (
     CodecError,
     ViewEncoding,
 )
+from processor.core.errors import raised_from
 
 _zstd_local = threading.local()
 
@@ -36,7 +37,7 @@ def _dumps(value: Any, what: str) -> bytes:
     try:
         return orjson.dumps(value)
     except TypeError as exc:
-        raise CodecError(f"{what} is not JSON-serialisable: {exc}") from exc
+        raise raised_from(CodecError(f"{what} is not JSON-serialisable: {exc}"), exc) from exc
 
 
 def _compress_maybe(raw: bytes, threshold: int) -> tuple[ViewEncoding, bytes]:
@@ -60,7 +61,7 @@ def _unpack(encoding: str, payload: bytes) -> bytes:
     try:
         return dctx.decompressobj().decompress(payload)
     except zstandard.ZstdError as exc:
-        raise CodecError(f"corrupt zstd payload: {exc}") from exc
+        raise raised_from(CodecError(f"corrupt zstd payload: {exc}"), exc) from exc
 
 
 def encode_json_payload(
@@ -75,4 +76,4 @@ def decode_json_payload(encoding: str, payload: bytes) -> Any:
     try:
         return orjson.loads(_unpack(encoding, payload))
     except orjson.JSONDecodeError as exc:
-        raise CodecError(f"payload is not valid JSON: {exc}") from exc
+        raise raised_from(CodecError(f"payload is not valid JSON: {exc}"), exc) from exc
