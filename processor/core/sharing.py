@@ -31,6 +31,8 @@ class SharedTable:
     """What every kind counts: ``hits`` (a value found shared), ``full`` (the
     bound turned a value away or dropped one)."""
 
+    __slots__ = ("bound", "full", "hits", "name")
+
     def __init__(self, name: str, bound: int) -> None:
         self.name = name
         self.bound = bound
@@ -54,6 +56,8 @@ class FrozenTable(SharedTable, Generic[V]):
     """A fixed table of known values.  It never grows, so its bound is its size
     and nothing is counted (``values`` is read inline on the decode path)."""
 
+    __slots__ = ("values",)
+
     def __init__(self, name: str, values: Iterable[V]) -> None:
         self.values: Final[dict[V, V]] = {v: v for v in values}
         super().__init__(name, len(self.values))
@@ -67,6 +71,8 @@ class FrozenTable(SharedTable, Generic[V]):
 
 class BoundedTable(SharedTable, Generic[V]):
     """The first ``bound`` distinct values seen; later ones are used as they come."""
+
+    __slots__ = ("_values",)
 
     def __init__(self, name: str, bound: int) -> None:
         super().__init__(name, bound)
@@ -90,6 +96,8 @@ class BoundedTable(SharedTable, Generic[V]):
 class NewestTable(SharedTable, Generic[K, V]):
     """The ``bound`` newest keys, matched by equality (a linear scan: bounds are
     a few entries), each with its shared value."""
+
+    __slots__ = ("_keys", "_values")
 
     def __init__(self, name: str, bound: int) -> None:
         super().__init__(name, bound)

@@ -71,7 +71,7 @@ def bundle_part(number: int) -> str:
 
 
 def event_part(seq: int) -> str:
-    return shared_name(f"e.{seq}")
+    return PART_NAMES.share(f"e.{seq}")
 
 
 def override_part(seq: int, generation: int) -> str:
@@ -79,7 +79,7 @@ def override_part(seq: int, generation: int) -> str:
 
 
 def unit_part(key: str) -> str:
-    return shared_name(f"u.{key}")
+    return PART_NAMES.share(f"u.{key}")
 
 
 def chunk_part(kind: str, index: int) -> str:
@@ -89,7 +89,7 @@ def chunk_part(kind: str, index: int) -> str:
 def digest_part(block: int, size: int = DIGEST_BLOCK) -> str:
     """``d.<b>`` for blocks of 16 (version-1 heads), ``d<size>.<b>`` otherwise:
     blocks of two sizes never share a key."""
-    return shared_name(f"d.{block}" if size == 16 else f"d{size}.{block}")
+    return PART_NAMES.share(f"d.{block}" if size == 16 else f"d{size}.{block}")
 
 
 def pending_part(seq: int) -> str:
