@@ -65,6 +65,7 @@ MYPYC_MODULES = [
     "processor/core/projection_restore.py",
     "processor/core/projections.py",
     "processor/core/session.py",
+    "processor/core/sharing.py",
     "processor/core/surface.py",
     "processor/core/builtin/_common.py",
     "processor/core/builtin/inbox.py",

@@ -176,6 +176,14 @@ def build() -> Builder[Any]:
                              "evicted"),
                             (f"sum(rate(processor_session_loads_total{SEL}{RATE}))",
                              "loaded")))
+        .with_panel(_series("Sharing tables", "short", "Values each sharing table holds "
+                            "(one copy of equal values for every held session), and values "
+                            "a full table turned away: copies, memory only, never "
+                            "correctness",
+                            (f"max by (table) (processor_shared_values{SEL})",
+                             "{{table}}"),
+                            (f"sum by (table) (increase(processor_shared_table_full_total"
+                             f"{SEL}{RATE}))", "{{table}} full")))
     )
 
 

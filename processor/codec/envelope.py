@@ -26,6 +26,7 @@ from processor.codec.records import (
 )
 from processor.core.events import KNOWN_TYPES
 from processor.core.frozen import json_problem
+from processor.core.sharing import FrozenTable
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
@@ -145,9 +146,10 @@ def _event_datum(
 
 
 #: The one copy of each known type and of "append" that decoded events share.
-#: Not ``sys.intern``: these strings come from the input (an ignorable type is
-#: any string), and on Python 3.12 an interned string is never freed.
-_SHARED: Final[dict[str, str]] = {s: s for s in (*KNOWN_TYPES, "append")}
+#: A frozen table: these strings come from the input (an ignorable type is any
+#: string), so only the known ones are shared.
+SHARED_STRINGS: Final[FrozenTable[str]] = FrozenTable("event_strings", (*KNOWN_TYPES, "append"))
+_SHARED: Final[dict[str, str]] = SHARED_STRINGS.values  # read inline per event
 
 
 def shared_string(value: Any) -> Any:

@@ -85,7 +85,7 @@ Decisions where the spec is silent
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from processor.core.errors import ProjectionError
 from processor.core.events import KNOWN_TYPES, Event
@@ -114,28 +114,21 @@ from processor.core.projection_restore import (
     restore_floor,
     view_checkpoint,
 )
+from processor.core.sharing import NewestTable
 
 #: (index into a session's ``_order``, that unit's ``apply``) per unit that may react;
 #: None instead of ``apply`` for a unit with ``apply_all`` (its events are queued)
 _Targets = tuple[tuple[int, Callable[[State, Event], State] | None], ...]
 #: Dispatch tables shared by every session whose cells are of the same units (same
 #: registry generation): a table per session was ~1.6 KB of each held session
-#: (figure 6).  Keyed by the units tuple (identity); the few newest are kept.
-_SHARED_DISPATCH: dict[tuple[_Unit, ...], dict[str, _Targets]] = {}
-_SHARED_DISPATCH_MAX = 8
+#: (figure 6).  Keyed by the units tuple; the few newest are kept (older ones are
+#: of registries gone or replaced).
+_SHARED_DISPATCH: Final[NewestTable[tuple[_Unit, ...], dict[str, _Targets]]] = NewestTable(
+    "dispatch", 8
+)
 
 
 _NO_DISPATCH: dict[str, _Targets] = {}  # before the first _prime (never written)
-
-
-def _shared_dispatch(units: list[_Unit]) -> dict[str, _Targets]:
-    key = tuple(units)
-    table = _SHARED_DISPATCH.get(key)
-    if table is None:
-        if len(_SHARED_DISPATCH) >= _SHARED_DISPATCH_MAX:
-            del _SHARED_DISPATCH[next(iter(_SHARED_DISPATCH))]
-        table = _SHARED_DISPATCH[key] = {}
-    return table
 
 
 __all__ = [
@@ -431,7 +424,7 @@ class SessionProjections:
                 return False
             order.append(cell)
         self._order = order
-        self._dispatch = _shared_dispatch(units)
+        self._dispatch = _SHARED_DISPATCH.get(tuple(units), {})
         self._fast_seq = prev
         return True
 

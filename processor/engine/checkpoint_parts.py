@@ -38,12 +38,13 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from processor.codec import encode_json_payload
 from processor.core.session import Session
+from processor.core.sharing import BoundedTable, NewestTable
 from processor.engine.chunks import ChunkLedger
 from processor.engine.view_parts import NO_GENERATIONS, no_generations
 from processor.protocol import DIGEST_BLOCK
@@ -55,21 +56,14 @@ BUNDLES = True
 
 #: One copy of each part name the held sessions' ledgers share (the same few
 #: ``e.<seq>``, ``u.<key>`` and ``d8.<b>`` names in every session; a copy per
-#: session was ~0.8 KB of each at 12 events, figure 6).  Not ``sys.intern``:
-#: seqs and keys come from the input, and on Python 3.12 an interned string is
-#: never freed; this table stops growing at ``_NAMES_MAX`` (later names are
+#: session was ~0.8 KB of each at 12 events, figure 6).  Seqs and keys come
+#: from the input, so the table stops growing at its bound (later names are
 #: plain copies, as before the sharing).
-_NAMES: dict[str, str] = {}
-_NAMES_MAX = 8192
+PART_NAMES: Final[BoundedTable[str]] = BoundedTable("part_names", 8192)
 
 
 def shared_name(name: str) -> str:
-    got = _NAMES.get(name)
-    if got is None:
-        if len(_NAMES) >= _NAMES_MAX:
-            return name
-        got = _NAMES[name] = name
-    return got
+    return PART_NAMES.share(name)
 
 
 def bundle_part(number: int) -> str:
@@ -77,7 +71,7 @@ def bundle_part(number: int) -> str:
 
 
 def event_part(seq: int) -> str:
-    return shared_name(f"e.{seq}")
+    return PART_NAMES.share(f"e.{seq}")
 
 
 def override_part(seq: int, generation: int) -> str:
@@ -85,7 +79,7 @@ def override_part(seq: int, generation: int) -> str:
 
 
 def unit_part(key: str) -> str:
-    return shared_name(f"u.{key}")
+    return PART_NAMES.share(f"u.{key}")
 
 
 def chunk_part(kind: str, index: int) -> str:
@@ -95,7 +89,7 @@ def chunk_part(kind: str, index: int) -> str:
 def digest_part(block: int, size: int = DIGEST_BLOCK) -> str:
     """``d.<b>`` for blocks of 16 (version-1 heads), ``d<size>.<b>`` otherwise:
     blocks of two sizes never share a key."""
-    return shared_name(f"d.{block}" if size == 16 else f"d{size}.{block}")
+    return PART_NAMES.share(f"d.{block}" if size == 16 else f"d{size}.{block}")
 
 
 def pending_part(seq: int) -> str:
@@ -478,17 +472,13 @@ def decode_leaves(base: Mapping[str, Any], leaves: Any) -> dict[str, Any]:
 
 
 #: The unit keys last seen (one entry: nothing stale is held), never mutated
-_LAST_KEYS: list[list[str]] = [[]]
+UNIT_KEYS: Final[NewestTable[list[str], list[str]]] = NewestTable("unit_keys", 1)
 
 
 def shared_keys(keys: list[str]) -> list[str]:
     """``keys`` as the one list of the last keys seen when equal: every session
     of the same units names the same keys (a list per session was ~0.1 KB)."""
-    last = _LAST_KEYS[0]
-    if last == keys:
-        return last
-    _LAST_KEYS[0] = keys
-    return keys
+    return UNIT_KEYS.get(keys, keys)
 
 
 def _unit_keys(keys: list[str], ledger: PartLedger, last: int, out: PartWrites) -> int:

@@ -22,21 +22,14 @@ from typing import Any, Final
 
 from processor.core.events import Event
 from processor.core.session import Session
+from processor.core.sharing import NewestTable
 from processor.engine.checkpoint_parts import PartLedger
 from processor.engine.view_parts import ViewLedger
 from processor.protocol import SERVICE_STATE_VERSION
 
 #: The last tuple of published units made (see ``SessionRuntime._units``): one
 #: entry, so sessions of the same units share it and it holds nothing stale.
-_LAST_UNITS: list[tuple[str, ...]] = [()]
-
-
-def _shared_units(units: tuple[str, ...]) -> tuple[str, ...]:
-    last = _LAST_UNITS[0]
-    if units == last:
-        return last
-    _LAST_UNITS[0] = units
-    return units
+_UNITS: Final[NewestTable[tuple[str, ...], tuple[str, ...]]] = NewestTable("published_units", 1)
 
 
 #: an empty blake2b with the digest's parameters: a copy of it per event skips
@@ -201,7 +194,8 @@ class SessionRuntime:
             units = tuple(k for k in units if registry.get(k) is not None)
         new = [k for k in session.projections.wire_keys() if k not in units]
         if new or units is not self._units:
-            self._units = _shared_units((*units, *new))
+            units = (*units, *new)
+            self._units = _UNITS.get(units, units)
         self._synced = generation
 
     def override_generations(self) -> dict[int, int]:

@@ -9,7 +9,7 @@ processors can live in one test process.  ``serve`` exposes ``/metrics``,
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -22,6 +22,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from processor.core.sharing import SharedTable
 from processor.service.health import Health
 
 OUTCOMES = ("applied", "duplicate", "rejected", "quarantined")
@@ -171,8 +172,34 @@ class Metrics:
             "partition, offset, size and digest)",
             registry=r,
         )
+        self.shared_values = Gauge(
+            "processor_shared_values",
+            "Values each sharing table holds (held sessions share one copy of equal "
+            "event types, part names, unit keys and dispatch tables; each table is bounded)",
+            ["table"],
+            registry=r,
+        )
+        self.shared_table_full = Counter(
+            "processor_shared_table_full_total",
+            "Values a sharing table turned away (or dropped for a newer one) at its bound: "
+            "they are kept as copies, which costs memory per held session, never correctness",
+            ["table"],
+            registry=r,
+        )
+        self._shared_full_seen: dict[str, int] = {}
         #: what /healthz and /readyz report (``health.py``); the degraded gauge follows it
         self.health = Health(on_degraded=self.degraded_gauge.set)
+
+    def report_sharing(self, tables: Iterable[SharedTable]) -> None:
+        """Set the sharing gauges from the process's tables; the full counter
+        grows by what each table counted since the last report."""
+        for table in tables:
+            self.shared_values.labels(table.name).set(table.size())
+            seen = self._shared_full_seen.get(table.name, 0)
+            counter = self.shared_table_full.labels(table.name)
+            if table.full > seen:
+                counter.inc(table.full - seen)
+                self._shared_full_seen[table.name] = table.full
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

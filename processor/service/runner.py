@@ -49,6 +49,7 @@ from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.errors import ProcessorError
 from processor.core.projections import ProjectionRegistry
+from processor.core.sharing import tables as sharing_tables
 from processor.engine import Batch, Engine, PartitionState, Record, Tally
 from processor.engine.commands import Command
 from processor.service.broker_watch import BrokerWatch
@@ -532,6 +533,7 @@ class Processor:
             del self._sought[gone]
         self.metrics.sessions.set(self.engine.sessions_held())
         self.metrics.state_bytes.set(self.engine.held.bytes)
+        self.metrics.report_sharing(sharing_tables())
         if self.store.problem != self.health.store:
             self.health.set_store(self.store.problem)
         self.metrics.quarantined.set(self.engine.sessions_quarantined())

@@ -20,6 +20,7 @@ from processor.core.events import Event, make_event
 from processor.core.frozen import FrozenDict
 from processor.core.log import SessionLog
 from processor.core.projections import (
+    _SHARED_DISPATCH,
     ProjectionDefinition,
     ProjectionRegistry,
     SessionProjections,
@@ -968,6 +969,31 @@ def test_builtin_units_are_all_registered_by_the_property_registry() -> None:
     keys = [u.key for u in BUILTIN_UNITS]
     assert [d.key for d in registry.definitions()][: len(keys)] == keys
     assert isinstance(_fold(registry, [user(0)]).state_of("sessionStats"), FrozenDict)
+
+
+def test_P3_sessions_of_one_registry_share_a_dispatch_table_the_newest_8_kept() -> None:
+    """Sessions of the same units share one dispatch table; the table of tables
+    keeps the newest registries' (a replaced registry's go stale) and counts
+    each one it drops, so its bound is reported."""
+    table = _SHARED_DISPATCH
+    registry, log, proj = setup(Counter())
+    commit(log, proj, user(0), user(1))
+    log2 = SessionLog(0)
+    proj2 = SessionProjections(registry, HEADER, log2)
+    hits = table.hits
+    commit(log2, proj2, user(0), user(1))
+    assert proj2._dispatch is proj._dispatch and table.hits > hits
+    full = table.full
+    others = [setup(Counter()) for _ in range(table.bound)]
+    for _, olog, oproj in others:
+        commit(olog, oproj, user(0), user(1))
+    assert table.size() == table.bound
+    assert table.full >= full + 1  # the first registry's table made room
+    log3 = SessionLog(0)
+    proj3 = SessionProjections(registry, HEADER, log3)
+    commit(log3, proj3, user(0), user(1))
+    assert proj3._dispatch is not proj._dispatch  # a copy: memory, not correctness
+    assert proj3.observed_seq("users") == 1
 
 
 def test_P3_ignorable_types_do_not_grow_the_shared_dispatch_table() -> None:

@@ -17,10 +17,14 @@ def test_part_names_are_one_copy_for_every_session() -> None:
     assert digest_part(3, 8) is digest_part(3, 8)
 
 
-def test_the_shared_names_stop_growing_at_their_bound() -> None:
-    for seq in range(checkpoint_parts._NAMES_MAX + 5_000):
+def test_the_shared_names_stop_growing_at_their_bound_and_count_it() -> None:
+    table = checkpoint_parts.PART_NAMES
+    full = table.full
+    for seq in range(table.bound + 5_000):
         event_part(10_000_000 + seq)
-    assert len(checkpoint_parts._NAMES) <= checkpoint_parts._NAMES_MAX
+    assert table.size() <= table.bound
+    assert table.full >= full + 5_000  # each name turned away is counted
     late = "".join(["e.", "99999999999"])
     assert shared_name(late) is late  # past the bound: the caller's own copy
+    assert table.full >= full + 5_001
     assert event_part(10_000_000 + 1) == "e.10000001"
