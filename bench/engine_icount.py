@@ -16,15 +16,45 @@ import argparse
 import gc
 import random
 
-from processor.codec import default_codec
+from processor.codec import Codec, default_codec
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
+from processor.core.message_projections import MessageProjectionRegistry
+from processor.core.projection_registry import ProjectionRegistry
 from processor.core.session import Session, synthetic_header
 from processor.engine.output import session_output
 from processor.engine.records import Tally
 from processor.engine.runtime import SessionRuntime
 from processor.workload import generate_session
+
+
+def hold_sessions(
+    logs: list[list[bytes]],
+    prefix: str,
+    cfg: ServiceConfig,
+    codec: Codec,
+    registry: ProjectionRegistry,
+    message_projections: MessageProjectionRegistry,
+) -> list[SessionRuntime]:
+    """Each log (Avro event values) as the service holds a session after one
+    commit: decoded, folded, its output built, its log trimmed."""
+    held: list[SessionRuntime] = []
+    for i, values in enumerate(logs):
+        sid = f"{prefix}-{i:05d}"
+        session = Session(
+            synthetic_header(sid), message_projections=message_projections, projections=registry
+        )
+        rt = SessionRuntime(sid, i % 12, session, window=cfg.duplicate_window)
+        for offset, value in enumerate(values):
+            event = codec.decode_event(value).to_event()
+            session.append(event)
+            rt.record_applied(event, offset)
+            session.log.trim_before(event.seq + 1)
+        for _ in session_output(rt, rt.view_changes(), {}, config=cfg, codec=codec, tally=Tally()):
+            pass
+        held.append(rt)
+    return held
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -47,24 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     message_projections = default_message_projections()
 
     def hold(tag: int) -> list[SessionRuntime]:
-        held: list[SessionRuntime] = []
-        for i, values in enumerate(logs):
-            sid = f"m-{tag}-{i:05d}"
-            session = Session(
-                synthetic_header(sid), message_projections=message_projections, projections=registry
-            )
-            rt = SessionRuntime(sid, i % 12, session, window=cfg.duplicate_window)
-            for offset, value in enumerate(values):
-                event = codec.decode_event(value).to_event()
-                session.append(event)
-                rt.record_applied(event, offset)
-                session.log.trim_before(event.seq + 1)
-            for _ in session_output(
-                rt, rt.view_changes(), {}, config=cfg, codec=codec, tally=Tally()
-            ):
-                pass
-            held.append(rt)
-        return held
+        return hold_sessions(logs, f"m-{tag}", cfg, codec, registry, message_projections)
 
     hold(-1)  # warm-up
     for tag in range(args.rounds):

@@ -13,14 +13,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from bench.engine_icount import hold_sessions
 from bench.held_fit import traced
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
-from processor.core.session import Session, synthetic_header
-from processor.engine.output import session_output
-from processor.engine.records import Tally
 from processor.engine.runtime import SessionRuntime
 from processor.workload import generate_session
 
@@ -54,23 +52,7 @@ def _held_bytes_per_session() -> float:
     message_projections = default_message_projections()
 
     def hold() -> list[SessionRuntime]:
-        held: list[SessionRuntime] = []
-        for i, values in enumerate(logs):
-            sid = f"m-{i:05d}"
-            session = Session(
-                synthetic_header(sid), message_projections=message_projections, projections=registry
-            )
-            rt = SessionRuntime(sid, i % 12, session, window=cfg.duplicate_window)
-            for offset, value in enumerate(values):
-                event = codec.decode_event(value).to_event()
-                session.append(event)
-                rt.record_applied(event, offset)
-                session.log.trim_before(event.seq + 1)
-            for _ in session_output(
-                rt, rt.view_changes(), {}, config=cfg, codec=codec, tally=Tally()
-            ):
-                pass
-            held.append(rt)
+        held = hold_sessions(logs, "m", cfg, codec, registry, message_projections)
         assert len(held) == SESSIONS
         return held
 
