@@ -23,7 +23,6 @@ from processor.codec import (
     encode_head,
     encode_json_payload,
     encode_part,
-    part_body,
     part_key,
     session_key,
     split_view,
@@ -111,14 +110,6 @@ def _whole_view(
     if frame is None:
         return codec.encode_whole_view(sid, name, as_of, state_version, encoding, payload)
     return frame + view_body(sid, name, as_of, state_version, encoding, payload, 0, 1)
-
-
-def _part(codec: Codec, frame: bytes | None, name: str, version: int, value: Any) -> bytes:
-    """``encode_part`` (the same bytes); ``frame`` as for :func:`_whole_view`."""
-    if frame is None:
-        return encode_part(codec, name, version, value)
-    encoding, payload = encode_json_payload(value, threshold=codec.compress_threshold)
-    return frame + part_body(name, version, encoding, payload)
 
 
 def _views(
@@ -215,7 +206,10 @@ def _checkpoint(
     views.closed_chunks = views.born = views.died = ()
     for name, version, value in writes.parts:
         yield Out(
-            topic, partition, part_key(sid, name), _part(codec, part_frame, name, version, value)
+            topic,
+            partition,
+            part_key(sid, name),
+            encode_part(codec, name, version, value, part_frame),
         )
     for name in writes.tombstones:
         yield Out(topic, partition, part_key(sid, name), None)

@@ -12,7 +12,7 @@ import pytest
 import zstandard
 
 from processor.codec import CodecError, ViewEncoding, default_codec, encode_part
-from processor.engine.output import _part, _whole_view
+from processor.engine.output import _whole_view
 from processor.engine.runtime import ViewChange
 
 
@@ -63,8 +63,8 @@ def test_a_checkpoint_part_is_framed_as_the_codec_frames_it(
     _, part_frame = c.fast_heads()
     assert part_frame is not None
     want = _result(lambda: encode_part(c, name, version, value))
-    assert _result(lambda: _part(c, part_frame, name, version, value)) == want
-    assert _result(lambda: _part(c, None, name, version, value)) == want
+    assert _result(lambda: encode_part(c, name, version, value, part_frame)) == want
+    assert _result(lambda: encode_part(c, name, version, value, None)) == want
 
 
 def test_a_view_change_is_built_by_its_own_init() -> None:
