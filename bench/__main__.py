@@ -9,7 +9,8 @@ Starts a local Kafka broker (``processor.devbroker``) unless
 it once into a fresh events topic (12 partitions), then runs each selected
 figure (each in its own module, see ``FIGURES``), writes
 ``bench/results/<figure>.json`` and ``bench/results/summary.json`` and
-regenerates ``BENCHMARKS.md``.  A figure that fails is recorded with its
+renders them into ``bench/results/REPORT.md`` (``BENCHMARKS.md`` is curated
+by hand from it).  A figure that fails is recorded with its
 error; the others still run.  Not part of the test suite.
 """
 
@@ -24,7 +25,6 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 from bench import build as builds
@@ -67,7 +67,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="workload size: "
         + ", ".join(f"{k} = {s:,} sessions x {e} events" for k, (s, e) in SCALES.items()),
     )
-    ap.add_argument("--no-report", action="store_true", help="do not rewrite BENCHMARKS.md")
+    ap.add_argument(
+        "--no-report", action="store_true", help="do not render bench/results/REPORT.md"
+    )
     ap.add_argument(
         "--build",
         choices=builds.BUILDS,
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     if not args.no_report:
-        path = report.write(RESULTS, Path(__file__).resolve().parent.parent / "BENCHMARKS.md")
+        path = report.write(RESULTS)
         _say(f"wrote {path}")
     _say(f"suite done in {total:.0f} s")
     return 0

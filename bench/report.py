@@ -1,6 +1,9 @@
-"""Render ``BENCHMARKS.md`` from ``bench/results/*.json`` (and ``bench/analysis.md``).
+"""Render the generated report from ``bench/results/*.json`` (and ``bench/analysis.md``).
 
-``python -m bench.report`` re-renders without measuring anything.
+``python -m bench.report`` re-renders without measuring anything.  It writes
+``bench/results/REPORT.md``, never ``BENCHMARKS.md``: that file is curated by
+hand (before/after sub-sections, the Summary's verdicts), and a re-render
+over it once wiped every hand-written section the JSON files do not hold.
 """
 
 from __future__ import annotations
@@ -249,7 +252,7 @@ def _before_after(before: dict[str, Any], after: dict[str, Any] | None) -> list[
         "`bench/results/write_amp_before.json`)",
         "- after: `python -m bench.write_amp --broker-events 150 --broker-sessions 2` (writes "
         "`bench/results/write_amp.json` and "
-        "re-renders this file)",
+        "renders `bench/results/REPORT.md`)",
         "",
     ]
     return out
@@ -337,7 +340,11 @@ def render(results: Path = RESULTS) -> str:
     return "\n".join(out)
 
 
-def write(results: Path = RESULTS, target: Path = REPO / "BENCHMARKS.md") -> Path:
+#: where the generated report goes; BENCHMARKS.md quotes from it by hand
+REPORT = RESULTS / "REPORT.md"
+
+
+def write(results: Path = RESULTS, target: Path = REPORT) -> Path:
     target.write_text(render(results))
     return target
 

@@ -398,7 +398,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--result-bytes", type=int, default=RESULT_BYTES)
     ap.add_argument("--context", type=int, default=CONTEXT, help="surface nodes at compaction")
     ap.add_argument("--no-write", action="store_true", help="print, do not write results")
-    ap.add_argument("--no-report", action="store_true", help="do not re-render BENCHMARKS.md")
+    ap.add_argument(
+        "--no-report", action="store_true", help="do not render bench/results/REPORT.md"
+    )
     ap.add_argument(
         "--broker-events",
         type=int,
