@@ -29,9 +29,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.common import Context, result, rss_bytes, run_child_json
+
+if TYPE_CHECKING:
+    from processor.service.local_store import StoredRecord
 
 EVENTS = 12
 ACTIVE = 2_000
@@ -139,7 +142,7 @@ def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
     return out
 
 
-def _synthetic_batches(prefix: str, n: int) -> Iterator[tuple[list[Any], int]]:
+def _synthetic_batches(prefix: str, n: int) -> Iterator[tuple[list[StoredRecord], int]]:
     """``n`` synthetic sessions (parts ``n.0`` and ``hdr`` of 300 bytes, then the
     head), in batches of 10,000 sessions: ``(records, next offset)``."""
     from processor.service.local_store import StoredRecord
@@ -147,7 +150,7 @@ def _synthetic_batches(prefix: str, n: int) -> Iterator[tuple[list[Any], int]]:
     value = b"v" * 300
     offset = 0
     for start in range(0, n, 10_000):
-        batch = []
+        batch: list[StoredRecord] = []
         for i in range(start, min(n, start + 10_000)):
             sid = f"{prefix}-{i:08d}".encode()
             for key in (b"\xff" + sid + b"\x00n.0", b"\xff" + sid + b"\x00hdr", sid):
@@ -318,7 +321,8 @@ def restart_child(n: int) -> dict[str, Any]:
 
     path = Path(tempfile.mkdtemp(prefix="bench-restart-")) / "s.sqlite"
     store = LocalStore(path, "c", session_key)
-    offset, batch = 0, []
+    offset = 0
+    batch: list[StoredRecord] = []
     for batch, offset in _synthetic_batches("r", n):
         store.apply("cp", 0, "t", batch, offset)
     last = batch[-1]
@@ -359,7 +363,7 @@ def loop_child(n_sessions: int, state: str) -> dict[str, Any]:
     if state != "none":
         state = tempfile.mkdtemp(prefix="bench-loop-")
     fields = ServiceConfig.__dataclass_fields__  # a revision before the store has none
-    extra = {"state_dir": state} if "state_dir" in fields else {}
+    extra: dict[str, Any] = {"state_dir": state} if "state_dir" in fields else {}
     cfg = ServiceConfig(partitions=2, topic_prefix="loop", **extra)
     broker = MemoryBroker()
     broker.create_topics(cfg)
