@@ -28,10 +28,11 @@ from processor.engine.runtime import SessionRuntime
 #: count (~750 B per event fresh; loaded: ~720 B for the walker, ~1,050 B for
 #: the scripted runs, whose restored surface shares less than the fresh one
 #: did), not with the events' bytes: a 10 KB tool result leaves the session
-#: with its transcript page.  The estimate is 1.03-1.22 x the traced bytes
-#: on fresh sessions and 1.03-1.51 x on loaded ones (never under; the
-#: loaded walker sessions most over: one per-event constant covers both
-#: kinds, and nothing cheap at load time tells them apart).  The resident
+#: with its transcript page.  The estimate is 1.03-1.23 x the traced bytes
+#: on fresh sessions and 1.03-1.52 x on loaded ones, pure and compiled
+#: (never under; the loaded walker sessions most over: one per-event
+#: constant covers both kinds, and nothing cheap at load time tells them
+#: apart).  The resident
 #: size adds the allocator's overhead on top (RSS/traced ~1.1 in figure 6).
 #: Before (stop 26, walker shapes only, one per-event constant 780):
 #: 0.80 x on the loaded scripted runs of 30-60 events, so a member whose
