@@ -21,7 +21,7 @@ def run(ctx: Context) -> dict[str, Any]:
     raw: dict[str, Any] = fold_speed.main(
         ["--events", str(EVENTS), "--runs", str(ctx.runs), "--out", str(raw_path)]
     )
-    rates: dict[str, dict[str, Any]] = raw["events_per_s"]  # type: ignore[assignment]
+    rates: dict[str, dict[str, Any]] = raw["events_per_s"]
     fold, env, js = rates["fold"], rates["envelope"], rates["json"]
     ratio = raw["ratio_fold_to_envelope"]
     return result(

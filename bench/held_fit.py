@@ -50,6 +50,8 @@ class Shape:
     loaded: int = 0
     big_ratio: float = 0.02
     words: bool = False
+    #: the scripted agent runs (half of the bench's workload) instead of the walker
+    scripted: bool = False
 
 
 SHAPES = (
@@ -67,10 +69,20 @@ SHAPES = (
     Shape("loaded big results", 12, loaded=12, big_ratio=0.3, words=True),
     Shape("loaded + 6", 18, loaded=12),
     Shape("loaded + 12", 72, loaded=60),
+    Shape("scripted", 12, scripted=True),
+    Shape("scripted", 30, scripted=True),
+    Shape("loaded scripted", 12, loaded=12, scripted=True),
+    Shape("loaded scripted", 30, loaded=30, scripted=True),
+    Shape("loaded scripted", 60, loaded=60, scripted=True),
+    Shape("loaded scripted + 6", 18, loaded=12, scripted=True),
 )
 
 
 def _logs(shape: Shape) -> list[list[Event]]:
+    if shape.scripted:
+        from bench.workload import scripted_log
+
+        return [scripted_log(1_000 + i, shape.events) for i in range(SESSIONS)]
     return [
         generate_session(
             random.Random(1_000 + i), shape.events, big_ratio=shape.big_ratio, words=shape.words

@@ -176,7 +176,8 @@ def main() -> None:
     ap.add_argument("--child", nargs=2, type=int, metavar=("SESSIONS", "EVENTS"), required=True)
     ap.add_argument("--trace", action="store_true", help="tracemalloc: top allocation sites")
     args = ap.parse_args()
-    print(json.dumps(child(*args.child, trace=args.trace)))
+    n, length = args.child
+    print(json.dumps(child(n, length, trace=args.trace)))
 
 
 if __name__ == "__main__":

@@ -106,6 +106,14 @@ def _scripted_log(fn: Any, seed: int, length: int) -> list[Event]:
     raise RuntimeError(f"scripted sessions stay shorter than {length} events")
 
 
+def scripted_log(seed: int, length: int) -> list[Event]:
+    """One scripted agent session of exactly ``length`` events (the generator must exist)."""
+    fn = _scripted()
+    if fn is None:
+        raise RuntimeError("this checkout has no scripted-session generator")
+    return _scripted_log(fn, seed, length)
+
+
 def session_logs(
     n: int, length: int, *, seed: int = 7, tag: str = "s", scripted_share: float = 0.5
 ) -> Iterator[Log]:

@@ -33,9 +33,10 @@ fi
 echo "== ruff"
 "$PY" -m ruff check processor tests bench
 "$PY" -m ruff format --check processor tests bench
-echo "== mypy (strict on the pure core; tests checked, less strictly)"
+echo "== mypy (strict on the pure core and the bench; tests checked, less strictly)"
 "$PY" -m mypy processor
 "$PY" -m mypy tests
+"$PY" -m mypy bench
 # The fault suite (tests/faults, marker `faults`: a local 3-node cluster, members
 # and brokers killed) runs in its bounded form, 3-4 minutes on 2 cores per run.
 # PROCESSOR_FAULTS=long (+ PROCESSOR_FAULTS_SECONDS) is the bench-machine form,

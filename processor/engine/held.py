@@ -19,24 +19,28 @@ from collections.abc import Callable, Iterator
 from processor.engine.runtime import SessionRuntime
 
 #: A fixed cost per session, per event folded into it, per encoded byte of
-#: those events, and per encoded byte of the checkpoint it was loaded from.
-#: Fitted (stop 26, helper `lat`) to the bytes 100 sessions leave allocated
-#: through the engine (tracemalloc, ``python -m bench.held_fit``; BENCHMARKS.md
-#: §9), the larger of the pure and compiled builds, 14 shapes: the walker's
-#: logs of 4-120 events, 30% 10 KB tool results, the same loaded from their
-#: checkpoints, loaded and folded further.  Held bytes grow with the event
-#: count (~750 B per event, 12.8 KB at 4 events, 95-101 KB at 120, fresh or
-#: loaded), not with the events' bytes: a 10 KB tool result leaves the
-#: session with its transcript page.  The estimate is 1.03-1.19 x the traced
-#: bytes on every shape (never under; least over on loaded and big-result
-#: sessions, most on short and 120-event ones).  The resident size adds the
-#: allocator's overhead on top (RSS/traced ~1.1 in figure 6).  The previous
-#: constants (6.8 per encoded byte + 12,800) were 1.5-2.0 x on fresh
-#: sessions and 0.44-0.56 x on loaded ones of 60-120 events: a checkpoint's
-#: records are compressed, ~24 B per event.
+#: those events, per event a loaded session's checkpoint had folded, and per
+#: encoded byte of that checkpoint.  Fitted to the bytes 100 sessions leave
+#: allocated through the engine (tracemalloc, ``python -m bench.held_fit``;
+#: BENCHMARKS.md §9), 20 shapes: the walker's logs of 4-120 events, 30% 10 KB
+#: tool results, the scripted agent runs of 12-30 events, each loaded from
+#: its checkpoint, loaded and folded further.  Held bytes grow with the event
+#: count (~750 B per event fresh; loaded: ~720 B for the walker, ~1,050 B for
+#: the scripted runs, whose restored surface shares less than the fresh one
+#: did), not with the events' bytes: a 10 KB tool result leaves the session
+#: with its transcript page.  The estimate is 1.03-1.23 x the traced bytes
+#: on fresh sessions and 1.03-1.52 x on loaded ones, pure and compiled
+#: (never under; the loaded walker sessions most over: one per-event
+#: constant covers both kinds, and nothing cheap at load time tells them
+#: apart).  The resident
+#: size adds the allocator's overhead on top (RSS/traced ~1.1 in figure 6).
+#: Before (stop 26, walker shapes only, one per-event constant 780):
+#: 0.80 x on the loaded scripted runs of 30-60 events, so a member whose
+#: sessions came back from the store held up to 1.25 x its budget of them.
 BASE_BYTES = 11_400
-EVENT_BYTES = 780
+EVENT_BYTES = 810
 EVENT_FACTOR = 0.3
+LOADED_EVENT_BYTES = 1_140
 CHECKPOINT_FACTOR = 0.9
 
 
@@ -59,7 +63,9 @@ class HeldSessions:
             self.bytes -= old.held_bytes
         # a loaded session holds the events its checkpoint folded (a fresh one: none)
         events = rt.last_seq + 1
-        rt.held_bytes = BASE_BYTES + EVENT_BYTES * events + int(CHECKPOINT_FACTOR * encoded_bytes)
+        rt.held_bytes = (
+            BASE_BYTES + LOADED_EVENT_BYTES * events + int(CHECKPOINT_FACTOR * encoded_bytes)
+        )
         rt.last_used = self.clock()
         self._lru[key] = rt
         self.bytes += rt.held_bytes

@@ -110,26 +110,40 @@ def test_a_session_loaded_from_its_checkpoint_stays_under_its_memory_bound() -> 
 #: The budget's estimate of a held session (``processor/engine/held.py``)
 #: against the bytes the session leaves allocated through the engine
 #: (``bench/held_fit.py``), on shapes it was fitted to: fresh short and
-#: long sessions, big tool results, loaded from a checkpoint, loaded and
-#: folded further.  Never under (the budget would let memory grow past it),
-#: at most ``ESTIMATE_MARGIN`` over (sessions evicted before the budget is
-#: used).  Fitted at 1.03-1.14 x on these shapes; the constants before the
-#: refit were 1.53 x on the 12-event session and 0.56 x on the loaded 60-event
-#: one.  A session that grows by 3% fails the lower bound: refit held.py
+#: long sessions, big tool results, scripted agent runs, loaded from a
+#: checkpoint, loaded and folded further.  Never under (the budget would let
+#: memory grow past it), at most ``ESTIMATE_MARGIN`` over on fresh sessions
+#: and ``LOADED_MARGIN`` on loaded ones (sessions evicted before the budget
+#: is used; loaded walker and scripted sessions share one per-event
+#: constant, so the walker's are further over).  Fitted at 1.03-1.43 x on
+#: these shapes.  The constants of stop 26 were 0.80 x on the loaded
+#: scripted 30-event run (fitted to walker shapes only); those before them
+#: 1.53 x on the 12-event session and 0.56 x on the loaded 60-event one.
+#: A session that grows by 3% fails the lower bound: refit held.py
 #: (``python -m bench.held_fit``, pure and compiled) with it.
 ESTIMATE_MARGIN = 0.25
+LOADED_MARGIN = 0.5
 
 
 def test_the_held_estimate_bounds_what_sessions_hold() -> None:
     from bench.held_fit import SHAPES, measure
 
-    wanted = ("walker 12", "walker 60", "big results 12", "loaded 60", "loaded + 6 18")
+    wanted = (
+        "walker 12",
+        "walker 60",
+        "big results 12",
+        "scripted 30",
+        "loaded 60",
+        "loaded + 6 18",
+        "loaded scripted 30",
+    )
     shapes = [s for s in SHAPES if f"{s.name} {s.events}" in wanted]
     assert len(shapes) == len(wanted)
     off = []
     for shape in shapes:
         m = measure(shape)
         ratio = m["estimate"] / m["traced"]
-        if not 1.0 <= ratio <= 1.0 + ESTIMATE_MARGIN:
+        margin = LOADED_MARGIN if shape.loaded else ESTIMATE_MARGIN
+        if not 1.0 <= ratio <= 1.0 + margin:
             off.append(f"{m['shape']}: estimate {m['estimate']:,.0f}, traced {m['traced']:,.0f}")
     assert not off, "held.py's estimate is off: " + "; ".join(off)
