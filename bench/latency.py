@@ -47,6 +47,14 @@ TUNED = os.environ.get("BENCH_LATENCY_TUNED", "1") != "0"
 #: JVM: its JIT compiler burns ~1.5 s of CPU in the first ~30 s (BENCHMARKS §5,
 #: issue 15 pipe) and the first run's tail showed it.  One unmeasured run
 #: first, reported in its own row; ``BENCH_LATENCY_WARMUP=0`` measures it too.
+#: ``BENCH_LATENCY_TIMELINE=DIR``: the processor logs one line per transaction
+#: (``processor.timeline``: when each commit step ended) and, with
+#: ``BENCH_LATENCY_KAFKA_DEBUG=eos,protocol``, librdkafka's lines; each run's
+#: stderr is kept as DIR/run-N.log (``bench/txn_timeline.py`` sums them up)
+TIMELINE = os.environ.get("BENCH_LATENCY_TIMELINE", "")
+KAFKA_DEBUG = os.environ.get("BENCH_LATENCY_KAFKA_DEBUG", "")
+#: ``BENCH_LATENCY_ARGS``: more ``processor run`` arguments (``-X key=value`` A/B)
+EXTRA_ARGS = os.environ.get("BENCH_LATENCY_ARGS", "").split()
 WARMUP = os.environ.get("BENCH_LATENCY_WARMUP", "1") != "0" and not os.environ.get(
     "KAFKA_BOOTSTRAP_SERVERS"
 )
@@ -168,10 +176,18 @@ def _one_run(ctx: Context, commit_interval_ms: int | None) -> dict[str, float]:
     ]
     if commit_interval_ms is not None:
         argv += ["--commit-interval-ms", str(commit_interval_ms)]
+    argv += EXTRA_ARGS
+    keep = None
+    if TIMELINE:
+        argv[argv.index("WARNING")] = "DEBUG"
+        if KAFKA_DEBUG:
+            argv += ["-X", f"debug={KAFKA_DEBUG}", "--kafka-log-level", "DEBUG"]
+        os.makedirs(TIMELINE, exist_ok=True)
+        keep = os.path.join(TIMELINE, f"{prefix}.log")
     proc = subprocess.Popen(
         argv, cwd=REPO, env=python_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    stderr = _Drain(proc)
+    stderr = _Drain(proc, keep)
     codec = default_codec()
     producer = clients.event_producer(config, "bench-latency")
     topic = config.topics.events
@@ -232,24 +248,29 @@ def _one_run(ctx: Context, commit_interval_ms: int | None) -> dict[str, float]:
 class _Drain(threading.Thread):
     """Keeps the processor's stderr pipe empty; remembers the metrics URL line."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], keep: str | None = None) -> None:
         super().__init__(daemon=True)
         self.proc = proc
+        self.keep = keep  # a file every line also goes to
         self.lines: list[str] = []
+        self.url: str | None = None
         self.start()
 
     def run(self) -> None:
         assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            self.lines.append(raw.decode(errors="replace").rstrip())
-            del self.lines[:-200]
+        with open(self.keep or os.devnull, "w") as kept:
+            for raw in self.proc.stderr:
+                line = raw.decode(errors="replace").rstrip()
+                if self.keep:
+                    print(line, file=kept)
+                found = self.url is None and re.search(r"metrics on (http://\S+)", line)
+                if found:  # early: a DEBUG run's last 200 lines no longer hold it
+                    self.url = found.group(1)
+                self.lines.append(line)
+                del self.lines[:-200]
 
     def metrics_url(self) -> str | None:
-        for line in self.lines:
-            m = re.search(r"metrics on (http://\S+)", line)
-            if m:
-                return m.group(1)
-        return None
+        return self.url
 
     def tail(self) -> str:
         return "\n".join(self.lines[-20:])
