@@ -25,13 +25,14 @@ import time
 import urllib.request
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from bench.common import REPO, Context, measure, python_env, result, unique, wait_for
 from bench.workload import PARTITIONS, create, interleave, session_logs
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.service import clients
+from processor.service.topics import delete_topics, topic_specs
 
 SESSIONS = 200
 RATE = 400  # events/s: moderate, a few % of one processor's capacity
@@ -55,6 +56,8 @@ TIMELINE = os.environ.get("BENCH_LATENCY_TIMELINE", "")
 KAFKA_DEBUG = os.environ.get("BENCH_LATENCY_KAFKA_DEBUG", "")
 #: ``BENCH_LATENCY_ARGS``: more ``processor run`` arguments (``-X key=value`` A/B)
 EXTRA_ARGS = os.environ.get("BENCH_LATENCY_ARGS", "").split()
+#: ``BENCH_LATENCY_KEEP_TOPICS=1``: leave each run's topics on the broker
+DELETE_TOPICS = os.environ.get("BENCH_LATENCY_KEEP_TOPICS", "0") != "1"
 WARMUP = os.environ.get("BENCH_LATENCY_WARMUP", "1") != "0" and not os.environ.get(
     "KAFKA_BOOTSTRAP_SERVERS"
 )
@@ -227,6 +230,11 @@ def _one_run(ctx: Context, commit_interval_ms: int | None) -> dict[str, float]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        # Each run's five topics (60 partitions) go: left on the broker they
+        # added up, and a devbroker with ~900 partitions committed 2-3x slower
+        # (txn 25 -> 75 ms, p99 250 -> 900 ms within 20 runs, BENCHMARKS §5, tail)
+        if DELETE_TOPICS:
+            _drop_topics(config)
     if watcher.error is not None:
         raise watcher.error
     lat = watcher.latencies
@@ -243,6 +251,13 @@ def _one_run(ctx: Context, commit_interval_ms: int | None) -> dict[str, float]:
         "to_visible_p99_ms": 1000 * _percentile(watcher.to_visible, 0.99),
         **commit,
     }
+
+
+def _drop_topics(config: ServiceConfig) -> None:
+    try:
+        delete_topics(clients.admin(config), [s.name for s in topic_specs(config)])
+    except KafkaException as exc:  # the run's figures stand; the broker keeps them
+        print(f"[bench] latency: {config.topic_prefix} topics kept: {exc}", file=sys.stderr)
 
 
 class _Drain(threading.Thread):
