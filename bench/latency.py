@@ -25,13 +25,14 @@ import time
 import urllib.request
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from bench.common import REPO, Context, measure, python_env, result, unique, wait_for
 from bench.workload import PARTITIONS, create, interleave, session_logs
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.service import clients
+from processor.service.topics import delete_topics, topic_specs
 
 SESSIONS = 200
 RATE = 400  # events/s: moderate, a few % of one processor's capacity
@@ -47,6 +48,16 @@ TUNED = os.environ.get("BENCH_LATENCY_TUNED", "1") != "0"
 #: JVM: its JIT compiler burns ~1.5 s of CPU in the first ~30 s (BENCHMARKS §5,
 #: issue 15 pipe) and the first run's tail showed it.  One unmeasured run
 #: first, reported in its own row; ``BENCH_LATENCY_WARMUP=0`` measures it too.
+#: ``BENCH_LATENCY_TIMELINE=DIR``: the processor logs one line per transaction
+#: (``processor.timeline``: when each commit step ended) and, with
+#: ``BENCH_LATENCY_KAFKA_DEBUG=eos,protocol``, librdkafka's lines; each run's
+#: stderr is kept as DIR/run-N.log (``bench/txn_timeline.py`` sums them up)
+TIMELINE = os.environ.get("BENCH_LATENCY_TIMELINE", "")
+KAFKA_DEBUG = os.environ.get("BENCH_LATENCY_KAFKA_DEBUG", "")
+#: ``BENCH_LATENCY_ARGS``: more ``processor run`` arguments (``-X key=value`` A/B)
+EXTRA_ARGS = os.environ.get("BENCH_LATENCY_ARGS", "").split()
+#: ``BENCH_LATENCY_KEEP_TOPICS=1``: leave each run's topics on the broker
+DELETE_TOPICS = os.environ.get("BENCH_LATENCY_KEEP_TOPICS", "0") != "1"
 WARMUP = os.environ.get("BENCH_LATENCY_WARMUP", "1") != "0" and not os.environ.get(
     "KAFKA_BOOTSTRAP_SERVERS"
 )
@@ -168,10 +179,18 @@ def _one_run(ctx: Context, commit_interval_ms: int | None) -> dict[str, float]:
     ]
     if commit_interval_ms is not None:
         argv += ["--commit-interval-ms", str(commit_interval_ms)]
+    argv += EXTRA_ARGS
+    keep = None
+    if TIMELINE:
+        argv[argv.index("WARNING")] = "DEBUG"
+        if KAFKA_DEBUG:
+            argv += ["-X", f"debug={KAFKA_DEBUG}", "--kafka-log-level", "DEBUG"]
+        os.makedirs(TIMELINE, exist_ok=True)
+        keep = os.path.join(TIMELINE, f"{prefix}.log")
     proc = subprocess.Popen(
         argv, cwd=REPO, env=python_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    stderr = _Drain(proc)
+    stderr = _Drain(proc, keep)
     codec = default_codec()
     producer = clients.event_producer(config, "bench-latency")
     topic = config.topics.events
@@ -211,6 +230,11 @@ def _one_run(ctx: Context, commit_interval_ms: int | None) -> dict[str, float]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        # Each run's five topics (60 partitions) go: left on the broker they
+        # added up, and a devbroker with ~900 partitions committed 2-3x slower
+        # (txn 25 -> 75 ms, p99 250 -> 900 ms within 20 runs, BENCHMARKS §5, tail)
+        if DELETE_TOPICS:
+            _drop_topics(config)
     if watcher.error is not None:
         raise watcher.error
     lat = watcher.latencies
@@ -229,27 +253,39 @@ def _one_run(ctx: Context, commit_interval_ms: int | None) -> dict[str, float]:
     }
 
 
+def _drop_topics(config: ServiceConfig) -> None:
+    try:
+        delete_topics(clients.admin(config), [s.name for s in topic_specs(config)])
+    except KafkaException as exc:  # the run's figures stand; the broker keeps them
+        print(f"[bench] latency: {config.topic_prefix} topics kept: {exc}", file=sys.stderr)
+
+
 class _Drain(threading.Thread):
     """Keeps the processor's stderr pipe empty; remembers the metrics URL line."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], keep: str | None = None) -> None:
         super().__init__(daemon=True)
         self.proc = proc
+        self.keep = keep  # a file every line also goes to
         self.lines: list[str] = []
+        self.url: str | None = None
         self.start()
 
     def run(self) -> None:
         assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            self.lines.append(raw.decode(errors="replace").rstrip())
-            del self.lines[:-200]
+        with open(self.keep or os.devnull, "w") as kept:
+            for raw in self.proc.stderr:
+                line = raw.decode(errors="replace").rstrip()
+                if self.keep:
+                    print(line, file=kept)
+                found = self.url is None and re.search(r"metrics on (http://\S+)", line)
+                if found:  # early: a DEBUG run's last 200 lines no longer hold it
+                    self.url = found.group(1)
+                self.lines.append(line)
+                del self.lines[:-200]
 
     def metrics_url(self) -> str | None:
-        for line in self.lines:
-            m = re.search(r"metrics on (http://\S+)", line)
-            if m:
-                return m.group(1)
-        return None
+        return self.url
 
     def tail(self) -> str:
         return "\n".join(self.lines[-20:])

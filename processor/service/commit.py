@@ -34,6 +34,7 @@ cache and the metrics are touched on the loop thread only, in
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -57,6 +58,10 @@ from processor.service.state import CheckpointStore
 from processor.service.transport import GroupConsumer, Transport, TxnProducer
 
 log = logging.getLogger("processor.runner")
+#: one DEBUG line per transaction with when each step ended (``--log-level
+#: DEBUG``; bench/latency.py ``BENCH_LATENCY_TIMELINE``): where a slow
+#: transaction spent its time (BENCHMARKS §5, ``tail``)
+timeline = logging.getLogger("processor.timeline")
 
 
 @dataclass
@@ -70,6 +75,8 @@ class _InFlight:
     opened: float  # monotonic time the transaction began
     future: Future[None] = field(default_factory=Future)
     done_at: float = 0.0  # perf_counter when commit_transaction returned (helper thread)
+    #: monotonic times of the commit's steps, when ``timeline`` logs (else empty)
+    marks: list[tuple[str, float]] = field(default_factory=list)
 
 
 class Committer:
@@ -251,6 +258,18 @@ class Committer:
         """A commit runs on the helper thread (the store and metrics lag it)."""
         return self._inflight is not None
 
+    @property
+    def busy(self) -> bool:
+        """The in-flight commit has not ended yet (the next one would wait for it)."""
+        flight = self._inflight
+        return flight is not None and not flight.future.done()
+
+    def wait_in_flight(self, timeout_s: float) -> None:
+        """Until the in-flight commit ends, ``timeout_s`` at most (not settled)."""
+        flight = self._inflight
+        if flight is not None:
+            wait((flight.future,), timeout=timeout_s)
+
     def poll(self) -> None:
         """Finish the in-flight commit if it has ended (the loop, every slice)."""
         if self._inflight is not None and self._inflight.future.done():
@@ -309,10 +328,14 @@ class Committer:
     def commit(self, *, overlap: bool = False) -> None:
         """Commit the open batch.  ``overlap``: leave ``commit_transaction`` on
         the helper thread (the loop's normal commit; a revoke or shutdown waits)."""
+        marks = [("close", time.monotonic())] if timeline.isEnabledFor(logging.DEBUG) else []
         self.settle()  # never two transactions at once
         pending = self.engine.batch
         if pending.empty() or self.producer is None or self.consumer is None:
             return
+        if marks:
+            marks.insert(0, ("opened", pending.started))
+            marks.append(("settled", time.monotonic()))
         if not self._initialised():  # a revoke's budget ran out first: retried next batch
             self.abort(pending.partitions())
             return
@@ -326,6 +349,8 @@ class Committer:
         try:
             if eos:
                 producer.begin_transaction()
+            if marks:
+                marks.append(("begun", time.monotonic()))
             offsets = [TopicPartition(topics.events, p, o) for p, o in pending.offsets.items()]
             offsets += [
                 TopicPartition(topics.control, p, o) for p, o in pending.control_offsets.items()
@@ -351,6 +376,8 @@ class Committer:
                     if self.queries is not None and out.topic == topics.views and out.key:
                         views.append((out.partition, out.key, out.value))
                 self._release()
+                if marks:
+                    marks.append(("produced", time.monotonic()))
             finally:
                 if sent is not None:
                     wait((sent,))  # never two transaction calls at once, not even an abort
@@ -360,8 +387,10 @@ class Committer:
                     sent.result()  # raises what send_offsets_to_transaction raised
                 elif offsets:
                     self._send_offsets(offsets).result()
+                if marks:
+                    marks.append(("offsets", time.monotonic()))
                 if overlap and not faultpoints.configured(faultpoints.AFTER_COMMIT):
-                    self._hand_off(pending, views, t0, opened)
+                    self._hand_off(pending, views, t0, opened, marks)
                     return
                 transactions.retrying(
                     lambda: producer.commit_transaction(self.timeout(60)),
@@ -390,14 +419,21 @@ class Committer:
         self.engine.batch = Batch()
         self._committed(pending, views, tally, time.perf_counter() - t0)
 
-    def _hand_off(self, pending: Batch, views: list[ViewWrite], t0: float, opened: float) -> None:
+    def _hand_off(
+        self,
+        pending: Batch,
+        views: list[ViewWrite],
+        t0: float,
+        opened: float,
+        marks: list[tuple[str, float]],
+    ) -> None:
         """Commit on the helper thread; the loop goes on with a new batch."""
         producer = self.producer
         assert producer is not None
         # the batch's decisions leave with it (counted when it commits, dropped
         # with the open batch's when it fails)
         tally, self.engine.tally = self.engine.tally, Tally()
-        flight = _InFlight(pending, views, tally, t0, opened)
+        flight = _InFlight(pending, views, tally, t0, opened, marks=marks)
         # a step is at most half the revoke budget: a revoke waits for it and
         # then commits its own batch within the budget
         step_s = min(60.0, self.config.revoke_budget_ms / 2000)
@@ -409,8 +445,13 @@ class Committer:
                 left=lambda: self.left(in_flight=True),
             )
             flight.done_at = time.perf_counter()
+            if marks:
+                marks.append(("committed", time.monotonic()))
             # the store's delivery reports
             producer.flush(self.timeout(min(10.0, step_s), in_flight=True))
+            if marks:
+                marks.append(("flushed", time.monotonic()))
+                _log_timeline(pending.events, marks)
 
         flight.future = self._submit(finish)
         self._inflight = flight
@@ -583,3 +624,13 @@ class Committer:
         numbers = sorted(touched & set(self.engine.partitions) - self.leaving)
         if numbers:  # all revoked (a shutdown): nothing of ours to rewind
             self.rewind(numbers)
+
+
+def _log_timeline(events: int, marks: list[tuple[str, float]]) -> None:
+    """One line: each step's end in ms after the previous one (``opened``: the
+    batch's first record could have arrived; ``close``: the loop closed it)."""
+    steps = " ".join(
+        f"{name}={1000 * (at - before):.1f}"
+        for (_, before), (name, at) in itertools.pairwise(marks)
+    )
+    timeline.debug("txn events=%d %s", events, steps)

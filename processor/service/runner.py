@@ -268,6 +268,10 @@ class Processor:
                 if not self._pending.empty():
                     due = self._pending.started + interval - polled_at
                     slice_s = max(0.0, min(slice_s, due))
+                    if slice_s <= 0 and self.txn.busy:
+                        # due while the previous commit still runs: wait for that
+                        # commit, not for records, then take what came meanwhile
+                        self.txn.wait_in_flight(0.02)
                 msgs = consumer.consume(
                     num_messages=min(cfg.max_batch_events, 5_000), timeout=slice_s
                 )
@@ -295,7 +299,12 @@ class Processor:
                     break
                 p = self._pending
                 if not p.empty() and (
-                    p.events >= cfg.max_batch_events or time.monotonic() - p.started >= interval
+                    p.events >= cfg.max_batch_events
+                    # A due batch whose predecessor still commits keeps folding
+                    # until that commit ends: it could not begin sooner, and what
+                    # arrives meanwhile rides along instead of waiting for the
+                    # next transaction, a whole commit later (BENCHMARKS §5, tail)
+                    or (time.monotonic() - p.started >= interval and not self.txn.busy)
                 ):
                     # commit_transaction overlaps the next batch's fold (commit.py)
                     self._commit(overlap=True)

@@ -247,3 +247,47 @@ def test_a_revoke_waits_for_the_in_flight_commit_within_half_the_budget(
     assert own_commit and own_commit[0] >= BUDGET_S / 2 - 0.1 * len(in_flight) - 1e-6
     # and the revoke as a whole (the fake clock only moves in the slow calls)
     assert clock.monotonic() - began <= BUDGET_S + 0.1 * len(calls)
+
+
+# ------------------------------------------------------------------ a due batch
+
+
+def _batches(metrics: Metrics) -> tuple[float, float]:
+    """(transactions committed, events in them) from the batch size histogram."""
+    samples = {s.name: s.value for m in metrics.batch_events.collect() for s in m.samples}
+    return samples["processor_batch_events_count"], samples["processor_batch_events_sum"]
+
+
+def test_a_due_batch_keeps_folding_while_the_previous_commit_runs() -> None:
+    """A batch due while its predecessor's commit is still in flight could not
+    begin its transaction sooner; the loop keeps folding instead of blocking on
+    that commit, so a record arriving meanwhile joins this batch rather than
+    waiting for the next transaction (a whole commit more: the latency tail)."""
+    config = ServiceConfig(partitions=1, topic_prefix="due", commit_interval_ms=1)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    proc = Processor(config, metrics=Metrics(), transport=MemoryTransport(broker, config))
+    consumed = proc.metrics.records_consumed._value.get
+    entered, release = broker.hold("commit_transaction")
+
+    def produce(seq: int) -> None:
+        broker.produce(config.topics.events, b"s", CODEC.encode_parsed_event("s", LOG[seq]))
+
+    produce(0)
+    running = RunningProcessor(proc)
+    errors = running.errors
+    try:
+        _wait(entered.is_set, errors, "the first batch's commit is in flight")
+        produce(1)  # the next batch: due at once, its predecessor held
+        _wait(lambda: consumed() >= 2, errors, "the second batch is folded")
+        produce(2)
+        deadline = time.monotonic() + 10
+        while consumed() < 3 and time.monotonic() < deadline and not errors:
+            time.sleep(0.01)
+        assert consumed() == 3, "a record arriving while the due batch waits is not folded"
+    finally:
+        release.set()
+    _wait(lambda: _batches(proc.metrics)[1] >= 3, errors, "every record commits")
+    running.stop()
+    assert not running.thread.is_alive() and not errors, errors
+    assert _batches(proc.metrics) == (2, 3)  # [0], then [1, 2] together
