@@ -186,7 +186,9 @@ class Codec:
             raise raised_from(CodecError(f"cannot encode {name}: {exc}"), exc) from exc
         return buf.getvalue()
 
-    def decode_record(self, data: bytes, expected: str | None = None) -> tuple[str, dict[str, Any]]:
+    def decode_record(
+        self, data: bytes | None, expected: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """``(record full name, datum)`` read with the current reader schema."""
         if data is None:
             raise CodecError("record value is null (a tombstone)")
@@ -242,7 +244,7 @@ class Codec:
         """Encode a validated core :class:`Event`."""
         return self.encode_event(session_id, event.to_json(), producer=producer, trusted=True)
 
-    def decode_event(self, data: bytes) -> DecodedEvent:
+    def decode_event(self, data: bytes | None) -> DecodedEvent:
         if data is not None:
             head = data[:_SO_HEADER_LEN]
             if head in self._fast_event_heads:

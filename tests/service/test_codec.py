@@ -537,7 +537,7 @@ def test_bad_marker_unknown_fingerprint_truncation_trailing_bytes() -> None:
     with pytest.raises(CodecError, match="trailing byte"):
         decode_event(data + b"\x00")
     with pytest.raises(CodecError, match="null"):
-        codec.default_codec().decode_record(None)  # type: ignore[arg-type]
+        codec.default_codec().decode_record(None)
     for cut in range(len(data)):
         with pytest.raises(CodecError):
             decode_event(data[:cut])
