@@ -7,6 +7,7 @@ from typing import Any, Final
 
 import orjson
 
+from processor.codec.decoded import DecodedEvent
 from processor.codec.names import (
     _ENVELOPE_KEYS,
     _INT_MAX,
@@ -19,10 +20,6 @@ from processor.codec.names import (
 )
 from processor.codec.payload import (
     _dumps,
-)
-from processor.codec.records import (
-    DecodedEvent,
-    new_decoded,
 )
 from processor.core.errors import raised_from
 from processor.core.events import KNOWN_TYPES
@@ -190,4 +187,4 @@ def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
     flag = rec["ignorable"]
     if flag is not None:
         envelope["ignorable"] = _opaque(flag) if type(flag) is dict else flag
-    return new_decoded(rec["sessionId"], envelope, data_text, rec.get("producer"))
+    return DecodedEvent(rec["sessionId"], envelope, data_text, rec.get("producer"))

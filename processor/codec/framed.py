@@ -13,6 +13,7 @@ from fastavro.schema import to_parsing_canonical_form
 from processor.codec.avro_compiled import Unsupported, Writer, compile_writer
 from processor.codec.avro_event import EVENT_CANONICAL, read_event
 from processor.codec.avro_fast import VIEW_LAYOUT, layout_matches, view_body
+from processor.codec.decoded import DecodedEvent
 from processor.codec.envelope import (
     _check_ints,
     _event_datum,
@@ -43,7 +44,6 @@ from processor.codec.records import (
     Anchor,
     Checkpoint,
     DeadLetter,
-    DecodedEvent,
     View,
     split_view,
 )
