@@ -91,6 +91,11 @@ MYPYC_MODULES = [
     "processor/codec/avro_event.py",
     # orjson + zstd of every view and checkpoint payload (helper `svc3`)
     "processor/codec/payload.py",
+    # the decode chain and the codec's per-record calls (helper `dec`)
+    "processor/codec/decoded.py",
+    "processor/codec/envelope.py",
+    "processor/codec/framed.py",
+    "processor/codec/parted.py",
 ]
 
 

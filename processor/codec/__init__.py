@@ -110,6 +110,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from processor.codec.avro_fast import part_body, view_body
+from processor.codec.decoded import DecodedEvent
 from processor.codec.envelope import shared_string
 from processor.codec.framed import (
     Codec,
@@ -143,7 +144,6 @@ from processor.codec.records import (
     Anchor,
     Checkpoint,
     DeadLetter,
-    DecodedEvent,
     View,
     ViewAssembler,
     join_view_parts,

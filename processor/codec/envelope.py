@@ -7,6 +7,7 @@ from typing import Any, Final
 
 import orjson
 
+from processor.codec.decoded import DecodedEvent
 from processor.codec.names import (
     _ENVELOPE_KEYS,
     _INT_MAX,
@@ -20,10 +21,7 @@ from processor.codec.names import (
 from processor.codec.payload import (
     _dumps,
 )
-from processor.codec.records import (
-    DecodedEvent,
-    new_decoded,
-)
+from processor.core.errors import raised_from
 from processor.core.events import KNOWN_TYPES
 from processor.core.frozen import json_problem
 from processor.core.sharing import FrozenTable
@@ -97,7 +95,7 @@ def _event_datum(
         time = envelope["time"]
         data = envelope["data"]
     except KeyError as exc:
-        raise CodecError(f"event envelope is missing {exc.args[0]!r}") from None
+        raise raised_from(CodecError(f"event envelope is missing {exc.args[0]!r}"), None) from None
     n = len(envelope)
     if n > 4 and not _ENVELOPE_KEYS.issuperset(envelope):
         extra = sorted(str(k) for k in envelope if k not in _ENVELOPE_KEYS)
@@ -119,7 +117,7 @@ def _event_datum(
         try:
             _loads(data_text)
         except _JSONDecodeError as exc:
-            raise CodecError(f"data_text is not valid JSON: {exc}") from exc
+            raise raised_from(CodecError(f"data_text is not valid JSON: {exc}"), exc) from exc
     op = seqs = flag = None
     if n > 4:
         if not trusted:
@@ -161,7 +159,7 @@ def _opaque(value: dict[str, Any]) -> Any:
     try:
         return _loads(value["json"])
     except _JSONDecodeError as exc:
-        raise CodecError(f"OpaqueJson is not valid JSON: {exc}") from exc
+        raise raised_from(CodecError(f"OpaqueJson is not valid JSON: {exc}"), exc) from exc
 
 
 def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
@@ -169,7 +167,7 @@ def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
     try:
         data = _loads(data_text)
     except _JSONDecodeError as exc:
-        raise CodecError(f"SessionEvent.data is not valid JSON: {exc}") from exc
+        raise raised_from(CodecError(f"SessionEvent.data is not valid JSON: {exc}"), exc) from exc
     etype = rec["type"]
     envelope: dict[str, Any] = {
         # shared: a held session keeps its events, and a copy of "message" or
@@ -189,4 +187,4 @@ def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
     flag = rec["ignorable"]
     if flag is not None:
         envelope["ignorable"] = _opaque(flag) if type(flag) is dict else flag
-    return new_decoded(rec["sessionId"], envelope, data_text, rec.get("producer"))
+    return DecodedEvent(rec["sessionId"], envelope, data_text, rec.get("producer"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import fastavro
 from fastavro.schema import fingerprint as _fingerprint_hex
@@ -12,7 +12,8 @@ from fastavro.schema import to_parsing_canonical_form
 
 from processor.codec.avro_compiled import Unsupported, Writer, compile_writer
 from processor.codec.avro_event import EVENT_CANONICAL, read_event
-from processor.codec.avro_fast import PART_LAYOUT, VIEW_LAYOUT, layout_matches, view_body
+from processor.codec.avro_fast import VIEW_LAYOUT, layout_matches, view_body
+from processor.codec.decoded import DecodedEvent
 from processor.codec.envelope import (
     _check_ints,
     _event_datum,
@@ -23,7 +24,6 @@ from processor.codec.names import (
     _ENCODINGS,
     _SO_HEADER_LEN,
     CHECKPOINT,
-    CHECKPOINT_PART,
     COMPRESS_THRESHOLD,
     CONFLUENT_MAGIC,
     DEAD_LETTER,
@@ -44,7 +44,6 @@ from processor.codec.records import (
     Anchor,
     Checkpoint,
     DeadLetter,
-    DecodedEvent,
     View,
     split_view,
 )
@@ -54,6 +53,7 @@ from processor.codec.schemas import (
     _parse,
     _Plan,
 )
+from processor.core.errors import raised_from
 from processor.core.events import Event
 
 _writer = fastavro.schemaless_writer
@@ -82,9 +82,12 @@ class Codec:
             raise ValueError(f"unknown framing {framing!r} (single-object | confluent)")
         if framing == "confluent" and resolver is None:
             raise ValueError("confluent framing needs a SchemaIdResolver")
-        self.framing: Framing = framing
-        self.store = store if store is not None else SchemaStore.default()
-        self.resolver = resolver
+        # Final: the caches below are keyed by record name only, so what they
+        # derive from (the schema set, the registry, the framing) must not be
+        # swapped under them; a store never replaces a current schema (add refuses)
+        self.framing: Final[Framing] = framing
+        self.store: Final[SchemaStore] = store if store is not None else SchemaStore.default()
+        self.resolver: Final[SchemaIdResolver | None] = resolver
         self.compress_threshold = compress_threshold
         self._headers: dict[str, bytes] = {}
         self._id_plans: dict[int, _Plan] = {}
@@ -113,7 +116,9 @@ class Codec:
                 try:
                     schema_id = self.resolver.id_for_schema(name, info.schema)
                 except Exception as exc:
-                    raise CodecError(f"schema registry refused {name}: {exc}") from exc
+                    raise raised_from(
+                        CodecError(f"schema registry refused {name}: {exc}"), exc
+                    ) from exc
                 head = CONFLUENT_MAGIC + schema_id.to_bytes(4, "big")
             self._headers[name] = head
         return head
@@ -129,7 +134,7 @@ class Codec:
             try:
                 writer = _parse(self.resolver.schema_for_id(schema_id))
             except Exception as exc:
-                raise CodecError(f"unknown schema id {schema_id}: {exc}") from exc
+                raise raised_from(CodecError(f"unknown schema id {schema_id}: {exc}"), exc) from exc
             fp = bytes.fromhex(_fingerprint_hex(to_parsing_canonical_form(writer), "CRC-64-AVRO"))
             if self.store.get(fp) is not None:
                 plan = self.store.plan(fp)
@@ -178,10 +183,12 @@ class Codec:
         try:
             _writer(buf, schema, datum)
         except Exception as exc:
-            raise CodecError(f"cannot encode {name}: {exc}") from exc
+            raise raised_from(CodecError(f"cannot encode {name}: {exc}"), exc) from exc
         return buf.getvalue()
 
-    def decode_record(self, data: bytes, expected: str | None = None) -> tuple[str, dict[str, Any]]:
+    def decode_record(
+        self, data: bytes | None, expected: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """``(record full name, datum)`` read with the current reader schema."""
         if data is None:
             raise CodecError("record value is null (a tombstone)")
@@ -193,8 +200,9 @@ class Codec:
         try:
             rec = _reader(fo, plan.writer, plan.reader)
         except Exception as exc:
-            raise CodecError(
-                f"corrupt or truncated {plan.name} body: {type(exc).__name__}: {exc}"
+            raise raised_from(
+                CodecError(f"corrupt or truncated {plan.name} body: {type(exc).__name__}: {exc}"),
+                exc,
             ) from exc
         end = fo.tell()
         if end != len(data):
@@ -227,7 +235,7 @@ class Codec:
         try:
             _writer(buf, self._event_writer, datum)
         except Exception as exc:
-            raise CodecError(f"cannot encode SessionEvent: {exc}") from exc
+            raise raised_from(CodecError(f"cannot encode SessionEvent: {exc}"), exc) from exc
         return buf.getvalue()
 
     def encode_parsed_event(
@@ -236,7 +244,7 @@ class Codec:
         """Encode a validated core :class:`Event`."""
         return self.encode_event(session_id, event.to_json(), producer=producer, trusted=True)
 
-    def decode_event(self, data: bytes) -> DecodedEvent:
+    def decode_event(self, data: bytes | None) -> DecodedEvent:
         if data is not None:
             head = data[:_SO_HEADER_LEN]
             if head in self._fast_event_heads:
@@ -318,27 +326,14 @@ class Codec:
         value: bytes,
     ) -> bytes:
         """:meth:`encode_view` of the one-part ``View`` of these fields, without
-        building the record (several per changed session and batch)."""
-        if encoding not in _ENCODINGS or not self.fast_layout(VIEW, VIEW_LAYOUT):
-            return self.encode_view(
-                View(session_id, view, as_of_seq, state_version, encoding, value)
+        building the record (several per changed session and batch: the engine's
+        output calls this per view record; view_body refuses the int fields with
+        ``_check_ints``'s texts)."""
+        if encoding in _ENCODINGS and self.fast_layout(VIEW, VIEW_LAYOUT):
+            return self.header(VIEW) + view_body(
+                session_id, view, as_of_seq, state_version, encoding, value, 0, 1
             )
-        _check_ints(VIEW, stateVersion=state_version)
-        return self.header(VIEW) + view_body(
-            session_id, view, as_of_seq, state_version, encoding, value, 0, 1
-        )
-
-    def fast_heads(self) -> tuple[bytes | None, bytes | None]:
-        """The frame heads of ``View`` and ``CheckpointPart`` records when
-        avro_fast.py encodes their current schemas (None: it does not, use
-        :meth:`encode_whole_view` / ``parted.encode_part``).  The engine asks once
-        per changed session, not per record: each of these lookups is an
-        interpreted call, several per record before (engine/output.py)."""
-        view = self.header(VIEW) if self.fast_layout(VIEW, VIEW_LAYOUT) else None
-        part = (
-            self.header(CHECKPOINT_PART) if self.fast_layout(CHECKPOINT_PART, PART_LAYOUT) else None
-        )
-        return view, part
+        return self.encode_view(View(session_id, view, as_of_seq, state_version, encoding, value))
 
     def decode_view(self, data: bytes) -> View:
         rec = self.decode_record(data, VIEW)[1]

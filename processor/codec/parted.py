@@ -40,14 +40,8 @@ def split_part_key(key: bytes) -> tuple[str, str] | None:
         return None
 
 
-def encode_part(
-    codec: Codec, name: str, version: int, value: Any, frame: bytes | None = None
-) -> bytes:
-    """``frame``: the part frame head when the caller looked it up already
-    (``Codec.fast_heads``, once per session on the engine's output path)."""
+def encode_part(codec: Codec, name: str, version: int, value: Any) -> bytes:
     encoding, payload = encode_json_payload(value, threshold=codec.compress_threshold)
-    if frame is not None:
-        return frame + part_body(name, version, encoding, payload)
     if codec.fast_layout(CHECKPOINT_PART, PART_LAYOUT):  # a record per node event
         return codec.header(CHECKPOINT_PART) + part_body(name, version, encoding, payload)
     return codec.encode_record(

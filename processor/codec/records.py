@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 from processor.codec.names import (
     COMPRESS_THRESHOLD,
@@ -16,68 +16,6 @@ from processor.codec.payload import (
     decode_json_payload,
     encode_json_payload,
 )
-from processor.core.events import Event, parse_event
-
-
-@dataclass(frozen=True, slots=True)
-class DecodedEvent:
-    """A decoded ``SessionEvent``.
-
-    ``envelope`` is the camelCase JSON envelope (plain dicts/lists, ``data``
-    decoded by orjson); ``data_text`` is the exact ``data`` JSON text the
-    writer produced; ``producer`` is the v2 field (``None`` for v1 records).
-    """
-
-    session_id: str
-    envelope: dict[str, Any]
-    data_text: str
-    producer: str | None = None
-
-    @property
-    def seq(self) -> int:
-        return cast(int, self.envelope["seq"])
-
-    def to_event(self) -> Event:
-        """Validate into a core :class:`Event` (raises ``SessionError``)."""
-        return parse_event(self.envelope, trusted_json=True)
-
-
-_DecodedMaker = Callable[[str, dict[str, Any], str, "str | None"], DecodedEvent]
-
-
-def _slot_decoded_maker() -> _DecodedMaker:
-    """``DecodedEvent(...)`` without the frozen dataclass ``__init__`` (one per
-    consumed event: its ``object.__setattr__`` per field was ~0.4 us of it);
-    the slot descriptors written directly give the same object.  Where the
-    probe does not come out identical, the ordinary constructor is used."""
-    try:
-        s_sid, s_env, s_text, s_prod = (
-            vars(DecodedEvent)[f].__set__
-            for f in ("session_id", "envelope", "data_text", "producer")
-        )
-        new = DecodedEvent.__new__
-
-        def make(
-            session_id: str, envelope: dict[str, Any], data_text: str, producer: str | None
-        ) -> DecodedEvent:
-            decoded: DecodedEvent = new(DecodedEvent)
-            s_sid(decoded, session_id)
-            s_env(decoded, envelope)
-            s_text(decoded, data_text)
-            s_prod(decoded, producer)
-            return decoded
-
-        probe_args: tuple[str, dict[str, Any], str, str | None] = ("s", {"seq": 1}, "{}", "p")
-        probe = make(*probe_args)
-        if probe == DecodedEvent(*probe_args) and repr(probe) == repr(DecodedEvent(*probe_args)):
-            return make
-    except (KeyError, AttributeError, TypeError):
-        pass
-    return DecodedEvent
-
-
-#: how the codec builds a :class:`DecodedEvent` (tests/service/test_codec.py checks)
-new_decoded: _DecodedMaker = _slot_decoded_maker()
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ from processor.codec import (
     Checkpoint,
     Codec,
     View,
-    ViewEncoding,
     encode_head,
     encode_json_payload,
     encode_part,
@@ -27,7 +26,6 @@ from processor.codec import (
     session_key,
     split_view,
     stale_part_keys,
-    view_body,
     view_key,
 )
 from processor.config import ServiceConfig
@@ -79,37 +77,17 @@ def session_output(
     published, updated here.
     """
     generations = rt.override_generations()
-    view_frame, part_frame = codec.fast_heads()  # once per session, not per record
     if changes is not None:
         yield from _views(
             rt,
             changes,
             view_parts,
             generations,
-            view_frame,
             config=config,
             codec=codec,
             tally=tally,
         )
-    yield from _checkpoint(rt, generations, part_frame, config=config, codec=codec, tally=tally)
-
-
-def _whole_view(
-    codec: Codec,
-    frame: bytes | None,
-    sid: str,
-    name: str,
-    as_of: int,
-    state_version: int,
-    encoding: ViewEncoding,
-    payload: bytes,
-) -> bytes:
-    """``codec.encode_whole_view`` (the same bytes and refusals: view_body checks
-    the int fields with the same texts); ``frame``: the frame head, looked up once
-    per session (None: no fast layout, the codec's path)."""
-    if frame is None:
-        return codec.encode_whole_view(sid, name, as_of, state_version, encoding, payload)
-    return frame + view_body(sid, name, as_of, state_version, encoding, payload, 0, 1)
+    yield from _checkpoint(rt, generations, config=config, codec=codec, tally=tally)
 
 
 def _views(
@@ -117,7 +95,6 @@ def _views(
     changes: Iterable[ViewChange],
     view_parts: dict[tuple[str, str], int],
     generations: dict[int, int],
-    frame: bytes | None,
     *,
     config: ServiceConfig,
     codec: Codec,
@@ -136,7 +113,7 @@ def _views(
     threshold = codec.compress_threshold
     for name, value in writes.records:
         encoding, payload = encode_json_payload(value, threshold=threshold)
-        encoded = _whole_view(codec, frame, sid, name, as_of, CORE_STATE_VERSION, encoding, payload)
+        encoded = codec.encode_whole_view(sid, name, as_of, CORE_STATE_VERSION, encoding, payload)
         yield Out(topic, partition, view_key(sid, name), encoded)
     tally.views_published += len(writes.records)
     max_bytes = config.max_view_bytes
@@ -152,8 +129,8 @@ def _views(
         if old_parts == 1 and 0 < len(payload) <= max_bytes:
             # nearly every unit view: one part before and after, nothing to
             # tombstone or to remember (the general path below, short)
-            encoded = _whole_view(
-                codec, frame, sid, change.name, as_of, change.state_version, encoding, payload
+            encoded = codec.encode_whole_view(
+                sid, change.name, as_of, change.state_version, encoding, payload
             )
             yield Out(topic, partition, view_key(sid, change.name), encoded)
             tally.views_published += 1
@@ -172,9 +149,7 @@ def _views(
     for name in writes.tombstones:
         yield Out(topic, partition, view_key(sid, name), None)
     encoding, payload = encode_json_payload(writes.head, threshold=threshold)
-    encoded = _whole_view(
-        codec, frame, sid, VIEW_HEAD, as_of, CORE_STATE_VERSION, encoding, payload
-    )
+    encoded = codec.encode_whole_view(sid, VIEW_HEAD, as_of, CORE_STATE_VERSION, encoding, payload)
     yield Out(topic, partition, view_key(sid, VIEW_HEAD), encoded)
     tally.views_published += 1
 
@@ -182,7 +157,6 @@ def _views(
 def _checkpoint(
     rt: SessionRuntime,
     generations: dict[int, int],
-    part_frame: bytes | None,
     *,
     config: ServiceConfig,
     codec: Codec,
@@ -209,7 +183,7 @@ def _checkpoint(
             topic,
             partition,
             part_key(sid, name),
-            encode_part(codec, name, version, value, part_frame),
+            encode_part(codec, name, version, value),
         )
     for name in writes.tombstones:
         yield Out(topic, partition, part_key(sid, name), None)
