@@ -267,8 +267,26 @@ register((Event,), (ABSENT,))
 _SETTLE: Final = SETTLE
 
 
-def _settled(event: Event) -> Event:
-    """``event``, untracked by the collector where the build can (leaf.py)."""
+def _frozen_event(
+    etype: str,
+    seq: int,
+    time: int,
+    raw: dict[str, Any],
+    has_op: bool,
+    has_src: bool,
+    ignorable: bool | None,
+) -> Event:
+    """The Event of a checked envelope: its JSON frozen, the event untracked by
+    the collector where the build can (leaf.py)."""
+    event = _new_event(
+        etype,
+        seq,
+        time,
+        freeze(raw["data"]),
+        freeze(raw["surfaceOp"]) if has_op else ABSENT,
+        freeze(raw["sourceEventSeqs"]) if has_src else ABSENT,
+        ignorable,
+    )
     return event if _SETTLE is None else _SETTLE(event)
 
 
@@ -337,9 +355,7 @@ def parse_event(raw: Any, *, trusted_json: bool = False) -> Event:
             # the key view with a set, which walked every key twice.
             n = len(raw)
             if n == 4:  # type, seq, time, data only
-                return _settled(
-                    _new_event(etype, seq, time, freeze(raw["data"]), ABSENT, ABSENT, None)
-                )
+                return _frozen_event(etype, seq, time, raw, False, False, None)
             has_op = "surfaceOp" in raw
             has_src = "sourceEventSeqs" in raw
             ignorable = raw.get("ignorable", ABSENT)
@@ -348,16 +364,8 @@ def parse_event(raw: Any, *, trusted_json: bool = False) -> Event:
                 and (ignorable is True or ignorable is ABSENT)
                 and (etype not in _LOG_ONLY_KNOWN or not (has_op or has_src))
             ):
-                return _settled(
-                    _new_event(
-                        etype,
-                        seq,
-                        time,
-                        freeze(raw["data"]),
-                        freeze(raw["surfaceOp"]) if has_op else ABSENT,
-                        freeze(raw["sourceEventSeqs"]) if has_src else ABSENT,
-                        True if ignorable is True else None,
-                    )
+                return _frozen_event(
+                    etype, seq, time, raw, has_op, has_src, True if ignorable is True else None
                 )
     return _parse_event_checked(raw, trusted_json)
 
@@ -401,16 +409,8 @@ def _parse_event_checked(raw: Any, trusted_json: bool) -> Event:
         for key in ("surfaceOp", "sourceEventSeqs"):
             if key in raw:
                 raise SessionError(seq, "E-5", f"{etype} must not carry {key}")
-    return _settled(
-        _new_event(
-            etype,
-            seq,
-            time,
-            freeze(raw["data"]),
-            freeze(raw["surfaceOp"]) if "surfaceOp" in raw else ABSENT,
-            freeze(raw["sourceEventSeqs"]) if "sourceEventSeqs" in raw else ABSENT,
-            ignorable,
-        )
+    return _frozen_event(
+        etype, seq, time, raw, "surfaceOp" in raw, "sourceEventSeqs" in raw, ignorable
     )
 
 
