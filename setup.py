@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
@@ -123,8 +123,10 @@ def _ext_modules() -> dict[str, Any]:
     from mypyc.build import mypycify
 
     # the strict config names processor.agent too: not built here, not an error
-    return {"ext_modules": mypycify(["--no-warn-unused-configs", *MYPYC_MODULES],
-                                    opt_level="3")}
+    compiled = mypycify(["--no-warn-unused-configs", *MYPYC_MODULES], opt_level="3")
+    # frozen values out of the cyclic collector (processor/core/leaf.py)
+    leaf = Extension("processor.core._leaf", ["processor/core/_leaf.c"])
+    return {"ext_modules": [*compiled, leaf]}
 
 
 setup(cmdclass={"build_py": BuildWithSharedData}, **_ext_modules())

@@ -25,6 +25,7 @@ import orjson
 
 from processor.core.errors import SessionError, raised_from
 from processor.core.frozen import freeze, json_problem
+from processor.core.leaf import SETTLE, register
 
 SURFACE_TYPES: Final = frozenset(
     {"system/message", "developer/message", "user/message", "assistant/message", "tool/result"}
@@ -260,6 +261,34 @@ def _slot_event_maker() -> _EventMaker:
 
 _new_event: _EventMaker = _slot_event_maker()
 
+# An Event parse_event builds holds scalars, ABSENT and frozen values, and is
+# immutable: it cannot be part of a reference cycle either (leaf.py).
+register((Event,), (ABSENT,))
+_SETTLE: Final = SETTLE
+
+
+def _frozen_event(
+    etype: str,
+    seq: int,
+    time: int,
+    raw: dict[str, Any],
+    has_op: bool,
+    has_src: bool,
+    ignorable: bool | None,
+) -> Event:
+    """The Event of a checked envelope: its JSON frozen, the event untracked by
+    the collector where the build can (leaf.py)."""
+    event = _new_event(
+        etype,
+        seq,
+        time,
+        freeze(raw["data"]),
+        freeze(raw["surfaceOp"]) if has_op else ABSENT,
+        freeze(raw["sourceEventSeqs"]) if has_src else ABSENT,
+        ignorable,
+    )
+    return event if _SETTLE is None else _SETTLE(event)
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -326,7 +355,7 @@ def parse_event(raw: Any, *, trusted_json: bool = False) -> Event:
             # the key view with a set, which walked every key twice.
             n = len(raw)
             if n == 4:  # type, seq, time, data only
-                return _new_event(etype, seq, time, freeze(raw["data"]), ABSENT, ABSENT, None)
+                return _frozen_event(etype, seq, time, raw, False, False, None)
             has_op = "surfaceOp" in raw
             has_src = "sourceEventSeqs" in raw
             ignorable = raw.get("ignorable", ABSENT)
@@ -335,14 +364,8 @@ def parse_event(raw: Any, *, trusted_json: bool = False) -> Event:
                 and (ignorable is True or ignorable is ABSENT)
                 and (etype not in _LOG_ONLY_KNOWN or not (has_op or has_src))
             ):
-                return _new_event(
-                    etype,
-                    seq,
-                    time,
-                    freeze(raw["data"]),
-                    freeze(raw["surfaceOp"]) if has_op else ABSENT,
-                    freeze(raw["sourceEventSeqs"]) if has_src else ABSENT,
-                    True if ignorable is True else None,
+                return _frozen_event(
+                    etype, seq, time, raw, has_op, has_src, True if ignorable is True else None
                 )
     return _parse_event_checked(raw, trusted_json)
 
@@ -386,14 +409,8 @@ def _parse_event_checked(raw: Any, trusted_json: bool) -> Event:
         for key in ("surfaceOp", "sourceEventSeqs"):
             if key in raw:
                 raise SessionError(seq, "E-5", f"{etype} must not carry {key}")
-    return _new_event(
-        etype,
-        seq,
-        time,
-        freeze(raw["data"]),
-        freeze(raw["surfaceOp"]) if "surfaceOp" in raw else ABSENT,
-        freeze(raw["sourceEventSeqs"]) if "sourceEventSeqs" in raw else ABSENT,
-        ignorable,
+    return _frozen_event(
+        etype, seq, time, raw, "surfaceOp" in raw, "sourceEventSeqs" in raw, ignorable
     )
 
 

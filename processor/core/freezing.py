@@ -11,11 +11,16 @@ from __future__ import annotations
 from typing import Any, Final
 
 from processor.core.frozen_types import MAX_DEPTH, FrozenDict, FrozenList, JsonDepthError
+from processor.core.leaf import SETTLE
 
 # The frozen types as module constants: compiled, a Final is a C static, while
 # each use of an imported class name is a lookup in the module's dict.
 _FROZEN_DICT: Final = FrozenDict
 _FROZEN_LIST: Final = FrozenList
+# Untracks each frozen container whose parts are scalars or settled parts (the
+# compiled build; None in the pure one): kept events are then no work for the
+# young collections (leaf.py).
+_SETTLE: Final = SETTLE
 
 
 def _done(t: type) -> bool:
@@ -59,7 +64,8 @@ def freeze(value: Any, _depth: int = 0) -> Any:
                 if copy is None:
                     copy = dict(src)
                 copy[k] = freeze(v, d)
-        return _FROZEN_DICT(src if copy is None else copy)
+        frozen_dict = _FROZEN_DICT(src if copy is None else copy)
+        return frozen_dict if _SETTLE is None else _SETTLE(frozen_dict)
     if t is list or t is tuple:
         if _depth >= MAX_DEPTH:
             raise JsonDepthError()
@@ -73,12 +79,16 @@ def freeze(value: Any, _depth: int = 0) -> Any:
                 if items is None:
                     items = list(value)
                 items[i] = freeze(v, d)
-        return _FROZEN_LIST(value if items is None else items)
+        frozen_list = _FROZEN_LIST(value if items is None else items)
+        return frozen_list if _SETTLE is None else _SETTLE(frozen_list)
     # the union below is built per call: scalars and frozen parts first
     if _done(t) or not isinstance(value, dict | list | tuple):
         return value
     if _depth >= MAX_DEPTH:
         raise JsonDepthError()
+    frozen: Any
     if isinstance(value, dict):
-        return FrozenDict({k: freeze(v, _depth + 1) for k, v in value.items()})
-    return FrozenList([freeze(v, _depth + 1) for v in value])
+        frozen = FrozenDict({k: freeze(v, _depth + 1) for k, v in value.items()})
+    else:
+        frozen = FrozenList([freeze(v, _depth + 1) for v in value])
+    return frozen if _SETTLE is None else _SETTLE(frozen)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Final, NoReturn
 
 from processor.core.errors import SessionError
+from processor.core.leaf import register
 
 #: Deepest nesting of dicts and lists a frozen value may have.  Untrusted JSON
 #: (orjson accepts 1024 levels) would otherwise overflow the Python stack in
@@ -83,6 +84,11 @@ class FrozenList(list[Any]):
 
     def __reduce__(self) -> Any:
         return (FrozenList, (list(self),))
+
+
+# frozen values hold only scalars and finished frozen parts (freeze builds them
+# bottom-up): none can be part of a reference cycle (processor/core/leaf.py)
+register((FrozenDict, FrozenList))
 
 
 def thaw(value: Any) -> Any:

@@ -1,0 +1,6 @@
+from typing import TypeVar
+
+_T = TypeVar("_T")
+
+def settle(obj: _T, /) -> _T: ...
+def register(types: tuple[type, ...], objects: tuple[object, ...], /) -> None: ...

@@ -1,0 +1,30 @@
+"""Frozen values out of the cyclic collector, where the build can do it.
+
+The compiled build ships the C module ``processor.core._leaf`` (setup.py):
+its ``settle(obj)`` untracks a frozen container or event whose references
+cannot lead back to it (CPython's rule for tuples, which it never applies to
+dict/list subclasses), so young collections no longer walk every kept event.
+The pure build has no C module: :data:`SETTLE` is None and the values stay
+tracked, which changes nothing but the collector's work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+try:
+    from processor.core import _leaf
+except ImportError:  # the pure build
+    _leaf = None  # type: ignore[assignment]
+
+#: ``settle(obj) -> obj``, or None where the C module is not built
+SETTLE: Final[Callable[[Any], Any] | None] = _leaf.settle if _leaf is not None else None
+
+
+def register(types: tuple[type, ...], inert: tuple[object, ...] = ()) -> None:
+    """Let :data:`SETTLE` untrack instances of ``types`` (immutable, built from
+    finished parts only) whose references are scalars, their own type, the
+    ``inert`` singletons or untracked instances of registered types."""
+    if _leaf is not None:
+        _leaf.register(types, inert)
