@@ -96,6 +96,8 @@ MYPYC_MODULES = [
     "processor/codec/envelope.py",
     "processor/codec/framed.py",
     "processor/codec/parted.py",
+    # the service loop's per-record fold (helper `svc4`, figure 2)
+    "processor/service/fold_loop.py",
 ]
 
 

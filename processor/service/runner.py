@@ -55,6 +55,7 @@ from processor.engine.commands import Command
 from processor.service.broker_watch import BrokerWatch
 from processor.service.commit import Committer
 from processor.service.control import ControlChannel
+from processor.service.fold_loop import fold_messages
 from processor.service.heap import HeapPolicy
 from processor.service.kafka_errors import ClientProblems, message_error
 from processor.service.metrics import Metrics
@@ -62,9 +63,9 @@ from processor.service.progress import ProgressWatch
 from processor.service.query_cache import QueryCache
 from processor.service.rebalance import Rebalance
 from processor.service.registry import codec_for
-from processor.service.restore import AnchorError, read_key_range
+from processor.service.restore import read_key_range
 from processor.service.retry import run_all
-from processor.service.state import CheckpointStore, StoreUnusable
+from processor.service.state import CheckpointStore
 from processor.service.transport import GroupConsumer, KafkaTransport, Msg, Transport
 
 log = logging.getLogger("processor.runner")
@@ -366,40 +367,8 @@ class Processor:
         pending = self._pending
         if pending.empty():
             pending.started = polled_at if polled_at is not None else time.monotonic()
-        # per record: only what differs by record (names looked up once per batch)
-        parts = self.engine.partitions
-        fold = self.engine.fold
-        offsets = pending.offsets
-        consumed = 0
-        for msg in msgs:
-            if msg.error() is not None:
-                self._consume_error(msg)
-                continue
-            number = msg.partition() or 0
-            part = parts.get(number)
-            if part is None:
-                continue  # fetched just before a revoke
-            consumed += 1
-            offset = msg.offset()
-            ts = msg.timestamp()[1]
-            rec = Record(  # _record, inlined: one call less per record
-                msg.topic() or "",
-                number,
-                offset if offset is not None else -1,
-                msg.key(),
-                msg.value(),
-                ts if ts > 0 else int(time.time() * 1000),
-            )
-            try:
-                fold(part, rec)
-            except (AnchorError, StoreUnusable, KafkaException):  # the run's, not the record's
-                raise
-            except Exception as exc:  # one record's failure is that record's dead letter
-                log.exception(
-                    "record %s[%d]@%d could not be interpreted", rec.topic, number, rec.offset
-                )
-                self.engine.fail(part, rec, exc)
-            offsets[number] = rec.offset + 1
+        # per record: compiled (fold_loop.py)
+        consumed = fold_messages(self.engine, msgs, self._consume_error)
         pending.events += consumed
         self.metrics.records_consumed.inc(consumed)
         self._flush_tally(decided=False)  # decisions count when committed (commit.py)
