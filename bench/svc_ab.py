@@ -132,6 +132,20 @@ def _partition(key: bytes, n: int) -> int:
     return int(partition_of(key, n))
 
 
+def in_partition_order(data: list[tuple[bytes, bytes]]) -> list[tuple[int, int, bytes, bytes]]:
+    """(partition, offset, key, value) of each event, in partition order as the
+    in-memory consumer hands them out (a batch is then most of one partition:
+    each session's events together)."""
+    offsets = dict.fromkeys(range(PARTITIONS), 0)
+    placed = []
+    for key, value in data:
+        p = _partition(key, PARTITIONS)
+        placed.append((p, offsets[p], key, value))
+        offsets[p] += 1
+    placed.sort(key=lambda r: r[0])
+    return placed
+
+
 def cmd_mem_run(args: argparse.Namespace) -> None:
     from processor.config import ServiceConfig
     from processor.service.memory import MemoryBroker, MemoryTransport
@@ -206,15 +220,10 @@ def cmd_engine(args: argparse.Namespace) -> None:
         engine = Engine(config, default_codec(), default_registry(), default_message_projections())
         for p in range(PARTITIONS):
             engine.partitions[p] = PartitionState(p)
-        offsets = dict.fromkeys(range(PARTITIONS), 0)
-        records = []
-        for key, value in data:
-            p = _partition(key, PARTITIONS)
-            records.append(Record(config.topics.events, p, offsets[p], key, value, 1_000))
-            offsets[p] += 1
-        # in partition order, as the in-memory consumer hands them out (a
-        # batch is then most of one partition: each session's events together)
-        records.sort(key=lambda r: r.partition)
+        records = [
+            Record(config.topics.events, p, offset, key, value, 1_000)
+            for p, offset, key, value in in_partition_order(data)
+        ]
         sha = hashlib.sha256()
         n_out = fold_s = out_s = 0.0
         # the service's collector settings (heap.py): thresholds, a settle per commit
