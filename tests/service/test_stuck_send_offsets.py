@@ -11,6 +11,9 @@ only needs the commit to happen while the stuck call still hangs.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -66,3 +69,18 @@ def test_a_send_offsets_stuck_past_its_timeout_is_given_up_and_the_batch_refolde
     assert not running.thread.is_alive() and not errors, errors
     # the whole log committed through the new producer
     assert broker.group_offsets[(CONFIG.group_id, CONFIG.topics.events, 0)] == len(LOG)
+
+
+def test_a_process_with_a_given_up_helper_still_exits() -> None:
+    """The stuck call never returns: its thread must not keep the process from
+    ending at shutdown (a ``ThreadPoolExecutor`` worker is joined at exit)."""
+    script = (
+        "import threading\n"
+        "from processor.service.txn_helper import Helper\n"
+        "helper = Helper('txn-helper')\n"
+        "helper.submit(threading.Event().wait)\n"
+        "helper.shutdown(wait=False)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, timeout=60, check=False)
+    assert done.returncode == 0
