@@ -68,6 +68,10 @@ timeline = logging.getLogger("processor.timeline")
 HANG_GRACE_S = 15.0
 
 
+class StuckCall(KafkaException):
+    """A transaction call given up past its timeout (``Committer._await_offsets``)."""
+
+
 @dataclass
 class _InFlight:
     """A batch whose ``commit_transaction`` runs on the helper thread."""
@@ -116,6 +120,10 @@ class Committer:
         self.rewind: Callable[[list[int]], None] = lambda numbers: None
         self.failures = FailureTracker(metrics)
         self.fatal_budget = FatalBudget()
+        #: replacements after a stuck ``send_offsets_to_transaction``: a bound of
+        #: their own (each leaves a thread and a client behind), so a stuck call
+        #: after broker faults that spent ``fatal_budget`` is not the end of the run
+        self.stuck_budget = FatalBudget()
         self.leaving: set[int] = set()  # partitions being revoked (during on_revoke)
         #: while revoking: the monotonic time the revoke's commit must end by
         #: (``revoke_budget_ms``; the derived transaction timeout assumes it)
@@ -276,7 +284,7 @@ class Committer:
             helper, self._helper = self._helper, None
             if helper is not None:
                 helper.shutdown(wait=False)
-            raise KafkaException(
+            raise StuckCall(
                 KafkaError(
                     KafkaError._TIMED_OUT,
                     f"send_offsets_to_transaction did not return {self.hang_grace_s:.0f} s "
@@ -550,7 +558,9 @@ class Committer:
             verdict.kind is Kind.FATAL
             and eos
             and err is not None
-            and self.replace_producer(err, now - opened)
+            and self.replace_producer(
+                err, now - opened, self.stuck_budget if isinstance(exc, StuckCall) else None
+            )
         ):
             pass  # the new producer fenced the broken one; refold below
         elif verdict.kind in (Kind.FATAL, Kind.DENIED):
@@ -565,7 +575,9 @@ class Committer:
         if not self.leaving:
             self._stop.wait(backoff)
 
-    def replace_producer(self, err: KafkaError, open_s: float) -> bool:
+    def replace_producer(
+        self, err: KafkaError, open_s: float, budget: FatalBudget | None = None
+    ) -> bool:
         """Survive a fatal producer error that a broker fault caused.
 
         A coordinator moving during a commit can leave librdkafka's
@@ -601,7 +613,7 @@ class Committer:
                 self.instance_id,
             )
             return False
-        if not self.fatal_budget.allow(err):
+        if not (budget or self.fatal_budget).allow(err):
             return False
         log.error("producer fatal error (%s); replacing the producer", err)
         self.producer = self.transport.output_producer(self.instance_id, self.problems)
