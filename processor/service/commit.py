@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -56,12 +56,20 @@ from processor.service.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
 from processor.service.retry import FENCED, FatalBudget, retry
 from processor.service.state import CheckpointStore
 from processor.service.transport import GroupConsumer, Transport, TxnProducer
+from processor.service.txn_helper import Helper
 
 log = logging.getLogger("processor.runner")
 #: one DEBUG line per transaction with when each step ended (``--log-level
 #: DEBUG``; bench/latency.py ``BENCH_LATENCY_TIMELINE``): where a slow
 #: transaction spent its time (BENCHMARKS §5, ``tail``)
 timeline = logging.getLogger("processor.timeline")
+#: How far past its own timeout a ``send_offsets_to_transaction`` call is
+#: taken as stuck for good (``Committer._await_offsets``).
+HANG_GRACE_S = 15.0
+
+
+class StuckCall(KafkaException):
+    """A transaction call given up past its timeout (``Committer._await_offsets``)."""
 
 
 @dataclass
@@ -112,6 +120,10 @@ class Committer:
         self.rewind: Callable[[list[int]], None] = lambda numbers: None
         self.failures = FailureTracker(metrics)
         self.fatal_budget = FatalBudget()
+        #: replacements after a stuck ``send_offsets_to_transaction``: a bound of
+        #: their own (each leaves a thread and a client behind), so a stuck call
+        #: after broker faults that spent ``fatal_budget`` is not the end of the run
+        self.stuck_budget = FatalBudget()
         self.leaving: set[int] = set()  # partitions being revoked (during on_revoke)
         #: while revoking: the monotonic time the revoke's commit must end by
         #: (``revoke_budget_ms``; the derived transaction timeout assumes it)
@@ -134,7 +146,14 @@ class Committer:
         self._reported: set[tuple[str, int]] = set()
         #: sends a batch's offsets while the loop produces its output, and commits
         #: a batch while the loop folds the next one (commit)
-        self._helper: ThreadPoolExecutor | None = None
+        self._helper: Helper | None = None
+        #: ``send_offsets_to_transaction``'s timeout, and how far past it a call
+        #: counts as stuck for good (:meth:`_await_offsets`)
+        self.offsets_timeout_s = 30.0
+        self.hang_grace_s = HANG_GRACE_S
+        #: when the helper's current ``send_offsets_to_transaction`` should have
+        #: returned by (its timeout from its start; None: none runs)
+        self._offsets_due: float | None = None
         #: the batch being committed on the helper thread (settle finishes it)
         self._inflight: _InFlight | None = None
         #: delivery reports of checkpoint records, appended on whichever thread
@@ -233,18 +252,50 @@ class Committer:
         assert producer is not None and consumer is not None
         group = consumer.consumer_group_metadata()  # on this thread: the consumer's owner
 
+        def call() -> None:
+            timeout_s = self.timeout(self.offsets_timeout_s)
+            self._offsets_due = time.monotonic() + timeout_s
+            producer.send_offsets_to_transaction(offsets, group, timeout_s)
+
         def send() -> None:
-            transactions.retrying(
-                lambda: producer.send_offsets_to_transaction(offsets, group, self.timeout(30)),
-                self.metrics,
-                left=self.left,
-            )
+            try:
+                transactions.retrying(call, self.metrics, left=self.left)
+            finally:
+                self._offsets_due = None
 
         return self._submit(send)
 
+    def _await_offsets(self, sent: Future[None]) -> None:
+        """Wait for the helper's ``send_offsets_to_transaction``; raise a fatal
+        error if a call runs ``hang_grace_s`` past its own timeout.
+
+        librdkafka (2.16) can wait for good for a group coordinator that went
+        away — the call's timeout is never checked (librdkafka issues 5456,
+        5511).  Seen in the fault suite with the coordinator's broker
+        SIGKILLed: the loop waited here, its partitions' lag grew for minutes.
+        The stuck producer can take no other transaction call (not even an
+        abort), so the error is fatal: ``replace_producer`` fences it with a
+        new one and the batch is refolded; the stuck helper is left to it."""
+        while not sent.done():
+            wait((sent,), timeout=min(1.0, self.hang_grace_s))
+            due = self._offsets_due
+            if sent.done() or due is None or time.monotonic() < due + self.hang_grace_s:
+                continue
+            helper, self._helper = self._helper, None
+            if helper is not None:
+                helper.shutdown(wait=False)
+            raise StuckCall(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"send_offsets_to_transaction did not return {self.hang_grace_s:.0f} s "
+                    "past its timeout (the group coordinator went away)",
+                    fatal=True,
+                )
+            )
+
     def _submit(self, step: Callable[[], None]) -> Future[None]:
         if self._helper is None:  # made on first use, ended by close() with the loop
-            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-helper")
+            self._helper = Helper("txn-helper")
         return self._helper.submit(step)
 
     def committing(self) -> Mapping[tuple[int, str], object] | None:
@@ -379,14 +430,16 @@ class Committer:
                 if marks:
                     marks.append(("produced", time.monotonic()))
             finally:
-                if sent is not None:
-                    wait((sent,))  # never two transaction calls at once, not even an abort
+                if sent is not None:  # never two transaction calls at once, not even an abort
+                    self._await_offsets(sent)
             if eos:
                 faultpoints.hit(faultpoints.BEFORE_SEND_OFFSETS, lambda: producer.flush(30))
                 if sent is not None:
                     sent.result()  # raises what send_offsets_to_transaction raised
                 elif offsets:
-                    self._send_offsets(offsets).result()
+                    sent = self._send_offsets(offsets)
+                    self._await_offsets(sent)
+                    sent.result()
                 if marks:
                     marks.append(("offsets", time.monotonic()))
                 if overlap and not faultpoints.configured(faultpoints.AFTER_COMMIT):
@@ -505,7 +558,9 @@ class Committer:
             verdict.kind is Kind.FATAL
             and eos
             and err is not None
-            and self.replace_producer(err, now - opened)
+            and self.replace_producer(
+                err, now - opened, self.stuck_budget if isinstance(exc, StuckCall) else None
+            )
         ):
             pass  # the new producer fenced the broken one; refold below
         elif verdict.kind in (Kind.FATAL, Kind.DENIED):
@@ -520,7 +575,9 @@ class Committer:
         if not self.leaving:
             self._stop.wait(backoff)
 
-    def replace_producer(self, err: KafkaError, open_s: float) -> bool:
+    def replace_producer(
+        self, err: KafkaError, open_s: float, budget: FatalBudget | None = None
+    ) -> bool:
         """Survive a fatal producer error that a broker fault caused.
 
         A coordinator moving during a commit can leave librdkafka's
@@ -556,7 +613,7 @@ class Committer:
                 self.instance_id,
             )
             return False
-        if not self.fatal_budget.allow(err):
+        if not (budget or self.fatal_budget).allow(err):
             return False
         log.error("producer fatal error (%s); replacing the producer", err)
         self.producer = self.transport.output_producer(self.instance_id, self.problems)

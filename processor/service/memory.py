@@ -574,6 +574,7 @@ class MemoryProducer:
     def send_offsets_to_transaction(
         self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1
     ) -> None:
+        self.broker._hold("send_offsets_to_transaction")
         with self.broker.cond:
             self._check("send_offsets_to_transaction")
             if self.txn is None:

@@ -16,15 +16,14 @@ another ``stall_s``; when ``stall_reseeks`` of them did not help, ``/readyz``
 names the partition (an orchestrator restarts the member, the group moves
 the partition) until it moves again.
 
-The cause of the stall seen is not known (eight compiled runs of the chaos
-test, eleven broker-kill aborts with rewinds among them, did not repeat it).
-A suspect: librdkafka puts a partition sought to an offset > 0 in
-``validate-epoch-wait`` and, if its leader is unknown at that moment (a broker
-being killed), leaves it there until a metadata update names a leader
-(librdkafka issue 4492 reports a partition stuck in that state); a new seek
-starts the validation again.  Not confirmed: eight seeks issued 0-2 s after
-SIGKILLing the partition's leader (3-node cluster, librdkafka 2.16) all
-resumed at the sought offset within 16 s.
+The stall seen had another cause, found at stop 28 (``commit.py``,
+``Committer._await_offsets``): the loop itself was waiting on a
+``send_offsets_to_transaction`` that librdkafka 2.16 left waiting for good
+after the group coordinator's broker was killed (librdkafka issues 5456,
+5511); the committed offset was the rewind's because the first transaction
+after it hung.  This watch cannot see that (it runs in the loop's tick); it
+stays for a fetch that stops while the loop runs (e.g. librdkafka issue 4492,
+a partition left in ``validate-epoch-wait``), not seen so far.
 """
 
 from __future__ import annotations

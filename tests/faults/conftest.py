@@ -16,6 +16,10 @@ Scale (environment):
   ``PROCESSOR_FAULTS_SESSIONS`` sessions per writer (default 40) and seed
   ``PROCESSOR_FAULTS_SEED``;
 - ``PROCESSOR_FAULTS=skip`` leaves the suite out.
+
+``PROCESSOR_FAULTS_MEMBER_ARGS`` adds arguments to every member's command line,
+e.g. ``--kafka-log-level DEBUG -X debug=consumer,fetch,topic`` for librdkafka's
+fetch state in the member logs (kept under pytest's ``--basetemp``).
 """
 
 from __future__ import annotations
@@ -23,11 +27,15 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +66,7 @@ LONG = MODE == "long"
 SEED = int(os.environ.get("PROCESSOR_FAULTS_SEED", "8"))
 LONG_SECONDS = float(os.environ.get("PROCESSOR_FAULTS_SECONDS", "300"))
 SESSIONS_PER_WRITER = int(os.environ.get("PROCESSOR_FAULTS_SESSIONS", "40" if LONG else "8"))
+MEMBER_ARGS = tuple(shlex.split(os.environ.get("PROCESSOR_FAULTS_MEMBER_ARGS", "")))
 
 
 @pytest.fixture(scope="session")
@@ -92,10 +101,50 @@ class Member:
             self.proc.wait(30)
 
     def tail(self, lines: int = 30) -> str:
+        """The log's last lines, librdkafka's debug lines left out."""
         try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log.read_text(errors="replace")
         except OSError:
             return "(no log)"
+        kept = [line for line in text.splitlines() if not _DEBUG_LINE.search(line)]
+        return "\n".join(kept[-lines:])
+
+    def probe(self) -> str:
+        """/healthz, /readyz and the watchdog's series of a member that serves them
+        (``--metrics-port 0``: the port is in its log)."""
+        try:
+            urls = METRICS_URL.findall(self.log.read_text(errors="replace"))
+        except OSError:
+            urls = []
+        if not urls or not self.alive():
+            return ""
+        base = urls[-1].removesuffix("/metrics")
+        out = []
+        for path in ("/healthz", "/readyz"):
+            out.append(f"{path}: {_get(base + path)}")
+        metrics = _get(base + "/metrics")
+        out += [line for line in metrics.splitlines() if WATCHED.match(line)]
+        return "\n".join(out)
+
+
+#: where a member serves /metrics (``processor run`` logs it at start)
+METRICS_URL = re.compile(r"metrics on (http://\S+/metrics)")
+#: the series a stalled partition shows: lag, the progress watchdog, failed transactions
+WATCHED = re.compile(
+    r"processor_(partition_lag|partition_stalls_total|partition_stall_reseeks_total|"
+    r"partitions_stalled|transaction_aborts_total|transaction_failures_total)\b(?!_created)"
+)
+_DEBUG_LINE = re.compile(r"^%7\||DEBUG processor\.librdkafka")
+
+
+def _get(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return f"{resp.status} {resp.read().decode(errors='replace').strip()}"
+    except urllib.error.HTTPError as exc:  # 503: the body names the cause
+        return f"{exc.code} {exc.read().decode(errors='replace').strip()}"
+    except OSError as exc:
+        return f"({exc})"
 
 
 @dataclass
@@ -136,6 +185,7 @@ class FaultStack:
             "-X",
             f"session.timeout.ms={SESSION_TIMEOUT_MS}",
             *extra,
+            *MEMBER_ARGS,
         ]
         log = self.workdir / f"{instance_id}.log"
         with log.open("ab") as sink:
@@ -155,7 +205,7 @@ class FaultStack:
 
     def member_report(self) -> str:
         return "\n".join(
-            f"--- {m.instance_id} (exit {m.proc.poll()}):\n{m.tail()}"
+            f"--- {m.instance_id} (exit {m.proc.poll()}):\n{m.probe()}\n{m.tail()}"
             for m in self.members.values()
         )
 
@@ -191,11 +241,21 @@ class FaultStack:
         finally:
             consumer.close()
 
-    def wait_caught_up(self, timeout: float) -> None:
-        """Every events partition committed to its end (the group has folded everything)."""
-        deadline = time.monotonic() + timeout
+    def wait_caught_up(self, timeout: float, stuck_s: float = 150) -> None:
+        """Every events partition committed to its end (the group has folded everything).
+
+        Fails early when a partition with lag has not committed for ``stuck_s``:
+        longer than anything legitimate (a zombie's transaction timeout plus the
+        broker's abort check, a producer replaced after a stuck call, a
+        rebalance) and shorter than ``max.poll.interval.ms`` (300 s), whose
+        eviction of a hung member would otherwise hide the hang (stop 25's stall
+        of partition 0 at 1926: a member's loop stuck in librdkafka).
+        """
+        now = time.monotonic()
+        deadline = now + timeout
         ends = self.ends()
         got: dict[int, int] = {}
+        moved: dict[int, tuple[int, float]] = {}  # partition -> (committed, since)
         while time.monotonic() < deadline:
             try:
                 got = self.committed()
@@ -204,6 +264,17 @@ class FaultStack:
                 continue
             if all(got.get(p, -1) >= end for p, end in ends.items()):
                 return
+            now = time.monotonic()
+            for p, end in ends.items():
+                at = got.get(p, -1)
+                if moved.get(p, (None, 0.0))[0] != at:
+                    moved[p] = (at, now)
+                elif at < end and now - moved[p][1] >= stuck_s:
+                    raise AssertionError(
+                        f"partition {p} stuck at committed offset {at} of {end} for "
+                        f"{now - moved[p][1]:.0f} s (committed {got}, ends {ends})\n"
+                        f"{self.member_report()}"
+                    )
             time.sleep(1)
         raise AssertionError(f"not caught up: committed {got}, ends {ends}\n{self.member_report()}")
 

@@ -17,6 +17,16 @@ dead letter and no quarantine, ``asOfSeq`` never went back for any
 
 ``PROCESSOR_FAULTS=long`` runs the faults on a seeded random schedule for
 ``PROCESSOR_FAULTS_SECONDS`` instead of one round (see conftest).
+
+Stop 25's stall (a partition at its committed offset for 300 s, member alive)
+was a member's loop waiting on ``send_offsets_to_transaction``, which
+librdkafka 2.16 can leave waiting for good when the group coordinator's broker
+is killed (reproduced at stop 28 under load; ``commit.py`` now gives the call
+up and replaces the producer).  Only ``max.poll.interval.ms`` (300 s) evicted
+the hung member, so ``wait_caught_up`` fails after 150 s without a commit on a
+partition with lag, naming it with each member's /healthz, /readyz and
+watchdog series (``--metrics-port 0`` below).  For a hang: ``py-spy dump
+--native --pid <member>``; librdkafka debug via ``PROCESSOR_FAULTS_MEMBER_ARGS``.
 """
 
 from __future__ import annotations
@@ -47,6 +57,10 @@ from tests.faults.conftest import (
 
 pytestmark = pytest.mark.faults
 
+#: every member serves /metrics on a free port (named in its log): the
+#: watchdog's counters are read from there when a partition does not catch up
+METRICS = ("--metrics-port", "0")
+
 
 class Chaos:
     def __init__(self, stack: FaultStack, rng: random.Random) -> None:
@@ -76,7 +90,7 @@ class Chaos:
         self.note(f"SIGKILL {m.instance_id}")
         m.kill()
         self.killed.add(m.instance_id)
-        new = self.stack.spawn(f"m-{uuid.uuid4().hex[:8]}")  # an id never used before
+        new = self.stack.spawn(f"m-{uuid.uuid4().hex[:8]}", *METRICS)  # an id never used before
         self.note(f"spawned {new.instance_id}")
 
     def kill_broker(self, down_s: float = 8.0) -> None:
@@ -102,7 +116,7 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
     follower = Follower(stack.config)
     follower.start()
     for i in range(3):
-        stack.spawn(f"m{i}-{uuid.uuid4().hex[:8]}")
+        stack.spawn(f"m{i}-{uuid.uuid4().hex[:8]}", *METRICS)
     stop = threading.Event()
     length = 5_000 if LONG else 2_000  # more than the writers get through: load to the end
     writers = [

@@ -1,0 +1,91 @@
+"""A ``send_offsets_to_transaction`` that never returns (in memory).
+
+librdkafka 2.16 can wait for good for a group coordinator that went away
+(issues 5456, 5511): the fault suite's chaos test (compiled, loaded box) saw a
+member's loop wait on it for minutes after the coordinator's broker was
+SIGKILLed, its partition's lag growing.  The committer gives such a call up
+``hang_grace_s`` past its own timeout, replaces the producer (which fences the
+stuck one) and refolds the batch.  Nothing wall-clock is asserted: the test
+only needs the commit to happen while the stuck call still hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from confluent_kafka import KafkaError
+
+from processor.codec import default_codec
+from processor.config import ServiceConfig
+from processor.service.memory import MemoryBroker, MemoryTransport
+from processor.service.metrics import Metrics
+from processor.service.runner import Processor
+from tests.engine.kit import session_log
+from tests.service.running import RunningProcessor
+
+CODEC = default_codec()
+LOG = session_log(12, seed=3)
+CONFIG = ServiceConfig(partitions=1, topic_prefix="stuck", commit_interval_ms=50)
+
+
+def _until(done: Callable[[], bool], errors: list[BaseException], what: str) -> None:
+    # shorter than the in-memory hold's own 60 s: without the fix nothing
+    # commits before the held call returns by itself
+    deadline = time.monotonic() + 30
+    while not done():
+        assert not errors, errors
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_send_offsets_stuck_past_its_timeout_is_given_up_and_the_batch_refolded() -> None:
+    broker = MemoryBroker()
+    broker.create_topics(CONFIG)
+    transport = MemoryTransport(broker, CONFIG)
+    proc = Processor(CONFIG, metrics=Metrics(), transport=transport)
+    proc.txn.offsets_timeout_s = 0.2
+    proc.txn.hang_grace_s = 0.2
+    # broker faults spent the budget for fatal errors: a stuck call has its own
+    while proc.txn.fatal_budget.allow(KafkaError(KafkaError.INVALID_TXN_STATE)):
+        pass
+    entered, release = broker.hold("send_offsets_to_transaction")
+    for event in LOG:
+        broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
+    running = RunningProcessor(proc)
+    errors = running.errors
+    try:
+        _until(entered.is_set, errors, "the first batch's offsets are being sent")
+        stuck = proc.txn.producer
+        _until(
+            lambda: proc.metrics.commits._value.get() >= 1,
+            errors,
+            "a batch commits while the first send_offsets_to_transaction still hangs",
+        )
+        assert not release.is_set()
+        assert proc.txn.producer is not stuck  # replaced: it fenced the stuck one
+        assert proc.metrics.aborts._value.get() >= 1  # the batch was refolded
+    finally:
+        release.set()
+    running.stop()
+    assert not running.thread.is_alive() and not errors, errors
+    # the whole log committed through the new producer
+    assert broker.group_offsets[(CONFIG.group_id, CONFIG.topics.events, 0)] == len(LOG)
+
+
+def test_a_process_with_a_given_up_helper_still_exits() -> None:
+    """The stuck call never returns: its thread must not keep the process from
+    ending at shutdown (a ``ThreadPoolExecutor`` worker is joined at exit)."""
+    script = (
+        "import threading\n"
+        "from processor.service.txn_helper import Helper\n"
+        "helper = Helper('txn-helper')\n"
+        "helper.submit(threading.Event().wait)\n"
+        "helper.shutdown(wait=False)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, timeout=60, check=False)
+    assert done.returncode == 0
