@@ -77,8 +77,8 @@ TITLE = ProjectionDefinition(
 _EMPTY_INPUT: Any = freeze({"first": None, "count": 0, "lastSeq": None})
 
 
-def _prompt_text(event: Event) -> str | None:
-    """The text of a human prompt the title service would read, or None."""
+def _prompt_blocks(event: Event) -> list[Any] | None:
+    """The content blocks of a human prompt (a user-sourced user/message), or None."""
     data = event.data
     if event.type != "user/message" or not isinstance(data, dict):
         return None
@@ -86,15 +86,19 @@ def _prompt_text(event: Event) -> str | None:
     if not isinstance(source, dict) or source.get("kind") != "user":
         return None
     blocks = data.get("content")
-    texts = (
-        [
-            b["text"]
-            for b in blocks
-            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-        ]
-        if isinstance(blocks, list)
-        else []
-    )
+    return blocks if isinstance(blocks, list) else []
+
+
+def _prompt_text(event: Event) -> str | None:
+    """The text of a human prompt the title service would read, or None."""
+    blocks = _prompt_blocks(event)
+    if blocks is None:
+        return None
+    texts = [
+        b["text"]
+        for b in blocks
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    ]
     text = "\n".join(texts)
     # Not blank: some character outside Unicode whitespace.  str.strip() and
     # the former re.sub(r"\s+", "") judge by the same predicate
@@ -108,16 +112,7 @@ def _is_prompt(event: Event) -> bool:
     The joined text is blank exactly when every text block is (the joints are
     newlines): the first block with a non-whitespace character decides.
     """
-    data = event.data
-    if event.type != "user/message" or not isinstance(data, dict):
-        return False
-    source = data.get("source")
-    if not isinstance(source, dict) or source.get("kind") != "user":
-        return False
-    blocks = data.get("content")
-    if not isinstance(blocks, list):
-        return False
-    for b in blocks:
+    for b in _prompt_blocks(event) or ():
         if isinstance(b, dict) and b.get("type") == "text":
             text = b.get("text")
             if isinstance(text, str) and text.strip():
