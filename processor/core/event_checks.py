@@ -342,10 +342,22 @@ def check_event_data(event: Event, lookup: EventLookup, dialect: int | None = No
 #: D-4 and D-7 under the names the planner calls directly (it already knows the type).
 check_header = _check_header
 check_settlement = _check_settlement
+check_header_seq = _check_header_seq
 
 
 def check_surface_data(event: Event, lookup: EventLookup, dialect: int | None = None) -> None:
     """:func:`check_event_data` of a surface event (the planner knows its type)."""
+    added = check_surface_fields(event, dialect)
+    if added:
+        check_header_seq(event, added, lookup)
+
+
+def check_surface_fields(event: Event, dialect: int | None = None) -> list[str]:
+    """:func:`check_surface_data` but D-3's look-up: returns the tool additions.
+
+    The caller runs :func:`check_header_seq` when the list is not empty (the
+    planner: its ``lookup`` is a bound method, built only for those events).
+    """
     etype = event.type
     # The runtime's order: relation-free data checks (D-1, D-2, headerSeq
     # presence, D-5), then the message shape (D-6), then the settlement
@@ -379,5 +391,6 @@ def check_surface_data(event: Event, lookup: EventLookup, dialect: int | None = 
     _check_message_shape(event, message, dialect, d1_checked)
     if etype == "assistant/message":
         _check_settlement(event)
-    elif etype == "developer/message" and added:
-        _check_header_seq(event, added, lookup)
+        return []
+    # D-3 runs last; only a developer/message may carry additions (D-2)
+    return added if etype == "developer/message" else []

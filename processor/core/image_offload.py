@@ -92,7 +92,8 @@ class ImageOffload:
             raise SessionError(
                 seq, "M-5", "image/offload: data must contain a nonempty targets array"
             )
-        node_set = set(ctx.nodes)
+        # a scan per target (one or two) instead of a set of every node per event
+        nodes = ctx.nodes
         out: dict[int, Any] = {}
         for target in targets:
             if (
@@ -110,7 +111,7 @@ class ImageOffload:
             tseq = target["seq"]
             if tseq in out:
                 raise SessionError(seq, "M-5", f"image/offload: duplicate target seq {tseq}")
-            if tseq not in node_set:
+            if tseq not in nodes:
                 raise SessionError(
                     seq, "M-5", f"image/offload: target seq {tseq} is not a current surface node"
                 )

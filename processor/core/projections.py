@@ -128,6 +128,9 @@ _SHARED_DISPATCH: Final[NewestTable[tuple[_Unit, ...], dict[str, _Targets]]] = N
 )
 
 
+#: ``_fast_seq`` when the fast path must be re-checked (no seq is below -1)
+_NO_SEQ: Final = -2
+
 _NO_DISPATCH: dict[str, _Targets] = {}  # before the first _prime (never written)
 
 
@@ -184,14 +187,16 @@ class SessionProjections:
         self._drained: dict[str, Any] = {}
         self._generation = -1
         # Fast path of on_commit: every cell of ``_order`` is at ``_fast_seq``
-        # (None: unknown, re-check), and ``_dispatch`` maps an event type to
+        # (_NO_SEQ: unknown, re-check), and ``_dispatch`` maps an event type to
         # the (index in ``_order``, apply) of the units that may change on it
         # (shared by the sessions of the same units).  While it is
         # set, the cells' own ``observed_seq`` may lag: ``_flush`` writes it
         # before anything reads a cell, so the hot path does not write ten
         # watermarks per event.  Whatever replaces or moves a cell outside
         # the fast path calls ``_invalidate`` first.
-        self._fast_seq: int | None = None
+        # (an int, not ``int | None``: compiled, the per-event compare and write
+        # stay C integers instead of boxing the seq twice per event)
+        self._fast_seq: int = _NO_SEQ
         self._dispatch: dict[str, _Targets] = _NO_DISPATCH
         self._order: list[_Cell] = []
 
@@ -205,7 +210,7 @@ class SessionProjections:
         reader of a cell calls this first, so none sees a queued state.
         """
         seq = self._fast_seq
-        if seq is None:
+        if seq == _NO_SEQ:
             return
         order = self._order
         for cell in order:
@@ -224,14 +229,14 @@ class SessionProjections:
                 # the cell stays before its queued events: the next read folds them
                 # one by one through apply (P-3), which raises at the event itself
                 cell.observed_seq = pending[0].seq - 1
-                self._fast_seq = None
+                self._fast_seq = _NO_SEQ
                 error = exc
         if error is not None:
             raise error
 
     def _invalidate(self) -> None:
         self._flush()
-        self._fast_seq = None
+        self._fast_seq = _NO_SEQ
 
     def _sync(self) -> None:
         """Drop cells of released keys and of re-registered incarnations.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from processor.core.errors import SessionError
 from processor.core.events import Event
@@ -26,6 +26,9 @@ from processor.core.projections import ProjectionRegistry, SessionProjections
 from processor.core.surface import Plan, SurfaceManager, SurfaceState, assert_projections
 
 CHECKPOINT_VERSION = 1
+# compiled, a Final is a C static; the imported class name is a module-dict
+# look-up at each use (twice per transcript entry)
+_FROZEN_DICT: Final = FrozenDict
 
 
 def event_digest(event: Event) -> str:
@@ -121,9 +124,9 @@ class Session:
             if message is not None:
                 # the message is part of the (frozen) event: freeze(entry) would
                 # copy this one dict and reuse the message, so build it frozen
-                if type(message) is not FrozenDict:
+                if type(message) is not _FROZEN_DICT:
                     message = freeze(message)
-                self._transcript.append(FrozenDict({"seq": event.seq, "message": message}))
+                self._transcript.append(_FROZEN_DICT({"seq": event.seq, "message": message}))
         self.projections.on_append(event)
         return plan
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from processor.core.builder import LogBuilder, text
 from processor.core.builtin import default_registry
+from processor.core.builtin.runtime_units import _is_prompt, _prompt_text
 from processor.core.defaults import default_message_projections
 from processor.core.session import Session
 
@@ -44,6 +49,44 @@ def test_title_input_counts_human_prompts_only() -> None:
     b.user("second")
     state = session(b).projections.state_of("titleInput")
     assert state == {"first": {"seq": 2, "text": "first question"}, "count": 2, "lastSeq": 4}
+
+
+def test_title_input_counts_later_prompts_by_their_non_blank_text() -> None:
+    # after the first prompt only whether a text is non-blank is asked
+    # (_is_prompt): it must judge as the joined text did
+    b = LogBuilder()
+    b.system("s")
+    b.user("first")
+    b.user(" \n\t")  # blank: not counted
+    blocks = b.message("user", [text("  "), {"type": "image", "url": "x"}, text(" two ")])
+    b.add_raw(
+        "user/message", blocks, surfaceOp="append"
+    )  # the second text block is not blank: counted
+    b.add_raw("user/message", b.message("user", [text(""), text("\u2003")]), surfaceOp="append")
+    state = session(b).projections.state_of("titleInput")
+    assert state == {"first": {"seq": 1, "text": "first"}, "count": 2, "lastSeq": 3}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        [],
+        [text("")],
+        [text(" "), text("\n")],
+        [text(" "), text("x")],
+        [{"type": "text"}, text("y")],
+        [{"type": "text", "text": 3}],
+        [{"type": "image"}, text(" z ")],
+        ["not a block", text("\u00a0")],
+    ],
+)
+@pytest.mark.parametrize("kind", ["user", "runtime-context"])
+def test_is_prompt_agrees_with_prompt_text(content: list[Any], kind: str) -> None:
+    b = LogBuilder()
+    message = b.message("user", content)
+    message["source"] = {"kind": kind}
+    event = b.add_raw("user/message", message)
+    assert _is_prompt(event) is (_prompt_text(event) is not None)
 
 
 def test_P1_todos_last_write_wins_and_turn_start_clears() -> None:

@@ -77,8 +77,8 @@ TITLE = ProjectionDefinition(
 _EMPTY_INPUT: Any = freeze({"first": None, "count": 0, "lastSeq": None})
 
 
-def _prompt_text(event: Event) -> str | None:
-    """The text of a human prompt the title service would read, or None."""
+def _prompt_blocks(event: Event) -> list[Any] | None:
+    """The content blocks of a human prompt (a user-sourced user/message), or None."""
     data = event.data
     if event.type != "user/message" or not isinstance(data, dict):
         return None
@@ -86,15 +86,19 @@ def _prompt_text(event: Event) -> str | None:
     if not isinstance(source, dict) or source.get("kind") != "user":
         return None
     blocks = data.get("content")
-    texts = (
-        [
-            b["text"]
-            for b in blocks
-            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-        ]
-        if isinstance(blocks, list)
-        else []
-    )
+    return blocks if isinstance(blocks, list) else []
+
+
+def _prompt_text(event: Event) -> str | None:
+    """The text of a human prompt the title service would read, or None."""
+    blocks = _prompt_blocks(event)
+    if blocks is None:
+        return None
+    texts = [
+        b["text"]
+        for b in blocks
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    ]
     text = "\n".join(texts)
     # Not blank: some character outside Unicode whitespace.  str.strip() and
     # the former re.sub(r"\s+", "") judge by the same predicate
@@ -102,17 +106,33 @@ def _prompt_text(event: Event) -> str | None:
     return text if text.strip() else None
 
 
+def _is_prompt(event: Event) -> bool:
+    """``_prompt_text(event) is not None``, without joining the text.
+
+    The joined text is blank exactly when every text block is (the joints are
+    newlines): the first block with a non-whitespace character decides.
+    """
+    for b in _prompt_blocks(event) or ():
+        if isinstance(b, dict) and b.get("type") == "text":
+            text = b.get("text")
+            if isinstance(text, str) and text.strip():
+                return True
+    return False
+
+
 def _input_init(header: SessionHeader, inherited: int) -> Any:
     return _EMPTY_INPUT
 
 
 def _input_apply(state: Any, event: Event) -> Any:
-    text = _prompt_text(event)
-    if text is None:
-        return state
     first = state["first"]
     if first is None:
+        text = _prompt_text(event)
+        if text is None:
+            return state
         first = FrozenDict({"seq": event.seq, "text": text})
+    elif not _is_prompt(event):  # the text is kept only for the first prompt
+        return state
     elif type(first) is not FrozenDict:
         first = freeze(first)
     # every value is a scalar or already frozen: the same as freeze() of it
@@ -124,11 +144,13 @@ def _input_apply_all(state: Any, events: list[Event]) -> Any:
     first, count, last = state["first"], state["count"], state["lastSeq"]
     changed = False
     for event in events:
-        text = _prompt_text(event)
-        if text is None:
-            continue
         if first is None:
+            text = _prompt_text(event)
+            if text is None:
+                continue
             first = FrozenDict({"seq": event.seq, "text": text})
+        elif not _is_prompt(event):  # the text is kept only for the first prompt
+            continue
         count += 1
         last = event.seq
         changed = True

@@ -23,7 +23,7 @@ are ignored.  Every event outside these rules returns the same object (P-1).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from processor.core.builtin._common import identity, is_int, is_number, require_dict
 from processor.core.events import SURFACE_TYPES, Event
@@ -102,17 +102,6 @@ def apply(state: Any, event: Event) -> Any:
     return new
 
 
-def _role(t: str, data: Any) -> str | None:
-    """The counted message role of an appended surface event (as :func:`apply`)."""
-    if t == "tool/result":
-        return "tool"
-    message = (
-        data if t == "user/message" else data.get("message") if isinstance(data, dict) else None
-    )
-    role = message.get("role") if isinstance(message, dict) else None
-    return role if isinstance(role, str) else None
-
-
 def _add_usage(usage: dict[str, Any], fields: dict[str, Any]) -> None:
     for k, v in fields.items():
         kind = type(v)
@@ -120,50 +109,81 @@ def _add_usage(usage: dict[str, Any], fields: dict[str, Any]) -> None:
             usage[k] = usage.get(k, 0) + v
 
 
+#: :func:`apply_all`'s one lookup per event: the index in ``INT_KEYS`` a type
+#: counts into, or ``_SURFACE`` for a surface type (a counter type wins, as in
+#: :func:`apply`); absent: the type changes nothing
+_SURFACE: Final = -1
+_CODE: Final[dict[str, int]] = {
+    **{t: _SURFACE for t in SURFACE_TYPES},
+    **{t: INT_KEYS.index(c) for t, c in COUNTERS.items()},
+}
+_REPLACEMENTS: Final = INT_KEYS.index("replacements")
+_TOOL_ERRORS: Final = INT_KEYS.index("toolErrors")
+
+
 def apply_all(state: Any, events: list[Event]) -> Any:
     """:func:`apply` over ``events`` in one pass: one new frozen state per batch.
 
-    The same rules on plain copies made at the first change, frozen once at
-    the end; keys keep their places and new roles/usage fields are added in
-    the order ``apply`` would add them, sums are added in the same order, so
-    the result equals the per-event fold.  Nothing changed: the same object.
+    The same rules, counted into a list of per-key increments and plain copies
+    of ``messages``/``usage`` made at their first change, frozen once at the
+    end; keys keep their places and new roles/usage fields are added in the
+    order ``apply`` would add them, sums are added in the same order, so the
+    result equals the per-event fold.  Nothing changed: the same object.
+    (Per event this is one dict lookup and a list write, where the copied
+    state took a lookup, a read and a write of the state dict per counter.)
     """
-    new: dict[str, Any] | None = None
+    added = [0] * len(INT_KEYS)
+    changed = False
     messages: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
     for event in events:
         t = event.type
-        counter = COUNTERS.get(t)
-        if counter is None:
-            if t not in SURFACE_TYPES:
-                continue
-            if event.surface_op != "append":
-                counter = "replacements"
-        if counter is not None:
-            if new is None:
-                new = dict(state)
-            new[counter] += 1
+        code = _CODE.get(t)
+        if code is None:
+            continue
+        if code != _SURFACE:
+            added[code] += 1
+            changed = True
+            continue
+        if event.surface_op != "append":
+            added[_REPLACEMENTS] += 1
+            changed = True
             continue
         data = event.data
-        role = _role(t, data)
-        if role is None:
-            continue
-        if new is None:
-            new = dict(state)
+        # the counted message role, as apply finds it (a v3 tool result is a
+        # user-role message; it counts as a tool result)
+        if t == "tool/result":
+            role: Any = "tool"
+        else:
+            message = (
+                data
+                if t == "user/message"
+                else data.get("message")
+                if isinstance(data, dict)
+                else None
+            )
+            role = message.get("role") if isinstance(message, dict) else None
+            if not isinstance(role, str):
+                continue
+        changed = True
         if messages is None:
             messages = dict(state["messages"])
         messages[role] = messages.get(role, 0) + 1
         if t == "tool/result":
             if "error" in data:
-                new["toolErrors"] += 1
+                added[_TOOL_ERRORS] += 1
         elif t == "assistant/message":
             fields = data.get("usage")
             if isinstance(fields, dict):
                 if usage is None:
                     usage = dict(state["usage"])
                 _add_usage(usage, fields)
-    if new is None:
+    if not changed:
         return state
+    new = dict(state)
+    for i, key in enumerate(INT_KEYS):
+        if added[i]:
+            new[key] += added[i]
     if messages is not None:
         new["messages"] = FrozenDict(messages)
     if usage is not None:
