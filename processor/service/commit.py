@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from processor.config import ServiceConfig
-from processor.core.errors import ProcessorError
+from processor.core.errors import ProcessorError, Unavailable
 from processor.engine import Batch, Engine, Out, Tally
 from processor.service import clients, faultpoints, preflight, transactions
 from processor.service.failures import FailureTracker
@@ -68,8 +68,11 @@ timeline = logging.getLogger("processor.timeline")
 HANG_GRACE_S = 15.0
 
 
-class StuckCall(KafkaException):
-    """A transaction call given up past its timeout (``Committer._await_offsets``)."""
+class StuckCall(Unavailable, KafkaException):
+    """A transaction call given up past its timeout (``Committer._await_offsets``).
+
+    A ``KafkaException`` so the commit's error handling classifies it as the
+    fatal client error it carries; ``Unavailable`` so it keeps the one error root."""
 
 
 @dataclass
