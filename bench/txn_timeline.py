@@ -56,10 +56,11 @@ def summary(paths: list[Path]) -> str:
         vals = [w.get(name, 0.0) for w in waits]
         out.append(
             f"  {name:12} {_pct(vals, 0.5):7.1f} {_pct(vals, 0.9):7.1f} "
-            f"{_pct(vals, 0.99):7.1f} {max(vals):7.1f}  (CPU wait)"
+            f"{_pct(vals, 0.99):7.1f} {max(vals):7.1f}  "
+            + ("(ms on a CPU)" if name.endswith("_run") else "(ms runnable, not running)")
         )
     order = sorted(range(len(txns)), key=lambda i: _total(txns[i]))
-    out.append("slowest 1% (first record -> commit returned) | CPU waits:")
+    out.append("slowest 1% (first record -> commit returned) | CPU figures:")
     for i in order[-max(1, len(txns) // 100) :]:
         steps = " ".join(f"{k}={v:.0f}" for k, v in txns[i].items())
         out.append(f"  {steps} | " + " ".join(f"{k}={v:.0f}" for k, v in waits[i].items()))
