@@ -3,6 +3,9 @@
 ``python3 -m bench.txn_timeline DIR...``: per step of the commit (the
 ``processor.timeline`` lines, commit.py), its p50 / p90 / p99 / max in ms; the
 slowest 1% of transactions (first record -> commit returned) split by step;
+the CPU waits after ``| sched`` (ms runnable but not running: the loop
+thread in the batch's window and from close to the offsets sent, every
+thread during ``commit_transaction``; ``processor/service/schedstat.py``);
 and, when librdkafka's ``eos`` debug lines are there, how many
 AddPartitionsToTxn requests a transaction sent and how often the coordinator
 answered CONCURRENT_TRANSACTIONS.
@@ -24,11 +27,14 @@ def _pct(values: list[float], q: float) -> float:
 
 def summary(paths: list[Path]) -> str:
     txns: list[dict[str, float]] = []
+    waits: list[dict[str, float]] = []
     registers = concurrent_parts = concurrent_offsets = 0
     for path in paths:
         for line in path.read_text(errors="replace").splitlines():
             if "processor.timeline: txn " in line:
-                txns.append({k: float(v) for k, v in STEP.findall(line.split(": txn ", 1)[1])})
+                steps, _, sched = line.split(": txn ", 1)[1].partition(" | sched ")
+                txns.append({k: float(v) for k, v in STEP.findall(steps)})
+                waits.append({k: float(v) for k, v in STEP.findall(sched)})
             elif "Registering partitions with transaction" in line:
                 registers += 1
             elif "CONCURRENT_TRANSACTIONS" in line or "another concurrent operation" in line:
@@ -46,10 +52,18 @@ def summary(paths: list[Path]) -> str:
             f"  {step:10} {_pct(vals, 0.5):7.1f} {_pct(vals, 0.9):7.1f} "
             f"{_pct(vals, 0.99):7.1f} {max(vals):7.1f}"
         )
-    slow = sorted(txns, key=_total)[-max(1, len(txns) // 100) :]
-    out.append("slowest 1% (first record -> commit returned):")
-    for t in slow:
-        out.append("  " + " ".join(f"{k}={v:.0f}" for k, v in t.items()))
+    for name in waits[0]:
+        vals = [w.get(name, 0.0) for w in waits]
+        out.append(
+            f"  {name:12} {_pct(vals, 0.5):7.1f} {_pct(vals, 0.9):7.1f} "
+            f"{_pct(vals, 0.99):7.1f} {max(vals):7.1f}  "
+            + ("(ms on a CPU)" if name.endswith("_run") else "(ms runnable, not running)")
+        )
+    order = sorted(range(len(txns)), key=lambda i: _total(txns[i]))
+    out.append("slowest 1% (first record -> commit returned) | CPU figures:")
+    for i in order[-max(1, len(txns) // 100) :]:
+        steps = " ".join(f"{k}={v:.0f}" for k, v in txns[i].items())
+        out.append(f"  {steps} | " + " ".join(f"{k}={v:.0f}" for k, v in waits[i].items()))
     out.append(
         f"AddPartitionsToTxn requests per transaction: {registers / len(txns):.2f}; "
         f"CONCURRENT_TRANSACTIONS answers: AddPartitionsToTxn {concurrent_parts}, "

@@ -47,7 +47,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from processor.config import ServiceConfig
 from processor.core.errors import ProcessorError, Unavailable
 from processor.engine import Batch, Engine, Out, Tally
-from processor.service import clients, faultpoints, preflight, transactions
+from processor.service import clients, faultpoints, preflight, schedstat, transactions
 from processor.service.failures import FailureTracker
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, error_of
 from processor.service.metrics import Metrics
@@ -88,6 +88,8 @@ class _InFlight:
     done_at: float = 0.0  # perf_counter when commit_transaction returned (helper thread)
     #: monotonic times of the commit's steps, when ``timeline`` logs (else empty)
     marks: list[tuple[str, float]] = field(default_factory=list)
+    #: ms the threads were runnable but not running (``schedstat``), with ``marks``
+    sched: list[tuple[str, float]] = field(default_factory=list)
 
 
 class Committer:
@@ -159,6 +161,8 @@ class Committer:
         self._offsets_due: float | None = None
         #: the batch being committed on the helper thread (settle finishes it)
         self._inflight: _InFlight | None = None
+        #: the loop thread's (run, wait) ms at the previous commit (timeline only)
+        self._sched_at = (0.0, 0.0)
         #: delivery reports of checkpoint records, appended on whichever thread
         #: served them, applied to the store on the loop thread (settle)
         self._reports: list[tuple[KafkaError | None, Message]] = []
@@ -171,6 +175,7 @@ class Committer:
 
     def start(self, producer: TxnProducer, consumer: GroupConsumer) -> None:
         self.producer, self.consumer = producer, consumer
+        self._sched_at = schedstat.thread_ms()  # the loop thread's, as at every commit
         if self.config.exactly_once:
             transactions.init(producer, self.problems, self.txn_id, deadline_s=RETRY_DEADLINE_S)
 
@@ -383,6 +388,7 @@ class Committer:
         """Commit the open batch.  ``overlap``: leave ``commit_transaction`` on
         the helper thread (the loop's normal commit; a revoke or shutdown waits)."""
         marks = [("close", time.monotonic())] if timeline.isEnabledFor(logging.DEBUG) else []
+        sched = self._loop_waits(close=True) if marks else []
         self.settle()  # never two transactions at once
         pending = self.engine.batch
         if pending.empty() or self.producer is None or self.consumer is None:
@@ -445,8 +451,9 @@ class Committer:
                     sent.result()
                 if marks:
                     marks.append(("offsets", time.monotonic()))
+                    sched += self._loop_waits()
                 if overlap and not faultpoints.configured(faultpoints.AFTER_COMMIT):
-                    self._hand_off(pending, views, t0, opened, marks)
+                    self._hand_off(pending, views, t0, opened, marks, sched)
                     return
                 transactions.retrying(
                     lambda: producer.commit_transaction(self.timeout(60)),
@@ -475,6 +482,17 @@ class Committer:
         self.engine.batch = Batch()
         self._committed(pending, views, tally, time.perf_counter() - t0)
 
+    def _loop_waits(self, *, close: bool = False) -> list[tuple[str, float]]:
+        """The loop thread's CPU figures for the timeline: at the close, its wait
+        for a CPU since the previous close (the batch's window); at the offsets
+        sent, its ms on a CPU and waiting for one since the close."""
+        run, waited = schedstat.thread_ms()
+        at = self._sched_at
+        if close:
+            self._sched_at = (run, waited)
+            return [("window_wait", waited - at[1])]
+        return [("loop_run", run - at[0]), ("loop_wait", waited - at[1])]
+
     def _hand_off(
         self,
         pending: Batch,
@@ -482,6 +500,7 @@ class Committer:
         t0: float,
         opened: float,
         marks: list[tuple[str, float]],
+        sched: list[tuple[str, float]],
     ) -> None:
         """Commit on the helper thread; the loop goes on with a new batch."""
         producer = self.producer
@@ -489,7 +508,8 @@ class Committer:
         # the batch's decisions leave with it (counted when it commits, dropped
         # with the open batch's when it fails)
         tally, self.engine.tally = self.engine.tally, Tally()
-        flight = _InFlight(pending, views, tally, t0, opened, marks=marks)
+        flight = _InFlight(pending, views, tally, t0, opened, marks=marks, sched=sched)
+        waited = schedstat.process_wait_ms() if marks else 0.0
         # a step is at most half the revoke budget: a revoke waits for it and
         # then commits its own batch within the budget
         step_s = min(60.0, self.config.revoke_budget_ms / 2000)
@@ -503,11 +523,12 @@ class Committer:
             flight.done_at = time.perf_counter()
             if marks:
                 marks.append(("committed", time.monotonic()))
+                sched.append(("commit_wait", schedstat.process_wait_ms() - waited))
             # the store's delivery reports
             producer.flush(self.timeout(min(10.0, step_s), in_flight=True))
             if marks:
                 marks.append(("flushed", time.monotonic()))
-                _log_timeline(pending.events, marks)
+                _log_timeline(pending.events, marks, sched)
 
         flight.future = self._submit(finish)
         self._inflight = flight
@@ -686,11 +707,17 @@ class Committer:
             self.rewind(numbers)
 
 
-def _log_timeline(events: int, marks: list[tuple[str, float]]) -> None:
+def _log_timeline(
+    events: int, marks: list[tuple[str, float]], sched: list[tuple[str, float]]
+) -> None:
     """One line: each step's end in ms after the previous one (``opened``: the
-    batch's first record could have arrived; ``close``: the loop closed it)."""
+    batch's first record could have arrived; ``close``: the loop closed it);
+    after ``|``, ms runnable but waiting for a CPU: the loop thread during the
+    batch's window and from close to the offsets sent (with its ms on a CPU
+    then), every thread of the process during ``commit_transaction``."""
     steps = " ".join(
         f"{name}={1000 * (at - before):.1f}"
         for (_, before), (name, at) in itertools.pairwise(marks)
     )
-    timeline.debug("txn events=%d %s", events, steps)
+    waits = " ".join(f"{name}={ms:.1f}" for name, ms in sched)
+    timeline.debug("txn events=%d %s | sched %s", events, steps, waits)

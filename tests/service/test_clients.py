@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from processor.config import ServiceConfig
 from processor.service import clients
@@ -44,3 +44,16 @@ def test_the_output_producer_retries_a_busy_transaction_coordinator_after_20_ms(
     Producer(conf)  # librdkafka takes it
     tuned = ServiceConfig(kafka={"retry.backoff.ms": "50"})  # -X still overrides it
     assert clients.output_settings(tuned, "unit")["retry.backoff.ms"] == "50"
+
+
+def test_the_control_consumer_long_polls_while_read_to_end_readers_do_not() -> None:
+    # the control channel stays assigned all run: at a 10 ms fetch wait an idle
+    # member's empty fetches cost the broker 6.6% of a core (BENCHMARKS §5, lat3)
+    config = ServiceConfig()
+    control = clients.plain_settings(config, "control")
+    assert control["fetch.wait.max.ms"] == 100
+    Consumer(control)  # librdkafka takes it
+    # a restore reads to the partition end: a long poll there would wait it out
+    assert clients.plain_settings(config, "restore")["fetch.wait.max.ms"] == 10
+    tuned = ServiceConfig(kafka={"fetch.wait.max.ms": "250"})  # -X still overrides it
+    assert clients.plain_settings(tuned, "control")["fetch.wait.max.ms"] == "250"
