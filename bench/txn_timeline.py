@@ -62,8 +62,8 @@ def summary(paths: list[Path]) -> str:
     order = sorted(range(len(txns)), key=lambda i: _total(txns[i]))
     out.append("slowest 1% (first record -> commit returned) | CPU figures:")
     for i in order[-max(1, len(txns) // 100) :]:
-        steps = " ".join(f"{k}={v:.0f}" for k, v in txns[i].items())
-        out.append(f"  {steps} | " + " ".join(f"{k}={v:.0f}" for k, v in waits[i].items()))
+        spent = " ".join(f"{k}={v:.0f}" for k, v in txns[i].items())
+        out.append(f"  {spent} | " + " ".join(f"{k}={v:.0f}" for k, v in waits[i].items()))
     out.append(
         f"AddPartitionsToTxn requests per transaction: {registers / len(txns):.2f}; "
         f"CONCURRENT_TRANSACTIONS answers: AddPartitionsToTxn {concurrent_parts}, "
