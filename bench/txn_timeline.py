@@ -32,8 +32,8 @@ def summary(paths: list[Path]) -> str:
     for path in paths:
         for line in path.read_text(errors="replace").splitlines():
             if "processor.timeline: txn " in line:
-                steps, _, sched = line.split(": txn ", 1)[1].partition(" | sched ")
-                txns.append({k: float(v) for k, v in STEP.findall(steps)})
+                spans, _, sched = line.split(": txn ", 1)[1].partition(" | sched ")
+                txns.append({k: float(v) for k, v in STEP.findall(spans)})
                 waits.append({k: float(v) for k, v in STEP.findall(sched)})
             elif "Registering partitions with transaction" in line:
                 registers += 1
