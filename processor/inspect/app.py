@@ -13,7 +13,8 @@ Routes (all relative, so the app works mounted under a prefix such as
   its diff against now;
 - ``POST api/session/redrive?id=`` with header ``X-Inspector-Token``;
 - ``GET api/stream[?session=]`` server-sent events: ``{sessions, resync}``
-  whenever views or dead letters of those sessions commit.
+  whenever views or dead letters of those sessions commit, and a resync as
+  each stream's first notice (what changed before it connected).
 
 Safety: every JSON body goes through :func:`~.redact.redact`; the config and
 the token are never serialized.  The token is compared in constant time
@@ -315,6 +316,7 @@ class Inspector:
 
         sub = self.state.subscribe(only, wake)
         self._wakers.add(wake)
+        wake_event.set()  # the subscriber's first notice: resync (see Subscriber)
 
         async def events() -> AsyncIterator[bytes]:
             try:

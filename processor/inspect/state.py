@@ -186,14 +186,17 @@ class Subscriber:
     """Ids changed since the last :meth:`take`; ``session`` filters to one id.
 
     ``wake`` is called (from the consumer thread) when something arrives;
-    the server passes a thread-safe notifier of its event loop.
+    the server passes a thread-safe notifier of its event loop.  A new
+    subscriber starts with ``resync`` set: a page reads its first state
+    before its stream is registered, and whatever changed in between (the
+    whole load, on a slow box) would otherwise never be announced to it.
     """
 
     def __init__(self, session: str | None, wake: Callable[[], None]) -> None:
         self.session = session
         self.wake = wake
         self.pending: set[str] = set()
-        self.resync = False
+        self.resync = True
 
     def take(self) -> tuple[list[str], bool]:
         ids, resync = sorted(self.pending), self.resync

@@ -164,3 +164,24 @@ def test_missing_topics_are_reported_then_recovered(kafka_bootstrap: str) -> Non
                 call(server, "GET", "/api/health")[1]
             ),
         )
+
+
+def test_a_stream_opened_after_the_load_first_sends_a_resync(config: ServiceConfig) -> None:
+    """The page fetches the list, then opens its stream; a stream that only
+    announced later commits left the page "loading" when the load finished
+    in between (the browser test's CI failure, stop 28)."""
+    with InspectorServer(config, port=0) as server:
+        assert server.state.wait_loaded(60)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        try:
+            conn.request("GET", "/api/stream")
+            res = conn.getresponse()
+            assert res.status == 200
+            deadline = time.monotonic() + 10  # a keepalive comes after 15 s
+            line = b""
+            while time.monotonic() < deadline and not line.startswith(b"data: "):
+                line = res.fp.readline()
+            assert line.startswith(b"data: "), "no notice on a new stream"
+            assert orjson.loads(line[len(b"data: ") :]) == {"sessions": [], "resync": True}
+        finally:
+            conn.close()

@@ -109,3 +109,17 @@ def test_dead_letter_memory_is_bounded_and_says_so(monkeypatch: Any) -> None:
     assert len(box.kept) == state.MAX_LETTERS_PER_SESSION and box.kept[-1].offset == box.total - 1
     assert box.offsets == {("t.events", 0, 0), ("t.events", 0, 1), ("t.events", 0, 2)}
     assert box.offsets_complete is False
+
+
+def test_a_new_subscriber_starts_with_a_resync() -> None:
+    """A page reads its first state, then opens its stream: what committed in
+    between (the whole load, on a slow box) is announced by the first notice,
+    or the page shows "loading" forever (CI, stop 28)."""
+    from processor.config import ServiceConfig
+    from processor.inspect.state import InspectorState
+
+    state = InspectorState(ServiceConfig(bootstrap_servers="127.0.0.1:1"))  # never started
+    woken: list[int] = []
+    sub = state.subscribe(None, lambda: woken.append(1))
+    assert state.take(sub) == ([], True)
+    assert state.take(sub) == ([], False)
