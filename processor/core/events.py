@@ -265,6 +265,10 @@ _new_event: _EventMaker = _slot_event_maker()
 # immutable: it cannot be part of a reference cycle either (leaf.py).
 register((Event,), (ABSENT,))
 _SETTLE: Final = SETTLE
+# Each known type as one shared str: a decoder makes a fresh one per event, which
+# the fold keeps (~60 B each, cold in cache when the log is freed), and the
+# fold's set and dict look-ups of a shared one end at the identity test.
+_TYPE_NAMES: Final[dict[str, str]] = {t: t for t in KNOWN_TYPES}
 
 
 def _frozen_event(
@@ -279,7 +283,7 @@ def _frozen_event(
     """The Event of a checked envelope: its JSON frozen, the event untracked by
     the collector where the build can (leaf.py)."""
     event = _new_event(
-        etype,
+        _TYPE_NAMES.get(etype, etype),
         seq,
         time,
         freeze(raw["data"]),

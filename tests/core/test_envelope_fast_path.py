@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import orjson
 import pytest
 
 from processor.core.errors import SessionError
@@ -77,3 +78,19 @@ def test_E_1_unknown_key_refused_on_fast_path() -> None:
     with pytest.raises(SessionError) as info:
         parse_event(raw, trusted_json=True)
     assert info.value.rule == "E-1"
+
+
+def test_known_types_shared_unknown_kept_as_decoded() -> None:
+    """A kept event holds the one shared str of its known type (a decoder makes
+    a fresh one per line); an unknown type is the decoded value itself."""
+    lines = [b'{"type":"turn/start","seq":%d,"time":1,"data":{}}' % i for i in range(2)]
+    lines += [b'{"type":"turn/start","seq":2,"time":1,"data":{},"ignorable":true}']
+    raws = [orjson.loads(line) for line in lines]
+    assert raws[0]["type"] is not raws[1]["type"]  # the decoder's own strs
+    events = [parse_event(raw, trusted_json=True) for raw in raws]
+    assert events[0].type is events[1].type is events[2].type == "turn/start"
+    checked = _parse_event_checked(orjson.loads(lines[0]), False)
+    assert checked.type is events[0].type
+    raw = orjson.loads(b'{"type":"note/custom","seq":0,"time":1,"data":{}}')
+    decoded = raw["type"]
+    assert parse_event(raw, trusted_json=True).type is decoded
