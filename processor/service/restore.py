@@ -28,6 +28,7 @@ served as current.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -49,7 +50,7 @@ from processor.core.errors import SessionError
 from processor.core.session import event_digest
 from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
-from processor.service.retry import DEFAULT_DEADLINE_S, is_transient, retry
+from processor.service.retry import DEFAULT_DEADLINE_S, is_transient, kafka_error, retry
 from processor.service.transport import Msg, OffsetsAdmin, Reader
 
 log = logging.getLogger("processor.restore")
@@ -74,11 +75,21 @@ def watermarks(
     consumer ``high`` is the last stable offset.)
     """
     tp = TopicPartition(topic, partition)
-    low, high = retry(
-        lambda: consumer.get_watermark_offsets(tp, timeout=10),
-        f"watermarks of {topic}[{partition}]",
-        deadline_s=timeout,
-    )
+
+    def ask() -> tuple[int, int]:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=10)
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError._UNKNOWN_PARTITION:
+                # the client's cached metadata lacks the partition (read while a
+                # broker restarted) and is refreshed only every few minutes: a
+                # retry alone repeats the error (~2.5 min in a chaos run); ask now
+                with contextlib.suppress(KafkaException):
+                    consumer.list_topics(topic, timeout=5)
+            raise
+
+    low, high = retry(ask, f"watermarks of {topic}[{partition}]", deadline_s=timeout)
     return low, high
 
 

@@ -5,6 +5,7 @@ Pure tests: no broker.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -67,6 +68,27 @@ def test_a_fence_within_the_transaction_timeout_is_another_member_not_a_fault() 
     proc.problems.error_cb(KafkaError(KafkaError._TRANSPORT, "Connect failed"))
     assert proc.problems.broker_trouble_at is not None
     assert proc.txn.fatal_budget.allow(KafkaError(KafkaError.INVALID_TXN_STATE))  # budget unspent
+
+
+def test_the_duplicate_verdict_names_the_broker_error_it_rests_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A chaos run saw two members exit on this verdict under CPU starvation with
+    no second member: the line must carry its evidence (which error, whether a
+    producer of ours was replaced) so the next such run tells what fenced it."""
+    from confluent_kafka import KafkaError
+
+    from processor.service.runner import Processor
+
+    proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1"))
+    err = KafkaError(
+        KafkaError._FENCED, "Broker: Producer attempted an operation with an old epoch"
+    )
+    with caplog.at_level(logging.ERROR, logger="processor"):
+        assert proc.txn.replace_producer(err, open_s=1.0) is False
+    line = caplog.messages[-1]
+    assert "old epoch" in line and "another member runs with instance id" in line
+    assert "last replaced: never" in line
 
 
 def test_a_revoke_commits_within_the_revoke_budget_the_timeout_was_sized_for() -> None:
