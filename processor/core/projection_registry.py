@@ -289,7 +289,13 @@ def _row_version_matches(definition: ProjectionDefinition, row: Any) -> bool:
     return type(ver) is int and ver == definition.state_version
 
 
-def _row_state(definition: ProjectionDefinition, row: Any, lo: int, hi: int) -> Any:
+def _row_state(
+    definition: ProjectionDefinition,
+    row: Any,
+    lo: int,
+    hi: int,
+    frozen: Callable[[Any], Any] = freeze,
+) -> Any:
     """The validated, frozen state of a row usable for ``lo <= row.seq <= hi``.
 
     Returns ``_UNSET`` when the row is missing, of another version, outside
@@ -302,7 +308,7 @@ def _row_state(definition: ProjectionDefinition, row: Any, lo: int, hi: int) -> 
     seq = row.get("seq")
     if type(seq) is not int or not lo <= seq <= hi or "val" not in row:
         return _UNSET
-    state = freeze(row["val"])
+    state = frozen(row["val"])
     try:
         definition.validate_state(state)
     except _BAD_DATA:

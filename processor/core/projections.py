@@ -572,7 +572,12 @@ class SessionProjections:
             for d in self.registry.definitions()
         }
 
-    def install(self, rows: Mapping[str, Any], last_seq: int | None = None) -> None:
+    def install(
+        self,
+        rows: Mapping[str, Any],
+        last_seq: int | None = None,
+        frozen: Callable[[Any], Any] = freeze,
+    ) -> None:
         """Adopt checkpoint rows as cells (restoring a session without its prefix).
 
         Every registered unit needs a usable row: version matches, the state
@@ -599,7 +604,7 @@ class SessionProjections:
         for unit in self.registry._incarnations():
             definition = unit.definition
             row: Any = rows.get(definition.key)
-            state = _row_state(definition, row, lo, hi)
+            state = _row_state(definition, row, lo, hi, frozen)
             if state is _UNSET:
                 raise ProjectionError(
                     last_seq,

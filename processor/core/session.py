@@ -23,6 +23,7 @@ from processor.core.log import SessionHeader, SessionLog
 from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.messages import DerivedMessages, derive_event_message
 from processor.core.projections import ProjectionRegistry, SessionProjections
+from processor.core.restore_share import SharedValues
 from processor.core.surface import Plan, SurfaceManager, SurfaceState, assert_projections
 
 CHECKPOINT_VERSION = 1
@@ -234,7 +235,9 @@ class Session:
             _transcript=[freeze(e) for e in checkpoint["transcript"]],
             dialect=dialect,
         )
-        session.projections.install(checkpoint["rows"], last_seq)
+        # the rows reuse the surface's frozen blocks, as a fresh fold's cells do
+        shared = SharedValues([*state.node_events.values(), *state.headers.values()])
+        session.projections.install(checkpoint["rows"], last_seq, shared.freeze)
         session._last_digest = checkpoint.get("lastDigest")
         session._transcript_base = int(checkpoint.get("transcriptBase", 0))
         return session

@@ -25,14 +25,13 @@ from processor.engine.runtime import SessionRuntime
 #: BENCHMARKS.md §9), 20 shapes: the walker's logs of 4-120 events, 30% 10 KB
 #: tool results, the scripted agent runs of 12-30 events, each loaded from
 #: its checkpoint, loaded and folded further.  Held bytes grow with the event
-#: count (~750 B per event fresh; loaded: ~720 B for the walker, ~1,050 B for
-#: the scripted runs, whose restored surface shares less than the fresh one
-#: did), not with the events' bytes: a 10 KB tool result leaves the session
-#: with its transcript page.  The estimate is 1.03-1.23 x the traced bytes
-#: on fresh sessions and 1.03-1.52 x on loaded ones, pure and compiled
-#: (never under; the loaded walker sessions most over: one per-event
-#: constant covers both kinds, and nothing cheap at load time tells them
-#: apart).  The resident
+#: count (~750 B per event fresh or loaded: since branch ``rst`` a restored
+#: session's projection rows reuse its surface's frozen blocks, as the fresh
+#: fold's cells do; before, ~1,050 B per loaded scripted event and a loaded
+#: constant of 1,140), not with the events' bytes: a 10 KB tool result leaves
+#: the session with its transcript page.  The estimate is 1.04-1.22 x the
+#: traced bytes on fresh sessions and 1.04-1.27 x on loaded ones (pure build;
+#: never under).  The resident
 #: size adds the allocator's overhead on top (RSS/traced ~1.1 in figure 6).
 #: Before (stop 26, walker shapes only, one per-event constant 780):
 #: 0.80 x on the loaded scripted runs of 30-60 events, so a member whose
@@ -40,7 +39,7 @@ from processor.engine.runtime import SessionRuntime
 BASE_BYTES = 11_400
 EVENT_BYTES = 810
 EVENT_FACTOR = 0.3
-LOADED_EVENT_BYTES = 1_140
+LOADED_EVENT_BYTES = 800
 CHECKPOINT_FACTOR = 0.9
 
 

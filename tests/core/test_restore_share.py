@@ -1,0 +1,35 @@
+"""SharedValues: a restored row reuses the surface's equal frozen blocks, and only equal ones."""
+
+from __future__ import annotations
+
+from processor.core.events import Event
+from processor.core.frozen import FrozenDict, freeze
+from processor.core.restore_share import SharedValues
+
+
+def _event(data: object) -> Event:
+    return Event(type="message", seq=0, time=0, data=freeze(data))
+
+
+def test_an_equal_block_is_the_surface_s_own_object() -> None:
+    block = {"type": "text", "text": "hello", "n": 1}
+    event = _event({"message": {"content": [block]}})
+    shared = SharedValues([event])
+    row = shared.freeze({"messages": [{"content": [dict(block)]}], "count": 1})
+    assert row == {"messages": [{"content": [block]}], "count": 1}
+    assert row["messages"][0]["content"] is event.data["message"]["content"]
+    assert type(row) is FrozenDict
+
+
+def test_only_values_with_the_same_json_text_are_shared() -> None:
+    event = _event({"a": {"x": 1, "y": 2}, "b": {"v": 1}})
+    shared = SharedValues([event])
+    reordered = shared.freeze({"k": {"y": 2, "x": 1}})["k"]
+    assert list(reordered) == ["y", "x"]  # key order kept: the next checkpoint's bytes
+    floats = shared.freeze({"k": {"v": 1.0}})["k"]
+    assert floats is not event.data["b"] and type(floats["v"]) is float
+
+
+def test_a_value_that_is_not_plain_json_is_frozen_unshared() -> None:
+    shared = SharedValues([_event({"a": [1]})])
+    assert shared.freeze({"big": [2**70]}) == {"big": [2**70]}
