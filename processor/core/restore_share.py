@@ -19,7 +19,15 @@ import orjson
 
 from processor.core.events import Event
 from processor.core.frozen import freeze
-from processor.core.frozen_types import MAX_DEPTH, FrozenDict, FrozenList
+from processor.core.frozen_types import FrozenDict, FrozenList
+
+#: Each level re-serializes its subtree: a depth cap keeps the work a small
+#: multiple of the session's size (the blocks worth sharing sit 1-4 levels
+#: down); a hostile 128-deep value would otherwise cost 128 copies of itself.
+SHARE_DEPTH = 6
+#: The index's keys for one restore, in bytes; past it nothing more is indexed
+#: (values are then frozen unshared, as before the sharing existed).
+INDEX_BUDGET = 8 * 1024 * 1024
 
 
 def _json(value: Any) -> bytes | None:
@@ -34,16 +42,18 @@ class SharedValues:
 
     def __init__(self, events: Iterable[Event] = ()) -> None:
         self._by_json: dict[bytes, Any] = {}
+        self._indexed = 0
         for event in events:
             self._index(event.data, 0)
 
     def _index(self, value: Any, depth: int) -> None:
         t = type(value)
-        if (t is not FrozenDict and t is not FrozenList) or depth >= MAX_DEPTH:
+        if (t is not FrozenDict and t is not FrozenList) or depth >= SHARE_DEPTH:
             return
         key = _json(value)
-        if key is None or key in self._by_json:
-            return  # an equal value's parts are indexed already
+        if key is None or key in self._by_json or self._indexed + len(key) > INDEX_BUDGET:
+            return  # an equal value's parts are indexed already, or the budget is spent
+        self._indexed += len(key)
         self._by_json[key] = value
         for part in value.values() if t is FrozenDict else value:
             self._index(part, depth + 1)
@@ -54,8 +64,8 @@ class SharedValues:
 
     def _share(self, value: Any, depth: int) -> Any:
         t = type(value)
-        if (t is not dict and t is not list) or depth >= MAX_DEPTH:
-            return value  # scalars; too deep: freeze reports it
+        if (t is not dict and t is not list) or depth >= SHARE_DEPTH:
+            return value  # scalars; deeper parts are frozen unshared
         key = _json(value)
         hit = self._by_json.get(key) if key is not None else None
         if hit is not None:

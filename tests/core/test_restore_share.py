@@ -33,3 +33,18 @@ def test_only_values_with_the_same_json_text_are_shared() -> None:
 def test_a_value_that_is_not_plain_json_is_frozen_unshared() -> None:
     shared = SharedValues([_event({"a": [1]})])
     assert shared.freeze({"big": [2**70]}) == {"big": [2**70]}
+
+
+def test_a_deep_or_huge_value_costs_a_bounded_index() -> None:
+    """Each indexed level holds its subtree's JSON: without the depth cap a
+    128-deep value with a 1 MB leaf held 128 MB of keys during one restore."""
+    from processor.core import restore_share
+
+    deep: object = "x" * 1_000_000
+    for _ in range(100):
+        deep = [deep]
+    shared = SharedValues([_event({"d": deep})])
+    assert shared._indexed <= restore_share.SHARE_DEPTH * 1_001_000
+    assert shared._indexed <= restore_share.INDEX_BUDGET
+    row = shared.freeze({"d": deep})
+    assert row == {"d": deep}
