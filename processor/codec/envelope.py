@@ -22,9 +22,8 @@ from processor.codec.payload import (
     _dumps,
 )
 from processor.core.errors import raised_from
-from processor.core.events import KNOWN_TYPES
+from processor.core.events import SHARED_STRINGS as SHARED_STRINGS  # tests read it here
 from processor.core.frozen import json_problem
-from processor.core.sharing import FrozenTable
 
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
@@ -143,10 +142,6 @@ def _event_datum(
     }
 
 
-#: The one copy of each known type and of "append" that decoded events share.
-#: A frozen table: these strings come from the input (an ignorable type is any
-#: string), so only the known ones are shared.
-SHARED_STRINGS: Final[FrozenTable[str]] = FrozenTable("event_strings", (*KNOWN_TYPES, "append"))
 _SHARED: Final[dict[str, str]] = SHARED_STRINGS.values  # read inline per event
 
 

@@ -26,6 +26,7 @@ import orjson
 from processor.core.errors import SessionError, raised_from
 from processor.core.frozen import freeze, json_problem
 from processor.core.leaf import SETTLE, register
+from processor.core.sharing import FrozenTable
 
 SURFACE_TYPES: Final = frozenset(
     {"system/message", "developer/message", "user/message", "assistant/message", "tool/result"}
@@ -265,10 +266,14 @@ _new_event: _EventMaker = _slot_event_maker()
 # immutable: it cannot be part of a reference cycle either (leaf.py).
 register((Event,), (ABSENT,))
 _SETTLE: Final = SETTLE
-# Each known type as one shared str: a decoder makes a fresh one per event, which
-# the fold keeps (~60 B each, cold in cache when the log is freed), and the
-# fold's set and dict look-ups of a shared one end at the identity test.
-_TYPE_NAMES: Final[dict[str, str]] = {t: t for t in KNOWN_TYPES}
+#: The one copy of each known type and of "append" that decoded events share:
+#: a decoder makes a fresh str per event, which the fold keeps (~60 B each,
+#: cold in cache when the log is freed), and the fold's set and dict look-ups
+#: of a shared one end at the identity test.  A frozen table: these strings
+#: come from the input (an ignorable type is any string), so only the known
+#: ones are shared.
+SHARED_STRINGS: Final[FrozenTable[str]] = FrozenTable("event_strings", (*KNOWN_TYPES, "append"))
+_SHARED: Final[dict[str, str]] = SHARED_STRINGS.values  # read inline per event
 
 
 def _frozen_event(
@@ -283,7 +288,7 @@ def _frozen_event(
     """The Event of a checked envelope: its JSON frozen, the event untracked by
     the collector where the build can (leaf.py)."""
     event = _new_event(
-        _TYPE_NAMES.get(etype, etype),
+        _SHARED.get(etype, etype),
         seq,
         time,
         freeze(raw["data"]),

@@ -316,7 +316,6 @@ class Inspector:
 
         sub = self.state.subscribe(only, wake)
         self._wakers.add(wake)
-        wake_event.set()  # the subscriber's first notice: resync (see Subscriber)
 
         async def events() -> AsyncIterator[bytes]:
             try:

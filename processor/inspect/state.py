@@ -417,6 +417,7 @@ class InspectorState:
         sub = Subscriber(session, wake)
         with self._lock:
             self._subscribers.append(sub)
+        sub.wake()  # its first notice: the resync it starts with
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
