@@ -20,6 +20,7 @@ import orjson
 from processor.core.events import Event
 from processor.core.frozen import freeze
 from processor.core.frozen_types import FrozenDict, FrozenList
+from processor.core.sharing import ShortLivedTables
 
 #: Each level re-serializes its subtree: a depth cap keeps the work a small
 #: multiple of the session's size (the blocks worth sharing sit 1-4 levels
@@ -28,6 +29,9 @@ SHARE_DEPTH = 6
 #: The index's keys for one restore, in bytes; past it nothing more is indexed
 #: (values are then frozen unshared, as before the sharing existed).
 INDEX_BUDGET = 8 * 1024 * 1024
+#: Exported with the other sharing tables: reuses, and restores whose index
+#: spent its budget (``processor_shared_table_full_total{table="restore_blocks"}``)
+RESTORE_BLOCKS = ShortLivedTables("restore_blocks", INDEX_BUDGET)
 
 
 def _json(value: Any) -> bytes | None:
@@ -43,6 +47,7 @@ class SharedValues:
     def __init__(self, events: Iterable[Event] = ()) -> None:
         self._by_json: dict[bytes, Any] = {}
         self._indexed = 0
+        self._spent = False
         for event in events:
             self._index(event.data, 0)
 
@@ -51,8 +56,13 @@ class SharedValues:
         if (t is not FrozenDict and t is not FrozenList) or depth >= SHARE_DEPTH:
             return
         key = _json(value)
-        if key is None or key in self._by_json or self._indexed + len(key) > INDEX_BUDGET:
-            return  # an equal value's parts are indexed already, or the budget is spent
+        if key is None or key in self._by_json:
+            return  # an equal value's parts are indexed already
+        if self._indexed + len(key) > INDEX_BUDGET:
+            if not self._spent:
+                self._spent = True
+                RESTORE_BLOCKS.full += 1
+            return
         self._indexed += len(key)
         self._by_json[key] = value
         for part in value.values() if t is FrozenDict else value:
@@ -69,6 +79,7 @@ class SharedValues:
         key = _json(value)
         hit = self._by_json.get(key) if key is not None else None
         if hit is not None:
+            RESTORE_BLOCKS.hits += 1
             return hit
         if t is dict:
             return {k: self._share(v, depth + 1) for k, v in value.items()}

@@ -7,7 +7,7 @@ type string, any seq), so every table has a bound (never ``sys.intern``: on
 Python 3.12 an interned string is never freed).  Past its bound a table costs
 memory, never correctness: a value it turns away is used as it is.
 
-Three kinds, each counting what it does (``tables()`` lists them; the service
+Four kinds, each counting what it does (``tables()`` lists them; the service
 exports them as metrics, so an operator sees a table that filled up):
 
 - :class:`FrozenTable`: a fixed set of known values, never grows;
@@ -15,7 +15,9 @@ exports them as metrics, so an operator sees a table that filled up):
   turned away (counted in ``full``);
 - :class:`NewestTable`: the ``bound`` newest keys by equality (lists too), for
   values that go stale (a registry's unit tuples); making room drops the
-  oldest, counted in ``full``.
+  oldest, counted in ``full``;
+- :class:`ShortLivedTables`: only the counts of tables that live for one call
+  (a restore's index, restore_share.py); they hold nothing between calls.
 """
 
 from __future__ import annotations
@@ -121,3 +123,13 @@ class NewestTable(SharedTable, Generic[K, V]):
 
     def size(self) -> int:
         return len(self._keys)
+
+
+class ShortLivedTables(SharedTable):
+    """The counts of per-call tables: ``hits`` summed over them, ``full`` each
+    time one's ``bound`` (in bytes) turned values away."""
+
+    __slots__ = ()
+
+    def size(self) -> int:
+        return 0  # each table is dropped when its call ends

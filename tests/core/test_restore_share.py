@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from processor.core.events import Event
 from processor.core.frozen import FrozenDict, freeze
 from processor.core.restore_share import SharedValues
@@ -48,3 +50,17 @@ def test_a_deep_or_huge_value_costs_a_bounded_index() -> None:
     assert shared._indexed <= restore_share.INDEX_BUDGET
     row = shared.freeze({"d": deep})
     assert row == {"d": deep}
+
+
+def test_a_restore_past_its_budget_is_counted_with_the_sharing_tables(monkeypatch: Any) -> None:
+    """Past the budget values are frozen unshared (memory, not correctness); the
+    service exports the count like any sharing table's, so an operator sees it."""
+    from processor.core import restore_share
+    from processor.core.sharing import tables
+
+    assert restore_share.RESTORE_BLOCKS in tables()
+    monkeypatch.setattr(restore_share, "INDEX_BUDGET", 40)
+    full = restore_share.RESTORE_BLOCKS.full
+    shared = SharedValues([_event({"a": {"x": "y" * 30}, "b": {"z": "w" * 30}})])
+    assert restore_share.RESTORE_BLOCKS.full == full + 1  # once per restore
+    assert shared._indexed <= 40
