@@ -66,6 +66,11 @@ SLICE_S = 0.1
 STALL_S = 120.0
 #: Attempts per fill before the run fails (the process restart retries it).
 MAX_ATTEMPTS = 3
+#: The first and the longest pause before a restore put off (:meth:`BackgroundFill.wait`)
+#: is tried again: a broker back within seconds is seen soon, one that stays
+#: away costs a retry deadline per minute, not a busy loop.
+WAIT_FIRST_S = 5.0
+WAIT_MAX_S = 60.0
 
 
 @dataclass
@@ -81,6 +86,10 @@ class FillJob:
     read: int = 0
     attempts: int = 1
     problem: str | None = None
+    #: put off (the broker did not answer its restore): tried again at this
+    #: monotonic time; nothing is read meanwhile
+    retry_at: float | None = None
+    waits: int = 0  # restores put off in a row (the back-off doubles with each)
 
 
 class BackgroundFill:
@@ -91,7 +100,9 @@ class BackgroundFill:
         store: CheckpointStore,
         metrics: Metrics,
         reader: Callable[[], Reader],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.clock = clock
         self.store = store
         self.metrics = metrics
         self._new_reader = reader
@@ -111,7 +122,10 @@ class BackgroundFill:
         positions = self.store.positions(verify_reader, partitions)
         for p in partitions:
             start, high, kept = positions[p]
+            before = self.jobs.get(p)
             self.jobs[p] = FillJob(p, start, high, kept)
+            if before is not None:  # a restore put off before: its back-off goes on
+                self.jobs[p].waits = before.waits
             if kept is None and not self._big_cache and self.store.store is not None:
                 self.store.store.filling(True)
                 self._big_cache = True
@@ -139,6 +153,39 @@ class BackgroundFill:
             self._assigned.difference_update(mine)
             self._reader.incremental_unassign([TopicPartition(self.store.topic, p) for p in mine])
 
+    def wait(self, partitions: Iterable[int], why: str) -> None:
+        """The restore of ``partitions`` could not read the broker within the retry
+        deadline: hold them (paused by the caller, nothing read) and try again
+        after a back-off; ``/readyz`` names the partition and the error meanwhile.
+
+        Not an exit: a broker restart outlasting the deadline would otherwise
+        end every member restoring then, and their successors would restore
+        into the same outage.
+        """
+        now = self.clock()
+        parts = sorted(set(partitions))
+        for p in parts:
+            job = self.jobs.get(p) or FillJob(p, 0, 0, None)
+            job.waits += 1
+            delay = min(WAIT_MAX_S, WAIT_FIRST_S * 2.0 ** (job.waits - 1))
+            job.retry_at = now + delay
+            job.problem = (
+                f"restore of {self.store.topic}[{p}] put off: {why}; "
+                f"retrying in {delay:.0f} s (put off {job.waits} times)"
+            )
+            self.jobs[p] = job
+        self._unassign(parts)
+        if parts:
+            log.warning("%s", self.jobs[parts[0]].problem)
+        self._report()
+
+    def due(self) -> list[int]:
+        """Partitions put off whose back-off is over (the caller restores them again)."""
+        now = self.clock()
+        return sorted(
+            p for p, j in self.jobs.items() if j.retry_at is not None and j.retry_at <= now
+        )
+
     def cancel(self, partitions: Iterable[int]) -> None:
         """Revoked or lost while filling: stop; the store keeps the applied slices."""
         gone = [p for p in partitions if self.jobs.pop(p, None) is not None]
@@ -159,14 +206,15 @@ class BackgroundFill:
 
     def step(self) -> dict[int, Filled]:
         """One bounded slice of every open job; the jobs that reached the end."""
-        done = {p: j for p, j in self.jobs.items() if j.next_offset >= j.high}
-        if len(done) < len(self.jobs) and self._reader is not None:
+        live = {p: j for p, j in self.jobs.items() if j.retry_at is None}
+        done = {p: j for p, j in live.items() if j.next_offset >= j.high}
+        if len(done) < len(live) and self._reader is not None:
             try:
                 done.update(self._slice(self._reader))
             except KafkaException as exc:
-                self._failed(list(set(self.jobs) - set(done)), str(exc))
+                self._failed(list(set(live) - set(done)), str(exc))
         now = time.monotonic()
-        for p, j in self.jobs.items():
+        for p, j in live.items():
             if p not in done and now - j.progress_at > STALL_S:
                 self._failed([p], f"no progress for {STALL_S:.0f} s")
         finished = {}
@@ -190,8 +238,8 @@ class BackgroundFill:
             for m in msgs:
                 p = m.partition() or 0
                 job = self.jobs.get(p)
-                if job is None or p in ended:
-                    continue  # a cancelled job's prefetched records
+                if job is None or job.retry_at is not None or p in ended:
+                    continue  # a cancelled (or put off) job's prefetched records
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -210,7 +258,7 @@ class BackgroundFill:
                 count += 1
                 if offset >= job.high - 1:
                     ended[p] = job
-            if len(ended) == len(self.jobs):
+            if len(ended) == sum(j.retry_at is None for j in self.jobs.values()):
                 break
         read: dict[int, int] = {}
         for p, batch in pending.items():

@@ -9,15 +9,20 @@ unreachable); nothing reads a health field to decide what to do next.
 * ``/readyz`` (readiness): assigned partitions restored, nothing fatal,
   transactions not failing past their bound (``failures.py``) and a broker
   answering (``broker_watch.py``), the local store usable (``state.py``),
-  no partition stalled with lag past its re-seeks (``progress.py``) and the
-  loop ticking (a loop blocked in a call past ``liveness_s`` moves nothing);
-  the body names the first cause.
+  no partition stalled with lag past its re-seeks (``progress.py``), no
+  Kafka call being retried for ``RETRY_REPORT_S`` (``retry.py``: a restore
+  waiting out a broker restart inside a rebalance callback) and the loop
+  ticking (a loop blocked in a call past ``liveness_s`` moves nothing); the
+  body names the first cause.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+#: A call retried this long is named by /readyz (shorter: a leader moving).
+RETRY_REPORT_S = 5.0
 
 
 class Health:
@@ -39,6 +44,8 @@ class Health:
         self.fill_problem: str | None = None
         #: a partition with lag whose position did not move past its bound (progress.py)
         self.stalled: str | None = None
+        #: (seconds failing, line) of the oldest Kafka call being retried (retry.py)
+        self.retrying: Callable[[], tuple[float, str] | None] = lambda: None
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()
@@ -73,6 +80,7 @@ class Health:
             or self.degraded
             or self.unreachable
             or self.store
+            or self._retrying()
             or self.fill_problem
             or self.stalled
             or (f"the loop has not ticked for {idle:.0f}s" if idle >= liveness_s else None)
@@ -84,3 +92,9 @@ class Health:
             return 200, b"ready\n"
         cause = cause or "restoring"
         return 503, f"not ready: {cause}\n".encode()
+
+    def _retrying(self) -> str | None:
+        oldest = self.retrying()
+        if oldest is None or oldest[0] < RETRY_REPORT_S:
+            return None
+        return f"waiting {oldest[0]:.0f}s for the broker: {oldest[1]}"

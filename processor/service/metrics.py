@@ -24,6 +24,7 @@ from prometheus_client import (
 
 from processor.core.sharing import SharedTable
 from processor.service.health import Health
+from processor.service.retry import RetryWatch
 
 OUTCOMES = ("applied", "duplicate", "rejected", "quarantined")
 
@@ -187,8 +188,30 @@ class Metrics:
             registry=r,
         )
         self._shared_full_seen: dict[str, int] = {}
+        self.kafka_retries = Counter(
+            "processor_kafka_retries_total",
+            "Kafka calls of the restore path retried after a transient error, "
+            "by call and error code (retry.py; each retry rides out a broker fault)",
+            ["call", "code"],
+            registry=r,
+        )
+        #: the loop thread's retries (rebalance.py observes them)
+        self.retries = RetryWatch(lambda call, code: self.kafka_retries.labels(call, code).inc())
+        retrying = Gauge(
+            "processor_kafka_retry_waiting_seconds",
+            "How long the oldest Kafka call still being retried has failed (0: none)",
+            registry=r,
+        )
+        retrying.set_function(lambda: (self.retries.oldest() or (0.0, ""))[0])
+        self.restore_waits = Counter(
+            "processor_restore_waits_total",
+            "Partition restores put off because the broker did not answer within the "
+            "retry deadline (held paused and tried again later; /readyz names them)",
+            registry=r,
+        )
         #: what /healthz and /readyz report (``health.py``); the degraded gauge follows it
         self.health = Health(on_degraded=self.degraded_gauge.set)
+        self.health.retrying = self.retries.oldest
 
     def report_sharing(self, tables: Iterable[SharedTable]) -> None:
         """Set the sharing gauges from the process's tables; the full counter

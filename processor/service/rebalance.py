@@ -11,6 +11,14 @@ consumed from the group's committed offset (committed in the same
 transaction as those checkpoints), or from offset zero when the anchor
 check asks for a rebuild.
 
+A restore that cannot read the broker within the retry deadline
+(``retry.GaveUp``, or a read timing out) does not end the run: its
+partitions stay assigned and paused, ``/readyz`` names the partition and the
+error, and the restore is tried again from the start after a back-off
+(``BackgroundFill.wait``); a permanent error still ends the run with its one
+line.  Every Kafka retry of the restore is counted and, while one lasts,
+named by ``/readyz`` (``retry.RetryWatch``).
+
 A revoke first commits the open batch while the member still owns the
 partitions (within ``revoke_budget_ms``); a failing commit aborts and
 rewinds only the partitions being kept.  A lost partition is dropped
@@ -44,8 +52,9 @@ from processor.service.restore import (
     fetch_events,
     stable_bound_s,
     wait_stable,
+    watermarks,
 )
-from processor.service.retry import retry
+from processor.service.retry import GaveUp, is_transient, observing, retry, run_all
 from processor.service.state import CheckpointStore, Filled, session_of
 from processor.service.transport import GroupConsumer, Reader, Transport
 
@@ -95,6 +104,9 @@ class Rebalance:
         #: rewind or another assignment during a background fill must not reset it
         self._started: dict[int, float] = {}
         self._unstable: set[int] = set()  # restored behind an unknown open transaction
+        #: rewound partitions whose restore was put off: seeked back to the
+        #: committed offset once it ends
+        self._reseek: set[int] = set()
         committer.rewind = self.rewind
         # the store's write queue reports its bound being hit (state.py)
         store.on_queue_full = metrics.store_write_queue_full.inc
@@ -106,39 +118,90 @@ class Rebalance:
         them in slices (:meth:`fill_step`) while the other partitions fold."""
         self.metrics.rebalances.labels("assign").inc()
         numbers = [tp.partition for tp in partitions]
-        self._prepare(numbers)
-        assert self.reader is not None
         assignment = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
         consumer.incremental_assign(assignment)
         # nothing of theirs is folded before the fill and the anchor check end
         # (assigned first: a store failing its verification ends the run with
-        # the partitions assigned, so the close's revoke finds them)
+        # the partitions assigned, so the close's revoke finds them, and a
+        # restore put off keeps them paused)
         consumer.pause(assignment)
-        self.fill.start(self.reader, numbers)
+        with observing(self.metrics.retries):
+            self._begin(numbers)
         self.health.ready = True  # serving; /readyz names the partitions still filling
+
+    def _begin(self, numbers: list[int]) -> None:
+        """Prepare the partitions and open their fills, or put them off."""
+        try:
+            self._prepare(numbers)
+            assert self.reader is not None
+            self.fill.start(self.reader, numbers)
+        except KafkaException as exc:
+            self._put_off(numbers, exc)
+
+    def _put_off(self, numbers: list[int], exc: KafkaException) -> None:
+        """A restore step failed: a transient error (the broker did not answer
+        within the retry deadline) holds the partitions paused and tries them
+        again later; anything else ends the run as before."""
+        if not is_transient(exc):
+            raise exc
+        why = exc.line() if isinstance(exc, GaveUp) else str(exc)
+        self.metrics.restore_waits.inc(len(numbers))
+        for number in numbers:
+            self.engine.drop_partition(number)
+        self.fill.wait(numbers, why)
+        # a new restore consumer for the next try: one whose metadata went
+        # stale in a broker restart kept failing past the deadline (chaos run)
+        old, self.reader = self.reader, self._new_reader()
+        run_all([("restore consumer close", old.close if old is not None else None)])
+
+    def _new_reader(self) -> Reader:
+        assert self.problems is not None
+        return self.transport.plain_consumer("restore", self.problems, self.config.group_id)
 
     def fill_step(self) -> None:
         """One slice of the open fills (the poll loop calls this); resume the filled."""
-        filled = self.fill.step()
-        if not filled:
-            return
+        with observing(self.metrics.retries):
+            due = self.fill.due()
+            if due:
+                self._begin(due)
+            filled = self.fill.step()
+            if not filled:
+                return
+            numbers = sorted(filled)
+            try:
+                starts = self._finish(numbers, filled)
+            except KafkaException as exc:
+                self._put_off(numbers, exc)
+                return
+            self._resume(numbers, starts)
+
+    def _resume(self, numbers: list[int], starts: dict[int, int | None]) -> None:
         assert self.consumer is not None
-        numbers = sorted(filled)
-        starts = self._finish(numbers, filled)
+        consumer = self.consumer
+        reseek = sorted(self._reseek & set(numbers))
+        self._reseek -= set(numbers)
+        committed = committed_offsets(consumer, self.topics.events, reseek) if reseek else {}
         tps = []
         for number in numbers:
             start = starts.get(number)
             tp = TopicPartition(self.topics.events, number)
+            if start is None and number in committed:  # a rewind put off: back to the commit
+                at = committed[number]
+                start = at if at is not None else OFFSET_BEGINNING
             if start is not None:  # the anchor check asks for a rebuild from zero
-                at = TopicPartition(self.topics.events, number, start)
-                retry(functools.partial(self.consumer.seek, at), f"seek {tp.topic}[{number}]")
+                at_tp = TopicPartition(self.topics.events, number, start)
+                retry(functools.partial(consumer.seek, at_tp), f"seek {tp.topic}[{number}]")
             tps.append(tp)
-        self.consumer.resume(tps)
-        if self.committer.queries is not None:
-            self.committer.queries.assigned(numbers)
+        consumer.resume(tps)
+        fresh = [n for n in numbers if n not in reseek]
+        if self.committer.queries is not None and fresh:
+            self.committer.queries.assigned(fresh)
         control = self._control()
         if control is not None:
-            control.assign(self.consumer, numbers)
+            if fresh:
+                control.assign(consumer, fresh)
+            if reseek:
+                control.rewind(consumer, set(reseek))
         self.assigned_at = time.monotonic()
         # the restored sessions are long-lived and cycle-free: keep the cyclic
         # collector from walking them again (a full pass over 100k sessions
@@ -156,6 +219,7 @@ class Rebalance:
         self.fill.cancel(tp.partition for tp in partitions)
         for tp in partitions:
             self._started.pop(tp.partition, None)
+            self._reseek.discard(tp.partition)
         # A failing commit here aborts the batch and rewinds only the partitions
         # we keep: the revoked ones are the next owner's to restore, and a
         # back-off would only delay the whole group's rebalance.
@@ -190,6 +254,7 @@ class Rebalance:
         self.fill.cancel(lost)
         for p in lost:
             self._started.pop(p, None)
+        self._reseek -= lost
         self.committer.abort(lost, rewind=False)
         for p in lost:
             self.engine.drop_partition(p)
@@ -206,8 +271,17 @@ class Rebalance:
         assert self.consumer is not None
         # a partition still filling folded nothing: its fill ends in its own seek
         numbers = [n for n in numbers if n not in self.fill.jobs]
-        starts = self.restore(numbers)
-        committed = committed_offsets(self.consumer, self.topics.events, numbers)
+        with observing(self.metrics.retries):
+            try:
+                starts = self.restore(numbers)
+                committed = committed_offsets(self.consumer, self.topics.events, numbers)
+            except KafkaException as exc:
+                # held paused like a new partition's restore put off; seeked back
+                # to the committed offset once it ends (_resume)
+                self.consumer.pause([TopicPartition(self.topics.events, n) for n in numbers])
+                self._put_off(numbers, exc)
+                self._reseek.update(numbers)
+                return
         for number in numbers:
             start = starts.get(number)
             at = committed[number]
@@ -239,7 +313,8 @@ class Rebalance:
         """Before a fill: no zombie transaction open, the store open, the partitions dropped."""
         assert self.reader is not None
         now = time.monotonic()
-        self._started.update(dict.fromkeys(numbers, now))
+        for number in numbers:  # a restore put off and tried again: from its first try
+            self._started.setdefault(number, now)
         rc, store = self.reader, self.store
         if self.config.exactly_once:
             # never restore behind a zombie's open transaction (see restore.py)
@@ -276,6 +351,8 @@ class Rebalance:
         newest = {p: store.newest(p) for p in numbers}
         anchors = {p: cp.anchor.offset for p, cp in newest.items() if cp is not None}
         found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
+        # every read before the first change: a restore put off here changed nothing
+        marks = {p: watermarks(rc, events, p) for p in numbers}
         starts: dict[int, int | None] = {}
         for number in numbers:
             cp = newest[number]
@@ -287,6 +364,7 @@ class Rebalance:
                 committed[number],
                 found.get(number),
                 transactional=self.config.exactly_once,
+                marks=marks[number],
             ) or self.engine.unusable_rows(restore.checkpoints.values())
             starts[number] = None
             quarantined = store.quarantined(number)

@@ -357,6 +357,7 @@ def check_anchor(
     found: tuple[str, int, str] | None,
     *,
     transactional: bool = True,
+    marks: tuple[int, int] | None = None,
 ) -> str | None:
     """None when the log still matches, else the reason it does not.
 
@@ -366,9 +367,10 @@ def check_anchor(
     were delivered leaves: the tail from the committed offset is folded again
     and the seq gate drops what the checkpoints already hold.  A missing
     committed offset still fails the check (offsets reset or never committed).
+    ``marks``: the partition's ``(low, high)`` when the caller read them already.
     """
     partition = restore.partition
-    low, high = watermarks(consumer, topic, partition)
+    low, high = marks if marks is not None else watermarks(consumer, topic, partition)
     if committed is not None and committed > high:
         return (
             f"committed offset {committed} is beyond the end of {topic}[{partition}] "

@@ -11,12 +11,18 @@ the deadline) reaches the caller.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
+import re
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
+
+from processor.core.errors import Unavailable
 
 log = logging.getLogger("processor.retry")
 
@@ -77,6 +83,83 @@ def is_transient(exc: BaseException) -> bool:
     return bool(err.retriable()) or err.code() in TRANSIENT_CODES
 
 
+class GaveUp(Unavailable, KafkaException):
+    """A transient error that outlasted the retry's deadline.
+
+    A ``KafkaException`` carrying the last error (callers that classify it
+    still can); ``what`` names the call (topic[partition]) for the one line
+    that reports it."""
+
+    what: str = ""
+    waited_s: float = 0.0
+
+    def line(self) -> str:
+        err = kafka_error(self)
+        cause = f"{err.name()}: {err.str()}" if err is not None else str(self)
+        return f"{self.what}: {cause} for {self.waited_s:.0f} s"
+
+
+class RetryWatch:
+    """The retries in progress of the threads that observe it (:func:`observing`).
+
+    Each retried attempt is counted by call and error code (``count``, the
+    metric) and the oldest call still failing is what ``/readyz`` names while
+    it waits: a restore riding out a broker restart inside a rebalance callback
+    blocks the loop, and without this nothing said what it waited for.
+    """
+
+    def __init__(
+        self,
+        count: Callable[[str, str], object] = lambda call, code: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._count = count
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._open: dict[int, tuple[float, str]] = {}  # token -> (since, line)
+
+    def retried(
+        self, token: int, since: float, what: str, err: KafkaError | None, attempt: int
+    ) -> None:
+        code = err.name() if err is not None else "unknown"
+        self._count(call_label(what), code)
+        detail = f"{code}: {err.str()}" if err is not None else code
+        with self._lock:
+            self._open[token] = (since, f"{what}: {detail} (attempt {attempt})")
+
+    def ended(self, token: int) -> None:
+        with self._lock:
+            self._open.pop(token, None)
+
+    def oldest(self) -> tuple[float, str] | None:
+        """``(seconds failing, line)`` of the oldest call being retried, or None."""
+        with self._lock:
+            if not self._open:
+                return None
+            since, line = min(self._open.values())
+        return self.clock() - since, line
+
+
+_local = threading.local()
+_tokens = itertools.count(1)
+
+
+@contextlib.contextmanager
+def observing(watch: RetryWatch) -> Iterator[None]:
+    """Report the retries of this thread to ``watch`` while the block runs."""
+    before = getattr(_local, "watch", None)
+    _local.watch = watch
+    try:
+        yield
+    finally:
+        _local.watch = before
+
+
+def call_label(what: str) -> str:
+    """``what`` without its partitions and offsets: a bounded metric label."""
+    return re.sub(r"\s+", " ", re.sub(r"\[[^\]]*\]|\d+(\.\.\d+)?", "", what)).strip()
+
+
 def retry(
     call: Callable[[], T],
     what: str,
@@ -87,22 +170,40 @@ def retry(
 ) -> T:
     """``call()`` until it succeeds, retrying transient Kafka errors until ``deadline_s``.
 
-    Raises the last error when it is permanent or the deadline has passed.
+    Raises a permanent error as it is, a transient one that outlasted the
+    deadline as :class:`GaveUp`.  Each retry is reported to the thread's
+    :class:`RetryWatch`, if one observes it.
     """
-    deadline = time.monotonic() + deadline_s
+    watch: RetryWatch | None = getattr(_local, "watch", None)
+    clock = watch.clock if watch is not None else time.monotonic
+    started = clock()
+    deadline = started + deadline_s
     delay = first_delay
     attempt = 0
-    while True:
-        try:
-            return call()
-        except KafkaException as exc:
-            attempt += 1
-            if not is_transient(exc) or time.monotonic() + delay > deadline:
-                raise
-            level = logging.INFO if attempt < 3 else logging.WARNING
-            log.log(level, "%s: %s; retrying (attempt %d)", what, exc, attempt)
-            time.sleep(delay)
-            delay = min(delay * 2, max_delay)
+    token = next(_tokens)
+    try:
+        while True:
+            try:
+                return call()
+            except KafkaException as exc:
+                attempt += 1
+                if not is_transient(exc):
+                    raise
+                if clock() + delay > deadline:
+                    if isinstance(exc, GaveUp):
+                        raise  # an inner retry's: it names the call already
+                    gave_up = GaveUp(*exc.args)
+                    gave_up.what, gave_up.waited_s = what, clock() - started
+                    raise gave_up from exc
+                if watch is not None:
+                    watch.retried(token, started, what, kafka_error(exc), attempt)
+                level = logging.INFO if attempt < 3 else logging.WARNING
+                log.log(level, "%s: %s; retrying (attempt %d)", what, exc, attempt)
+                time.sleep(delay)
+                delay = min(delay * 2, max_delay)
+    finally:
+        if watch is not None and attempt:
+            watch.ended(token)
 
 
 def run_all(steps: Sequence[tuple[str, Callable[[], Any] | None]]) -> None:

@@ -191,7 +191,7 @@ class Loop(RunningProcessor):
         return self.metrics.registry.get_sample_value(name) or 0.0
 
 
-def _wait(done: Callable[[], bool], loop: Loop, what: str) -> None:
+def _wait(done: Callable[[], bool], loop: RunningProcessor, what: str) -> None:
     deadline = time.monotonic() + 60
     while not done():
         assert not loop.errors, loop.errors

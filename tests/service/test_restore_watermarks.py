@@ -14,7 +14,10 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from processor.service.health import Health
+from processor.service.metrics import Metrics
 from processor.service.restore import watermarks
+from processor.service.retry import GaveUp, RetryWatch, is_transient, observing
 from processor.service.transport import Reader
 
 
@@ -62,3 +65,70 @@ def test_a_partition_that_stays_unknown_fails_past_the_deadline() -> None:
         watermarks(cast(Reader, reader), "checkpoints", 3, timeout=0.5)
     assert reader.asked >= 2  # retried, refreshing each time
     assert len(reader.refreshed) == reader.asked
+
+
+class Clock:
+    """A monotonic clock that moves ``step`` seconds each time it is read."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 1000.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_past_the_deadline_the_error_names_the_call_and_how_long_it_failed() -> None:
+    """The member's one line (and /readyz's reason) names topic[partition] and the
+    broker's error, not a bare KafkaError repr."""
+    watch = RetryWatch(clock=Clock(step=50.0))
+    with observing(watch), pytest.raises(GaveUp) as caught:
+        watermarks(cast(Reader, Gone()), "checkpoints", 3)  # the default 120 s deadline
+    line = caught.value.line()
+    assert line.startswith("watermarks of checkpoints[3]: _UNKNOWN_PARTITION: still unknown")
+    assert is_transient(caught.value)  # callers still see a transient Kafka error
+    assert watch.oldest() is None  # nothing waits any more
+
+
+class Watched(StaleMetadata):
+    """Fails ``failures`` times; records what /readyz said during each failure."""
+
+    def __init__(self, health: Health, clock: Clock, failures: int) -> None:
+        super().__init__()
+        self.health = health
+        self.clock = clock
+        self.failures = failures
+        self.seen: list[tuple[int, bytes]] = []
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]:
+        self.seen.append(self.health.readiness())
+        if len(self.seen) <= self.failures:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
+        return 0, 42
+
+
+def test_readyz_names_a_retry_that_waits_longer_than_a_few_seconds() -> None:
+    """A restore riding out a broker restart blocks the loop inside a rebalance
+    callback: /readyz (another thread) names the call and the error meanwhile, and
+    every retry is counted by call and error code."""
+    metrics = Metrics()
+    metrics.health.ready = True
+    clock = Clock(step=2.0)  # each read of the clock: two seconds later
+    metrics.retries.clock = clock
+    reader = Watched(metrics.health, clock, failures=4)
+    with observing(metrics.retries):
+        assert watermarks(cast(Reader, reader), "checkpoints", 3) == (0, 42)
+    first, *_, last = reader.seen
+    assert first == (200, b"ready\n")  # not failing yet
+    status, body = last  # the fourth retry: failing for longer than RETRY_REPORT_S
+    assert status == 503, body
+    assert b"for the broker: watermarks of checkpoints[3]: _TRANSPORT: broker down" in body
+    assert metrics.health.readiness() == (200, b"ready\n")  # it succeeded: nothing waits
+    counted = metrics.registry.get_sample_value(
+        "processor_kafka_retries_total",
+        {"call": "watermarks of checkpoints", "code": "_TRANSPORT"},
+    )
+    assert counted == 4
