@@ -165,6 +165,16 @@ def build() -> Builder[Any]:
                              "failed fills"),
                             (f"sum(increase(processor_store_write_queue_full_total{SEL}"
                              f"{RATE}))", "write queue full")))
+        .with_panel(_series("Restore retries", "short", "Kafka calls of the restore retried "
+                            "after a transient error (by call and code), the oldest call still "
+                            "failing (s), and partition restores put off past the retry "
+                            "deadline (paused, tried again; /readyz names them)",
+                            (f"sum by (call, code) (increase(processor_kafka_retries_total"
+                             f"{SEL}{RATE}))", "{{call}} {{code}}"),
+                            (f"max by (instance) (processor_kafka_retry_waiting_seconds{SEL})",
+                             "{{instance}} waiting (s)"),
+                            (f"sum(increase(processor_restore_waits_total{SEL}{RATE}))",
+                             "restores put off")))
         .with_row(Row("Session state"))
         .with_panel(_series("Session state held", "bytes", "Estimated bytes of the sessions "
                             "in memory (state_budget_bytes bounds it)",

@@ -27,6 +27,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.core.errors import Unavailable
+from processor.service.retry import GaveUp
 
 log = logging.getLogger("processor.kafka")
 #: librdkafka's own log lines (syslog levels mapped to Python's); off by default
@@ -217,6 +218,8 @@ def one_line(exc: BaseException) -> str:
     """The line ``processor run`` prints for an exception that ends it."""
     if isinstance(exc, KafkaFatal):
         return str(exc)
+    if isinstance(exc, GaveUp):  # names the call and its topic[partition]
+        return f"broker did not answer: {exc.line()}"
     if isinstance(exc, KafkaException):
         return classify(exc).line
     return f"{type(exc).__name__}: {exc}".splitlines()[0]

@@ -197,12 +197,12 @@ class Metrics:
         )
         #: the loop thread's retries (rebalance.py observes them)
         self.retries = RetryWatch(lambda call, code: self.kafka_retries.labels(call, code).inc())
-        retrying = Gauge(
+        self.retry_waiting = Gauge(
             "processor_kafka_retry_waiting_seconds",
             "How long the oldest Kafka call still being retried has failed (0: none)",
             registry=r,
         )
-        retrying.set_function(lambda: (self.retries.oldest() or (0.0, ""))[0])
+        self.retry_waiting.set_function(lambda: (self.retries.oldest() or (0.0, ""))[0])
         self.restore_waits = Counter(
             "processor_restore_waits_total",
             "Partition restores put off because the broker did not answer within the "

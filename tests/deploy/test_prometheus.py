@@ -33,7 +33,7 @@ from tests.kafka_fixtures import unique_prefix
 
 #: recording and alerting rules in deploy/prometheus/processor-rules.yaml (promtool counts
 #: them; a running Prometheus must find every one healthy)
-RULE_COUNT = 18
+RULE_COUNT = 19
 
 RULES = REPO / "deploy" / "prometheus" / "processor-rules.yaml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "processor-rules.test.yaml"
@@ -109,6 +109,7 @@ def test_every_alert_names_an_existing_runbook_section() -> None:
         "ProcessorNotReady",
         "ProcessorRebalanceStorm",
         "ProcessorRestoreSlow",
+        "ProcessorRestoreWaiting",
     }
     for alert in alerts:
         page, _, anchor = alert["annotations"]["runbook"].partition("#")

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.service.health import Health
+from processor.service.kafka_errors import one_line
 from processor.service.metrics import Metrics
 from processor.service.restore import watermarks
 from processor.service.retry import GaveUp, RetryWatch, is_transient, observing
@@ -88,6 +89,7 @@ def test_past_the_deadline_the_error_names_the_call_and_how_long_it_failed() -> 
     line = caught.value.line()
     assert line.startswith("watermarks of checkpoints[3]: _UNKNOWN_PARTITION: still unknown")
     assert is_transient(caught.value)  # callers still see a transient Kafka error
+    assert one_line(caught.value) == f"broker did not answer: {line}"  # processor run's
     assert watch.oldest() is None  # nothing waits any more
 
 
