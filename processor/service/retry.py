@@ -157,7 +157,9 @@ def observing(watch: RetryWatch) -> Iterator[None]:
 
 def call_label(what: str) -> str:
     """``what`` without its partitions and offsets: a bounded metric label."""
-    return re.sub(r"\s+", " ", re.sub(r"\[[^\]]*\]|\d+(\.\.\d+)?", "", what)).strip()
+    # a number standing alone (offsets, "start..end"), never one inside a topic name
+    bare = re.sub(r"\[[^\]]*\]|(?<![\w.-])\d+(\.\.\d+)?(?![\w.-])", "", what)
+    return re.sub(r"\s+", " ", bare).strip()
 
 
 def retry(

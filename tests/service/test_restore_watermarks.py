@@ -5,6 +5,10 @@ A chaos run saw a member's restore client answer ``_UNKNOWN_PARTITION`` for
 member exited: the client's cached metadata lacked the partition and a retry
 alone never refreshed it.  The model below keeps answering that error until
 the client's metadata for the topic is asked for again.
+
+Past the deadline the error names the call (``retry.GaveUp``); while a call
+is retried, ``/readyz`` names it and every retry is counted (``RetryWatch``).
+The retry deadline runs on the watch's clock: no wall time.
 """
 
 from __future__ import annotations
