@@ -705,6 +705,14 @@ class Committer:
                     deadline_s=until,
                 )
             except KafkaException as exc:
+                err = error_of(exc)
+                if err is None or err.code() not in FENCED:
+                    # the abort's end was not seen (timed out): the coordinator
+                    # aborts the transaction at its timeout and bumps the epoch,
+                    # so the fence our next transaction meets is the coordinator's,
+                    # not another member's (replace_producer; a false "another
+                    # member" verdict ended members under CPU starvation)
+                    self.overran_at = time.monotonic()
                 log.debug("abort_transaction: %s", exc)
         self._forget()
         self.metrics.aborts.inc()

@@ -105,3 +105,42 @@ def test_a_revoke_commits_within_the_revoke_budget_the_timeout_was_sized_for() -
     assert proc.txn.timeout(0.5) == 0.5
     proc.txn.deadline = time.monotonic() - 1
     assert proc.txn.timeout(60) == 0.1  # spent: fail fast, abort, let the next owner restore
+
+
+def test_a_fence_after_an_abort_that_never_ended_is_not_taken_for_another_member(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """abort_transaction timing out (a starved member, a slow coordinator) leaves the
+    transaction to the coordinator, which aborts it at the timeout and bumps the
+    epoch: the next transaction is fenced at once (open for ~0 s).  That fence is
+    explained by our own abort, not by a second member with our instance id."""
+    from typing import cast
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    from processor.service.retry import FatalBudget, RetryWatch, observing
+    from processor.service.runner import Processor
+    from processor.service.transport import TxnProducer
+
+    class Starved:
+        def abort_transaction(self, timeout: float = -1) -> None:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "abort timed out"))
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            self.now += 50.0  # the retry deadline passes in three attempts
+            return self.now
+
+    proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1"))
+    proc.txn.producer = cast(TxnProducer, Starved())
+    with observing(RetryWatch(clock=Clock())):
+        proc.txn.abort(set())
+    fenced = KafkaError(
+        KafkaError._FENCED, "Broker: Producer attempted an operation with an old epoch"
+    )
+    with caplog.at_level(logging.ERROR, logger="processor"):
+        # no budget: past the verdict nothing is replaced (that needs a cluster)
+        proc.txn.replace_producer(fenced, open_s=0.0, budget=FatalBudget(limit=0))
+    assert not any("another member runs" in m for m in caplog.messages), caplog.messages
