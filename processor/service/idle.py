@@ -17,7 +17,9 @@ the member stands where it resumed — the group's committed offset, else the
 low watermark (``auto.offset.reset=earliest``).  A committed transaction's
 marker is stepped over by the position, so a partition that ends with one
 counts as at end; a transaction still open on the topic holds the partition
-short of its end (its records are waiting) until it ends.
+short of its end (its records are waiting) until it ends.  The control
+partitions (``control.py``) count too: their group-less reader reports each
+end of partition, so a command waiting there is read before the run ends.
 
 A partition the broker cannot serve (no leader, a stalled fetch) never
 reaches its end, so the wait is bounded too: when nothing was consumed and
@@ -38,8 +40,8 @@ from processor.service.transport import Reader
 
 log = logging.getLogger("processor.runner")
 
-#: (position, cached high watermark) of each partition short of its end
-Behind = dict[int, tuple[int, int]]
+#: "topic[n]" -> (position, cached high watermark) of each partition short of its end
+Behind = dict[str, tuple[int, int]]
 
 
 def default_max_wait_s(max_idle_s: float) -> float:
@@ -56,12 +58,12 @@ def behind_end(consumer: Reader, topic: str, partitions: Mapping[int, PartitionS
             low, high = consumer.get_watermark_offsets(tp, cached=True)
             pos = consumer.position([tp])[0].offset
         except KafkaException:
-            behind[number] = (-1, -1)
+            behind[f"{topic}[{number}]"] = (-1, -1)
             continue
         if pos < 0:  # nothing read since the assignment: where the member resumed
             pos = part.resumed_at if part.resumed_at is not None else low
         if high < 0 or pos < high:
-            behind[number] = (pos, high)
+            behind[f"{topic}[{number}]"] = (pos, high)
     return behind
 
 
@@ -80,7 +82,7 @@ class IdleClock:
         self.idle_since = self.waiting_since = now
         self._behind = {}
 
-    def over(self, now: float, behind: Behind, topic: str) -> bool:
+    def over(self, now: float, behind: Behind) -> bool:
         """Whether the run may end: idle past ``max_idle_s`` with every partition
         at its end, or partitions stuck short of it past ``max_wait_s``."""
         if not behind:
@@ -95,7 +97,7 @@ class IdleClock:
         log.warning(
             "max idle: ending the run although %s never reached its end "
             "(position/high watermark %s) in %.1f s without records",
-            ", ".join(f"{topic}[{n}]" for n in sorted(behind)),
+            ", ".join(sorted(behind)),
             ", ".join(f"{p}/{h}" for _, (p, h) in sorted(behind.items())),
             now - self.waiting_since,
         )

@@ -145,6 +145,8 @@ class MemoryBroker:
         self._holds: dict[str, tuple[threading.Event, threading.Event]] = {}
         #: (topic, partition) -> seeks left before a stalled fetch resumes (None: never)
         self.stalls: dict[tuple[str, int], int | None] = {}
+        #: (topic, partition) whose group-less readers' fetches deliver nothing
+        self.reader_stalls: set[tuple[str, int]] = set()
         self.cluster_id = uuid.uuid4().hex
         self.topic_ids: dict[str, str] = {}
 
@@ -188,16 +190,24 @@ class MemoryBroker:
             gate[0].set()
             gate[1].wait(60)
 
-    def stall(self, topic: str, partition: int, seeks: int | None = None) -> None:
+    def stall(
+        self, topic: str, partition: int, seeks: int | None = None, *, readers: bool = False
+    ) -> None:
         """Make group members' fetches of a partition deliver nothing, as a client
         whose fetch lost its position (the fault suite's stall after a rewind),
-        until ``seeks`` seeks of it (None: until :meth:`unstall`)."""
+        until ``seeks`` seeks of it (None: until :meth:`unstall`).  ``readers``:
+        the group-less readers' fetches instead (a slow control fetch), until
+        :meth:`unstall`."""
         with self.cond:
-            self.stalls[(topic, partition)] = seeks
+            if readers:
+                self.reader_stalls.add((topic, partition))
+            else:
+                self.stalls[(topic, partition)] = seeks
 
     def unstall(self, topic: str, partition: int) -> None:
         with self.cond:
             self.stalls.pop((topic, partition), None)
+            self.reader_stalls.discard((topic, partition))
             self.cond.notify_all()
 
     def _sought(self, key: tuple[str, int]) -> None:
@@ -465,8 +475,9 @@ class MemoryConsumer:
                 continue
             log = self.broker.log(topic, partition)
             self._highs[(topic, partition)] = log.high  # a stalled fetch answers it too
-            if self._topics and (topic, partition) in self.broker.stalls:
-                continue  # a group member's stalled fetch (MemoryBroker.stall)
+            stalls = self.broker.stalls if self._topics else self.broker.reader_stalls
+            if (topic, partition) in stalls:
+                continue  # a stalled fetch (MemoryBroker.stall)
             stable = log.stable
             while pos < stable and len(out) < limit:
                 e = log.entries[pos]

@@ -57,7 +57,7 @@ from processor.service.commit import Committer
 from processor.service.control import ControlChannel
 from processor.service.fold_loop import fold_messages
 from processor.service.heap import HeapPolicy
-from processor.service.idle import IdleClock, behind_end
+from processor.service.idle import Behind, IdleClock, behind_end
 from processor.service.kafka_errors import ClientProblems, message_error
 from processor.service.metrics import Metrics
 from processor.service.progress import ProgressWatch
@@ -320,11 +320,7 @@ class Processor:
                     # let the batch's messages go before the next heap settle, which
                     # would otherwise walk and freeze all of them (heap.py)
                     msgs = []
-                elif max_idle_s is not None and idle.over(
-                    now,
-                    behind_end(consumer, self.topics.events, self._partitions),
-                    self.topics.events,
-                ):
+                elif max_idle_s is not None and idle.over(now, self._behind()):
                     break
                 p = self._pending
                 if not p.empty() and (
@@ -350,6 +346,15 @@ class Processor:
         finally:
             self.heap.stop()
             self._close()
+
+    def _behind(self) -> Behind:
+        """The events and control partitions not fetched to their end (idle.py)."""
+        assert self._consumer is not None
+        behind = behind_end(self._consumer, self.topics.events, self._partitions)
+        if self._control is not None:
+            control = self.topics.control
+            behind.update({f"{control}[{n}]": (-1, -1) for n in self._control.behind()})
+        return behind
 
     def _fail(self, error: ProcessorError) -> ProcessorError:
         """Remember what ends the run (a callback cannot end it) and report it."""

@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_INVALID, TopicPartition
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.engine import PartitionState
-from processor.engine.commands import partition_of
+from processor.engine.commands import partition_of, redrive
 from processor.service.idle import IdleClock, behind_end, default_max_wait_s
 from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
 from processor.service.metrics import Metrics
@@ -94,6 +94,22 @@ def test_a_first_fetch_slower_than_the_window_still_folds_everything() -> None:
     assert _consumed(again) == 0
 
 
+def test_a_command_whose_first_fetch_is_slower_than_the_window_is_read() -> None:
+    """The control partitions count too: a redrive waiting there is taken."""
+    broker = _broker()
+    _produce(broker, 0)
+    sid, control = _sid(0), CONFIG.topics.control
+    broker.produce(control, sid.encode(), redrive(sid, 1).encode())  # partition 0 too
+    broker.stall(control, 0, readers=True)
+    timer = threading.Timer(0.5, broker.unstall, (control, 0))
+    timer.start()
+    try:
+        _run(broker, max_idle_s=0.05)
+    finally:
+        timer.cancel()
+    assert broker.group_offsets.get((CONFIG.group_id, control, 0)) == 1  # read and committed
+
+
 def test_a_partition_that_never_reaches_its_end_ends_the_run_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -142,10 +158,10 @@ def test_behind_end_reads_the_cached_watermark_and_the_resume_offset() -> None:
     parts = {0: PartitionState(0), 1: PartitionState(1)}
     # before the first fetch neither watermark is known: both short of their end
     unknown = (OFFSET_INVALID, OFFSET_INVALID)
-    assert behind_end(member, EVENTS, parts) == {0: unknown, 1: unknown}
+    assert behind_end(member, EVENTS, parts) == {f"{EVENTS}[0]": unknown, f"{EVENTS}[1]": unknown}
     broker.stall(EVENTS, 0)
     assert member.consume(100, 0) == []  # the fetch answers the watermarks, no records
-    assert behind_end(member, EVENTS, parts) == {0: (0, len(LOG))}  # partition 1 is empty
+    assert behind_end(member, EVENTS, parts) == {f"{EVENTS}[0]": (0, len(LOG))}  # 1 is empty
     parts[0].resumed_at = len(LOG)  # the group had committed its end
     assert behind_end(member, EVENTS, parts) == {}
 
@@ -153,13 +169,13 @@ def test_behind_end_reads_the_cached_watermark_and_the_resume_offset() -> None:
 def test_the_idle_clock_counts_only_at_the_end_and_bounds_the_wait() -> None:
     clock = IdleClock(1.0, None, now=0.0)
     assert clock.max_wait_s == default_max_wait_s(1.0) == 60.0
-    stuck = {0: (3, 9)}
-    assert not clock.over(0.5, stuck, EVENTS)
-    assert not clock.over(50.0, {0: (5, 9)}, EVENTS)  # it moved: the wait starts again
-    assert not clock.over(100.0, {0: (5, 9)}, EVENTS)
-    assert not clock.over(100.5, {}, EVENTS)  # at its end: idle counts from 100.0
-    assert clock.over(101.5, {}, EVENTS)
+    stuck, moved = {"t[0]": (3, 9)}, {"t[0]": (5, 9)}
+    assert not clock.over(0.5, stuck)
+    assert not clock.over(50.0, moved)  # it moved: the wait starts again
+    assert not clock.over(100.0, moved)
+    assert not clock.over(100.5, {})  # at its end: idle counts from 100.0
+    assert clock.over(101.5, {})
     clock.busy(200.0)
-    assert not clock.over(201.0, {}, EVENTS)
-    assert not clock.over(202.0, stuck, EVENTS)
-    assert clock.over(262.5, stuck, EVENTS)  # no movement for longer than the bound
+    assert not clock.over(201.0, {})
+    assert not clock.over(202.0, stuck)
+    assert clock.over(262.5, stuck)  # no movement for longer than the bound
