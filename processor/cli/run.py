@@ -92,7 +92,10 @@ from processor.service.runner import Processor
     "--max-idle-s",
     type=float,
     default=None,
-    help="Exit after this many idle seconds (batch jobs, tests).",
+    help="Exit after this many idle seconds (batch jobs, tests).  Idle counts only once "
+    "every assigned partition has been fetched to its end and nothing is in flight; "
+    "partitions that never reach their end (no leader, a stalled fetch) hold the run "
+    "at most max(10 x N, 60) s without progress, then it exits with a warning naming them.",
 )
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(

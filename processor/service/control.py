@@ -78,6 +78,9 @@ class ControlChannel:
         self.partitions: set[int] = set()
         self.partition_count = 0
         self._drained: dict[int, float] = {}
+        #: partitions whose end was reported (``enable.partition.eof``) after their
+        #: last record: fetched to their end, as a ``--max-idle-s`` run asks (idle.py)
+        self._at_end: set[int] = set()
 
     def assign(self, group_consumer: Reader, numbers: list[int]) -> None:
         """Start reading ``numbers`` at the group's committed control offsets."""
@@ -98,6 +101,7 @@ class ControlChannel:
             ]
         )
         self.partitions.update(numbers)
+        self._at_end.difference_update(numbers)
 
     def check_route(self, command: Command, partition: int) -> None:
         """A command must sit where its session's events do (CommandError otherwise)."""
@@ -110,6 +114,7 @@ class ControlChannel:
         if mine:
             self.consumer.incremental_unassign([TopicPartition(self.topic, p) for p in mine])
             self.partitions.difference_update(mine)
+            self._at_end.difference_update(mine)
 
     def rewind(self, group_consumer: Reader, numbers: set[int]) -> None:
         """After an abort: back to the committed offsets (the commands refold)."""
@@ -129,14 +134,20 @@ class ControlChannel:
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
+                    self._at_end.add(msg.partition() or 0)
                     continue
                 fatal = message_error(err, self.topic, self.group)
                 if fatal is not None:
                     raise fatal
                 continue
+            self._at_end.discard(msg.partition() or 0)
             if (msg.partition() or 0) in self.partitions:
                 out.append(msg)
         return out
+
+    def behind(self) -> list[int]:
+        """The read partitions not fetched to their end yet (idle.py)."""
+        return sorted(self.partitions - self._at_end)
 
     def drain(self, partition: int, timeout: float = 5.0) -> list[Msg]:
         """Every command of ``partition`` committed so far (blocking, bounded).

@@ -16,7 +16,10 @@ contract scenarios without a broker (issue 11).  What it keeps of Kafka:
   its subscription (``on_assign``); ``close`` revokes them (``on_revoke``)
   and the next member gets them;
 - ``enable.partition.eof`` for the group-less readers (the restore's stop
-  signal), watermarks (the high one is the LSO for ``read_committed``).
+  signal), watermarks (the high one is the LSO for ``read_committed``; the
+  cached ones are the last fetch's, unknown before it, as librdkafka's) and a
+  group member's ``position()``, unknown after an assignment or a seek until
+  a fetch moves it.
 
 What it leaves out: compaction and retention (logs only grow), more than
 one active member per group (a second member waits for the first to leave),
@@ -142,6 +145,8 @@ class MemoryBroker:
         self._holds: dict[str, tuple[threading.Event, threading.Event]] = {}
         #: (topic, partition) -> seeks left before a stalled fetch resumes (None: never)
         self.stalls: dict[tuple[str, int], int | None] = {}
+        #: (topic, partition) whose group-less readers' fetches deliver nothing
+        self.reader_stalls: set[tuple[str, int]] = set()
         self.cluster_id = uuid.uuid4().hex
         self.topic_ids: dict[str, str] = {}
 
@@ -185,16 +190,24 @@ class MemoryBroker:
             gate[0].set()
             gate[1].wait(60)
 
-    def stall(self, topic: str, partition: int, seeks: int | None = None) -> None:
+    def stall(
+        self, topic: str, partition: int, seeks: int | None = None, *, readers: bool = False
+    ) -> None:
         """Make group members' fetches of a partition deliver nothing, as a client
         whose fetch lost its position (the fault suite's stall after a rewind),
-        until ``seeks`` seeks of it (None: until :meth:`unstall`)."""
+        until ``seeks`` seeks of it (None: until :meth:`unstall`).  ``readers``:
+        the group-less readers' fetches instead (a slow control fetch), until
+        :meth:`unstall`."""
         with self.cond:
-            self.stalls[(topic, partition)] = seeks
+            if readers:
+                self.reader_stalls.add((topic, partition))
+            else:
+                self.stalls[(topic, partition)] = seeks
 
     def unstall(self, topic: str, partition: int) -> None:
         with self.cond:
             self.stalls.pop((topic, partition), None)
+            self.reader_stalls.discard((topic, partition))
             self.cond.notify_all()
 
     def _sought(self, key: tuple[str, int]) -> None:
@@ -287,9 +300,12 @@ class MemoryConsumer:
         self._owned: list[TopicPartition] = []
         self._closed = False
         self.paused: set[tuple[str, int]] = set()
-        #: a group member's partitions sought and not read since: as librdkafka, a
-        #: seek resets the application position, ``position()`` is unknown until then
-        self._sought: set[tuple[str, int]] = set()
+        #: a group member's partitions assigned or sought and not read since: as
+        #: librdkafka, ``position()`` is unknown until a fetch moves it
+        self._unread: set[tuple[str, int]] = set()
+        #: the high watermark of each partition's last fetch, as librdkafka caches
+        #: it (``get_watermark_offsets(cached=True)``; unknown before the first)
+        self._highs: dict[tuple[str, int], int] = {}
 
     # ------------------------------------------------------------ group
 
@@ -368,6 +384,8 @@ class MemoryConsumer:
             for tp in partitions:
                 self.positions[(tp.topic, tp.partition)] = self._start(tp)
                 self._eof_at.pop((tp.topic, tp.partition), None)
+                if self._topics:
+                    self._unread.add((tp.topic, tp.partition))
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         with self.broker.cond:
@@ -384,6 +402,7 @@ class MemoryConsumer:
             for tp in partitions:
                 self.positions.pop((tp.topic, tp.partition), None)
                 self.paused.discard((tp.topic, tp.partition))
+                self._highs.pop((tp.topic, tp.partition), None)
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         with self.broker.cond:
@@ -399,6 +418,7 @@ class MemoryConsumer:
             self.positions.clear()
             self._eof_at.clear()
             self.paused.clear()
+            self._highs.clear()
             self.incremental_assign(partitions)
 
     def unassign(self) -> None:
@@ -414,7 +434,7 @@ class MemoryConsumer:
             self._eof_at.pop(key, None)
             if self._topics:
                 self.broker._sought(key)
-                self._sought.add(key)
+                self._unread.add(key)
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         with self.broker.cond:
@@ -423,7 +443,7 @@ class MemoryConsumer:
                     tp.topic,
                     tp.partition,
                     OFFSET_INVALID
-                    if (tp.topic, tp.partition) in self._sought
+                    if (tp.topic, tp.partition) in self._unread
                     else self.positions.get((tp.topic, tp.partition), OFFSET_INVALID),
                 )
                 for tp in partitions
@@ -432,8 +452,16 @@ class MemoryConsumer:
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float = -1, cached: bool = False
     ) -> tuple[int, int]:
+        """Fresh: the log start and the last stable offset (what the restore
+        asks).  ``cached``: as librdkafka, the high watermark of this consumer's
+        last fetch of the partition (records of open transactions included),
+        unknown before its first."""
         with self.broker.cond:
-            return 0, self.broker.log(partition.topic, partition.partition).stable
+            log = self.broker.log(partition.topic, partition.partition)
+            if not cached:
+                return 0, log.stable
+            high = self._highs.get((partition.topic, partition.partition))
+            return (0, high) if high is not None else (OFFSET_INVALID, OFFSET_INVALID)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         return self.broker.metadata(topic)
@@ -445,9 +473,11 @@ class MemoryConsumer:
         for (topic, partition), pos in list(self.positions.items()):
             if (topic, partition) in self.paused:
                 continue
-            if self._topics and (topic, partition) in self.broker.stalls:
-                continue  # a group member's stalled fetch (MemoryBroker.stall)
             log = self.broker.log(topic, partition)
+            self._highs[(topic, partition)] = log.high  # a stalled fetch answers it too
+            stalls = self.broker.stalls if self._topics else self.broker.reader_stalls
+            if (topic, partition) in stalls:
+                continue  # a stalled fetch (MemoryBroker.stall)
             stable = log.stable
             while pos < stable and len(out) < limit:
                 e = log.entries[pos]
@@ -457,7 +487,7 @@ class MemoryConsumer:
                         MemoryMessage(topic, partition, e.offset, e.key, e.value, e.timestamp)
                     )
             if pos != self.positions[(topic, partition)]:
-                self._sought.discard((topic, partition))
+                self._unread.discard((topic, partition))
             self.positions[(topic, partition)] = pos
             at_end = pos >= stable
             if (

@@ -57,6 +57,7 @@ from processor.service.commit import Committer
 from processor.service.control import ControlChannel
 from processor.service.fold_loop import fold_messages
 from processor.service.heap import HeapPolicy
+from processor.service.idle import Behind, IdleClock, behind_end
 from processor.service.kafka_errors import ClientProblems, message_error
 from processor.service.metrics import Metrics
 from processor.service.progress import ProgressWatch
@@ -212,10 +213,22 @@ class Processor:
         self._stop.set()
 
     def run(
-        self, *, max_idle_s: float | None = None, until_offsets: dict[int, int] | None = None
+        self,
+        *,
+        max_idle_s: float | None = None,
+        until_offsets: dict[int, int] | None = None,
+        max_wait_s: float | None = None,
     ) -> None:
-        """Consume until :meth:`stop`, ``max_idle_s`` without records, or until every
-        partition in ``until_offsets`` is committed up to its target offset."""
+        """Consume until :meth:`stop`, ``max_idle_s`` idle, or until every
+        partition in ``until_offsets`` is committed up to its target offset.
+
+        Idle time counts only while every assigned partition is fetched to its
+        end and no batch, commit, fill or command is in flight (``idle.py``): a
+        slow first fetch never ends a run that has records waiting.  Partitions
+        that never reach their end (no leader, a stalled fetch) hold the run at
+        most ``max_wait_s`` without records or watermark movement (default
+        ``max(10 x max_idle_s, 60 s)``); then it ends with a warning naming them.
+        """
         cfg = self.config
         problems = self.problems
         transport = self.transport
@@ -241,7 +254,8 @@ class Processor:
             on_revoke=self.rebalance.on_revoke,
             on_lost=self.rebalance.on_lost,
         )
-        idle_since = drained_at = time.monotonic()
+        drained_at = time.monotonic()
+        idle = IdleClock(max_idle_s or 0.0, max_wait_s, drained_at)
         interval = cfg.commit_interval_ms / 1000
         self.heap.start()
         try:
@@ -288,15 +302,25 @@ class Processor:
                 commands = self._control.poll() if self._partitions else []
                 if commands:
                     self._apply_commands(commands)
-                if msgs or commands or filling or not self._partitions:
-                    idle_since = time.monotonic()  # idle counts from the assignment on
-                idle_since = max(idle_since, self.rebalance.assigned_at)
+                # idle counts only with nothing in flight and every partition
+                # fetched to its end (idle.py), never from the assignment alone
+                now = time.monotonic()
+                if (
+                    msgs
+                    or commands
+                    or filling
+                    or not self._partitions
+                    or not self._pending.empty()
+                    or self.txn.in_flight
+                    or self.rebalance.assigned_at > idle.idle_since
+                ):
+                    idle.busy(now)
                 if msgs:
                     self._fold_batch(msgs, dated)
                     # let the batch's messages go before the next heap settle, which
                     # would otherwise walk and freeze all of them (heap.py)
                     msgs = []
-                elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
+                elif max_idle_s is not None and idle.over(now, self._behind()):
                     break
                 p = self._pending
                 if not p.empty() and (
@@ -322,6 +346,15 @@ class Processor:
         finally:
             self.heap.stop()
             self._close()
+
+    def _behind(self) -> Behind:
+        """The events and control partitions not fetched to their end (idle.py)."""
+        assert self._consumer is not None
+        behind = behind_end(self._consumer, self.topics.events, self._partitions)
+        if self._control is not None:
+            control = self.topics.control
+            behind.update({f"{control}[{n}]": (-1, -1) for n in self._control.behind()})
+        return behind
 
     def _fail(self, error: ProcessorError) -> ProcessorError:
         """Remember what ends the run (a callback cannot end it) and report it."""

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    OFFSET_INVALID,
     IsolationLevel,
     KafkaError,
     KafkaException,
@@ -78,6 +79,24 @@ def test_open_transaction_is_invisible_and_holds_the_stable_offset() -> None:
     producer.commit_transaction()  # the marker takes offset 3
     assert _read(reader) == [(1, b"open"), (2, b"after"), (4, None)]
     assert reader.get_watermark_offsets(TopicPartition(T, 0)) == (0, 4)
+
+
+def test_a_members_position_and_cached_watermark_are_unknown_until_fetched() -> None:
+    """As librdkafka: ``position()`` is unknown after an assignment until a fetch
+    moves it; the cached high watermark is the last fetch's (idle.py reads both)."""
+    broker = _broker()
+    broker.produce(T, b"k", b"a")
+    member = MemoryConsumer(broker, "g", eof=False)
+    member.subscribe([T])
+    tp = TopicPartition(T, 0)
+    member.incremental_assign([tp])
+    assert member.position([tp])[0].offset < 0
+    assert member.get_watermark_offsets(tp, cached=True) == (OFFSET_INVALID, OFFSET_INVALID)
+    assert _read(member) == [(0, b"a")]
+    broker.produce(T, b"k", b"b")  # not fetched yet: the cache keeps the last answer
+    assert member.position([tp])[0].offset == 1
+    assert member.get_watermark_offsets(tp, cached=True) == (0, 1)
+    assert member.get_watermark_offsets(tp) == (0, 2)
 
 
 def test_aborted_records_are_skipped_but_keep_their_offsets() -> None:

@@ -92,6 +92,18 @@ def test_single_processor_views_equal_offline_fold(stack: Stack) -> None:
     wait_for_views(stack, {sid: stack.expected(sid) for sid in logs}, timeout=20)
 
 
+def test_a_batch_run_with_a_tiny_idle_window_folds_what_waits(stack: Stack) -> None:
+    """Idle counts once every partition is fetched to its end (idle.py): a first
+    fetch slower than the window used to end the run having folded nothing (at
+    0.05 s it folded none of these records, 2 runs of 2)."""
+    logs = sessions(6, 40, seed=7)
+    for sid, events in logs.items():
+        stack.produce(sid, events)
+    proc = stack.run_processor(max_idle_s=0.05)
+    assert proc.metrics.records_consumed._value.get() == sum(len(e) for e in logs.values())
+    wait_for_views(stack, {sid: stack.expected(sid) for sid in logs}, timeout=20)
+
+
 def test_two_processors_with_a_rebalance_in_the_middle(stack: Stack) -> None:
     logs = sessions(12, 200, seed=12)
     first = {sid: ev[:100] for sid, ev in logs.items()}
