@@ -63,6 +63,7 @@ MYPYC_MODULES = [
     "processor/core/projection_cell.py",
     "processor/core/projection_registry.py",
     "processor/core/projection_restore.py",
+    "processor/core/restore_share.py",
     "processor/core/projections.py",
     "processor/core/session.py",
     "processor/core/sharing.py",

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import orjson
 
+from processor.cli import quick_exit
 from processor.core.errors import SessionError
 from processor.files import SessionFileError
 from processor.offline import fold_file
@@ -76,3 +77,5 @@ def fold(
         write_checkpoint.write_bytes(orjson.dumps(result.session_checkpoint) + b"\n")
     option = orjson.OPT_INDENT_2 if pretty else 0
     sys.stdout.buffer.write(orjson.dumps(result.output, option=option) + b"\n")
+    # the kept events die with the process, not one by one (quick_exit.py)
+    quick_exit.hold(result)

@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from processor.cli import quick_exit
 from processor.core.errors import ProcessorError
 
 #: name -> (module, attribute) of each subcommand.  A command's module is
@@ -55,8 +56,13 @@ def main() -> None:
     # constantly over them.  Measured: reading a 100k-event log takes half
     # the time with these thresholds.  Nothing here makes reference cycles.
     gc.set_threshold(50_000, 20, 100)
+    quick_exit.enable()
     try:
         cli(prog_name="processor")
+    except SystemExit as exc:  # click ends every command with it
+        if exc.code is None or isinstance(exc.code, int):
+            quick_exit.exit_now(exc.code or 0)
+        raise
     except ProcessorError as exc:  # a command did not catch it: one line, never a traceback
         line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         click.echo(f"processor: {line}", err=True)
