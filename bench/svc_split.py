@@ -39,15 +39,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
 from bench import throughput
 from bench.common import Context
 from bench.workload import Workload
 from processor.service import clients, schedstat
 from processor.service.metrics import Metrics
 from processor.service.runner import Processor
+from processor.service.topics import delete_topics, topic_specs
 from processor.service.transport import KafkaTransport
+from processor.service.views_reader import materialize_views, session_fold_equivalent
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -99,7 +99,14 @@ class _Timed:
         t0 = time.perf_counter()
         msgs = self._inner.consume(num_messages=num_messages, timeout=timeout)
         spent = time.perf_counter() - t0
-        key = "consume (records)" if msgs else "consume (nothing)"
+        if msgs:
+            key = "consume (records)"
+        elif not self._clock["records per consume"]:
+            key = "consume (joining: before the first record)"
+        elif self._clock["records per consume"] < self._clock["events"]:
+            key = "consume (nothing, records still to come)"
+        else:
+            key = "consume (nothing)"
         self._clock[key] += spent
         self._clock["consume calls"] += 1
         self._clock["records per consume"] += len(msgs)
@@ -150,46 +157,25 @@ def _timed_method(obj: Any, name: str, clock: dict[str, float], key: str) -> Non
     setattr(obj, name, timed)
 
 
-def output_sha(config: Any, timeout_s: float = 10.0) -> str:
-    """SHA-256 of the committed views and checkpoints: of the last value per
-    (topic, key), which is what the compacted topics keep (a batch size change
-    publishes fewer intermediate views, never other final ones), then of every
-    record in partition and offset order."""
-    last: dict[tuple[str, bytes], bytes] = {}
-    every = hashlib.sha256()
-    consumer = clients.group_consumer(
-        config.with_overrides(group_id=f"{config.group_id}-sha"), "sha"
-    )
-    t = config.topics
-    for label, topic in (("views", t.views), ("checkpoints", t.checkpoints)):
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        for p in sorted(meta.partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                for m in consumer.consume(1000, 0.2):
-                    if m.error() is not None:
-                        continue
-                    key, value = m.key() or b"-", m.value() or b"!"
-                    last[(f"{label}/{p}", key)] = value
-                    every.update(f"{p}/".encode() + key + b"=" + value)
-                pos = consumer.position([TopicPartition(topic, p)])[0].offset
-                if pos >= high:
-                    break
-    consumer.close()
-    final = hashlib.sha256()
-    for (where, key), value in sorted(last.items()):
-        final.update(where.encode() + b"/" + key + b"=" + value)
-    return f"final {final.hexdigest()[:16]} ({len(last)} keys), every {every.hexdigest()[:16]}"
+def output_sha(config: Any) -> str:
+    """SHA-256 of every session's committed views, assembled (``views_reader``)
+    and shaped as ``processor fold`` output: what a reader sees once the run
+    committed.  The records themselves differ from run to run (which events
+    share a transaction depends on fetch timing; each transaction publishes a
+    session's changed views once), the assembled views must not."""
+    sha = hashlib.sha256()
+    views = materialize_views(config, timeout=30)
+    for session in sorted(views):
+        doc = session_fold_equivalent(views[session])
+        sha.update(session.encode() + b"=" + json.dumps(doc, sort_keys=True).encode())
+    return f"{sha.hexdigest()[:16]} ({len(views)} sessions)"
 
 
 def one_run(ctx: Context, wl: Workload, broker_pid: int | None, sha: bool) -> dict[str, Any]:
     ceil = throughput.ceiling(ctx.config(topic_prefix=wl.prefix), wl.highs)
     config = throughput.fresh_output(ctx, "fold")
     clock: dict[str, float] = defaultdict(float)
+    clock["events"] = wl.events
     metrics = Metrics()
     proc = Processor(config, metrics=metrics, transport=_Transport(config, clock))
     _timed_method(proc, "_commit", clock, "commit call (loop)")
@@ -266,7 +252,11 @@ def one_run(ctx: Context, wl: Workload, broker_pid: int | None, sha: bool) -> di
         ("-- loop thread wall, by step --", float("nan")),
         ("fold (fold_seconds)", fold_s),
         ("consume returning records", clock["consume (records)"]),
-        ("consume returning nothing", clock["consume (nothing)"]),
+        (
+            "consume returning nothing, records to come",
+            clock["consume (nothing, records still to come)"],
+        ),
+        ("consume returning nothing, all records read", clock["consume (nothing)"]),
         ("commit call (loop)", clock["commit call (loop)"]),
         (
             "  of which settle (waits for the previous)",
@@ -293,6 +283,10 @@ def one_run(ctx: Context, wl: Workload, broker_pid: int | None, sha: bool) -> di
     }
     if sha:
         doc["sha"] = output_sha(config)
+    # an aging devbroker (topics never deleted) gets slower (BENCHMARKS §5, ``tail``)
+    delete_topics(
+        clients.admin(config), [t.name for t in topic_specs(config) if t.name != wl.events_topic]
+    )
     return doc
 
 
