@@ -71,6 +71,9 @@ from processor.service.transport import GroupConsumer, KafkaTransport, Msg, Tran
 
 log = logging.getLogger("processor.runner")
 GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
+#: records one ``consume`` asks for at most (fewer when ``max_batch_events`` is lower);
+#: a call that comes back with this many finds the consumer behind (catch-up)
+CONSUME_AT_MOST = 5_000
 
 #: Header name the old protocol read as a command; it is now ignored on events
 #: (kept so tests can prove a forged header does nothing).
@@ -287,9 +290,10 @@ class Processor:
                         # due while the previous commit still runs: wait for that
                         # commit, not for records, then take what came meanwhile
                         self.txn.wait_in_flight(0.02)
-                msgs = consumer.consume(
-                    num_messages=min(cfg.max_batch_events, 5_000), timeout=slice_s
-                )
+                asked = min(cfg.max_batch_events, CONSUME_AT_MOST)
+                msgs = consumer.consume(num_messages=asked, timeout=slice_s)
+                # a full call: more records were queued, the consumer is behind
+                behind = len(msgs) >= asked
                 dated = max(drained_at, polled_at - interval)
                 drained_at = time.monotonic()
                 if self._fatal is not None:  # raised in a rebalance callback
@@ -329,7 +333,11 @@ class Processor:
                     # until that commit ends: it could not begin sooner, and what
                     # arrives meanwhile rides along instead of waiting for the
                     # next transaction, a whole commit later (BENCHMARKS §5, tail)
-                    or (time.monotonic() - p.started >= interval and not self.txn.busy)
+                    or (
+                        time.monotonic() - p.started >= interval
+                        and not self.txn.busy
+                        and not self._catching_up(behind)
+                    )
                 ):
                     # commit_transaction overlaps the next batch's fold (commit.py)
                     self._commit(overlap=True)
@@ -355,6 +363,17 @@ class Processor:
             control = self.topics.control
             behind.update({f"{control}[{n}]": (-1, -1) for n in self._control.behind()})
         return behind
+
+    def _catching_up(self, behind: bool) -> bool:
+        """A due batch keeps folding while the consumer is behind (its last consume
+        came back full): those records are late already, and fewer, larger
+        transactions catch up sooner -- each produces a session's views and
+        checkpoint once, however many of its events it holds (a backlog at the
+        200 ms interval spent half the loop's time producing them, BENCHMARKS §1
+        ``svc5``).  Bounded by ``max_batch_events`` (the close above) and by the
+        state budget (sessions are evicted only after a commit)."""
+        budget = self.config.state_budget_bytes
+        return behind and (budget <= 0 or self.engine.held.bytes < budget)
 
     def _fail(self, error: ProcessorError) -> ProcessorError:
         """Remember what ends the run (a callback cannot end it) and report it."""

@@ -291,3 +291,42 @@ def test_a_due_batch_keeps_folding_while_the_previous_commit_runs() -> None:
     running.stop()
     assert not running.thread.is_alive() and not errors, errors
     assert _batches(proc.metrics) == (2, 3)  # [0], then [1, 2] together
+
+
+def _backlog_batches(monkeypatch: pytest.MonkeyPatch, **overrides: Any) -> tuple[float, float]:
+    """(transactions, events) for a backlog of 12 records folded 5 per consume, with
+    a 1 ms commit interval: every batch is due as soon as its first consume is folded."""
+    monkeypatch.setattr(runner_mod, "CONSUME_AT_MOST", 5)
+    config = ServiceConfig(
+        partitions=1, topic_prefix="behind", commit_interval_ms=1, max_batch_events=1_000
+    ).with_overrides(**overrides)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    for event in LOG[:12]:  # there before the member starts: it is behind
+        broker.produce(config.topics.events, b"s", CODEC.encode_parsed_event("s", event))
+    proc = Processor(config, metrics=Metrics(), transport=MemoryTransport(broker, config))
+    running = RunningProcessor(proc)
+    _wait(lambda: _batches(proc.metrics)[1] >= 12, running.errors, "the backlog commits")
+    running.stop()
+    assert not running.thread.is_alive() and not running.errors, running.errors
+    return _batches(proc.metrics)
+
+
+def test_a_member_behind_folds_its_backlog_into_one_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While consume calls come back full the records are late already: a due batch
+    keeps folding (up to max_batch_events) instead of committing every interval,
+    so each session's views and checkpoint are produced once for the backlog."""
+    assert _backlog_batches(monkeypatch) == (1, 12)  # full, full, then 2: one batch
+
+
+def test_catching_up_stops_at_the_state_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions are evicted only after a commit: past the state budget a due batch
+    commits even while the member is behind."""
+    commits, events = _backlog_batches(monkeypatch, state_budget_bytes=1)
+    assert events == 12 and commits >= 2
+
+
+def test_catching_up_stops_at_max_batch_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _backlog_batches(monkeypatch, max_batch_events=5) == (3, 12)  # 5, 5, 2
