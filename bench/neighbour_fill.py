@@ -79,7 +79,7 @@ def run(bootstrap: str, backlog: int) -> tuple[float, float]:
 
         w = threading.Thread(target=watch, daemon=True)
         w.start()
-        proc.run(until_offsets=highs, max_idle_s=60)
+        proc.run(until_offsets=highs, max_idle_s=60, max_wait_s=60)
         total = time.perf_counter() - t0
         done.set()
         w.join()

@@ -64,7 +64,9 @@ def _fold(v: Variant, kafka: dict[str, str] | None = None) -> tuple[float, Metri
     config = v.config.with_overrides(kafka=kafka) if kafka else v.config
     highs = high_watermarks(v.config)
     t0 = time.perf_counter()
-    Processor(config, metrics=metrics).run(until_offsets=highs, max_idle_s=IDLE_S)
+    Processor(config, metrics=metrics).run(
+        until_offsets=highs, max_idle_s=IDLE_S, max_wait_s=IDLE_S
+    )
     seconds = time.perf_counter() - t0
     done = group_offsets(v.config, v.config.group_id, v.config.topics.events, highs)
     behind = {p: (done.get(p), h) for p, h in highs.items() if h > 0 and done.get(p, -1) < h}
@@ -218,7 +220,7 @@ def _restart(config: ServiceConfig) -> dict[str, float]:
 
     def run() -> None:
         try:
-            proc.run(until_offsets=highs, max_idle_s=IDLE_S)
+            proc.run(until_offsets=highs, max_idle_s=IDLE_S, max_wait_s=IDLE_S)
         except BaseException as exc:
             errors.append(exc)
 
@@ -265,7 +267,7 @@ def sessions_run(bootstrap: str, runs: int = 3, few: int = FEW) -> dict[str, Any
         produce(config, interleave([(sid, evs[:EVENTS_EACH]) for sid, evs in logs]))
         t0 = time.perf_counter()
         Processor(config, metrics=Metrics()).run(
-            until_offsets=high_watermarks(config), max_idle_s=IDLE_S
+            until_offsets=high_watermarks(config), max_idle_s=IDLE_S, max_wait_s=IDLE_S
         )
         variants.append((name, n, config, logs, time.perf_counter() - t0))
     out: dict[str, Any] = {"setup": {name: s for name, _, _, _, s in variants}}

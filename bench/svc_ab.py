@@ -182,7 +182,7 @@ def cmd_mem_run(args: argparse.Namespace) -> None:
         t0, c0 = time.perf_counter(), _cpu()
         if prof is not None:
             prof.enable()
-        proc.run(until_offsets={p: h for p, h in highs.items() if h}, max_idle_s=10)
+        proc.run(until_offsets={p: h for p, h in highs.items() if h}, max_idle_s=10, max_wait_s=10)
         if prof is not None:
             prof.disable()
         wall, cpu = time.perf_counter() - t0, _cpu() - c0

@@ -221,7 +221,7 @@ def one_run(ctx: Context, wl: Workload, broker_pid: int | None, sha: bool) -> di
     w.start()
     cpu_start = threads_cpu()
     try:
-        proc.run(until_offsets=dict(wl.highs), max_idle_s=60)
+        proc.run(until_offsets=dict(wl.highs), max_idle_s=60, max_wait_s=60)
     finally:
         end = time.perf_counter()
         gc.callbacks.remove(gc_cb)

@@ -151,7 +151,7 @@ def service(
     if profiler is not None:
         profiler.start()
     try:
-        proc.run(until_offsets=dict(highs), max_idle_s=60)
+        proc.run(until_offsets=dict(highs), max_idle_s=60, max_wait_s=60)
     finally:
         if profiler is not None:
             profiler.stop()
