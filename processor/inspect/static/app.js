@@ -132,8 +132,12 @@ const COLUMNS = [
   ["turns", "turns", true], ["toolCalls", "tool calls", true], ["deadLetters", "dead letters", true],
 ];
 
+// renderList calls started; only the newest may draw (answers can arrive out of order)
+let listRenders = 0;
+
 function showList() {
-  // the toolbar stays across refreshes (typing is never interrupted); only the table is redrawn
+  // the toolbar, the table's head and the pager stay across refreshes: typing is never
+  // interrupted and a click never lands on a control a refresh has just replaced
   const search = h("input", { id: "search", type: "search", placeholder: "search session id", value: listState.q });
   search.addEventListener("input", () => {
     listState.q = search.value; listState.offset = 0;
@@ -143,19 +147,8 @@ function showList() {
     h("option", { value: "" }, "any status"), h("option", { value: "ok" }, "ok"),
     h("option", { value: "quarantined" }, "quarantined"));
   status.value = listState.status;
-  $main.replaceChildren(h("div", { class: "toolbar" }, search, status, h("span", { id: "list-note", class: "muted" })),
-    h("div", { id: "list-body" }));
-  return renderList();
-}
-
-async function renderList() {
-  const params = new URLSearchParams(Object.entries(listState).map(([k, v]) => [k, String(v)]));
-  let page;
-  try { page = await api(`api/sessions?${params}`); } catch (err) { showError(err); return; }
-  const body = document.getElementById("list-body");
-  if (!body) return; // navigated away meanwhile
   const head = h("tr", {}, COLUMNS.map(([key, label, num]) => h("th", {
-    class: `sortable ${num ? "num" : ""} ${listState.sort === key ? "sorted" : ""} ${listState.sort === key && listState.dir === "asc" ? "asc" : ""}`,
+    class: `sortable ${num ? "num" : ""}`,
     "data-sort": key,
     onclick: () => {
       if (listState.sort === key) listState.dir = listState.dir === "asc" ? "desc" : "asc";
@@ -163,6 +156,28 @@ async function renderList() {
       listState.offset = 0; renderList();
     },
   }, label)));
+  const pager = h("div", { class: "pager" },
+    h("button", { id: "prev", disabled: true, onclick: () => { listState.offset = Math.max(0, listState.offset - listState.limit); renderList(); } }, "‹ prev"),
+    h("span", { id: "range" }),
+    h("button", { id: "next", disabled: true, onclick: () => { listState.offset += listState.limit; renderList(); } }, "next ›"));
+  $main.replaceChildren(h("div", { class: "toolbar" }, search, status, h("span", { id: "list-note", class: "muted" })),
+    h("div", { id: "list-body" }, h("table", { id: "session-list" }, h("thead", {}, head), h("tbody", {})), pager));
+  return renderList();
+}
+
+async function renderList() {
+  const mine = ++listRenders;
+  const params = new URLSearchParams(Object.entries(listState).map(([k, v]) => [k, String(v)]));
+  let page;
+  try { page = await api(`api/sessions?${params}`); } catch (err) { showError(err); return; }
+  if (mine !== listRenders) return; // a newer render was asked for meanwhile: its answer draws
+  const table = document.getElementById("session-list");
+  if (!table) return; // navigated away meanwhile
+  for (const th of table.tHead.rows[0].cells) {
+    const sorted = listState.sort === th.dataset.sort;
+    th.classList.toggle("sorted", sorted);
+    th.classList.toggle("asc", sorted && listState.dir === "asc");
+  }
   const rows = page.rows.map((r) => h("tr", { class: "row", "data-session": r.id, onclick: () => { location.hash = `#/session/${encodeURIComponent(r.id)}`; } },
     h("td", {}, h("a", { href: `#/session/${encodeURIComponent(r.id)}` }, r.id)),
     h("td", {}, h("span", { class: `badge ${r.status}` }, r.status === "none" ? "no views" : r.status), r.reason ? h("div", { class: "muted" }, r.reason) : null),
@@ -172,12 +187,11 @@ async function renderList() {
     h("td", { class: "num" }, r.deadLetters)));
   const first = page.total ? listState.offset + 1 : 0;
   const last = Math.min(listState.offset + listState.limit, page.total);
-  const pager = h("div", { class: "pager" },
-    h("button", { id: "prev", disabled: listState.offset === 0, onclick: () => { listState.offset = Math.max(0, listState.offset - listState.limit); renderList(); } }, "‹ prev"),
-    h("span", { id: "range" }, `${first}–${last} of ${page.total}`),
-    h("button", { id: "next", disabled: last >= page.total, onclick: () => { listState.offset += listState.limit; renderList(); } }, "next ›"));
+  table.tBodies[0].replaceChildren(...rows);
+  document.getElementById("range").textContent = `${first}–${last} of ${page.total}`;
+  document.getElementById("prev").disabled = listState.offset === 0;
+  document.getElementById("next").disabled = last >= page.total;
   document.getElementById("list-note").textContent = page.loaded ? "" : "loading the views topic…";
-  body.replaceChildren(h("table", { id: "session-list" }, h("thead", {}, head), h("tbody", {}, rows)), pager);
 }
 
 // ------------------------------------------------------------------ one session
