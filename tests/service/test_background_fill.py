@@ -20,7 +20,7 @@ from processor.config import ServiceConfig
 from processor.service import background_fill
 from processor.service.background_fill import BackgroundFill
 from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTransport
-from processor.service.state import Filled
+from processor.service.state import CheckpointStore, Filled
 from tests.service.test_memory_transport import Loop, _committed, _wait
 from tests.service.test_state_store import _assert_folded, _config, _produce
 
@@ -240,25 +240,32 @@ def test_an_abort_while_a_partition_fills_rewinds_only_the_folded_ones(
     _assert_folded(broker, config, 12)
 
 
+def _one_partition(tmp_path: Path) -> tuple[MemoryBroker, CheckpointStore]:
+    """500 checkpoint records of 20 keys on partition 0, and an open empty store."""
+    from processor.codec import default_codec
+
+    config = _config(tmp_path)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    for i in range(500):
+        key = f"k{i % 20}".encode()
+        broker.append(config.topics.checkpoints, 0, key, f"v{i}".encode(), "committed")
+    store = CheckpointStore(config, default_codec())
+    store.open("c", "t")
+    return broker, store
+
+
 def test_a_partition_revoked_and_assigned_again_mid_fill_reads_each_record_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same member's fill consumer: cancel (revoke) after some slices, then a
     second assignment of the same partition resumes at the store's position; the
     store ends with the last value of every key (nothing applied out of order)."""
-    from processor.codec import default_codec
     from processor.service.metrics import Metrics
-    from processor.service.state import CheckpointStore
 
     monkeypatch.setattr(background_fill, "FILL_SLICE", 50)
-    config = _config(tmp_path)
-    broker = MemoryBroker()
-    broker.create_topics(config)
-    topic = config.topics.checkpoints
-    for i in range(500):
-        broker.append(topic, 0, f"k{i % 20}".encode(), f"v{i}".encode(), "committed")
-    store = CheckpointStore(config, default_codec())
-    store.open("c", "t")
+    broker, store = _one_partition(tmp_path)
+    topic = store.topic
     metrics = Metrics()
     fill = BackgroundFill(store, metrics, lambda: MemoryConsumer(broker, "g", eof=True))
     verify = MemoryConsumer(broker, "g", eof=True)

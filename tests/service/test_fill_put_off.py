@@ -28,10 +28,16 @@ from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTranspo
 from processor.service.metrics import Metrics
 from processor.service.runner import Processor
 from tests.service.running import RunningProcessor
-from tests.service.test_background_fill import BIG, _fresh_host, _group_offset, _high
+from tests.service.test_background_fill import (
+    BIG,
+    _fresh_host,
+    _group_offset,
+    _high,
+    _one_partition,
+)
 from tests.service.test_memory_transport import _committed, _wait
 from tests.service.test_restore_put_off import Run
-from tests.service.test_state_store import _assert_folded, _config
+from tests.service.test_state_store import _assert_folded
 
 
 class Stalling(MemoryConsumer):
@@ -158,17 +164,7 @@ def test_a_fill_revoked_or_lost_while_put_off_leaves_no_job_and_no_consumer(
     """cancel (on_revoke and on_lost both call it) of a put-off fill: no job left to
     come due, no fill consumer left open, nothing reported; assigned again, the
     fill reads the partition to its end."""
-    from processor.codec import default_codec
-    from processor.service.state import CheckpointStore
-
-    config = _config(tmp_path)
-    broker = MemoryBroker()
-    broker.create_topics(config)
-    topic = config.topics.checkpoints
-    for i in range(500):
-        broker.append(topic, 0, f"k{i % 20}".encode(), f"v{i}".encode(), "committed")
-    store = CheckpointStore(config, default_codec())
-    store.open("c", "t")
+    broker, store = _one_partition(tmp_path)
     metrics = Metrics()
     now = [0.0]
     fill = BackgroundFill(store, metrics, lambda: Stalling(broker, "g", eof=True), lambda: now[0])
