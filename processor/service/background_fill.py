@@ -24,6 +24,18 @@ they reach are one store transaction, so a cancelled (revoked, lost, crashed)
 fill leaves a shorter but consistent store that the next assignment
 verifies and catches up.
 
+A fill that stalls (no progress for ``STALL_S``: the broker stopped serving
+the partition) or whose read fails with a transient error is *put off* like
+a restore the broker did not answer (``rebalance.py``): the partition stays
+assigned and paused, ``/readyz`` names it and why, and after a back-off the
+whole restore runs again — the store's position verified anew, a new fill
+consumer (one that lost its fetch state in a broker restart may stay stuck).
+The retries are unbounded in count: a broker outage of any length must not
+end the member (its successor would fill into the same outage); each one is
+logged and counted in ``processor_restore_waits_total``, whose alert fires
+when they go on.  Only a permanent read error ends the run, after
+``MAX_ATTEMPTS``.
+
 Why a session is not folded before its partition's fill ends (issue 13 asks
 "as soon as the session is loaded"): a compacted topic is read oldest
 first, and a session's newest checkpoint can be any record up to the end, so
@@ -39,14 +51,14 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from processor.service import faultpoints
 from processor.service.local_store import StoredRecord
 from processor.service.metrics import Metrics
-from processor.service.retry import is_transient
+from processor.service.retry import is_transient, kafka_error
 from processor.service.state import (
     CheckpointStore,
     Filled,
@@ -62,13 +74,15 @@ log = logging.getLogger("processor.fill")
 FILL_SLICE = 20_000
 #: Time one slice may take before it hands the loop back.
 SLICE_S = 0.1
-#: A fill without progress this long has failed (and is retried).
+#: A fill without progress this long is put off (tried again after a back-off).
 STALL_S = 120.0
-#: Attempts per fill before the run fails (the process restart retries it).
+#: Attempts per fill failing with a permanent read error before the run fails
+#: (the process restart retries it).
 MAX_ATTEMPTS = 3
-#: The first and the longest pause before a restore put off (:meth:`BackgroundFill.wait`)
-#: is tried again: a broker back within seconds is seen soon, one that stays
-#: away costs a retry deadline per minute, not a busy loop.
+#: The first and the longest pause before a restore or a fill put off
+#: (:meth:`BackgroundFill.wait`, :meth:`BackgroundFill.step`) is tried again:
+#: a broker back within seconds is seen soon, one that stays away costs a
+#: retry deadline (or a stall) per minute, not a busy loop.
 WAIT_FIRST_S = 5.0
 WAIT_MAX_S = 60.0
 
@@ -81,15 +95,16 @@ class FillJob:
     next_offset: int  # the store's position (what the slices applied)
     high: int  # the topic's committed end when the assignment came
     kept_from: int | None  # the verified stored position (None: from zero)
-    started: float = field(default_factory=time.monotonic)
-    progress_at: float = field(default_factory=time.monotonic)
+    started: float = 0.0  # (BackgroundFill.clock)
+    progress_at: float = 0.0  # the last slice applied, or the start
     read: int = 0
     attempts: int = 1
     problem: str | None = None
-    #: put off (the broker did not answer its restore): tried again at this
-    #: monotonic time; nothing is read meanwhile
+    #: put off (the broker did not answer its restore, or its fill stalled): tried
+    #: again at this clock time; nothing is read meanwhile
     retry_at: float | None = None
     waits: int = 0  # restores put off in a row (the back-off doubles with each)
+    put_off: str | None = None  # why it was last put off (named until it progresses)
 
 
 class BackgroundFill:
@@ -120,12 +135,17 @@ class BackgroundFill:
     def start(self, verify_reader: Reader, partitions: list[int]) -> None:
         """Verify the partitions' stored positions and open their jobs."""
         positions = self.store.positions(verify_reader, partitions)
+        now = self.clock()
         for p in partitions:
             start, high, kept = positions[p]
             before = self.jobs.get(p)
-            self.jobs[p] = FillJob(p, start, high, kept)
-            if before is not None:  # a restore put off before: its back-off goes on
-                self.jobs[p].waits = before.waits
+            self.jobs[p] = FillJob(p, start, high, kept, started=now, progress_at=now)
+            if before is not None and before.put_off is not None:
+                # put off before: its back-off goes on, and /readyz names why
+                # until the new try makes progress
+                job = self.jobs[p]
+                job.waits, job.put_off = before.waits, before.put_off
+                job.problem = f"{before.put_off}; trying again (put off {before.waits} times)"
             if kept is None and not self._big_cache and self.store.store is not None:
                 self.store.store.filling(True)
                 self._big_cache = True
@@ -152,6 +172,24 @@ class BackgroundFill:
         if self._reader is not None and mine:
             self._assigned.difference_update(mine)
             self._reader.incremental_unassign([TopicPartition(self.store.topic, p) for p in mine])
+        if not self._assigned:
+            # the consumer lives while it reads something: a revoke or a put-off
+            # leaves no idle client (connections, prefetch) behind
+            self._close_reader()
+
+    def _close_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        self._assigned.clear()
+        if reader is not None:
+            reader.close()
+
+    def _new_reader_for(self, partitions: list[int]) -> None:
+        """Put-off partitions leave: the others go on with a new fill consumer, so the
+        put-off ones' next try reads with a new one too (never the stuck client)."""
+        self._unassign(partitions)
+        others = [self.jobs[p] for p in sorted(self._assigned) if p in self.jobs]
+        self._close_reader()
+        self._assign(others)
 
     def wait(self, partitions: Iterable[int], why: str) -> None:
         """The restore of ``partitions`` could not read the broker within the retry
@@ -162,22 +200,25 @@ class BackgroundFill:
         end every member restoring then, and their successors would restore
         into the same outage.
         """
-        now = self.clock()
         parts = sorted(set(partitions))
+        self._put_off(parts, "restore", f"put off: {why}")
+        self._unassign(parts)
+        self._report()
+
+    def _put_off(self, parts: list[int], kind: str, why: str) -> None:
+        """Hold ``parts`` until their back-off is over: "<kind> of <topic>[p] <why>"
+        in the log and on ``/readyz``, and counted (each try reported)."""
+        now = self.clock()
+        self.metrics.restore_waits.inc(len(parts))
         for p in parts:
             job = self.jobs.get(p) or FillJob(p, 0, 0, None)
             job.waits += 1
             delay = min(WAIT_MAX_S, WAIT_FIRST_S * 2.0 ** (job.waits - 1))
             job.retry_at = now + delay
-            job.problem = (
-                f"restore of {self.store.topic}[{p}] put off: {why}; "
-                f"retrying in {delay:.0f} s (put off {job.waits} times)"
-            )
+            job.put_off = f"{kind} of {self.store.topic}[{p}] {why}"
+            job.problem = f"{job.put_off}; retrying in {delay:.0f} s (put off {job.waits} times)"
             self.jobs[p] = job
-        self._unassign(parts)
-        if parts:
-            log.warning("%s", self.jobs[parts[0]].problem)
-        self._report()
+            log.warning("%s", job.problem)
 
     def due(self) -> list[int]:
         """Partitions put off whose back-off is over (the caller restores them again)."""
@@ -212,11 +253,25 @@ class BackgroundFill:
             try:
                 done.update(self._slice(self._reader))
             except KafkaException as exc:
-                self._failed(list(set(live) - set(done)), str(exc))
-        now = time.monotonic()
-        for p, j in live.items():
-            if p not in done and now - j.progress_at > STALL_S:
-                self._failed([p], f"no progress for {STALL_S:.0f} s")
+                reading = sorted(set(live) - set(done))
+                if not is_transient(exc):
+                    self._failed(reading, str(exc))
+                else:  # the broker not answering: as a stall, never the end of the run
+                    err = kafka_error(exc)
+                    line = f"{err.name()}: {err.str()}" if err is not None else str(exc)
+                    self._put_off(reading, "fill", f"put off: read failed: {line}")
+                    self._new_reader_for(reading)
+                    self._report()
+        now = self.clock()
+        stalled = sorted(
+            p
+            for p, j in live.items()
+            if p not in done and j.retry_at is None and now - j.progress_at > STALL_S
+        )
+        if stalled:
+            self._put_off(stalled, "fill", f"stalled: no progress for {STALL_S:.0f} s")
+            self._new_reader_for(stalled)
+            self._report()
         finished = {}
         for p, j in done.items():
             self.jobs.pop(p, None)
@@ -304,7 +359,7 @@ class BackgroundFill:
             return False
         job.next_offset = next_offset
         job.read += len(batch)
-        job.progress_at = time.monotonic()
+        job.progress_at = self.clock()
         job.problem = None
         self.metrics.store_records_read.inc(len(batch))
         return True
@@ -315,13 +370,14 @@ class BackgroundFill:
         job.problem = f"fill of {self.store.topic}[{job.partition}]: {why}; refilling in memory"
         log.warning("%s", job.problem)
         job.next_offset, job.kept_from, job.read = 0, None, 0
-        job.progress_at = time.monotonic()
+        job.progress_at = self.clock()
         self._unassign([job.partition])
         self._assign([job])
         self._report()
 
     def _failed(self, partitions: list[int], why: str) -> None:
-        """Report; retry from the store's position, up to ``MAX_ATTEMPTS``."""
+        """A permanent read error: report; retry from the store's position, up to
+        ``MAX_ATTEMPTS`` (a misconfiguration, not an outage: waiting would not help)."""
         for p in partitions:
             job = self.jobs[p]
             job.attempts += 1
@@ -335,7 +391,7 @@ class BackgroundFill:
                 f"retry {job.attempts}/{MAX_ATTEMPTS}"
             )
             log.warning("%s", job.problem)
-            job.progress_at = time.monotonic()
+            job.progress_at = self.clock()
         self._unassign(partitions)
         self._assign(self.jobs[p] for p in partitions)
         self._report()

@@ -206,7 +206,8 @@ class Metrics:
         self.restore_waits = Counter(
             "processor_restore_waits_total",
             "Partition restores put off because the broker did not answer within the "
-            "retry deadline (held paused and tried again later; /readyz names them)",
+            "retry deadline or their store fill stalled (held paused and tried again "
+            "later; /readyz names them)",
             registry=r,
         )
         #: what /healthz and /readyz report (``health.py``); the degraded gauge follows it

@@ -17,7 +17,10 @@ partitions stay assigned and paused, ``/readyz`` names the partition and the
 error, and the restore is tried again from the start after a back-off
 (``BackgroundFill.wait``); a permanent error still ends the run with its one
 line.  Every Kafka retry of the restore is counted and, while one lasts,
-named by ``/readyz`` (``retry.RetryWatch``).
+named by ``/readyz`` (``retry.RetryWatch``).  A background fill that stalls
+(or whose read fails with a transient error) is put off the same way by
+``BackgroundFill.step``; :meth:`Rebalance.fill_step` restores it again once
+due, as a put-off restore.
 
 A revoke first commits the open batch while the member still owns the
 partitions (within ``revoke_budget_ms``); a failing commit aborts and
@@ -145,7 +148,6 @@ class Rebalance:
         if not is_transient(exc):
             raise exc
         why = exc.line() if isinstance(exc, GaveUp) else str(exc)
-        self.metrics.restore_waits.inc(len(numbers))
         for number in numbers:
             self.engine.drop_partition(number)
         self.fill.wait(numbers, why)

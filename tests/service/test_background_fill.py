@@ -20,7 +20,7 @@ from processor.config import ServiceConfig
 from processor.service import background_fill
 from processor.service.background_fill import BackgroundFill
 from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTransport
-from processor.service.state import Filled
+from processor.service.state import CheckpointStore, Filled
 from tests.service.test_memory_transport import Loop, _committed, _wait
 from tests.service.test_state_store import _assert_folded, _config, _produce
 
@@ -240,25 +240,32 @@ def test_an_abort_while_a_partition_fills_rewinds_only_the_folded_ones(
     _assert_folded(broker, config, 12)
 
 
+def _one_partition(tmp_path: Path) -> tuple[MemoryBroker, CheckpointStore]:
+    """500 checkpoint records of 20 keys on partition 0, and an open empty store."""
+    from processor.codec import default_codec
+
+    config = _config(tmp_path)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    for i in range(500):
+        key = f"k{i % 20}".encode()
+        broker.append(config.topics.checkpoints, 0, key, f"v{i}".encode(), "committed")
+    store = CheckpointStore(config, default_codec())
+    store.open("c", "t")
+    return broker, store
+
+
 def test_a_partition_revoked_and_assigned_again_mid_fill_reads_each_record_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same member's fill consumer: cancel (revoke) after some slices, then a
     second assignment of the same partition resumes at the store's position; the
     store ends with the last value of every key (nothing applied out of order)."""
-    from processor.codec import default_codec
     from processor.service.metrics import Metrics
-    from processor.service.state import CheckpointStore
 
     monkeypatch.setattr(background_fill, "FILL_SLICE", 50)
-    config = _config(tmp_path)
-    broker = MemoryBroker()
-    broker.create_topics(config)
-    topic = config.topics.checkpoints
-    for i in range(500):
-        broker.append(topic, 0, f"k{i % 20}".encode(), f"v{i}".encode(), "committed")
-    store = CheckpointStore(config, default_codec())
-    store.open("c", "t")
+    broker, store = _one_partition(tmp_path)
+    topic = store.topic
     metrics = Metrics()
     fill = BackgroundFill(store, metrics, lambda: MemoryConsumer(broker, "g", eof=True))
     verify = MemoryConsumer(broker, "g", eof=True)
@@ -323,51 +330,6 @@ def test_a_full_disk_while_filling_moves_the_partition_to_memory_and_refills_it(
     loop.stop()
     assert not loop.errors, loop.errors
     _assert_folded(broker, config, 12)
-
-
-class StalledConsumer(MemoryConsumer):
-    """The fill's consumer: the broker answers, but no record ever comes."""
-
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
-        return []
-
-
-def test_a_stalled_fill_is_reported_retried_and_ends_the_run_past_its_bound(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The stall rule (no progress for STALL_S) reports each stall on /readyz and
-    in processor_fill_failures_total, retries, and the third ends the run with
-    one line; nothing of the stalled partitions is folded meanwhile."""
-    broker, _, config = _fresh_host(tmp_path)
-    real = MemoryTransport.plain_consumer
-
-    def plain(self: MemoryTransport, purpose: str, problems: Any, group: str) -> MemoryConsumer:
-        if purpose == "fill":
-            return StalledConsumer(self.broker, group, eof=True)
-        return real(self, purpose, problems, group)
-
-    monkeypatch.setattr(MemoryTransport, "plain_consumer", plain)
-    monkeypatch.setattr(background_fill, "STALL_S", 0.0)  # every step without progress stalls
-    problems: list[str] = []
-    real_report = BackgroundFill._report
-
-    def report(self: BackgroundFill) -> None:
-        real_report(self)
-        if self.metrics.health.fill_problem:
-            problems.append(self.metrics.health.fill_problem)
-
-    monkeypatch.setattr(BackgroundFill, "_report", report)
-    loop = Loop(broker, config)
-    loop.thread.join(60)
-    assert not loop.thread.is_alive()
-    assert len(loop.errors) == 1, loop.errors
-    line = str(loop.errors[0])
-    assert "\n" not in line and "failed 3 times" in line and "no progress" in line
-    assert any("retry 2/3" in p and "no progress" in p for p in problems), problems
-    # each partition's two retries, and the third failure that ended the run
-    retries = config.partitions * (background_fill.MAX_ATTEMPTS - 1)
-    assert loop.sample("processor_fill_failures_total") == retries + 1
-    assert all(_group_offset(broker, config, p) < _high(broker, config, p) for p in range(2))
 
 
 def test_a_fill_slice_never_reads_more_than_its_bound(
