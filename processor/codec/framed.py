@@ -292,7 +292,7 @@ class Codec:
         if not 0 <= view.part < view.parts:
             raise CodecError(f"cannot encode {VIEW}: part {view.part} of {view.parts}")
         if self.fast_layout(VIEW, VIEW_LAYOUT):  # one per message in the parted format
-            return self.header(VIEW) + view_body(
+            return view_body(
                 view.session_id,
                 view.view,
                 view.as_of_seq,
@@ -301,6 +301,7 @@ class Codec:
                 view.value,
                 view.part,
                 view.parts,
+                self.header(VIEW),
             )
         return self.encode_record(
             VIEW,
@@ -330,8 +331,8 @@ class Codec:
         output calls this per view record; view_body refuses the int fields with
         ``_check_ints``'s texts)."""
         if encoding in _ENCODINGS and self.fast_layout(VIEW, VIEW_LAYOUT):
-            return self.header(VIEW) + view_body(
-                session_id, view, as_of_seq, state_version, encoding, value, 0, 1
+            return view_body(
+                session_id, view, as_of_seq, state_version, encoding, value, 0, 1, self.header(VIEW)
             )
         return self.encode_view(View(session_id, view, as_of_seq, state_version, encoding, value))
 

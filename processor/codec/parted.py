@@ -43,7 +43,7 @@ def split_part_key(key: bytes) -> tuple[str, str] | None:
 def encode_part(codec: Codec, name: str, version: int, value: Any) -> bytes:
     encoding, payload = encode_json_payload(value, threshold=codec.compress_threshold)
     if codec.fast_layout(CHECKPOINT_PART, PART_LAYOUT):  # a record per node event
-        return codec.header(CHECKPOINT_PART) + part_body(name, version, encoding, payload)
+        return part_body(name, version, encoding, payload, codec.header(CHECKPOINT_PART))
     return codec.encode_record(
         CHECKPOINT_PART, {"name": name, "version": version, "encoding": encoding, "value": payload}
     )

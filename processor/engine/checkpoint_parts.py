@@ -424,7 +424,9 @@ def _leaves(base: Any, val: Any, out: list[Any]) -> bool:
     if isinstance(base, dict):
         if not isinstance(val, dict) or len(val) != len(base):
             return False
-        for (bk, bv), (k, v) in zip(base.items(), val.items(), strict=True):
+        # the lengths are equal: zip needs no ``strict`` (which compiled is a
+        # generic call per dict, ~2.8k instructions, not a native loop)
+        for (bk, bv), (k, v) in zip(base.items(), val.items()):  # noqa: B905
             if bk != k or not _leaves(bv, v, out):
                 return False
         return True

@@ -100,3 +100,30 @@ def test_unions_other_than_null_or_one_type_and_logical_types_are_not_compiled()
     for t in (["null", "long", "string"], {"type": "long", "logicalType": "timestamp-millis"}):
         schema = fastavro.parse_schema({**record, "fields": [{"name": "x", "type": t}]})
         assert isinstance(schema, dict) and compile_writer(schema) is None
+
+
+@pytest.mark.parametrize(
+    "kind, n",
+    [
+        (kind, n)
+        for kind in ("int", "long")
+        for edge in (1 << 31, 1 << 60, 1 << 62, 1 << 63)
+        for n in (edge - 1, edge, edge + 1, -edge - 1, -edge, -edge + 1)
+    ],
+)
+def test_ints_at_the_edges_of_their_range_and_of_the_small_ints(kind: str, n: int) -> None:
+    """The range checks compare small ints natively and a long's bounds only past
+    them (avro_compiled ``Op.wide``): each edge is fastavro's bytes or left to it."""
+    record = {"type": "record", "name": "R", "fields": [{"name": "x", "type": kind}]}
+    schema = fastavro.parse_schema(record)
+    assert isinstance(schema, dict)
+    write = compile_writer(schema)
+    assert write is not None
+    try:
+        got: bytes | None = write({"x": n})
+    except Unsupported:
+        got = None  # fastavro's turn
+    lo, hi = (-(1 << 31), (1 << 31) - 1) if kind == "int" else (-(1 << 63), (1 << 63) - 1)
+    assert (got is not None) == (lo <= n <= hi)
+    if got is not None:
+        assert got == fastavro_body(schema, {"x": n})
