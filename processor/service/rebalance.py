@@ -51,6 +51,7 @@ from processor.service.restore import (
     AnchorError,
     PartitionRestore,
     check_anchor,
+    committed_behind,
     committed_offsets,
     fetch_events,
     stable_bound_s,
@@ -352,6 +353,10 @@ class Rebalance:
         committed = committed_offsets(self.consumer, events, numbers)
         newest = {p: store.newest(p) for p in numbers}
         anchors = {p: cp.anchor.offset for p, cp in newest.items() if cp is not None}
+        if self.config.exactly_once:
+            committed = committed_behind(
+                self.consumer, events, anchors, committed, stable_bound_s(self.config)
+            )
         found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
         # every read before the first change: a restore put off here changed nothing
         marks = {p: watermarks(rc, events, p) for p in numbers}
