@@ -74,11 +74,18 @@ class Chaos:
             m for m in self.stack.members.values() if m.instance_id not in self.killed and m.alive()
         ]
 
+    def pick(self) -> Member:
+        """A live member to fault; none left is the failure (every member exited),
+        named with their logs rather than as an empty ``rng.choice``."""
+        live = self.live()
+        assert live, f"every member exited\n{self.stack.member_report()}"
+        return self.rng.choice(live)
+
     def note(self, what: str) -> None:
         self.log.append(f"{time.strftime('%H:%M:%S')} {what}")
 
     def pause_member(self) -> None:
-        m = self.rng.choice(self.live())
+        m = self.pick()
         self.note(f"SIGSTOP {m.instance_id}")
         m.signal(signal.SIGSTOP)
         time.sleep(SESSION_TIMEOUT_MS / 1000 + 4)  # past the session timeout: it is kicked
@@ -86,7 +93,7 @@ class Chaos:
         self.note(f"SIGCONT {m.instance_id}")
 
     def kill_member(self) -> None:
-        m = self.rng.choice(self.live())
+        m = self.pick()
         self.note(f"SIGKILL {m.instance_id}")
         m.kill()
         self.killed.add(m.instance_id)
