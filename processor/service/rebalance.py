@@ -365,13 +365,12 @@ class Rebalance:
             cp = newest[number]
             restore = PartitionRestore(number, {cp.session_id: cp} if cp is not None else {})
             problem = check_anchor(
-                rc,
                 events,
                 restore,
                 committed[number],
                 found.get(number),
+                marks[number],
                 transactional=self.config.exactly_once,
-                marks=marks[number],
             ) or self.engine.unusable_rows(restore.checkpoints.values())
             starts[number] = None
             quarantined = store.quarantined(number)

@@ -394,14 +394,13 @@ def newest_anchor(restore: PartitionRestore) -> Checkpoint | None:
 
 
 def check_anchor(
-    consumer: Reader,
     topic: str,
     restore: PartitionRestore,
     committed: int | None,
     found: tuple[str, int, str] | None,
+    marks: tuple[int, int],
     *,
     transactional: bool = True,
-    marks: tuple[int, int] | None = None,
 ) -> str | None:
     """None when the log still matches, else the reason it does not.
 
@@ -411,10 +410,11 @@ def check_anchor(
     were delivered leaves: the tail from the committed offset is folded again
     and the seq gate drops what the checkpoints already hold.  A missing
     committed offset still fails the check (offsets reset or never committed).
-    ``marks``: the partition's ``(low, high)`` when the caller read them already.
+    ``marks``: the partition's ``(low, high)``, read by the caller before any
+    change (a restore put off then has changed nothing); the check does no I/O.
     """
     partition = restore.partition
-    low, high = marks if marks is not None else watermarks(consumer, topic, partition)
+    low, high = marks
     if committed is not None and committed > high:
         return (
             f"committed offset {committed} is beyond the end of {topic}[{partition}] "
