@@ -35,6 +35,7 @@ from bench.common import (
     broker_bootstrap,
     git_revision,
     result,
+    topics_dropped_after,
     unique,
     write_result,
 )
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         revision=git_revision(),
     )
     durations: dict[str, float] = {}
+    # every topic the suite creates goes when it ends: the workload after all
+    # figures, each figure's own after that figure (common.topics_dropped_after)
+    broker.enter_context(topics_dropped_after(ctx.config()))
     try:
         if any(FIGURES[f][1] for f in selected):
             sessions, length = SCALES[args.scale]
@@ -116,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             _say(f"{figure} ...")
             try:
-                doc = importlib.import_module(FIGURES[figure][0]).run(ctx)
+                with topics_dropped_after(ctx.config()):
+                    doc = importlib.import_module(FIGURES[figure][0]).run(ctx)
             except Exception as exc:  # record it, keep going
                 traceback.print_exc()
                 doc = result(ctx, figure, figure, error=f"{type(exc).__name__}: {exc}")

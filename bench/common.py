@@ -63,6 +63,33 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+@contextlib.contextmanager
+def topics_dropped_after(config: ServiceConfig, keep: Iterable[str] = ()) -> Iterator[None]:
+    """Delete, on exit, every topic created on the broker inside the block.
+
+    A figure's runs leave output topics (views, checkpoints, Quix changelogs)
+    behind; on a broker that outlives one figure (``KAFKA_BOOTSTRAP_SERVERS``,
+    the whole suite) they add up, and later figures ran on a heavier broker
+    than the first (BENCHMARKS §5: latency sets after peer runs).  ``keep``:
+    names created inside the block that must stay (the shared workload).
+    """
+    from processor.service import clients
+    from processor.service.topics import delete_topics
+
+    admin = clients.admin(config)
+    before = set(admin.list_topics(timeout=30).topics)
+    try:
+        yield
+    finally:
+        try:
+            now = set(admin.list_topics(timeout=30).topics)
+            new = sorted(now - before - set(keep))
+            if new:
+                delete_topics(admin, new)
+        except KafkaException as exc:  # the figure's numbers stand; the topics stay
+            print(f"[bench] topics left on the broker: {exc}", file=sys.stderr)
+
+
 def git_revision() -> str:
     """Short HEAD, with ``+dirty`` when ``processor/`` or ``bench/`` has local changes."""
 
