@@ -167,14 +167,21 @@ def build() -> Builder[Any]:
                              f"{RATE}))", "write queue full")))
         .with_panel(_series("Restore retries", "short", "Kafka calls of the restore retried "
                             "after a transient error (by call and code), the oldest call still "
-                            "failing (s), and partition restores put off past the retry "
-                            "deadline (paused, tried again; /readyz names them)",
+                            "failing (s), partition restores put off past the retry "
+                            "deadline (paused, tried again; /readyz names them), and restores "
+                            "waiting for the committed offsets to pass their checkpoints "
+                            "(s; ended waits by outcome: expired means the anchor check failed)",
                             (f"sum by (call, code) (increase(processor_kafka_retries_total"
                              f"{SEL}{RATE}))", "{{call}} {{code}}"),
                             (f"max by (instance) (processor_kafka_retry_waiting_seconds{SEL})",
                              "{{instance}} waiting (s)"),
                             (f"sum(increase(processor_restore_waits_total{SEL}{RATE}))",
-                             "restores put off")))
+                             "restores put off"),
+                            (f"max by (instance) (processor_restore_committed_behind_seconds"
+                             f"{SEL})", "{{instance}} committed behind (s)"),
+                            (f"sum by (outcome) (increase("
+                             f"processor_restore_committed_behind_waits_total{SEL}{RATE}))",
+                             "committed behind {{outcome}}")))
         .with_row(Row("Session state"))
         .with_panel(_series("Session state held", "bytes", "Estimated bytes of the sessions "
                             "in memory (state_budget_bytes bounds it)",

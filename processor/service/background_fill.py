@@ -103,7 +103,7 @@ class FillJob:
     #: put off (the broker did not answer its restore, or its fill stalled): tried
     #: again at this clock time; nothing is read meanwhile
     retry_at: float | None = None
-    waits: int = 0  # restores put off in a row (the back-off doubles with each)
+    waits: int = 0  # put off in a row without progress (the back-off doubles with each)
     put_off: str | None = None  # why it was last put off (named until it progresses)
 
 
@@ -357,6 +357,11 @@ class BackgroundFill:
                 raise self.store.unusable(exc, f"filling partition {job.partition}") from exc
             self._restart(job, why)
             return False
+        if batch:
+            # progress since the last put-off: the next one backs off from the
+            # first pause again (a long fill with scattered hiccups waited the
+            # longest back-off after each); still counted in restore_waits
+            job.waits, job.put_off = 0, None
         job.next_offset = next_offset
         job.read += len(batch)
         job.progress_at = self.clock()
@@ -399,8 +404,10 @@ class BackgroundFill:
     def _report(self) -> None:
         self.metrics.partitions_filling.set(len(self.jobs))
         health = self.metrics.health
-        problem = next((j.problem for j in self.jobs.values() if j.problem), None)
-        health.fill_problem = problem
+        # every partition's, not the first: /readyz names each (bounded there)
+        health.fill_problems = tuple(
+            j.problem for _, j in sorted(self.jobs.items()) if j.problem is not None
+        )
         health.filling = len(self.jobs)
         if not self.jobs and self._big_cache and self.store.store is not None:
             self.store.store.filling(False)

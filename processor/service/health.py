@@ -12,8 +12,13 @@ unreachable); nothing reads a health field to decide what to do next.
   no partition stalled with lag past its re-seeks (``progress.py``), no
   Kafka call being retried for ``RETRY_REPORT_S`` (``retry.py``: a restore
   waiting out a broker restart inside a rebalance callback) and the loop
-  ticking (a loop blocked in a call past ``liveness_s`` moves nothing); the
-  body names the first cause.
+  ticking (a loop blocked in a call past ``liveness_s`` moves nothing).
+
+The 503 body names every current cause, the most severe first, one a line:
+``not ready: <first>`` (what probes and alerts match), then ``also: <next>``,
+at most ``MAX_CAUSES`` lines and ``and N more causes``.  One cause used to
+hide the others: a restore's call being retried hid the partitions put off
+before it, and an operator saw one problem while there were two.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from collections.abc import Callable
 
 #: A call retried this long is named by /readyz (shorter: a leader moving).
 RETRY_REPORT_S = 5.0
+#: Causes the /readyz body names (a put-off per partition could be hundreds).
+MAX_CAUSES = 8
 
 
 class Health:
@@ -40,12 +47,19 @@ class Health:
         self.store: str | None = None
         #: partitions whose store fill is still running (background_fill.py)
         self.filling = 0
-        #: why a fill failed, while it is retried within its bound
-        self.fill_problem: str | None = None
+        #: why fills failed or were put off, while they are retried (one per partition)
+        self.fill_problems: tuple[str, ...] = ()
         #: a partition with lag whose position did not move past its bound (progress.py)
         self.stalled: str | None = None
         #: (seconds failing, line) of the oldest Kafka call being retried (retry.py)
         self.retrying: Callable[[], tuple[float, str] | None] = lambda: None
+        #: (seconds waited, what for) of each wait blocking the loop (retry.waiting)
+        self.waiting: Callable[[], list[tuple[float, str]]] = lambda: []
+
+    @property
+    def fill_problem(self) -> str | None:
+        """The first of :attr:`fill_problems` (None: every fill is going well)."""
+        return self.fill_problems[0] if self.fill_problems else None
 
     def tick(self) -> None:
         self.last_tick = time.monotonic()
@@ -74,27 +88,36 @@ class Health:
     def readiness(self, liveness_s: float = 60.0) -> tuple[int, bytes]:
         """``liveness_s``: a loop that has not ticked for that long is not ready
         either (blocked in a call: nothing moves, whatever the report says)."""
-        idle = time.monotonic() - self.last_tick
-        cause = (
-            self.fatal
-            or self.degraded
-            or self.unreachable
-            or self.store
-            or self._retrying()
-            or self.fill_problem
-            or self.stalled
-            or (f"the loop has not ticked for {idle:.0f}s" if idle >= liveness_s else None)
-        )
-        if self.ready and cause is None:
+        causes = self.causes(liveness_s)
+        if self.ready and not causes:
             # serving: the filling partitions only wait, the others fold
             if self.filling:
                 return 200, f"ready; filling {self.filling} partitions\n".encode()
             return 200, b"ready\n"
-        cause = cause or "restoring"
-        return 503, f"not ready: {cause}\n".encode()
+        causes = causes or ["restoring"]
+        lines = [f"not ready: {causes[0]}"] + [f"also: {c}" for c in causes[1:MAX_CAUSES]]
+        if len(causes) > MAX_CAUSES:
+            lines.append(f"and {len(causes) - MAX_CAUSES} more causes")
+        return 503, "".join(f"{line}\n" for line in lines).encode()
 
-    def _retrying(self) -> str | None:
+    def causes(self, liveness_s: float = 60.0) -> list[str]:
+        """Every reason not to be ready now, the most severe first."""
+        idle = time.monotonic() - self.last_tick
         oldest = self.retrying()
-        if oldest is None or oldest[0] < RETRY_REPORT_S:
-            return None
-        return f"waiting {oldest[0]:.0f}s for the broker: {oldest[1]}"
+        return [
+            c
+            for c in (
+                self.fatal,
+                self.degraded,
+                self.unreachable,
+                self.store,
+                f"waiting {oldest[0]:.0f}s for the broker: {oldest[1]}"
+                if oldest is not None and oldest[0] >= RETRY_REPORT_S
+                else None,
+                *(f"waiting {s:.0f}s for {line}" for s, line in self.waiting()),
+                *self.fill_problems,
+                self.stalled,
+                f"the loop has not ticked for {idle:.0f}s" if idle >= liveness_s else None,
+            )
+            if c
+        ]

@@ -210,9 +210,30 @@ class Metrics:
             "later; /readyz names them)",
             registry=r,
         )
+        self.committed_behind = Counter(
+            "processor_restore_committed_behind_waits_total",
+            "Restores that found a checkpoint at or past the group's committed offset "
+            "and waited (loop blocked, /readyz names it) for the commit to show, by "
+            "outcome: caught_up, expired (past the bound: the anchor check that follows "
+            "fails), failed (the offsets query gave up)",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("caught_up", "expired", "failed"):
+            self.committed_behind.labels(outcome)
+        self.committed_behind_waiting = Gauge(
+            "processor_restore_committed_behind_seconds",
+            "How long the restore's wait for the committed offsets to pass their "
+            "checkpoints has lasted (0: none)",
+            registry=r,
+        )
+        self.committed_behind_waiting.set_function(
+            lambda: max((s for s, _ in self.retries.waits()), default=0.0)
+        )
         #: what /healthz and /readyz report (``health.py``); the degraded gauge follows it
         self.health = Health(on_degraded=self.degraded_gauge.set)
         self.health.retrying = self.retries.oldest
+        self.health.waiting = self.retries.waits
 
     def report_sharing(self, tables: Iterable[SharedTable]) -> None:
         """Set the sharing gauges from the process's tables; the full counter

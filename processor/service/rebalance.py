@@ -355,7 +355,12 @@ class Rebalance:
         anchors = {p: cp.anchor.offset for p, cp in newest.items() if cp is not None}
         if self.config.exactly_once:
             committed = committed_behind(
-                self.consumer, events, anchors, committed, stable_bound_s(self.config)
+                self.consumer,
+                events,
+                anchors,
+                committed,
+                stable_bound_s(self.config),
+                counted=lambda outcome: self.metrics.committed_behind.labels(outcome).inc(),
             )
         found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
         # every read before the first change: a restore put off here changed nothing

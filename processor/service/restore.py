@@ -50,7 +50,13 @@ from processor.core.errors import SessionError
 from processor.core.session import event_digest
 from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
-from processor.service.retry import DEFAULT_DEADLINE_S, is_transient, kafka_error, retry
+from processor.service.retry import (
+    DEFAULT_DEADLINE_S,
+    is_transient,
+    kafka_error,
+    retry,
+    waiting,
+)
 from processor.service.transport import Msg, OffsetsAdmin, Reader
 
 log = logging.getLogger("processor.restore")
@@ -129,6 +135,7 @@ def committed_behind(
     committed: dict[int, int | None],
     bound_s: float,
     poll_s: float = 1.0,
+    counted: Callable[[str], object] = lambda outcome: None,
 ) -> dict[int, int | None]:
     """The committed offsets again while a checkpoint is at or past one, up to ``bound_s``.
 
@@ -138,6 +145,11 @@ def committed_behind(
     the offsets still answer the older value (a chaos run: 16 s and more,
     every member restoring then failed the anchor check and exited).  Only a
     gap that outlasts the bound is an offsets reset.
+
+    The wait blocks the loop: ``/readyz`` names it while it lasts (the thread's
+    ``RetryWatch``, :func:`retry.waiting`) and ``counted`` gets its outcome
+    once it ends (``caught_up``, ``expired``: the anchor check that follows
+    fails, or ``failed``: the query gave up).
     """
 
     def behind() -> list[int]:  # no offset at all is a reset (or a new topic): not waited
@@ -157,10 +169,20 @@ def committed_behind(
         bound_s,
     )
     deadline = time.monotonic() + bound_s
-    while todo and time.monotonic() < deadline:
-        time.sleep(poll_s)
-        committed = {**committed, **committed_offsets(consumer, topic, todo)}
-        todo = behind()
+    outcome = "failed"
+    line = (
+        f"the group's committed offsets of {topic}{todo} to pass their checkpoints "
+        f"(commit markers not written yet; at most {bound_s:.0f}s)"
+    )
+    try:
+        with waiting(line):
+            while todo and time.monotonic() < deadline:
+                time.sleep(poll_s)
+                committed = {**committed, **committed_offsets(consumer, topic, todo)}
+                todo = behind()
+        outcome = "expired" if todo else "caught_up"
+    finally:
+        counted(outcome)
     if not todo:
         log.info("%s committed offsets caught up with the checkpoints", topic)
     return committed

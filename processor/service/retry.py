@@ -100,12 +100,15 @@ class GaveUp(Unavailable, KafkaException):
 
 
 class RetryWatch:
-    """The retries in progress of the threads that observe it (:func:`observing`).
+    """The retries and waits in progress of the threads that observe it (:func:`observing`).
 
     Each retried attempt is counted by call and error code (``count``, the
     metric) and the oldest call still failing is what ``/readyz`` names while
     it waits: a restore riding out a broker restart inside a rebalance callback
-    blocks the loop, and without this nothing said what it waited for.
+    blocks the loop, and without this nothing said what it waited for.  A wait
+    that is no retry but blocks the loop the same way (:func:`waiting`: the
+    restore's committed offsets behind its checkpoints) is named too, from its
+    start (:meth:`waits`).
     """
 
     def __init__(
@@ -117,6 +120,7 @@ class RetryWatch:
         self.clock = clock
         self._lock = threading.Lock()
         self._open: dict[int, tuple[float, str]] = {}  # token -> (since, line)
+        self._waits: dict[int, tuple[float, str]] = {}  # token -> (since, line)
 
     def retried(
         self, token: int, since: float, what: str, err: KafkaError | None, attempt: int
@@ -127,9 +131,22 @@ class RetryWatch:
         with self._lock:
             self._open[token] = (since, f"{what}: {detail} (attempt {attempt})")
 
+    def began(self, token: int, since: float, line: str) -> None:
+        """A wait of an observed thread began (:func:`waiting`)."""
+        with self._lock:
+            self._waits[token] = (since, line)
+
     def ended(self, token: int) -> None:
         with self._lock:
             self._open.pop(token, None)
+            self._waits.pop(token, None)
+
+    def waits(self) -> list[tuple[float, str]]:
+        """``(seconds waited, line)`` of every wait in progress, the longest first."""
+        with self._lock:
+            started = sorted(self._waits.values())
+        now = self.clock()
+        return [(now - since, line) for since, line in started]
 
     def oldest(self) -> tuple[float, str] | None:
         """``(seconds failing, line)`` of the oldest call being retried, or None."""
@@ -153,6 +170,22 @@ def observing(watch: RetryWatch) -> Iterator[None]:
         yield
     finally:
         _local.watch = before
+
+
+@contextlib.contextmanager
+def waiting(line: str) -> Iterator[None]:
+    """Name this thread's wait (``line``: what it waits for) on the :class:`RetryWatch`
+    observing it, if one does, while the block runs."""
+    watch: RetryWatch | None = getattr(_local, "watch", None)
+    if watch is None:
+        yield
+        return
+    token = next(_tokens)
+    watch.began(token, watch.clock(), line)
+    try:
+        yield
+    finally:
+        watch.ended(token)
 
 
 def call_label(what: str) -> str:

@@ -8,18 +8,24 @@ restarted between them, the committed offset answered the older value for
 ("checkpoints reach offset 14445 ... committed offset is 14440") and exited.
 Here the group's offsets lag one record behind the checkpoints until the
 restore has read them once; the member waits, reads them again and folds.
+The wait blocks the loop: ``/readyz`` names it while it lasts and
+``processor_restore_committed_behind_waits_total`` counts it by outcome.
 Broker-less (the in-memory cluster).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pytest
 from confluent_kafka import TopicPartition
 
 from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTransport
+from processor.service.metrics import Metrics
+from processor.service.restore import committed_behind
+from processor.service.retry import observing
+from processor.service.transport import Reader
 from tests.service.test_memory_transport import Loop, _committed, _wait
 from tests.service.test_state_store import _assert_folded, _config, _produce, _run
 
@@ -70,3 +76,90 @@ def test_a_restore_waits_for_offsets_that_lag_their_checkpoints(
     assert not loop.errors, loop.errors
     assert lagging.asked >= 2  # read again after the first answer
     _assert_folded(broker, config, 9)
+    waits = loop.metrics.registry.get_sample_value(
+        "processor_restore_committed_behind_waits_total", {"outcome": "caught_up"}
+    )
+    assert waits == 1
+
+
+class Behind:
+    """A group consumer whose committed offset of partition 0 reaches ``caught_up``
+    on its ``answers``-th query; records what /readyz and the gauge said each time."""
+
+    def __init__(self, metrics: Metrics, answers: int) -> None:
+        self.metrics = metrics
+        self.answers = answers
+        self.seen: list[tuple[int, bytes, float]] = []
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]:
+        status, body = self.metrics.health.readiness()
+        gauge = self.metrics.registry.get_sample_value("processor_restore_committed_behind_seconds")
+        self.seen.append((status, body, gauge or 0.0))
+        offset = 10 if len(self.seen) < self.answers else 13
+        return [TopicPartition(tp.topic, tp.partition, offset) for tp in partitions]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 2.0
+        return self.now
+
+
+def _outcomes(metrics: Metrics) -> dict[str, float]:
+    name = "processor_restore_committed_behind_waits_total"
+    return {
+        o: metrics.registry.get_sample_value(name, {"outcome": o}) or 0.0
+        for o in ("caught_up", "expired", "failed")
+    }
+
+
+def test_a_committed_behind_wait_is_named_on_readyz_and_counted() -> None:
+    """The wait blocks the loop (inside a rebalance or the poll loop's fill step):
+    /readyz, read by another thread, names it from its start, the gauge says how
+    long it has lasted, and the counter has its outcome once it ends."""
+    metrics = Metrics()
+    metrics.health.ready = True
+    metrics.retries.clock = Clock()  # two seconds per read
+    consumer = Behind(metrics, answers=3)
+    counted = metrics.committed_behind
+    with observing(metrics.retries):
+        committed = committed_behind(
+            cast(Reader, consumer),
+            "ev",
+            {0: 12},  # the newest checkpoint's anchor
+            {0: 10},  # the committed offset: behind it
+            bound_s=600.0,
+            poll_s=0.0,
+            counted=lambda outcome: counted.labels(outcome).inc(),
+        )
+    assert committed == {0: 13}
+    assert len(consumer.seen) == 3
+    for status, body, gauge in consumer.seen:
+        assert status == 503, body
+        assert body.startswith(b"not ready: waiting "), body
+        assert b"for the group's committed offsets of ev[0] to pass their checkpoints" in body
+        assert gauge > 0
+    assert metrics.health.readiness() == (200, b"ready\n")  # nothing waits any more
+    assert metrics.registry.get_sample_value("processor_restore_committed_behind_seconds") == 0
+    assert _outcomes(metrics) == {"caught_up": 1, "expired": 0, "failed": 0}
+
+
+def test_a_committed_behind_wait_past_its_bound_is_counted_as_expired() -> None:
+    metrics = Metrics()
+    counted = metrics.committed_behind
+    with observing(metrics.retries):
+        committed = committed_behind(
+            cast(Reader, Behind(metrics, answers=99)),
+            "ev",
+            {0: 12},
+            {0: 10},
+            bound_s=0.0,
+            counted=lambda outcome: counted.labels(outcome).inc(),
+        )
+    assert committed == {0: 10}  # the anchor check that follows fails on it
+    assert _outcomes(metrics) == {"caught_up": 0, "expired": 1, "failed": 0}

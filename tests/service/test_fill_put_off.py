@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processor.config import ServiceConfig
 from processor.service import background_fill
-from processor.service.background_fill import STALL_S, BackgroundFill
+from processor.service.background_fill import STALL_S, BackgroundFill, FillJob
 from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTransport
 from processor.service.metrics import Metrics
 from processor.service.runner import Processor
@@ -264,3 +264,47 @@ def test_a_max_idle_run_never_ends_while_a_fill_is_put_off(tmp_path: Path) -> No
     assert not run.errors, run.errors
     assert _committed(broker, config)
     _assert_folded(broker, config, 12)
+
+
+def test_a_fill_that_progressed_since_its_last_put_off_backs_off_from_the_first_pause(
+    tmp_path: Path, stalling: type[Stalling]
+) -> None:
+    """A long fill with scattered hiccups: each put-off after progress waits the
+    first back-off again (it used to keep doubling to the longest one), a put-off
+    without progress in between still doubles, and each one is counted."""
+    broker, store = _one_partition(tmp_path)  # 500 records, slices of 200
+    metrics = Metrics()
+    now = [0.0]
+    fill = BackgroundFill(store, metrics, lambda: Stalling(broker, "g", eof=True), lambda: now[0])
+    verify = MemoryConsumer(broker, "g", eof=True)
+
+    def progress_then_stall() -> FillJob:
+        read = fill.jobs[0].read
+        stalling.on = False
+        assert fill.step() == {}  # one slice applied, the partition not at its end
+        assert fill.jobs[0].read > read
+        stalling.on = True
+        now[0] += STALL_S + 1
+        assert fill.step() == {}
+        return fill.jobs[0]
+
+    def again() -> None:
+        now[0] += background_fill.WAIT_MAX_S
+        assert fill.due() == [0]
+        fill.start(verify, [0])  # the restore run again (rebalance.fill_step)
+
+    fill.start(verify, [0])
+    job = progress_then_stall()
+    assert (job.waits, job.retry_at) == (1, now[0] + background_fill.WAIT_FIRST_S)
+    again()
+    job = progress_then_stall()  # progress in between: the first pause again
+    assert (job.waits, job.retry_at) == (1, now[0] + background_fill.WAIT_FIRST_S)
+    assert metrics.health.fill_problem is not None
+    assert metrics.health.fill_problem.endswith("retrying in 5 s (put off 1 times)")
+    again()
+    now[0] += STALL_S + 1  # no progress this time: the back-off doubles
+    assert fill.step() == {}
+    job = fill.jobs[0]
+    assert (job.waits, job.retry_at) == (2, now[0] + 2 * background_fill.WAIT_FIRST_S)
+    assert metrics.registry.get_sample_value("processor_restore_waits_total") == 3
+    fill.close()
