@@ -15,8 +15,9 @@ offset it reflects and a digest of the last record it applied; before use
 the caller proves that record is still in the topic at that offset
 (:meth:`LocalStore.verify`).  A store from another cluster or of a
 recreated topic (identity differs), one ahead of the topic's committed end,
-or one whose last record the topic does not hold, is dropped and refilled —
-never served.  Records are applied only after their transaction committed,
+or one whose last record the topic does not hold (another record at its
+offset; a compaction gap there is no proof of change, see :func:`unproven`),
+is dropped and refilled — never served.  Records are applied only after their transaction committed,
 so a crash leaves the store behind (caught up from its offset), not ahead.
 """
 
@@ -97,6 +98,55 @@ def record_digest(key: bytes, value: bytes | None) -> bytes:
     h.update(key)
     h.update(b"\x00" if value is None else b"\x01" + value)
     return h.digest()
+
+
+def unproven(pos: Position, found: StoredRecord | None, log_start: int) -> str | None:
+    """Why the topic does not prove the store's last record (None: it does).
+
+    ``found``: the topic's first committed record at or after the store's
+    last offset ``N`` (None: none up to the committed end).  The record at
+    ``N`` itself with the same digest proves it.  A *compaction gap* proves
+    it too — no record at ``N`` and none between ``N`` and the store's
+    position — when the log starts at or before ``N``: the checkpoints topic
+    is compacted, and the cleaner removes a record once a later record with
+    the same key follows, which another member writes while this one is away
+    (the chaos runs' drops, reproduced in ``test_state_kafka``).  Dropping
+    then refilled the partition from offset 0 for nothing, a cost that grows
+    with the history.
+
+    Why a gap cannot hide what the check is for (the caller has already
+    checked the topic id, so a recreated topic never gets here):
+
+    - a truncated log (unclean leader election) that took new appends puts
+      another record at ``N`` (appends take every offset in turn; only the
+      cleaner makes holes): a digest mismatch; one without appends ends
+      below the store's position (``verify``'s end check);
+    - a log rewritten below the store's position holds a record between
+      ``N`` and the position, where the store knows of none (its position
+      moved past a marker or an aborted batch only): dropped;
+    - deleted records (retention, DeleteRecords) move the log start past
+      ``N``: dropped (the store may hold what the topic let go).
+
+    What it cannot see: a truncation, new appends, and the new record at
+    ``N`` compacted away before this check — accepted: it takes an unclean
+    leader election (off by default) and the cleaner reaching exactly ``N``
+    while this member was away.
+    """
+    n = pos.last_offset
+    if log_start > n:
+        return f"the topic's log starts at {log_start}, after the store's last record at {n}"
+    if found is not None and found.offset == n:
+        if record_digest(found.key, found.value) == pos.last_digest:
+            return None
+        return f"the topic does not hold the store's last record at {n} (another one is there)"
+    if found is None or found.offset >= pos.next_offset:
+        return None  # a compaction gap up to the store's position
+    if found.offset > n:
+        return (
+            f"the topic holds a record at {found.offset}, between the store's last record "
+            f"at {n} and its position {pos.next_offset}"
+        )
+    return f"a read at the store's last record {n} came back at offset {found.offset}"
 
 
 class LocalStore:
@@ -219,13 +269,16 @@ class LocalStore:
         partition: int,
         topic_id: str,
         end_offset: int,
-        read_at: Callable[[int], StoredRecord | None],
+        read_from: Callable[[int], StoredRecord | None],
+        log_start: int = 0,
     ) -> Position | None:
         """The stored position if the topic proves it, else None (partition dropped).
 
         ``end_offset``: the partition's committed end (read_committed high
-        watermark); ``read_at(offset)``: the topic's record at an offset, or
-        None when the topic no longer holds it.
+        watermark); ``read_from(offset)``: the topic's first committed record
+        at or after an offset (None: it holds none below ``end_offset``);
+        ``log_start``: the partition's log start offset.  A drop is logged
+        with its reason.
         """
         pos = self.position(topic, partition)
         if pos is None:
@@ -236,9 +289,7 @@ class LocalStore:
         elif pos.next_offset > end_offset:
             reason = f"store at offset {pos.next_offset} is ahead of the topic's end {end_offset}"
         elif pos.last_offset >= 0:
-            found = read_at(pos.last_offset)
-            if found is None or record_digest(found.key, found.value) != pos.last_digest:
-                reason = f"the topic does not hold the store's last record at {pos.last_offset}"
+            reason = unproven(pos, read_from(pos.last_offset), log_start)
         if reason is None:
             return pos
         log.warning(
