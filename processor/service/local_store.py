@@ -289,7 +289,18 @@ class LocalStore:
         elif pos.next_offset > end_offset:
             reason = f"store at offset {pos.next_offset} is ahead of the topic's end {end_offset}"
         elif pos.last_offset >= 0:
-            reason = unproven(pos, read_from(pos.last_offset), log_start)
+            found = read_from(pos.last_offset)
+            reason = unproven(pos, found, log_start)
+            if reason is None and (found is None or found.offset != pos.last_offset):
+                log.info(
+                    "local store %s: %s[%d] kept: its last record at %d was compacted away "
+                    "(the next one held: %s)",
+                    self.path,
+                    topic,
+                    partition,
+                    pos.last_offset,
+                    "none" if found is None else found.offset,
+                )
         if reason is None:
             return pos
         log.warning(

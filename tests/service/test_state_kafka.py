@@ -257,6 +257,7 @@ def test_a_store_whose_last_record_was_compacted_away_is_kept(
     caplog.set_level(logging.INFO, logger="processor")
     proc = stack.run_processor(max_idle_s=3, state_dir=str(home))
     assert "dropped" not in caplog.text, caplog.text[-3000:]
+    assert "was compacted away" in caplog.text, caplog.text[-3000:]  # the gap was met
     kept = re.findall(r"restored partition (\d+).*?kept to offset", caplog.text)
     assert {int(p) for p in kept} == set(lasts), caplog.text[-3000:]
     assert proc.metrics.store_partitions_dropped._value.get() == 0
