@@ -582,7 +582,10 @@ def _stream(
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        if p in todo:
+                        # an end below the one read before (a new leader's high
+                        # watermark catching up) is not the end: ending there
+                        # would move the store past records it never applied
+                        if p in todo and (m.offset() or 0) >= ends[p]:
                             todo.discard(p)
                             yield p, pending.pop(p), ends[p]
                         continue

@@ -22,7 +22,7 @@ from processor.offline import fold_events, session_output
 from processor.service.local_store import StoredRecord
 from processor.service.memory import MemoryBroker, MemoryMessage
 from processor.service.retry import is_transient
-from processor.service.state import _first_held
+from processor.service.state import _first_held, _stream
 from processor.service.transport import Reader
 from processor.service.views_reader import offline_equivalent, session_fold_equivalent
 from tests.engine.kit import session_log
@@ -435,3 +435,16 @@ def test_a_probe_without_an_answer_is_a_transient_error_never_a_drop() -> None:
     with pytest.raises(KafkaException) as caught:
         _first_held(cast(Reader, _Answers([_eof(5)])), "t", 0, 5, end=9, timeout_s=0.2)
     assert is_transient(caught.value)
+
+
+def test_a_fill_reads_past_an_end_below_the_committed_one() -> None:
+    """The synchronous fill's stream: ending at such an end would give the store a
+    position past records it never applied."""
+    answers = _Answers(
+        [MemoryMessage("t", 0, 3, b"a", b"1"), _eof(4), MemoryMessage("t", 0, 5, b"b", b"1")]
+    )
+    got = [
+        (p, [m.offset() for m in batch], end)
+        for p, batch, end in _stream(cast(Reader, answers), "t", {0: 3}, {0: 6})
+    ]
+    assert got == [(0, [3, 5], 6)]
