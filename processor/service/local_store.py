@@ -12,13 +12,14 @@ store's memory does not grow with the number of sessions it holds.
 
 A cache is never trusted blindly.  Each (topic, partition) remembers the
 offset it reflects and a digest of the last record it applied; before use
-the caller proves that record is still in the topic at that offset
-(:meth:`LocalStore.verify`).  A store from another cluster or of a
-recreated topic (identity differs), one ahead of the topic's committed end,
-or one whose last record the topic does not hold (another record at its
-offset; a compaction gap there is no proof of change, see :func:`unproven`),
-is dropped and refilled — never served.  Records are applied only after their transaction committed,
-so a crash leaves the store behind (caught up from its offset), not ahead.
+the caller proves that record is still in the topic at that offset, or
+compacted away with nothing else in its place (:meth:`LocalStore.verify`).
+A store from another cluster or of a recreated topic (identity differs),
+one ahead of the topic's committed end, or one whose last record the topic
+does not hold (another record at its offset; a compaction gap there is no
+proof of change, see :func:`unproven`), is dropped and refilled — never
+served.  Records are applied only after their transaction committed, so a
+crash leaves the store behind (caught up from its offset), not ahead.
 """
 
 from __future__ import annotations

@@ -5,12 +5,13 @@ Three moments:
 - **assign** (:meth:`CheckpointStore.positions`, then the fill): the stored position of each
   new partition is verified against the checkpoints topic (``local_store.
   verify``: another cluster, a recreated topic, a store ahead of the
-  committed end or one whose last record the topic no longer holds is
-  dropped), then the store catches up from its next offset to the topic's
-  committed end in bounded batches — a restart on the same host reads what
-  changed since its last run, a fresh host the compacted partition once.
-  Nothing is decoded but the heads' quarantine flag: sessions are loaded
-  one by one when their first event arrives (:meth:`load`).
+  committed end or one whose last record the topic holds no longer —
+  another record in its place, not a compaction gap — is dropped), then the
+  store catches up from its next offset to the topic's committed end in
+  bounded batches — a restart on the same host reads what changed since its
+  last run, a fresh host the compacted partition once.  Nothing is decoded
+  but the heads' quarantine flag: sessions are loaded one by one when their
+  first event arrives (:meth:`load`).
 - **commit** (:meth:`produced`, :meth:`committed`): every checkpoint record
   the transaction produced is applied, only after the commit succeeded (an
   abort discards them), by the writer thread (``store_writer.py``) so the
