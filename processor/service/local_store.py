@@ -28,6 +28,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,13 @@ FILL_CACHE_KIB = 32 * 1024
 PAGE_SIZE = 32 * 1024
 #: Keys below this are heads (counted; the newest one is found by an index).
 HEAD_BELOW = b"\xff"
+#: A compaction gap at the store's last record keeps the store only if its
+#: position moved less than this long ago.  Past it, a tombstone written after
+#: the position may be gone too (the cleaner drops tombstones once they are
+#: ``delete.retention.ms`` old: 24 h, the broker's default, which ``topics
+#: create`` keeps), and the store would keep a record the topic deleted.
+#: Half of it: room for a fill's duration and the clocks' skew.
+GAP_MAX_AGE_S = 12 * 3600.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -57,6 +65,7 @@ CREATE TABLE IF NOT EXISTS position (
     last_offset INTEGER NOT NULL,
     last_digest BLOB NOT NULL,
     heads INTEGER NOT NULL DEFAULT 0,
+    applied_at REAL NOT NULL DEFAULT 0,
     UNIQUE (topic, partition)
 );
 CREATE TABLE IF NOT EXISTS record (
@@ -90,6 +99,7 @@ class Position:
     next_offset: int
     last_offset: int  # offset of the last applied record, -1: none yet
     last_digest: bytes
+    applied_at: float = 0.0  # wall clock (s) when the position last moved, 0: unknown
 
 
 def record_digest(key: bytes, value: bytes | None) -> bytes:
@@ -101,7 +111,7 @@ def record_digest(key: bytes, value: bytes | None) -> bytes:
     return h.digest()
 
 
-def unproven(pos: Position, found: StoredRecord | None, log_start: int) -> str | None:
+def unproven(pos: Position, found: StoredRecord | None, log_start: int, now: float) -> str | None:
     """Why the topic does not prove the store's last record (None: it does).
 
     ``found``: the topic's first committed record at or after the store's
@@ -128,6 +138,15 @@ def unproven(pos: Position, found: StoredRecord | None, log_start: int) -> str |
     - deleted records (retention, DeleteRecords) move the log start past
       ``N``: dropped (the store may hold what the topic let go).
 
+    A gap keeps the store only while its position is younger than
+    :data:`GAP_MAX_AGE_S` (``now``: the wall clock): a tombstone after the
+    position is removed ``delete.retention.ms`` after its segment is first
+    cleaned, which is after the store applied the record it deletes (else
+    that record would have been gone before the store read it), so a young
+    store has missed none.  The record at ``N`` itself held proves no more
+    (a pre-existing limit: a store away longer than the retention may miss
+    a tombstone either way).
+
     What it cannot see: a truncation, new appends, and the new record at
     ``N`` compacted away before this check — accepted: it takes an unclean
     leader election (off by default) and the cleaner reaching exactly ``N``
@@ -141,7 +160,14 @@ def unproven(pos: Position, found: StoredRecord | None, log_start: int) -> str |
             return None
         return f"the topic does not hold the store's last record at {n} (another one is there)"
     if found is None or found.offset >= pos.next_offset:
-        return None  # a compaction gap up to the store's position
+        age = now - pos.applied_at
+        if pos.applied_at > 0 and age < GAP_MAX_AGE_S:
+            return None  # a compaction gap up to the store's position
+        return (
+            f"the topic does not hold the store's last record at {n} (compacted away) and the "
+            f"store is {'of unknown age' if pos.applied_at <= 0 else f'{age / 3600:.1f} h old'}: "
+            "tombstones it missed may be gone too"
+        )
     if found.offset > n:
         return (
             f"the topic holds a record at {found.offset}, between the store's last record "
@@ -154,7 +180,11 @@ class LocalStore:
     """See the module docstring.  One instance per member; one thread at a time."""
 
     def __init__(
-        self, path: Path | None, cluster_id: str, session_of: Callable[[bytes], bytes]
+        self,
+        path: Path | None,
+        cluster_id: str,
+        session_of: Callable[[bytes], bytes],
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``path`` None: an in-memory database (``state_dir = "none"``), filled
         from the topic on every assignment as the store-less restore was.
@@ -163,6 +193,7 @@ class LocalStore:
         self.path = path
         self.cluster_id = cluster_id
         self._session_of = session_of
+        self._clock = clock
         self._parts: dict[tuple[str, int], int] = {}
         #: Why the store was emptied when opened (None: it was usable).
         self.reset_reason: str | None = None
@@ -187,6 +218,9 @@ class LocalStore:
             self._remove_files()
             self._db = self._connect()
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(position)")}
+        if "applied_at" not in columns:  # a file of the layout before: its age unknown (0)
+            self._db.execute("ALTER TABLE position ADD COLUMN applied_at REAL NOT NULL DEFAULT 0")
         with self._db:
             self._db.executemany(
                 "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", wanted.items()
@@ -258,11 +292,11 @@ class LocalStore:
 
     def position(self, topic: str, partition: int) -> Position | None:
         row = self._db.execute(
-            "SELECT topic_id, next_offset, last_offset, last_digest FROM position "
+            "SELECT topic_id, next_offset, last_offset, last_digest, applied_at FROM position "
             "WHERE topic = ? AND partition = ?",
             (topic, partition),
         ).fetchone()
-        return None if row is None else Position(row[0], row[1], row[2], bytes(row[3]))
+        return None if row is None else Position(row[0], row[1], row[2], bytes(row[3]), row[4])
 
     def verify(
         self,
@@ -291,7 +325,7 @@ class LocalStore:
             reason = f"store at offset {pos.next_offset} is ahead of the topic's end {end_offset}"
         elif pos.last_offset >= 0:
             found = read_from(pos.last_offset)
-            reason = unproven(pos, found, log_start)
+            reason = unproven(pos, found, log_start, self._clock())
             if reason is None and (found is None or found.offset != pos.last_offset):
                 log.info(
                     "local store %s: %s[%d] kept: its last record at %d was compacted away "
@@ -406,8 +440,16 @@ class LocalStore:
                     )
                 self._db.execute(
                     "UPDATE position SET topic_id = ?, next_offset = ?, last_offset = ?, "
-                    "last_digest = ?, heads = ? WHERE part = ?",
-                    (topic_id, max(next_offset, done), last_offset, last_digest, heads, part),
+                    "last_digest = ?, heads = ?, applied_at = ? WHERE part = ?",
+                    (
+                        topic_id,
+                        max(next_offset, done),
+                        last_offset,
+                        last_digest,
+                        heads,
+                        self._clock(),
+                        part,
+                    ),
                 )
 
     def _heads_delta(self, part: int, records: list[StoredRecord]) -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
-from processor.service.local_store import LocalStore, StoredRecord, record_digest
+from processor.service.local_store import GAP_MAX_AGE_S, LocalStore, StoredRecord, record_digest
 
 TOPIC = "p.checkpoints"
 
@@ -307,3 +308,55 @@ def test_another_record_at_the_last_offset_drops_the_store(tmp_path: Path) -> No
     t.log[1] = StoredRecord(1, b"b", b"other")
     t.append(b"c", b"1")
     assert s.verify(TOPIC, 0, "id1", t.end, t.read_at) is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_gap_in_an_old_store_drops_it_a_missed_tombstone_may_be_gone(tmp_path: Path) -> None:
+    """Away longer than tombstones live: the other owner deleted ``a`` and the
+    cleaner has removed the tombstone too — the gap looks the same, and keeping
+    the store would keep ``a`` (a session the topic deleted)."""
+    clock = Clock()
+    s, t = LocalStore(tmp_path / "s.sqlite", "c1", session_of, clock), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"b", b"1")], t.end)
+    t.append(b"a", None)  # deleted while away ...
+    t.append(b"b", b"2")
+    t.compact(0, 1, 2)  # ... and the tombstone, past delete.retention.ms, is gone too
+    clock.now += GAP_MAX_AGE_S + 1
+    assert s.verify(TOPIC, 0, "id1", t.end, t.read_at) is None
+    assert list(s.records(TOPIC, 0)) == []
+
+
+def test_a_gap_in_a_young_store_keeps_it(tmp_path: Path) -> None:
+    clock = Clock()
+    s, t = LocalStore(tmp_path / "s.sqlite", "c1", session_of, clock), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1")], t.end)
+    t.append(b"a", b"2")
+    t.compact(0)
+    clock.now += GAP_MAX_AGE_S - 60
+    assert s.verify(TOPIC, 0, "id1", t.end, t.read_at) is not None
+
+
+def test_a_store_file_of_the_layout_before_takes_an_unknown_age(tmp_path: Path) -> None:
+    """Files written before the position kept its time: reopened, not emptied; their
+    held last record proves them as before, a gap does not (age unknown)."""
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1")], t.end)
+    s.apply(TOPIC, 1, "id1", [t.append(b"b", b"1")], t.end)
+    s.close()
+    with sqlite3.connect(tmp_path / "store.sqlite") as db:
+        db.execute("ALTER TABLE position DROP COLUMN applied_at")
+    again = store(tmp_path)
+    assert again.reset_reason is None
+    pos = again.position(TOPIC, 0)
+    assert pos is not None and pos.applied_at == 0
+    assert again.verify(TOPIC, 0, "id1", t.end, t.read_at) is not None  # held: kept
+    t.append(b"b", b"2")
+    t.compact(1)
+    assert again.verify(TOPIC, 1, "id1", t.end, t.read_at) is None  # a gap: dropped
