@@ -139,13 +139,15 @@ def unproven(pos: Position, found: StoredRecord | None, log_start: int, now: flo
       ``N``: dropped (the store may hold what the topic let go).
 
     A gap keeps the store only while its position is younger than
-    :data:`GAP_MAX_AGE_S` (``now``: the wall clock): a tombstone after the
-    position is removed ``delete.retention.ms`` after its segment is first
-    cleaned, which is after the store applied the record it deletes (else
-    that record would have been gone before the store read it), so a young
-    store has missed none.  The record at ``N`` itself held proves no more
-    (a pre-existing limit: a store away longer than the retention may miss
-    a tombstone either way).
+    :data:`GAP_MAX_AGE_S` (``now``: the wall clock).  A tombstone the store
+    missed lies past its position: it was appended after the position moved,
+    or (a fill cut short) it was there, not yet cleaned, when that fill read
+    the record it deletes — a cleaning would have taken that record along.
+    Either way the cleaner removes it no sooner than ``delete.retention.ms``
+    after a moment at most a fill's duration before the position's, so a
+    young store has missed none.  The record at ``N`` itself held proves no
+    more (a pre-existing limit: a store away longer than the retention may
+    miss a tombstone either way).
 
     What it cannot see: a truncation, new appends, and the new record at
     ``N`` compacted away before this check — accepted: it takes an unclean
