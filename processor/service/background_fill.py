@@ -298,8 +298,10 @@ class BackgroundFill:
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        # the last offsets may be transaction markers: the end is the end
-                        if (m.offset() or 0) >= job.next_offset:
+                        # the last offsets may be transaction markers: the end is the
+                        # end; one below the verified end (a new leader's high watermark
+                        # catching up) is not, or the store skips what lies between
+                        if (m.offset() or 0) >= max(job.next_offset, job.high):
                             ended[p] = job
                         continue
                     exc = KafkaException(err)

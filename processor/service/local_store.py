@@ -12,12 +12,14 @@ store's memory does not grow with the number of sessions it holds.
 
 A cache is never trusted blindly.  Each (topic, partition) remembers the
 offset it reflects and a digest of the last record it applied; before use
-the caller proves that record is still in the topic at that offset
-(:meth:`LocalStore.verify`).  A store from another cluster or of a
-recreated topic (identity differs), one ahead of the topic's committed end,
-or one whose last record the topic does not hold, is dropped and refilled —
-never served.  Records are applied only after their transaction committed,
-so a crash leaves the store behind (caught up from its offset), not ahead.
+the caller proves that record is still in the topic at that offset, or
+compacted away with nothing else in its place (:meth:`LocalStore.verify`).
+A store from another cluster or of a recreated topic (identity differs),
+one ahead of the topic's committed end, or one whose last record the topic
+does not hold (another record at its offset; a compaction gap there is no
+proof of change, see :func:`unproven`), is dropped and refilled — never
+served.  Records are applied only after their transaction committed, so a
+crash leaves the store behind (caught up from its offset), not ahead.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +47,13 @@ FILL_CACHE_KIB = 32 * 1024
 PAGE_SIZE = 32 * 1024
 #: Keys below this are heads (counted; the newest one is found by an index).
 HEAD_BELOW = b"\xff"
+#: A compaction gap at the store's last record keeps the store only if its
+#: position moved less than this long ago.  Past it, a tombstone written after
+#: the position may be gone too (the cleaner drops tombstones once they are
+#: ``delete.retention.ms`` old: 24 h, the broker's default, which ``topics
+#: create`` keeps), and the store would keep a record the topic deleted.
+#: Half of it: room for a fill's duration and the clocks' skew.
+GAP_MAX_AGE_S = 12 * 3600.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,6 +65,7 @@ CREATE TABLE IF NOT EXISTS position (
     last_offset INTEGER NOT NULL,
     last_digest BLOB NOT NULL,
     heads INTEGER NOT NULL DEFAULT 0,
+    applied_at REAL NOT NULL DEFAULT 0,
     UNIQUE (topic, partition)
 );
 CREATE TABLE IF NOT EXISTS record (
@@ -88,6 +99,7 @@ class Position:
     next_offset: int
     last_offset: int  # offset of the last applied record, -1: none yet
     last_digest: bytes
+    applied_at: float = 0.0  # wall clock (s) when the position last moved, 0: unknown
 
 
 def record_digest(key: bytes, value: bytes | None) -> bytes:
@@ -99,11 +111,82 @@ def record_digest(key: bytes, value: bytes | None) -> bytes:
     return h.digest()
 
 
+def unproven(pos: Position, found: StoredRecord | None, log_start: int, now: float) -> str | None:
+    """Why the topic does not prove the store's last record (None: it does).
+
+    ``found``: the topic's first committed record at or after the store's
+    last offset ``N`` (None: none up to the committed end).  The record at
+    ``N`` itself with the same digest proves it.  A *compaction gap* proves
+    it too — no record at ``N`` and none between ``N`` and the store's
+    position — when the log starts at or before ``N``: the checkpoints topic
+    is compacted, and the cleaner removes a record once a later record with
+    the same key follows, which another member writes while this one is away
+    (the chaos runs' drops, reproduced in ``test_state_kafka``).  Dropping
+    then refilled the partition from offset 0 for nothing, a cost that grows
+    with the history.
+
+    Why a gap cannot hide what the check is for (the caller has already
+    checked the topic id, so a recreated topic never gets here):
+
+    - a truncated log (unclean leader election) that took new appends puts
+      another record at ``N`` (appends take every offset in turn; only the
+      cleaner makes holes): a digest mismatch; one without appends ends
+      below the store's position (``verify``'s end check);
+    - a log rewritten below the store's position holds a record between
+      ``N`` and the position, where the store knows of none (its position
+      moved past a marker or an aborted batch only): dropped;
+    - deleted records (retention, DeleteRecords) move the log start past
+      ``N``: dropped (the store may hold what the topic let go).
+
+    A gap keeps the store only while its position is younger than
+    :data:`GAP_MAX_AGE_S` (``now``: the wall clock).  A tombstone the store
+    missed lies past its position: it was appended after the position moved,
+    or (a fill cut short) it was there, not yet cleaned, when that fill read
+    the record it deletes — a cleaning would have taken that record along.
+    Either way the cleaner removes it no sooner than ``delete.retention.ms``
+    after a moment at most a fill's duration before the position's, so a
+    young store has missed none.  The record at ``N`` itself held proves no
+    more (a pre-existing limit: a store away longer than the retention may
+    miss a tombstone either way).
+
+    What it cannot see: a truncation, new appends, and the new record at
+    ``N`` compacted away before this check — accepted: it takes an unclean
+    leader election (off by default) and the cleaner reaching exactly ``N``
+    while this member was away.
+    """
+    n = pos.last_offset
+    if log_start > n:
+        return f"the topic's log starts at {log_start}, after the store's last record at {n}"
+    if found is not None and found.offset == n:
+        if record_digest(found.key, found.value) == pos.last_digest:
+            return None
+        return f"the topic does not hold the store's last record at {n} (another one is there)"
+    if found is None or found.offset >= pos.next_offset:
+        age = now - pos.applied_at
+        if pos.applied_at > 0 and age < GAP_MAX_AGE_S:
+            return None  # a compaction gap up to the store's position
+        return (
+            f"the topic does not hold the store's last record at {n} (compacted away) and the "
+            f"store is {'of unknown age' if pos.applied_at <= 0 else f'{age / 3600:.1f} h old'}: "
+            "tombstones it missed may be gone too"
+        )
+    if found.offset > n:
+        return (
+            f"the topic holds a record at {found.offset}, between the store's last record "
+            f"at {n} and its position {pos.next_offset}"
+        )
+    return f"a read at the store's last record {n} came back at offset {found.offset}"
+
+
 class LocalStore:
     """See the module docstring.  One instance per member; one thread at a time."""
 
     def __init__(
-        self, path: Path | None, cluster_id: str, session_of: Callable[[bytes], bytes]
+        self,
+        path: Path | None,
+        cluster_id: str,
+        session_of: Callable[[bytes], bytes],
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``path`` None: an in-memory database (``state_dir = "none"``), filled
         from the topic on every assignment as the store-less restore was.
@@ -112,6 +195,7 @@ class LocalStore:
         self.path = path
         self.cluster_id = cluster_id
         self._session_of = session_of
+        self._clock = clock
         self._parts: dict[tuple[str, int], int] = {}
         #: Why the store was emptied when opened (None: it was usable).
         self.reset_reason: str | None = None
@@ -136,6 +220,9 @@ class LocalStore:
             self._remove_files()
             self._db = self._connect()
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(position)")}
+        if "applied_at" not in columns:  # a file of the layout before: its age unknown (0)
+            self._db.execute("ALTER TABLE position ADD COLUMN applied_at REAL NOT NULL DEFAULT 0")
         with self._db:
             self._db.executemany(
                 "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", wanted.items()
@@ -207,11 +294,11 @@ class LocalStore:
 
     def position(self, topic: str, partition: int) -> Position | None:
         row = self._db.execute(
-            "SELECT topic_id, next_offset, last_offset, last_digest FROM position "
+            "SELECT topic_id, next_offset, last_offset, last_digest, applied_at FROM position "
             "WHERE topic = ? AND partition = ?",
             (topic, partition),
         ).fetchone()
-        return None if row is None else Position(row[0], row[1], row[2], bytes(row[3]))
+        return None if row is None else Position(row[0], row[1], row[2], bytes(row[3]), row[4])
 
     def verify(
         self,
@@ -219,13 +306,16 @@ class LocalStore:
         partition: int,
         topic_id: str,
         end_offset: int,
-        read_at: Callable[[int], StoredRecord | None],
+        read_from: Callable[[int], StoredRecord | None],
+        log_start: int = 0,
     ) -> Position | None:
         """The stored position if the topic proves it, else None (partition dropped).
 
         ``end_offset``: the partition's committed end (read_committed high
-        watermark); ``read_at(offset)``: the topic's record at an offset, or
-        None when the topic no longer holds it.
+        watermark); ``read_from(offset)``: the topic's first committed record
+        at or after an offset (None: it holds none below ``end_offset``);
+        ``log_start``: the partition's log start offset.  A drop is logged
+        with its reason.
         """
         pos = self.position(topic, partition)
         if pos is None:
@@ -236,9 +326,18 @@ class LocalStore:
         elif pos.next_offset > end_offset:
             reason = f"store at offset {pos.next_offset} is ahead of the topic's end {end_offset}"
         elif pos.last_offset >= 0:
-            found = read_at(pos.last_offset)
-            if found is None or record_digest(found.key, found.value) != pos.last_digest:
-                reason = f"the topic does not hold the store's last record at {pos.last_offset}"
+            found = read_from(pos.last_offset)
+            reason = unproven(pos, found, log_start, self._clock())
+            if reason is None and (found is None or found.offset != pos.last_offset):
+                log.info(
+                    "local store %s: %s[%d] kept: its last record at %d was compacted away "
+                    "(the next one held: %s)",
+                    self.path,
+                    topic,
+                    partition,
+                    pos.last_offset,
+                    "none" if found is None else found.offset,
+                )
         if reason is None:
             return pos
         log.warning(
@@ -343,8 +442,16 @@ class LocalStore:
                     )
                 self._db.execute(
                     "UPDATE position SET topic_id = ?, next_offset = ?, last_offset = ?, "
-                    "last_digest = ?, heads = ? WHERE part = ?",
-                    (topic_id, max(next_offset, done), last_offset, last_digest, heads, part),
+                    "last_digest = ?, heads = ?, applied_at = ? WHERE part = ?",
+                    (
+                        topic_id,
+                        max(next_offset, done),
+                        last_offset,
+                        last_digest,
+                        heads,
+                        self._clock(),
+                        part,
+                    ),
                 )
 
     def _heads_delta(self, part: int, records: list[StoredRecord]) -> int:

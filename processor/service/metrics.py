@@ -111,6 +111,12 @@ class Metrics:
             "Checkpoint records read from the topic into the local store on assignments",
             registry=r,
         )
+        self.store_partitions_dropped = Counter(
+            "processor_store_partitions_dropped_total",
+            "Stored partitions an assignment dropped and refilled from offset 0: the "
+            "topic did not prove them (recreated, truncated or rewritten; the log says why)",
+            registry=r,
+        )
         self.partitions_filling = Gauge(
             "processor_partitions_filling",
             "Assigned partitions still filling the local store (paused meanwhile)",

@@ -114,6 +114,7 @@ class Rebalance:
         committer.rewind = self.rewind
         # the store's write queue reports its bound being hit (state.py)
         store.on_queue_full = metrics.store_write_queue_full.inc
+        store.on_drop = metrics.store_partitions_dropped.inc  # verify's drops (state.py)
 
     # ------------------------------------------------------------ callbacks
 

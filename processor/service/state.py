@@ -5,12 +5,13 @@ Three moments:
 - **assign** (:meth:`CheckpointStore.positions`, then the fill): the stored position of each
   new partition is verified against the checkpoints topic (``local_store.
   verify``: another cluster, a recreated topic, a store ahead of the
-  committed end or one whose last record the topic no longer holds is
-  dropped), then the store catches up from its next offset to the topic's
-  committed end in bounded batches — a restart on the same host reads what
-  changed since its last run, a fresh host the compacted partition once.
-  Nothing is decoded but the heads' quarantine flag: sessions are loaded
-  one by one when their first event arrives (:meth:`load`).
+  committed end or one whose last record the topic holds no longer —
+  another record in its place, not a compaction gap — is dropped), then the
+  store catches up from its next offset to the topic's committed end in
+  bounded batches — a restart on the same host reads what changed since its
+  last run, a fresh host the compacted partition once.  Nothing is decoded
+  but the heads' quarantine flag: sessions are loaded one by one when their
+  first event arrives (:meth:`load`).
 - **commit** (:meth:`produced`, :meth:`committed`): every checkpoint record
   the transaction produced is applied, only after the commit succeeded (an
   abort discards them), by the writer thread (``store_writer.py``) so the
@@ -156,6 +157,9 @@ class CheckpointStore:
         self.writer: StoreWriter | None = None
         #: called when a commit waits on the writer's full queue (the metric)
         self.on_queue_full: Callable[[], None] | None = None
+        #: called when an assignment drops a stored partition the topic did not
+        #: prove (the metric; the reason is in the log)
+        self.on_drop: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ open
 
@@ -283,14 +287,17 @@ class CheckpointStore:
         with self._broken_lock:  # verified and caught up below: writable again
             self.broken = {p: why for p, why in self.broken.items() if p not in partitions}
         for p in partitions:
-            high = watermarks(reader, topic, p)[1]
-            read_at = functools.partial(_read_at, reader, topic, p)
+            low, high = watermarks(reader, topic, p)
+            read_from = functools.partial(_first_held, reader, topic, p, end=high)
             store = self._db(p)
             try:
                 with store.write_lock:
-                    pos = store.verify(topic, p, self._topic_id, high, read_at)
+                    had = store.position(topic, p) is not None
+                    pos = store.verify(topic, p, self._topic_id, high, read_from, low)
             except sqlite3.DatabaseError as exc:
                 raise self.unusable(exc, f"verifying partition {p}") from exc
+            if had and pos is None and self.on_drop is not None:
+                self.on_drop()
             kept = pos.next_offset if pos is not None else None
             out[p] = (kept or 0, high, kept)
         return out
@@ -483,13 +490,57 @@ def is_corrupt(exc: sqlite3.Error) -> bool:
     )
 
 
-def _read_at(reader: Reader, topic: str, partition: int, offset: int) -> StoredRecord | None:
-    """The topic's record at ``offset`` (None: compacted away, a marker, or beyond the end)."""
-    for p, batch, _ in _stream(reader, topic, {partition: offset}, None, limit=1):
-        for m in batch:
-            if p == partition and m.offset() == offset and m.key() is not None:
-                return StoredRecord(offset, m.key() or b"", m.value())
-    return None
+def _first_held(
+    reader: Reader,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    end: int,
+    timeout_s: float = 120.0,
+) -> StoredRecord | None:
+    """The topic's first committed record at or after ``offset`` (None: it holds
+    none below ``end``, the committed end the caller read).
+
+    Its own read, not :func:`_stream`'s: "none" must be an answer, never a
+    read that came back empty — an end-of-partition below ``end`` (a new
+    leader whose high watermark still catches up in a broker restart) is read
+    past, and a read without an answer within ``timeout_s`` raises a
+    transient error (the assignment is put off and tried again), so a
+    broker's trouble is never taken for a record the topic does not hold.
+    """
+    if offset >= end:
+        return None
+    reader.assign([TopicPartition(topic, partition, offset)])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            if time.monotonic() > deadline:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._TIMED_OUT,
+                        f"reading {topic}[{partition}] at offset {offset} timed out",
+                    )
+                )
+            msgs = retry(lambda: reader.consume(num_messages=1, timeout=0.05), f"reading {topic}")
+            for m in msgs:
+                if m.partition() != partition:
+                    continue
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if (m.offset() or 0) >= end:
+                            return None
+                        continue  # an end below the one read before: not an answer
+                    exc = KafkaException(err)
+                    if is_transient(exc):
+                        continue
+                    raise exc
+                at, key = m.offset(), m.key()
+                if at is not None and at >= offset and key is not None:
+                    return StoredRecord(at, key, m.value())
+    finally:
+        reader.unassign()
 
 
 def _stream(
@@ -532,7 +583,10 @@ def _stream(
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        if p in todo:
+                        # an end below the one read before (a new leader's high
+                        # watermark catching up) is not the end: ending there
+                        # would move the store past records it never applied
+                        if p in todo and (m.offset() or 0) >= ends[p]:
                             todo.discard(p)
                             yield p, pending.pop(p), ends[p]
                         continue

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
-from processor.service.local_store import LocalStore, StoredRecord, record_digest
+from processor.service.local_store import GAP_MAX_AGE_S, LocalStore, StoredRecord, record_digest
 
 TOPIC = "p.checkpoints"
 
@@ -19,18 +20,25 @@ def store(path: Path, cluster: str = "c1") -> LocalStore:
 
 
 class Topic:
-    """A partition's log as the broker holds it (what ``verify`` probes)."""
+    """A partition's log as the broker holds it (what ``verify`` probes): the
+    cleaner leaves holes (None), offsets never move."""
 
     def __init__(self) -> None:
-        self.log: list[StoredRecord] = []
+        self.log: list[StoredRecord | None] = []
 
     def append(self, key: bytes, value: bytes | None) -> StoredRecord:
         rec = StoredRecord(len(self.log), key, value)
         self.log.append(rec)
         return rec
 
+    def compact(self, *offsets: int) -> None:
+        """The cleaner removed these records (a later one has their key)."""
+        for offset in offsets:
+            self.log[offset] = None
+
     def read_at(self, offset: int) -> StoredRecord | None:
-        return self.log[offset] if 0 <= offset < len(self.log) else None
+        """The first record held at or after ``offset`` (None: none to the end)."""
+        return next((r for r in self.log[max(offset, 0) :] if r is not None), None)
 
     @property
     def end(self) -> int:
@@ -244,3 +252,111 @@ def test_overlapping_fills_keep_the_larger_cache_until_the_last_ends(tmp_path: P
     store.filling(False)
     assert kib() == CACHE_KIB
     store.close()
+
+
+def test_a_last_record_compacted_away_keeps_the_store(tmp_path: Path) -> None:
+    """Another owner wrote the store's sessions anew while it was away and the
+    cleaner removed the record the store ended on (the chaos runs' drops): the
+    history is intact, so the store is kept and caught up from its position."""
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"b", b"1")], t.end)
+    newer = [t.append(b"b", b"2"), t.append(b"a", b"2")]
+    t.compact(0, 1)
+    pos = s.verify(TOPIC, 0, "id1", t.end, t.read_at)
+    assert pos is not None and pos.next_offset == 2
+    s.apply(TOPIC, 0, "id1", newer, t.end)
+    assert dict(s.records(TOPIC, 0)) == {b"a": b"2", b"b": b"2"}
+
+
+def test_a_gap_up_to_the_end_keeps_the_store(tmp_path: Path) -> None:
+    """The newer record was a tombstone the cleaner has removed too: nothing is
+    held from the store's last record to the end, which is no change either."""
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"b", b"1")], t.end)
+    t.append(b"b", None)
+    t.compact(1, 2)
+    assert s.verify(TOPIC, 0, "id1", t.end, t.read_at) is not None
+
+
+def test_a_record_between_the_last_one_and_the_position_drops_the_store(
+    tmp_path: Path,
+) -> None:
+    """The store's position moved past a marker (offset 2) after its last record
+    (1): a topic holding a record at 2 was rewritten, even with 1 gone."""
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"b", b"1")], 3)
+    t.append(b"c", b"1")
+    t.compact(1)
+    assert s.verify(TOPIC, 0, "id1", t.end, t.read_at) is None
+    assert s.position(TOPIC, 0) is None
+
+
+def test_a_log_starting_after_the_last_record_drops_the_store(tmp_path: Path) -> None:
+    """Records were deleted (retention, DeleteRecords): the store may hold what the
+    topic let go, so a gap there proves nothing."""
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"b", b"1")], t.end)
+    t.append(b"c", b"1")
+    t.compact(0, 1)
+    assert s.verify(TOPIC, 0, "id1", t.end, t.read_at, log_start=2) is None
+
+
+def test_another_record_at_the_last_offset_drops_the_store(tmp_path: Path) -> None:
+    """A truncated log that took new appends holds another record there."""
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"b", b"1")], t.end)
+    t.log[1] = StoredRecord(1, b"b", b"other")
+    t.append(b"c", b"1")
+    assert s.verify(TOPIC, 0, "id1", t.end, t.read_at) is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_gap_in_an_old_store_drops_it_a_missed_tombstone_may_be_gone(tmp_path: Path) -> None:
+    """Away longer than tombstones live: the other owner deleted ``a`` and the
+    cleaner has removed the tombstone too — the gap looks the same, and keeping
+    the store would keep ``a`` (a session the topic deleted)."""
+    clock = Clock()
+    s, t = LocalStore(tmp_path / "s.sqlite", "c1", session_of, clock), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"b", b"1")], t.end)
+    t.append(b"a", None)  # deleted while away ...
+    t.append(b"b", b"2")
+    t.compact(0, 1, 2)  # ... and the tombstone, past delete.retention.ms, is gone too
+    clock.now += GAP_MAX_AGE_S + 1
+    assert s.verify(TOPIC, 0, "id1", t.end, t.read_at) is None
+    assert list(s.records(TOPIC, 0)) == []
+
+
+def test_a_gap_in_a_young_store_keeps_it(tmp_path: Path) -> None:
+    clock = Clock()
+    s, t = LocalStore(tmp_path / "s.sqlite", "c1", session_of, clock), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1")], t.end)
+    t.append(b"a", b"2")
+    t.compact(0)
+    clock.now += GAP_MAX_AGE_S - 60
+    assert s.verify(TOPIC, 0, "id1", t.end, t.read_at) is not None
+
+
+def test_a_store_file_of_the_layout_before_takes_an_unknown_age(tmp_path: Path) -> None:
+    """Files written before the position kept its time: reopened, not emptied; their
+    held last record proves them as before, a gap does not (age unknown)."""
+    s, t = store(tmp_path), Topic()
+    s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1")], t.end)
+    s.apply(TOPIC, 1, "id1", [t.append(b"b", b"1")], t.end)
+    s.close()
+    with sqlite3.connect(tmp_path / "store.sqlite") as db:
+        db.execute("ALTER TABLE position DROP COLUMN applied_at")
+    again = store(tmp_path)
+    assert again.reset_reason is None
+    pos = again.position(TOPIC, 0)
+    assert pos is not None and pos.applied_at == 0
+    assert again.verify(TOPIC, 0, "id1", t.end, t.read_at) is not None  # held: kept
+    t.append(b"b", b"2")
+    t.compact(1)
+    assert again.verify(TOPIC, 1, "id1", t.end, t.read_at) is None  # a gap: dropped

@@ -5,19 +5,27 @@ offline fold and nothing is lost.
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
 
+from processor.core.builder import LogBuilder
 from processor.service import clients
 from processor.service.topics import create_topics, delete_topics
 from tests.service.conftest import Stack, sessions, wait_until
-from tests.service.test_processor import wait_for_views
+from tests.service.test_processor import topic_records, wait_for_views
 
 pytestmark = pytest.mark.kafka
 
@@ -110,7 +118,8 @@ def test_a_store_of_recreated_topics_is_never_served(stack: Stack, tmp_path: Pat
     other = sessions(4, 40, seed=34)  # same ids, another history
     stack.logs.clear()
     _produce(stack, other, 0, 40)
-    stack.run_processor(max_idle_s=4, state_dir=str(state))
+    proc = stack.run_processor(max_idle_s=4, state_dir=str(state))
+    assert proc.metrics.store_partitions_dropped._value.get() > 0  # the drops are counted
     wait_for_views(stack, {sid: stack.expected(sid) for sid in other}, timeout=30)
 
 
@@ -188,3 +197,68 @@ def test_a_member_joining_during_a_fill_takes_partitions_mid_fill(
             if proc is not None and thread is not None:
                 proc.stop()
                 thread.join(60)
+
+
+def _compact_fast(stack: Stack) -> None:
+    """Let the cleaner loose on the checkpoints topic: small segments, eager cleaning
+    (tombstones kept their 24 h: a young store's gap hides none)."""
+    fast = {
+        "segment.ms": "1000",
+        "min.cleanable.dirty.ratio": "0.01",
+        "min.compaction.lag.ms": "0",
+    }
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        stack.config.topics.checkpoints,
+        incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in fast.items()
+        ],
+    )
+    admin = clients.admin(stack.config)  # held: the futures die with their client
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result()
+
+
+def test_a_store_whose_last_record_was_compacted_away_is_kept(
+    stack: Stack, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The chaos runs' "does not hold the store's last record" drops: while a member
+    was away another one wrote newer checkpoints of its sessions, and the cleaner
+    removed the superseded record the store ended on.  The history is intact, so
+    the store is kept and caught up from its position — not refilled from zero."""
+    logs = sessions(6, 90, seed=35)
+    home, other = tmp_path / "home", tmp_path / "other"
+    _produce(stack, logs, 0, 30)
+    stack.run_processor(max_idle_s=3, state_dir=str(home))
+    path = stack.config.with_overrides(state_dir=str(home)).state_path
+    assert path is not None
+    with sqlite3.connect(path) as db:  # where the home store ends, by partition
+        lasts = dict(db.execute("SELECT partition, last_offset FROM position").fetchall())
+    assert lasts
+    _produce(stack, logs, 30, 60)
+    stack.run_processor(max_idle_s=3, state_dir=str(other))  # newer checkpoints, same keys
+    _compact_fast(stack)
+
+    def gone() -> set[int]:
+        records = topic_records(stack, stack.config.topics.checkpoints)
+        held = {(m.partition(), m.offset()) for m in records}
+        return {p for p, n in lasts.items() if (p, n) not in held}
+
+    deadline = time.monotonic() + 150  # the cleaner's pace under load (CI: 2 cores)
+    while not gone():
+        assert time.monotonic() < deadline, f"the cleaner never removed any of {lasts}"
+        time.sleep(2)
+        roller = LogBuilder()  # new writes after segment.ms roll the active segments
+        roller.system("roll")
+        for i in range(3):
+            stack.produce(f"roller-{i}-{time.monotonic_ns()}", roller.events)
+        stack.run_processor(max_idle_s=1, state_dir=str(other))
+    _produce(stack, logs, 60, 90)
+    caplog.set_level(logging.INFO, logger="processor")
+    proc = stack.run_processor(max_idle_s=3, state_dir=str(home))
+    assert "dropped" not in caplog.text, caplog.text[-3000:]
+    assert "was compacted away" in caplog.text, caplog.text[-3000:]  # the gap was met
+    kept = re.findall(r"restored partition (\d+).*?kept to offset", caplog.text)
+    assert {int(p) for p in kept} == set(lasts), caplog.text[-3000:]
+    assert proc.metrics.store_partitions_dropped._value.get() == 0
+    wait_for_views(stack, {sid: stack.expected(sid) for sid in logs}, timeout=30)

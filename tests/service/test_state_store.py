@@ -11,12 +11,19 @@ import shutil
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.offline import fold_events, session_output
-from processor.service.memory import MemoryBroker
+from processor.service.local_store import StoredRecord
+from processor.service.memory import MemoryBroker, MemoryMessage
+from processor.service.retry import is_transient
+from processor.service.state import _first_held, _stream
+from processor.service.transport import Reader
 from processor.service.views_reader import offline_equivalent, session_fold_equivalent
 from tests.engine.kit import session_log
 from tests.service.conftest import as_json
@@ -387,3 +394,57 @@ def test_a_session_whose_commit_is_in_flight_is_not_evicted(tmp_path: Path) -> N
         n = 9 if sid == "s0" else 3
         expected = as_json(offline_equivalent(session_output(fold_events(log[:n]))))
         assert as_json(session_fold_equivalent(views[sid])) == expected, sid
+
+
+class _Answers:
+    """A reader answering ``consume`` from a list, one answer per call (what a
+    broker restart can answer, in order; only the calls ``_first_held`` makes)."""
+
+    def __init__(self, answers: list[MemoryMessage]) -> None:
+        self.answers = answers
+        self.assigned: list[TopicPartition] = []
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned = partitions
+
+    def unassign(self) -> None:
+        self.assigned = []
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[MemoryMessage]:
+        return [self.answers.pop(0)] if self.answers else []
+
+
+def _eof(offset: int) -> MemoryMessage:
+    return MemoryMessage("t", 0, offset, error=KafkaError(KafkaError._PARTITION_EOF))
+
+
+def test_the_probe_reads_past_an_end_below_the_committed_one() -> None:
+    """An end-of-partition below the end read before (a new leader catching up
+    in a broker restart) is no answer: the probe reads on to the record."""
+    answers = _Answers([_eof(5), MemoryMessage("t", 0, 7, b"k", b"v")])
+    found = _first_held(cast(Reader, answers), "t", 0, 5, end=9)
+    assert found == StoredRecord(7, b"k", b"v")
+    assert answers.assigned == []  # unassigned after
+
+
+def test_the_probe_answers_none_only_at_the_committed_end() -> None:
+    assert _first_held(cast(Reader, _Answers([_eof(9)])), "t", 0, 5, end=9) is None
+
+
+def test_a_probe_without_an_answer_is_a_transient_error_never_a_drop() -> None:
+    with pytest.raises(KafkaException) as caught:
+        _first_held(cast(Reader, _Answers([_eof(5)])), "t", 0, 5, end=9, timeout_s=0.2)
+    assert is_transient(caught.value)
+
+
+def test_a_fill_reads_past_an_end_below_the_committed_one() -> None:
+    """The synchronous fill's stream: ending at such an end would give the store a
+    position past records it never applied."""
+    answers = _Answers(
+        [MemoryMessage("t", 0, 3, b"a", b"1"), _eof(4), MemoryMessage("t", 0, 5, b"b", b"1")]
+    )
+    got = [
+        (p, [m.offset() for m in batch], end)
+        for p, batch, end in _stream(cast(Reader, answers), "t", {0: 3}, {0: 6})
+    ]
+    assert got == [(0, [3, 5], 6)]
