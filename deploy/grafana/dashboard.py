@@ -158,13 +158,17 @@ def build() -> Builder[Any]:
                              "records read into the store")))
         .with_panel(_series("Store fills", "short", "Partitions assigned but still filling "
                             "their local store (paused, the others fold), fills retried, "
-                            "and commits that waited on the store's full write queue",
+                            "commits that waited on the store's full write queue, and "
+                            "stored partitions dropped because the topic no longer proves "
+                            "them (refilled from offset 0)",
                             (f"sum by (instance) (processor_partitions_filling{SEL})",
                              "{{instance}} filling"),
                             (f"sum(increase(processor_fill_failures_total{SEL}{RATE}))",
                              "failed fills"),
                             (f"sum(increase(processor_store_write_queue_full_total{SEL}"
-                             f"{RATE}))", "write queue full")))
+                             f"{RATE}))", "write queue full"),
+                            (f"sum(increase(processor_store_partitions_dropped_total{SEL}"
+                             f"{RATE}))", "stored partitions dropped")))
         .with_panel(_series("Restore retries", "short", "Kafka calls of the restore retried "
                             "after a transient error (by call and code), the oldest call still "
                             "failing (s), partition restores put off past the retry "
