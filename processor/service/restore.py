@@ -50,7 +50,7 @@ from processor.core.errors import SessionError
 from processor.core.session import event_digest
 from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
-from processor.service.retry import DEFAULT_DEADLINE_S, is_transient, kafka_error, retry
+from processor.service.retry import is_transient, kafka_error, retry
 from processor.service.transport import Msg, OffsetsAdmin, Reader
 
 log = logging.getLogger("processor.restore")
@@ -65,7 +65,7 @@ class PartitionRestore:
 
 
 def watermarks(
-    consumer: Reader, topic: str, partition: int, timeout: float = DEFAULT_DEADLINE_S
+    consumer: Reader, topic: str, partition: int, timeout: float | None = None
 ) -> tuple[int, int]:
     """(low, high) of a partition, retrying leader moves and broker restarts.
 
@@ -97,7 +97,7 @@ def committed_offsets(
     consumer: Reader,
     topic: str,
     partitions: Iterable[int],
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float | None = None,
 ) -> dict[int, int | None]:
     """The group's committed offset of each partition (None: nothing committed).
 
@@ -468,7 +468,7 @@ def read_key_range(
     start: int,
     end: int,
     key: bytes,
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float | None = None,
 ) -> list[Msg]:
     """The committed records of ``key`` at offsets ``[start, end)`` of one partition."""
 

@@ -1,0 +1,112 @@
+"""The put-off bounds are settings: ``restore_deadline_s`` and ``fill_stall_s``.
+
+A platform proving its members ride out a broker outage (and the real-broker
+outage test, ``test_outage_put_off.py``) needs the 120 s bounds shorter; the
+defaults stay the module constants.  Broker-less: a fake clock for the
+retries, the in-memory cluster for the fill.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from processor.config import ServiceConfig, load_config
+from processor.service import retry as retry_mod
+from processor.service.background_fill import STALL_S, BackgroundFill
+from processor.service.memory import MemoryConsumer
+from processor.service.metrics import Metrics
+from processor.service.retry import GaveUp, RetryWatch, observing, retry
+from tests.service.test_background_fill import _one_partition
+from tests.service.test_fill_put_off import Stalling, stalling
+
+__all__ = ["stalling"]  # the fixture, used by name
+
+
+def test_the_defaults_are_the_module_constants_and_the_environment_sets_them() -> None:
+    config = ServiceConfig()
+    assert config.restore_deadline_s == retry_mod.DEFAULT_DEADLINE_S
+    assert config.fill_stall_s == STALL_S
+    env = {"PROCESSOR_RESTORE_DEADLINE_S": "4", "PROCESSOR_FILL_STALL_S": "3"}
+    config = load_config(env=env)
+    assert (config.restore_deadline_s, config.fill_stall_s) == (4, 3)
+
+
+def test_a_bound_under_one_second_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="fill_stall_s must be at least 1 s, got 0"):
+        ServiceConfig(fill_stall_s=0)
+    with pytest.raises(ValueError, match="restore_deadline_s must be at least 1 s"):
+        load_config(env={"PROCESSOR_RESTORE_DEADLINE_S": "-1"})
+
+
+class _Clock:
+    """Moves only when the retry sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _gave_up_after(monkeypatch: pytest.MonkeyPatch, deadline_s: float | None) -> float:
+    clock = _Clock()
+    monkeypatch.setattr(retry_mod.time, "sleep", clock.sleep)
+    watch = RetryWatch(clock=clock)
+
+    def down() -> None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
+
+    with observing(watch, deadline_s), pytest.raises(GaveUp) as gave_up:
+        retry(down, "watermarks of t[0]")
+    assert watch.oldest() is None  # given up: /readyz no longer names the call
+    return gave_up.value.waited_s
+
+
+def test_the_restore_deadline_bounds_every_retry_of_the_observed_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``observing(watch, deadline_s)`` (what the rebalance callbacks run in)
+    bounds the retries that name no deadline, however deep the restore calls them."""
+    short = _gave_up_after(monkeypatch, 3.0)
+    assert 1.0 <= short <= 3.0  # within the longest pause (2 s) of it
+    default = _gave_up_after(monkeypatch, None)
+    assert retry_mod.DEFAULT_DEADLINE_S - 2.0 <= default <= retry_mod.DEFAULT_DEADLINE_S
+    # an explicit deadline still wins over the block's
+    clock = _Clock()
+    monkeypatch.setattr(retry_mod.time, "sleep", clock.sleep)
+
+    def down() -> None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
+
+    with observing(RetryWatch(clock=clock), 3.0), pytest.raises(GaveUp) as gave_up:
+        retry(down, "permission check", deadline_s=10.0)
+    assert gave_up.value.waited_s > 3.0
+
+
+def test_a_fill_stalled_past_the_configured_bound_is_put_off(
+    tmp_path: Path, stalling: type[Stalling]
+) -> None:
+    broker, store = _one_partition(tmp_path)
+    metrics = Metrics()
+    now = [0.0]
+    fill = BackgroundFill(
+        store, metrics, lambda: Stalling(broker, "g", eof=True), lambda: now[0], stall_s=4.0
+    )
+    stalling.on = True
+    fill.start(MemoryConsumer(broker, "g", eof=True), [0])
+    assert fill.step() == {}
+    now[0] += 3.0
+    fill.step()
+    assert fill.jobs[0].retry_at is None  # within the bound: still reading
+    now[0] += 2.0
+    fill.step()
+    assert fill.jobs[0].retry_at is not None  # past it: put off
+    problem = metrics.health.fill_problem
+    assert problem is not None and "stalled: no progress for 4 s" in problem, problem
+    fill.close()
