@@ -50,7 +50,7 @@ from processor.core.errors import SessionError
 from processor.core.session import event_digest
 from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
-from processor.service.retry import is_transient, kafka_error, retry
+from processor.service.retry import default_deadline, is_transient, kafka_error, retry
 from processor.service.transport import Msg, OffsetsAdmin, Reader
 
 log = logging.getLogger("processor.restore")
@@ -235,11 +235,12 @@ class _FreshAdmin:
         self,
         spec: dict[TopicPartition, Any],
         level: IsolationLevel,
+        timeout: float = 10.0,
     ) -> dict[int, int]:
         if self.client is None:
             self.client = self.factory()
         try:
-            futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=10)
+            futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=timeout)
             return {tp.partition: f.result().offset for tp, f in futures.items()}
         except KafkaException:
             self.client = None
@@ -251,14 +252,18 @@ def _stable_offsets(
 ) -> dict[int, bool]:
     """``{partition: last stable offset == high watermark}``, retrying broker faults."""
 
+    # a broker fault is ridden out no longer than the restore's deadline (a
+    # restore put off then, not held for the whole stable bound), one request
+    # no longer either
+    left = min(max(deadline - time.monotonic(), 5.0), default_deadline())
+
     def ends(level: IsolationLevel) -> dict[int, int]:
         spec = {
             TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
             for p in partitions
         }
-        return admin.list_offsets(spec, level)
+        return admin.list_offsets(spec, level, min(10.0, left))
 
-    left = max(deadline - time.monotonic(), 5.0)
     # the committed end first: a transaction ending between the two calls
     # then reads as "open" once more, never as stable too early
     lso = retry(

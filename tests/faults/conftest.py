@@ -17,6 +17,17 @@ Scale (environment):
   ``PROCESSOR_FAULTS_SEED``;
 - ``PROCESSOR_FAULTS=skip`` leaves the suite out.
 
+A long outage (``test_chaos.py``): ``PROCESSOR_FAULTS_DOWN_S`` (default 8) is
+how long a broker fault keeps its broker down, and ``PROCESSOR_FAULTS_DOWN=all``
+makes that fault a whole-cluster outage begun as a rebalance starts restores
+(a member killed and replaced first) instead of the coordinator's broker
+alone.  Past the members' put-off bounds (``PROCESSOR_RESTORE_DEADLINE_S``,
+``PROCESSOR_FILL_STALL_S``: 120 s each, the members inherit the environment)
+a restore or fill met by it is put off ("restore of ...[p] put off", "fill of
+...[p] stalled" in the member logs); note the suite's 6 s session timeout: a
+longer outage takes the partitions away first (``-X session.timeout.ms=...``
+in ``PROCESSOR_FAULTS_MEMBER_ARGS`` keeps them).
+
 ``PROCESSOR_FAULTS_MEMBER_ARGS`` adds arguments to every member's command line,
 e.g. ``--kafka-log-level DEBUG -X debug=consumer,fetch,topic`` for librdkafka's
 fetch state in the member logs (kept under pytest's ``--basetemp``).
@@ -67,6 +78,8 @@ SEED = int(os.environ.get("PROCESSOR_FAULTS_SEED", "8"))
 LONG_SECONDS = float(os.environ.get("PROCESSOR_FAULTS_SECONDS", "300"))
 SESSIONS_PER_WRITER = int(os.environ.get("PROCESSOR_FAULTS_SESSIONS", "40" if LONG else "8"))
 MEMBER_ARGS = tuple(shlex.split(os.environ.get("PROCESSOR_FAULTS_MEMBER_ARGS", "")))
+DOWN_S = float(os.environ.get("PROCESSOR_FAULTS_DOWN_S", "8"))
+DOWN_ALL = os.environ.get("PROCESSOR_FAULTS_DOWN", "one").strip().lower() == "all"
 
 
 @pytest.fixture(scope="session")

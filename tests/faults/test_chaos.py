@@ -9,7 +9,9 @@ dead letter as it commits, and faults:
 - a member SIGKILLed and replaced under an id never reused (its transaction
   is never fenced by a successor, only by the transaction timeout);
 - a broker SIGKILLed under load (the group/transaction coordinator's, the
-  harshest one) and restarted.
+  harshest one) and restarted (``PROCESSOR_FAULTS_DOWN_S`` later; with
+  ``PROCESSOR_FAULTS_DOWN=all`` every broker, just after a member was replaced:
+  an outage met by the restores, see conftest).
 
 After catch-up: every view equals the offline fold of what was written, no
 dead letter and no quarantine, ``asOfSeq`` never went back for any
@@ -42,6 +44,8 @@ import pytest
 
 from processor.service import clients
 from tests.faults.conftest import (
+    DOWN_ALL,
+    DOWN_S,
     LONG,
     LONG_SECONDS,
     SEED,
@@ -100,13 +104,33 @@ class Chaos:
         new = self.stack.spawn(f"m-{uuid.uuid4().hex[:8]}", *METRICS)  # an id never used before
         self.note(f"spawned {new.instance_id}")
 
-    def kill_broker(self, down_s: float = 8.0) -> None:
+    def kill_broker(self) -> None:
+        if DOWN_ALL:
+            self.outage()
+            return
         node = self._coordinator_node()
         self.note(f"SIGKILL broker {node}")
         self.stack.cluster.kill(node)
-        time.sleep(down_s)  # writers and members keep going on two nodes
+        time.sleep(DOWN_S)  # writers and members keep going on two nodes
         self.stack.cluster.restart(node)
         self.note(f"broker {node} restarted")
+
+    def outage(self) -> None:
+        """Every broker down for ``DOWN_S``, begun as a rebalance starts restores
+        (a member replaced: its successor joins within seconds)."""
+        self.kill_member()
+        time.sleep(self.rng.uniform(2.0, 8.0))
+        cluster = self.stack.cluster
+        nodes = sorted(cluster.nodes)
+        self.note(f"SIGKILL every broker for {DOWN_S:.0f} s")
+        for node in nodes:
+            cluster.kill(node)
+        time.sleep(DOWN_S)
+        for node in nodes:  # a controller quorum needs them all started first
+            cluster.restart(node, wait=False)
+        for n in cluster.nodes.values():
+            cluster._wait_ready(n)
+        self.note("every broker restarted")
 
     def _coordinator_node(self) -> int:
         """The leader of __consumer_offsets (group and, here, transaction coordinator)."""
@@ -172,12 +196,30 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
         stop.set()
         follower.stop.set()
         follower.join(30)
+        chaos.note(f"restores or fills put off (member log lines): {_put_offs(stack)}")
         print("\n".join(chaos.log))
         print(
             f"events written: {sum(w.appended for w in writers)}, "
             f"follower records: {follower.records}"
         )
     follower.check()
+
+
+def _put_offs(stack: FaultStack) -> int:
+    """Log lines of a restore or fill put off (rebalance.py, background_fill.py):
+    whether an outage outlasted the members' bounds."""
+    found = 0
+    for m in stack.members.values():
+        try:
+            text = m.log.read_text(errors="replace")
+        except OSError:
+            continue
+        found += sum(
+            1
+            for line in text.splitlines()
+            if "WARNING processor.fill" in line and ("put off" in line or "stalled:" in line)
+        )
+    return found
 
 
 def test_long_form_is_documented() -> None:

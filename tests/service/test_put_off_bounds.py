@@ -56,7 +56,7 @@ class _Clock:
 
 def _gave_up_after(monkeypatch: pytest.MonkeyPatch, deadline_s: float | None) -> float:
     clock = _Clock()
-    monkeypatch.setattr(retry_mod.time, "sleep", clock.sleep)
+    monkeypatch.setattr("processor.service.retry.time.sleep", clock.sleep)
     watch = RetryWatch(clock=clock)
 
     def down() -> None:
@@ -79,7 +79,7 @@ def test_the_restore_deadline_bounds_every_retry_of_the_observed_block(
     assert retry_mod.DEFAULT_DEADLINE_S - 2.0 <= default <= retry_mod.DEFAULT_DEADLINE_S
     # an explicit deadline still wins over the block's
     clock = _Clock()
-    monkeypatch.setattr(retry_mod.time, "sleep", clock.sleep)
+    monkeypatch.setattr("processor.service.retry.time.sleep", clock.sleep)
 
     def down() -> None:
         raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
