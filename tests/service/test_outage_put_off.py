@@ -146,10 +146,16 @@ def _outage(
     name: str,
     point: str,
     reason: re.Pattern[str],
+    *,
+    hang: bool,
 ) -> None:
     """``name`` stops itself at ``point``; the broker goes down; ``name`` resumes into
     the outage and must put its partition off, stay up, then finish once the
-    broker is back (its tries after the back-off may meet the outage too)."""
+    broker is back (its tries after the back-off may meet the outage too).
+
+    ``hang``: the broker is SIGSTOPped (it answers nothing, connections stay
+    open: every request times out) and resumed, else SIGKILLed (connections
+    refused) and started again."""
     port = _free_port()
     log = tmp_path / f"{name}.log"
     env = {
@@ -169,9 +175,13 @@ def _outage(
     try:
         wait_until(lambda: _stopped(member) or member.poll() is not None, f"{name} at {point}", 120)
         assert member.poll() is None, _tail(log)
-        assert broker.pid is not None
-        os.kill(broker.pid, signal.SIGKILL)  # an outage, not a shutdown
-        broker.stop()
+        pid = broker.pid
+        assert pid is not None
+        if hang:
+            os.kill(pid, signal.SIGSTOP)
+        else:
+            os.kill(pid, signal.SIGKILL)  # an outage, not a shutdown
+            broker.stop()
         try:
             member.send_signal(signal.SIGCONT)
             seen: list[str] = []
@@ -187,7 +197,10 @@ def _outage(
             assert member.poll() is None, f"{name} exited in the outage:\n{_tail(log)}"
             assert seen, _tail(log)
         finally:
-            broker.start(workdir, port=broker_port)
+            if hang:
+                os.kill(pid, signal.SIGCONT)
+            else:
+                broker.start(workdir, port=broker_port)
         wait_until(
             lambda: _get(port, "/readyz")[0] == 200 or member.poll() is not None,
             f"{name} ready once the broker is back",
@@ -228,7 +241,13 @@ def test_a_member_rides_out_an_outage_past_the_bounds_in_its_restore_and_its_fil
     _fold(stack, tmp_path, "first")  # checkpoints to restore
     write(thirds[1])
     # the broker gone as the partitions are assigned: the restore is put off
-    _outage(broker, stack, tmp_path, "restorer", faultpoints.BEFORE_RESTORE, RESTORE_PUT_OFF)
+    # (the broker killed and started again)
+    _outage(
+        broker, stack, tmp_path, "restorer", faultpoints.BEFORE_RESTORE, RESTORE_PUT_OFF, hang=False
+    )
     write(thirds[2])
     # the broker gone as the fill of a fresh store begins: the fill is put off
-    _outage(broker, stack, tmp_path, "filler", faultpoints.BEFORE_FILL_READ, FILL_PUT_OFF)
+    # (the broker hung and resumed: back at once, no restart to wait for)
+    _outage(
+        broker, stack, tmp_path, "filler", faultpoints.BEFORE_FILL_READ, FILL_PUT_OFF, hang=True
+    )
