@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -116,9 +117,19 @@ class Chaos:
         self.note(f"broker {node} restarted")
 
     def outage(self) -> None:
-        """Every broker down for ``DOWN_S``, begun as a rebalance starts restores
-        (a member replaced: its successor joins within seconds)."""
-        self.kill_member()
+        """Every broker down for ``DOWN_S``, begun as a rebalance starts restores: a
+        member stopped (it leaves the group: its partitions move at once, where a
+        killed one's wait for its session timeout) and replaced."""
+        m = self.pick()
+        self.note(f"SIGTERM {m.instance_id}")
+        m.signal(signal.SIGTERM)
+        try:
+            m.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            m.kill()
+        self.killed.add(m.instance_id)  # gone on purpose: not an exit
+        new = self.stack.spawn(f"m-{uuid.uuid4().hex[:8]}", *METRICS)
+        self.note(f"spawned {new.instance_id}")
         time.sleep(self.rng.uniform(2.0, 8.0))
         cluster = self.stack.cluster
         nodes = sorted(cluster.nodes)
