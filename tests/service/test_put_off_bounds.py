@@ -9,15 +9,17 @@ retries, the in-memory cluster for the fill.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.config import ServiceConfig, load_config
 from processor.service import retry as retry_mod
 from processor.service.background_fill import STALL_S, BackgroundFill
 from processor.service.memory import MemoryConsumer
 from processor.service.metrics import Metrics
+from processor.service.restore import wait_stable
 from processor.service.retry import GaveUp, RetryWatch, observing, retry
 from tests.service.test_background_fill import _one_partition
 from tests.service.test_fill_put_off import Stalling, stalling
@@ -110,3 +112,32 @@ def test_a_fill_stalled_past_the_configured_bound_is_put_off(
     problem = metrics.health.fill_problem
     assert problem is not None and "stalled: no progress for 4 s" in problem, problem
     fill.close()
+
+
+class _SilentAdmin:
+    """An admin whose broker never answers: every request times out."""
+
+    def __init__(self, asked: list[float]) -> None:
+        self.asked = asked
+
+    def list_offsets(
+        self, topic_partition_offsets: dict[TopicPartition, Any], **kwargs: Any
+    ) -> dict[TopicPartition, Any]:
+        self.asked.append(float(kwargs["request_timeout"]))
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to query partition leaders"))
+
+
+def test_a_restore_waiting_for_stable_offsets_gives_up_within_the_restore_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stable-offset wait (bounded by the transaction timeout, ~50 s) neither
+    retries past the restore's deadline nor sends one request longer than it:
+    a request of 10 s made a 3 s deadline a 10 s one (seen on a real broker)."""
+    clock = _Clock()
+    monkeypatch.setattr("processor.service.retry.time.sleep", clock.sleep)
+    asked: list[float] = []
+    with observing(RetryWatch(clock=clock), 3.0), pytest.raises(GaveUp) as gave_up:
+        wait_stable(lambda: _SilentAdmin(asked), "t.checkpoints", [0], bound_s=50.0)
+    assert asked and max(asked) <= 3.0, asked
+    assert gave_up.value.waited_s <= 3.0
+    assert "stable offsets of t.checkpoints" in gave_up.value.line()
