@@ -133,7 +133,8 @@ class Rebalance:
         # the partitions assigned, so the close's revoke finds them, and a
         # restore put off keeps them paused)
         consumer.pause(assignment)
-        faultpoints.hit(faultpoints.BEFORE_RESTORE)
+        if numbers:  # (a cooperative rebalance may assign nothing)
+            faultpoints.hit(faultpoints.BEFORE_RESTORE)
         with self._observing():
             self._begin(numbers)
         self.health.ready = True  # serving; /readyz names the partitions still filling

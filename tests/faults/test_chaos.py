@@ -128,14 +128,21 @@ class Chaos:
         except subprocess.TimeoutExpired:
             m.kill()
         self.killed.add(m.instance_id)  # gone on purpose: not an exit
-        new = self.stack.spawn(f"m-{uuid.uuid4().hex[:8]}", *METRICS)
+        # the replacement stops itself as its first restore begins (a fault point):
+        # the outage then meets that restore, not a moment picked by chance
+        stop_at = {"PROCESSOR_FAULTPOINT": "before-restore", "PROCESSOR_FAULTPOINT_ACTION": "stop"}
+        new = self.stack.spawn(f"m-{uuid.uuid4().hex[:8]}", *METRICS, env=stop_at)
         self.note(f"spawned {new.instance_id}")
-        time.sleep(self.rng.uniform(2.0, 8.0))
+        end = time.monotonic() + 60
+        while not _stopped(new) and new.alive() and time.monotonic() < end:
+            time.sleep(0.2)
+        self.note(f"{new.instance_id} {'at' if _stopped(new) else 'NOT at'} its restore")
         cluster = self.stack.cluster
         nodes = sorted(cluster.nodes)
         self.note(f"SIGKILL every broker for {DOWN_S:.0f} s")
         for node in nodes:
             cluster.kill(node)
+        new.signal(signal.SIGCONT)
         time.sleep(DOWN_S)
         for node in nodes:  # a controller quorum needs them all started first
             cluster.restart(node, wait=False)
@@ -214,6 +221,15 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
             f"follower records: {follower.records}"
         )
     follower.check()
+
+
+def _stopped(member: Member) -> bool:
+    """SIGSTOPped (state ``T`` in /proc): waiting at its fault point."""
+    try:
+        stat = Path(f"/proc/{member.proc.pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
 def _put_offs(stack: FaultStack) -> int:
