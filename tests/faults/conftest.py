@@ -19,14 +19,15 @@ Scale (environment):
 
 A long outage (``test_chaos.py``): ``PROCESSOR_FAULTS_DOWN_S`` (default 8) is
 how long a broker fault keeps its broker down, and ``PROCESSOR_FAULTS_DOWN=all``
-makes that fault a whole-cluster outage begun as a rebalance starts restores
-(a member killed and replaced first) instead of the coordinator's broker
-alone.  Past the members' put-off bounds (``PROCESSOR_RESTORE_DEADLINE_S``,
-``PROCESSOR_FILL_STALL_S``: 120 s each, the members inherit the environment)
-a restore or fill met by it is put off ("restore of ...[p] put off", "fill of
-...[p] stalled" in the member logs); note the suite's 6 s session timeout: a
-longer outage takes the partitions away first (``-X session.timeout.ms=...``
-in ``PROCESSOR_FAULTS_MEMBER_ARGS`` keeps them).
+makes that fault a whole-cluster outage met by a restore (a member stopped,
+its replacement waiting at its first restore, fault point ``before-restore``)
+instead of the coordinator's broker alone.  With the members' put-off bounds
+(``PROCESSOR_RESTORE_DEADLINE_S``, ``PROCESSOR_FILL_STALL_S``: 120 s each, the
+members inherit the environment) shorter than the outage, that restore is
+put off ("restore of ...[p] put off" in the member log, counted in the run's
+summary); the suite's 6 s session timeout then takes the partitions away
+(``-X session.timeout.ms=...`` in ``PROCESSOR_FAULTS_MEMBER_ARGS`` keeps them,
+but also holds every rebalance after a SIGKILL that long).
 
 ``PROCESSOR_FAULTS_MEMBER_ARGS`` adds arguments to every member's command line,
 e.g. ``--kafka-log-level DEBUG -X debug=consumer,fetch,topic`` for librdkafka's
