@@ -242,8 +242,17 @@ class _FreshAdmin:
         try:
             futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=timeout)
             return {tp.partition: f.result().offset for tp, f in futures.items()}
-        except KafkaException:
+        except KafkaException as exc:
             self.client = None
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError._NOENT:
+                # "Failed to query partition leaders: No leaders found": every broker
+                # down (or just back, no leader elected yet).  A leader that is not
+                # there yet, never the end of the run (a chaos run's member exited
+                # of it when a whole-cluster outage met its restore)
+                raise KafkaException(
+                    KafkaError(KafkaError.LEADER_NOT_AVAILABLE, err.str())
+                ) from exc
             raise
 
 

@@ -20,7 +20,7 @@ from processor.service.background_fill import STALL_S, BackgroundFill
 from processor.service.memory import MemoryConsumer
 from processor.service.metrics import Metrics
 from processor.service.restore import wait_stable
-from processor.service.retry import GaveUp, RetryWatch, observing, retry
+from processor.service.retry import GaveUp, RetryWatch, is_transient, observing, retry
 from tests.service.test_background_fill import _one_partition
 from tests.service.test_fill_put_off import Stalling, stalling
 
@@ -141,3 +141,50 @@ def test_a_restore_waiting_for_stable_offsets_gives_up_within_the_restore_deadli
     assert asked and max(asked) <= 3.0, asked
     assert gave_up.value.waited_s <= 3.0
     assert "stable offsets of t.checkpoints" in gave_up.value.line()
+
+
+class _Done:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def result(self) -> _Done:
+        return self
+
+
+class _LeaderlessAdmin:
+    """No leader known for the first ``misses`` requests (every broker down), then
+    one at offset 7 (transaction-free: the stable offset is the end)."""
+
+    def __init__(self, misses: list[int]) -> None:
+        self.misses = misses
+
+    def list_offsets(
+        self, topic_partition_offsets: dict[TopicPartition, Any], **kwargs: Any
+    ) -> dict[TopicPartition, Any]:
+        if self.misses[0] > 0:
+            self.misses[0] -= 1
+            err = KafkaError(
+                KafkaError._NOENT, "Failed to query partition leaders: No leaders found"
+            )
+            raise KafkaException(err)
+        return {tp: _Done(7) for tp in topic_partition_offsets}
+
+
+def test_no_leader_found_by_the_stable_offset_query_is_waited_out_not_the_end_of_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka answers a ListOffsets with ``_NOENT`` while no broker leads the
+    partition (a whole-cluster outage, or just after it); classified permanent, it
+    ended a restoring member in a chaos run.  Now it is retried like a leader
+    election and, past the deadline, puts the restore off (a transient GaveUp)."""
+    clock = _Clock()
+    monkeypatch.setattr("processor.service.retry.time.sleep", clock.sleep)
+    misses = [3]
+    with observing(RetryWatch(clock=clock), 30.0):
+        assert wait_stable(lambda: _LeaderlessAdmin(misses), "t.checkpoints", [0], 50.0) == []
+    assert misses == [0]
+    misses[0] = 1000
+    with observing(RetryWatch(clock=clock), 3.0), pytest.raises(GaveUp) as gave_up:
+        wait_stable(lambda: _LeaderlessAdmin(misses), "t.checkpoints", [0], 50.0)
+    assert is_transient(gave_up.value)  # rebalance.py puts the restore off
+    assert "No leaders found" in gave_up.value.line()
