@@ -99,8 +99,21 @@ class ServiceConfig:
     stall_s: int = 0
     #: Seeks the watchdog tries on a stalled partition before ``/readyz`` names it.
     stall_reseeks: int = 2
+    #: Seconds a restore's Kafka calls retry a broker fault before the restore is
+    #: put off (partitions kept paused, named on ``/readyz``, tried again after a
+    #: back-off); default ``retry.DEFAULT_DEADLINE_S``.
+    restore_deadline_s: int = 120
+    #: Seconds a partition's local store fill may go without progress before it is
+    #: put off the same way; default ``background_fill.STALL_S``.
+    fill_stall_s: int = 120
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        # 0 would put off every restore at its first retry, every fill at once
+        for name in ("restore_deadline_s", "fill_stall_s"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 s, got {getattr(self, name)}")
 
     @cached_property  # read per produced record: computed once per (frozen) config
     def topics(self) -> TopicNames:

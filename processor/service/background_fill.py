@@ -74,7 +74,8 @@ log = logging.getLogger("processor.fill")
 FILL_SLICE = 20_000
 #: Time one slice may take before it hands the loop back.
 SLICE_S = 0.1
-#: A fill without progress this long is put off (tried again after a back-off).
+#: A fill without progress this long is put off (tried again after a back-off);
+#: the default of the service's ``fill_stall_s``.
 STALL_S = 120.0
 #: Attempts per fill failing with a permanent read error before the run fails
 #: (the process restart retries it).
@@ -116,8 +117,10 @@ class BackgroundFill:
         metrics: Metrics,
         reader: Callable[[], Reader],
         clock: Callable[[], float] = time.monotonic,
+        stall_s: float = STALL_S,
     ) -> None:
         self.clock = clock
+        self.stall_s = stall_s  # no progress this long: the fill is put off
         self.store = store
         self.metrics = metrics
         self._new_reader = reader
@@ -156,6 +159,7 @@ class BackgroundFill:
         todo = [j for j in jobs if j.next_offset < j.high]
         if not todo:
             return
+        faultpoints.hit(faultpoints.BEFORE_FILL_READ)
         if self._reader is None:
             self._reader = self._new_reader()
         self._assigned.update(j.partition for j in todo)
@@ -266,10 +270,10 @@ class BackgroundFill:
         stalled = sorted(
             p
             for p, j in live.items()
-            if p not in done and j.retry_at is None and now - j.progress_at > STALL_S
+            if p not in done and j.retry_at is None and now - j.progress_at > self.stall_s
         )
         if stalled:
-            self._put_off(stalled, "fill", f"stalled: no progress for {STALL_S:.0f} s")
+            self._put_off(stalled, "fill", f"stalled: no progress for {self.stall_s:.0f} s")
             self._new_reader_for(stalled)
             self._report()
         finished = {}

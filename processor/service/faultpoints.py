@@ -5,8 +5,11 @@
 ``PROCESSOR_FAULTPOINT_ARM`` exists (armed at once when that variable is
 unset).  The tests use it to leave a transaction open with its views and
 checkpoints produced but its offsets never sent — a zombie's footprint that
-timing alone cannot reproduce.  Unset (production), :func:`hit` is one dict
-lookup.
+timing alone cannot reproduce.  With ``PROCESSOR_FAULTPOINT_ACTION=stop`` the
+process SIGSTOPs itself there instead (once): the test then changes the
+world (stops the broker) and SIGCONTs it, so the step after the point runs
+into that change — a broker gone exactly as a restore begins.  Unset
+(production), :func:`hit` is one dict lookup.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 
 _POINT = os.environ.get("PROCESSOR_FAULTPOINT", "")
 _ARM = os.environ.get("PROCESSOR_FAULTPOINT_ARM", "")
+_STOP = os.environ.get("PROCESSOR_FAULTPOINT_ACTION", "kill").strip().lower() == "stop"
+_stopped = False
 
 #: Points the runner passes: the transaction's records are produced, its
 #: offsets not yet sent.
@@ -28,6 +33,10 @@ AFTER_COMMIT = "after-commit"
 #: A slice of a background fill is in the store, its partitions not resumed
 #: yet (the store is partial: the next assignment verifies and catches it up).
 FILL_SLICE_APPLIED = "fill-slice-applied"
+#: A partition was assigned (and paused), its restore not begun.
+BEFORE_RESTORE = "before-restore"
+#: A fill's jobs are open (stored positions verified), their consumer not assigned.
+BEFORE_FILL_READ = "before-fill-read"
 
 
 def configured(name: str) -> bool:
@@ -44,4 +53,10 @@ def hit(name: str, prepare: Callable[[], object] | None = None) -> None:
         return
     if prepare is not None:
         prepare()
+    if _STOP:
+        global _stopped
+        if not _stopped:  # once: the test resumes it, and the step after the point runs
+            _stopped = True
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return
     os.kill(os.getpid(), signal.SIGKILL)

@@ -30,6 +30,7 @@ without a commit: its new owner refolds the batch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -42,6 +43,7 @@ from processor.config import ServiceConfig
 from processor.core.errors import ProcessorError
 from processor.engine import Engine, PartitionState
 from processor.gcpolicy import settle_heap
+from processor.service import faultpoints
 from processor.service.background_fill import BackgroundFill
 from processor.service.commit import Committer
 from processor.service.control import ControlChannel
@@ -99,7 +101,9 @@ class Rebalance:
         self.consumer: GroupConsumer | None = None
         self.reader: Reader | None = None  # the restore consumer
         #: the fills of newly assigned partitions, run in slices by the loop
-        self.fill = BackgroundFill(store, metrics, self._fill_reader)
+        self.fill = BackgroundFill(
+            store, metrics, self._fill_reader, stall_s=float(config.fill_stall_s)
+        )
         self.problems: ClientProblems | None = None  # the fill consumer's reporter
         self.assigned_at = 0.0
         #: partitions of the events topic (co-partitioned with the checkpoints)
@@ -130,9 +134,16 @@ class Rebalance:
         # the partitions assigned, so the close's revoke finds them, and a
         # restore put off keeps them paused)
         consumer.pause(assignment)
-        with observing(self.metrics.retries):
+        if numbers:  # (a cooperative rebalance may assign nothing)
+            faultpoints.hit(faultpoints.BEFORE_RESTORE)
+        with self._observing():
             self._begin(numbers)
         self.health.ready = True  # serving; /readyz names the partitions still filling
+
+    def _observing(self) -> contextlib.AbstractContextManager[None]:
+        """The restore's retries: counted, named on /readyz, and given up (the
+        restore put off) after ``restore_deadline_s``."""
+        return observing(self.metrics.retries, float(self.config.restore_deadline_s))
 
     def _begin(self, numbers: list[int]) -> None:
         """Prepare the partitions and open their fills, or put them off."""
@@ -164,7 +175,7 @@ class Rebalance:
 
     def fill_step(self) -> None:
         """One slice of the open fills (the poll loop calls this); resume the filled."""
-        with observing(self.metrics.retries):
+        with self._observing():
             due = self.fill.due()
             if due:
                 self._begin(due)
@@ -275,7 +286,7 @@ class Rebalance:
         assert self.consumer is not None
         # a partition still filling folded nothing: its fill ends in its own seek
         numbers = [n for n in numbers if n not in self.fill.jobs]
-        with observing(self.metrics.retries):
+        with self._observing():
             try:
                 starts = self.restore(numbers)
                 committed = committed_offsets(self.consumer, self.topics.events, numbers)

@@ -50,13 +50,7 @@ from processor.core.errors import SessionError
 from processor.core.session import event_digest
 from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
-from processor.service.retry import (
-    DEFAULT_DEADLINE_S,
-    is_transient,
-    kafka_error,
-    retry,
-    waiting,
-)
+from processor.service.retry import default_deadline, is_transient, kafka_error, retry, waiting
 from processor.service.transport import Msg, OffsetsAdmin, Reader
 
 log = logging.getLogger("processor.restore")
@@ -71,7 +65,7 @@ class PartitionRestore:
 
 
 def watermarks(
-    consumer: Reader, topic: str, partition: int, timeout: float = DEFAULT_DEADLINE_S
+    consumer: Reader, topic: str, partition: int, timeout: float | None = None
 ) -> tuple[int, int]:
     """(low, high) of a partition, retrying leader moves and broker restarts.
 
@@ -103,7 +97,7 @@ def committed_offsets(
     consumer: Reader,
     topic: str,
     partitions: Iterable[int],
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float | None = None,
 ) -> dict[int, int | None]:
     """The group's committed offset of each partition (None: nothing committed).
 
@@ -257,14 +251,24 @@ class _FreshAdmin:
         self,
         spec: dict[TopicPartition, Any],
         level: IsolationLevel,
+        timeout: float = 10.0,
     ) -> dict[int, int]:
         if self.client is None:
             self.client = self.factory()
         try:
-            futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=10)
+            futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=timeout)
             return {tp.partition: f.result().offset for tp, f in futures.items()}
-        except KafkaException:
+        except KafkaException as exc:
             self.client = None
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError._NOENT:
+                # "Failed to query partition leaders: No leaders found": every broker
+                # down (or just back, no leader elected yet).  A leader that is not
+                # there yet, never the end of the run (a chaos run's member exited
+                # of it when a whole-cluster outage met its restore)
+                raise KafkaException(
+                    KafkaError(KafkaError.LEADER_NOT_AVAILABLE, err.str())
+                ) from exc
             raise
 
 
@@ -273,14 +277,18 @@ def _stable_offsets(
 ) -> dict[int, bool]:
     """``{partition: last stable offset == high watermark}``, retrying broker faults."""
 
+    # a broker fault is ridden out no longer than the restore's deadline (a
+    # restore put off then, not held for the whole stable bound), one request
+    # no longer either
+    left = min(max(deadline - time.monotonic(), 5.0), default_deadline())
+
     def ends(level: IsolationLevel) -> dict[int, int]:
         spec = {
             TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
             for p in partitions
         }
-        return admin.list_offsets(spec, level)
+        return admin.list_offsets(spec, level, min(10.0, left))
 
-    left = max(deadline - time.monotonic(), 5.0)
     # the committed end first: a transaction ending between the two calls
     # then reads as "open" once more, never as stable too early
     lso = retry(
@@ -490,7 +498,7 @@ def read_key_range(
     start: int,
     end: int,
     key: bytes,
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float | None = None,
 ) -> list[Msg]:
     """The committed records of ``key`` at offsets ``[start, end)`` of one partition."""
 

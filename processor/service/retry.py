@@ -162,14 +162,26 @@ _tokens = itertools.count(1)
 
 
 @contextlib.contextmanager
-def observing(watch: RetryWatch) -> Iterator[None]:
-    """Report the retries of this thread to ``watch`` while the block runs."""
-    before = getattr(_local, "watch", None)
+def observing(watch: RetryWatch, deadline_s: float | None = None) -> Iterator[None]:
+    """Report the retries of this thread to ``watch`` while the block runs.
+
+    ``deadline_s``: the deadline of the block's retries that name none (the
+    service's ``restore_deadline_s``: the restore's calls, however deep, ride
+    out a broker fault that long before the restore is put off)."""
+    before = getattr(_local, "watch", None), getattr(_local, "deadline_s", None)
     _local.watch = watch
+    if deadline_s is not None:
+        _local.deadline_s = deadline_s
     try:
         yield
     finally:
-        _local.watch = before
+        _local.watch, _local.deadline_s = before
+
+
+def default_deadline() -> float:
+    """The deadline of a retry that names none: the observing block's, else the default."""
+    deadline_s: float | None = getattr(_local, "deadline_s", None)
+    return DEFAULT_DEADLINE_S if deadline_s is None else deadline_s
 
 
 @contextlib.contextmanager
@@ -199,11 +211,12 @@ def retry(
     call: Callable[[], T],
     what: str,
     *,
-    deadline_s: float = DEFAULT_DEADLINE_S,
+    deadline_s: float | None = None,
     first_delay: float = 0.1,
     max_delay: float = 2.0,
 ) -> T:
-    """``call()`` until it succeeds, retrying transient Kafka errors until ``deadline_s``.
+    """``call()`` until it succeeds, retrying transient Kafka errors until ``deadline_s``
+    (None: :func:`default_deadline`).
 
     Raises a permanent error as it is, a transient one that outlasted the
     deadline as :class:`GaveUp`.  Each retry is reported to the thread's
@@ -212,7 +225,7 @@ def retry(
     watch: RetryWatch | None = getattr(_local, "watch", None)
     clock = watch.clock if watch is not None else time.monotonic
     started = clock()
-    deadline = started + deadline_s
+    deadline = started + (default_deadline() if deadline_s is None else deadline_s)
     delay = first_delay
     attempt = 0
     token = next(_tokens)

@@ -17,6 +17,18 @@ Scale (environment):
   ``PROCESSOR_FAULTS_SEED``;
 - ``PROCESSOR_FAULTS=skip`` leaves the suite out.
 
+A long outage (``test_chaos.py``): ``PROCESSOR_FAULTS_DOWN_S`` (default 8) is
+how long a broker fault keeps its broker down, and ``PROCESSOR_FAULTS_DOWN=all``
+makes that fault a whole-cluster outage met by a restore (a member stopped,
+its replacement waiting at its first restore, fault point ``before-restore``)
+instead of the coordinator's broker alone.  With the members' put-off bounds
+(``PROCESSOR_RESTORE_DEADLINE_S``, ``PROCESSOR_FILL_STALL_S``: 120 s each, the
+members inherit the environment) shorter than the outage, that restore is
+put off ("restore of ...[p] put off" in the member log, counted in the run's
+summary); the suite's 6 s session timeout then takes the partitions away
+(``-X session.timeout.ms=...`` in ``PROCESSOR_FAULTS_MEMBER_ARGS`` keeps them,
+but also holds every rebalance after a SIGKILL that long).
+
 ``PROCESSOR_FAULTS_MEMBER_ARGS`` adds arguments to every member's command line,
 e.g. ``--kafka-log-level DEBUG -X debug=consumer,fetch,topic`` for librdkafka's
 fetch state in the member logs (kept under pytest's ``--basetemp``).
@@ -67,6 +79,8 @@ SEED = int(os.environ.get("PROCESSOR_FAULTS_SEED", "8"))
 LONG_SECONDS = float(os.environ.get("PROCESSOR_FAULTS_SECONDS", "300"))
 SESSIONS_PER_WRITER = int(os.environ.get("PROCESSOR_FAULTS_SESSIONS", "40" if LONG else "8"))
 MEMBER_ARGS = tuple(shlex.split(os.environ.get("PROCESSOR_FAULTS_MEMBER_ARGS", "")))
+DOWN_S = float(os.environ.get("PROCESSOR_FAULTS_DOWN_S", "8"))
+DOWN_ALL = os.environ.get("PROCESSOR_FAULTS_DOWN", "one").strip().lower() == "all"
 
 
 @pytest.fixture(scope="session")

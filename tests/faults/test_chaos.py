@@ -9,7 +9,9 @@ dead letter as it commits, and faults:
 - a member SIGKILLed and replaced under an id never reused (its transaction
   is never fenced by a successor, only by the transaction timeout);
 - a broker SIGKILLed under load (the group/transaction coordinator's, the
-  harshest one) and restarted.
+  harshest one) and restarted (``PROCESSOR_FAULTS_DOWN_S`` later; with
+  ``PROCESSOR_FAULTS_DOWN=all`` every broker, just after a member was replaced:
+  an outage met by the restores, see conftest).
 
 After catch-up: every view equals the offline fold of what was written, no
 dead letter and no quarantine, ``asOfSeq`` never went back for any
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -42,6 +45,8 @@ import pytest
 
 from processor.service import clients
 from tests.faults.conftest import (
+    DOWN_ALL,
+    DOWN_S,
     LONG,
     LONG_SECONDS,
     SEED,
@@ -100,13 +105,50 @@ class Chaos:
         new = self.stack.spawn(f"m-{uuid.uuid4().hex[:8]}", *METRICS)  # an id never used before
         self.note(f"spawned {new.instance_id}")
 
-    def kill_broker(self, down_s: float = 8.0) -> None:
+    def kill_broker(self) -> None:
+        if DOWN_ALL:
+            self.outage()
+            return
         node = self._coordinator_node()
         self.note(f"SIGKILL broker {node}")
         self.stack.cluster.kill(node)
-        time.sleep(down_s)  # writers and members keep going on two nodes
+        time.sleep(DOWN_S)  # writers and members keep going on two nodes
         self.stack.cluster.restart(node)
         self.note(f"broker {node} restarted")
+
+    def outage(self) -> None:
+        """Every broker down for ``DOWN_S``, begun as a rebalance starts restores: a
+        member stopped (it leaves the group: its partitions move at once, where a
+        killed one's wait for its session timeout) and replaced."""
+        m = self.pick()
+        self.note(f"SIGTERM {m.instance_id}")
+        m.signal(signal.SIGTERM)
+        try:
+            m.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            m.kill()
+        self.killed.add(m.instance_id)  # gone on purpose: not an exit
+        # the replacement stops itself as its first restore begins (a fault point):
+        # the outage then meets that restore, not a moment picked by chance
+        stop_at = {"PROCESSOR_FAULTPOINT": "before-restore", "PROCESSOR_FAULTPOINT_ACTION": "stop"}
+        new = self.stack.spawn(f"m-{uuid.uuid4().hex[:8]}", *METRICS, env=stop_at)
+        self.note(f"spawned {new.instance_id}")
+        end = time.monotonic() + 60
+        while not _stopped(new) and new.alive() and time.monotonic() < end:
+            time.sleep(0.2)
+        self.note(f"{new.instance_id} {'at' if _stopped(new) else 'NOT at'} its restore")
+        cluster = self.stack.cluster
+        nodes = sorted(cluster.nodes)
+        self.note(f"SIGKILL every broker for {DOWN_S:.0f} s")
+        for node in nodes:
+            cluster.kill(node)
+        new.signal(signal.SIGCONT)
+        time.sleep(DOWN_S)
+        for node in nodes:  # a controller quorum needs them all started first
+            cluster.restart(node, wait=False)
+        for n in cluster.nodes.values():
+            cluster._wait_ready(n)
+        self.note("every broker restarted")
 
     def _coordinator_node(self) -> int:
         """The leader of __consumer_offsets (group and, here, transaction coordinator)."""
@@ -172,12 +214,39 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
         stop.set()
         follower.stop.set()
         follower.join(30)
+        chaos.note(f"restores or fills put off (member log lines): {_put_offs(stack)}")
         print("\n".join(chaos.log))
         print(
             f"events written: {sum(w.appended for w in writers)}, "
             f"follower records: {follower.records}"
         )
     follower.check()
+
+
+def _stopped(member: Member) -> bool:
+    """SIGSTOPped (state ``T`` in /proc): waiting at its fault point."""
+    try:
+        stat = Path(f"/proc/{member.proc.pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def _put_offs(stack: FaultStack) -> int:
+    """Log lines of a restore or fill put off (rebalance.py, background_fill.py):
+    whether an outage outlasted the members' bounds."""
+    found = 0
+    for m in stack.members.values():
+        try:
+            text = m.log.read_text(errors="replace")
+        except OSError:
+            continue
+        found += sum(
+            1
+            for line in text.splitlines()
+            if "WARNING processor.fill" in line and ("put off" in line or "stalled:" in line)
+        )
+    return found
 
 
 def test_long_form_is_documented() -> None:

@@ -341,8 +341,8 @@ def test_a_fill_slice_never_reads_more_than_its_bound(
     slices: list[int] = []
     real_init = BackgroundFill.__init__
 
-    def init(self: BackgroundFill, *args: Any) -> None:
-        real_init(self, *args)
+    def init(self: BackgroundFill, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
         self.on_slice = lambda read: slices.append(sum(read.values()))
 
     broker, _, config = _fresh_host(tmp_path)

@@ -93,8 +93,8 @@ def test_a_fill_stalled_past_the_old_bound_is_put_off_and_completes_once_the_bro
     real_init = BackgroundFill.__init__
     armed = [True]
 
-    def init(self: BackgroundFill, *args: Any) -> None:
-        real_init(self, *args)
+    def init(self: BackgroundFill, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
 
         def first_slice(read: dict[int, int]) -> None:
             # the broker stops serving after the first slice (once: the test
