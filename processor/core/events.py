@@ -287,19 +287,12 @@ def _frozen_event(
 ) -> Event:
     """The Event of a checked envelope: its JSON frozen, the event untracked by
     the collector where the build can (leaf.py)."""
-    op: Any = ABSENT
-    if has_op:
-        op = raw["surfaceOp"]
-        # "append" shared as the type is (the Kafka decoder does the same):
-        # about every other kept event carries it, and the fold's compares
-        # with "append" end at the identity test
-        op = _SHARED.get(op, op) if type(op) is str else freeze(op)
     event = _new_event(
         _SHARED.get(etype, etype),
         seq,
         time,
         freeze(raw["data"]),
-        op,
+        freeze(raw["surfaceOp"]) if has_op else ABSENT,
         freeze(raw["sourceEventSeqs"]) if has_src else ABSENT,
         ignorable,
     )

@@ -12,7 +12,6 @@ import pytest
 
 from processor.core.errors import SessionError
 from processor.core.events import ABSENT, _parse_event_checked, parse_event
-from processor.core.frozen import FrozenDict
 
 BASE: dict[str, Any] = {"type": "user/message", "seq": 3, "time": 5, "data": {"id": "m"}}
 VARIANTS: list[tuple[str, Any]] = [
@@ -95,26 +94,3 @@ def test_known_types_shared_unknown_kept_as_decoded() -> None:
     raw = orjson.loads(b'{"type":"note/custom","seq":0,"time":1,"data":{}}')
     decoded = raw["type"]
     assert parse_event(raw, trusted_json=True).type is decoded
-
-
-def test_append_surface_op_shared_other_ops_kept() -> None:
-    """``surfaceOp: "append"`` is the one shared str too (about every other
-    kept event carries it), by both parse paths; any other op is the decoded
-    value, frozen."""
-    line = b'{"type":"user/message","seq":%d,"time":1,"data":{},"surfaceOp":"append"}'
-    raws = [orjson.loads(line % i) for i in range(2)]
-    assert raws[0]["surfaceOp"] is not raws[1]["surfaceOp"]  # the decoder's own strs
-    events = [parse_event(raw, trusted_json=True) for raw in raws]
-    assert events[0].surface_op is events[1].surface_op == "append"
-    checked = _parse_event_checked(orjson.loads(line % 0), False)
-    assert checked.surface_op is events[0].surface_op
-    replace = orjson.loads(
-        b'{"type":"user/message","seq":3,"time":1,"data":{},'
-        b'"surfaceOp":{"op":"replace","startSeq":0,"endSeq":1}}'
-    )
-    op = parse_event(replace, trusted_json=True).surface_op
-    assert op == {"op": "replace", "startSeq": 0, "endSeq": 1}
-    assert isinstance(op, FrozenDict)
-    other = orjson.loads(b'{"type":"user/message","seq":4,"time":1,"data":{},"surfaceOp":"x"}')
-    decoded = other["surfaceOp"]
-    assert parse_event(other, trusted_json=True).surface_op is decoded
