@@ -213,9 +213,7 @@ def iter_lines(
         nl = content.find(b"\n", pos)
         stop = end if nl < 0 else nl
         if stop - pos > limit:
-            raise SessionFileError(
-                f"line at byte offset {pos} is {stop - pos} bytes, over the {limit}-byte line limit"
-            )
+            raise _line_too_long(pos, stop - pos, limit)
         line = content[pos:stop]
         if line.strip():
             yield pos, line, nl >= 0
@@ -227,6 +225,33 @@ _NOT_JSON: Final = object()
 #: compiled, a Final is a C static; ``orjson.loads`` was a module attribute
 #: lookup per line
 _loads: Final = orjson.loads
+
+
+def _not_json(
+    offset: int, line: bytes, terminated: bool, drop_torn_tail: bool, where: Callable[[], str]
+) -> TornTail:
+    """The answer to a line that is not JSON: a torn last line (a crash
+    mid-write) is refused, or with ``drop_torn_tail`` returned as its
+    :class:`TornTail`; any other line is refused naming its offset and
+    ``where()``.  Shared by :func:`json_lines` and :func:`parse_session_bytes`
+    so both word it alike."""
+    if not terminated:
+        if drop_torn_tail:
+            return TornTail(offset, len(line))
+        raise SessionFileError(
+            f"torn last line at byte offset {offset} ({len(line)} bytes); "
+            "pass --drop-torn-tail to fold without it"
+        )
+    hint = where()
+    raise SessionFileError(
+        f"line at byte offset {offset}{f' ({hint})' if hint else ''} is not valid JSON"
+    )
+
+
+def _line_too_long(pos: int, size: int, limit: int) -> SessionFileError:
+    return SessionFileError(
+        f"line at byte offset {pos} is {size} bytes, over the {limit}-byte line limit"
+    )
 
 
 def json_lines(
@@ -241,7 +266,8 @@ def json_lines(
     mid-write): refused, or with ``drop_torn_tail`` yielded once as
     ``(offset, None, TornTail)`` and the iteration ends.  Any other line that
     is not JSON is refused naming its offset (and ``where()``, e.g. the seq it
-    must have).  ``ingest --raw`` and the fold read files through this one path.
+    must have).  ``ingest --raw`` reads files through this path; the fold's
+    :func:`parse_session_bytes` has the same loop inline.
     """
     for offset, line, terminated in iter_lines(content):
         try:
@@ -254,18 +280,8 @@ def json_lines(
         if value is not _NOT_JSON:
             yield offset, value, None
             continue
-        if not terminated:
-            if drop_torn_tail:
-                yield offset, None, TornTail(offset, len(line))
-                return
-            raise SessionFileError(
-                f"torn last line at byte offset {offset} ({len(line)} bytes); "
-                "pass --drop-torn-tail to fold without it"
-            )
-        hint = where()
-        raise SessionFileError(
-            f"line at byte offset {offset}{f' ({hint})' if hint else ''} is not valid JSON"
-        )
+        yield offset, None, _not_json(offset, line, terminated, drop_torn_tail, where)
+        return
 
 
 def is_header_line(value: Any) -> bool:
@@ -288,9 +304,27 @@ def parse_session_bytes(
     def where() -> str:
         return f"seq {events[-1].seq + 1}?" if events else "first event"
 
-    for _offset, raw, torn_tail in json_lines(content, drop_torn_tail=drop_torn_tail, where=where):
-        if torn_tail is not None:
-            torn = torn_tail
+    # json_lines' loop inline (the same lines, limits and answers): its two
+    # stacked generators cost a resume and a tuple each per line, and the
+    # fold reads every line of the log through here
+    limit = MAX_LINE_BYTES
+    pos, end = 0, len(content)
+    while pos < end:
+        nl = content.find(b"\n", pos)
+        stop = end if nl < 0 else nl
+        if stop - pos > limit:
+            raise _line_too_long(pos, stop - pos, limit)
+        line = content[pos:stop]
+        offset = pos
+        pos = stop + 1
+        if not line.strip():
+            continue
+        try:
+            raw = _loads(line)
+        except orjson.JSONDecodeError:
+            raw = _NOT_JSON  # answered outside the handler, as in json_lines
+        if raw is _NOT_JSON:
+            torn = _not_json(offset, line, nl >= 0, drop_torn_tail, where)
             break
         if stop_after_seq is not None and events and events[-1].seq >= stop_after_seq:
             break

@@ -23,7 +23,7 @@ from processor.core.builtin import BUILTIN_UNITS, default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.events import Event
 from processor.core.frozen import FrozenDict
-from processor.core.projections import ProjectionDefinition, ProjectionRegistry
+from processor.core.projections import PENDING_MAX, ProjectionDefinition, ProjectionRegistry
 from processor.core.session import Session, synthetic_header
 from processor.workload import generate_session
 from tests.core.test_fold_reference import deep_frozen
@@ -166,6 +166,41 @@ def test_a_broken_apply_all_leaves_the_cell_before_its_queue() -> None:
     # the next read folds the queued events one by one (apply), none lost or doubled
     assert session.projections.state_of("turnCount") == turns
     assert session.projections.observed_seq("turnCount") == events[-1].seq
+
+
+def test_a_queue_holds_at_most_pending_max_events() -> None:
+    """Queues are bounded: a long log is folded in as it goes, not all at the
+    end (where its events were cold), and the states stay the per-event fold's."""
+    events = generate_session(random.Random(15), 4 * PENDING_MAX + 37)
+    eager = _session()
+    eager.projections.add_listener(lambda *_: None)  # listeners: apply per event
+    lazy = _session()
+    longest = 0
+    for event in events:
+        eager.append(event)
+        lazy.append(event)
+        cells = lazy.projections._cells.values()
+        longest = max(longest, *(len(c.pending or ()) for c in cells))
+    assert longest == PENDING_MAX - 1
+    for unit in BATCHED:
+        _same(lazy.projections.state_of(unit.key), eager.projections.state_of(unit.key))
+
+
+def test_a_broken_apply_all_raises_when_its_queue_is_full() -> None:
+    """The bound's flush is the read's: a broken ``apply_all`` raises at the
+    append that filled the queue, the cell stays before its queue, and the
+    next read folds those events one by one (none lost or doubled)."""
+    events = generate_session(random.Random(16), 40 * PENDING_MAX)
+    registry = default_registry()
+    registry.register(_counting_unit(broken_batches=True))
+    session = _session(registry)
+    with pytest.raises(RuntimeError, match="broken apply_all"):
+        session.extend(events)
+    last = session.last_seq
+    assert last < events[-1].seq
+    turns = sum(1 for e in events[: last + 1] if e.type == "turn/start")
+    assert session.projections.state_of("turnCount") == turns
+    assert session.projections.observed_seq("turnCount") == last
 
 
 def test_a_failing_apply_after_a_queued_unit_keeps_the_queue_consistent() -> None:
