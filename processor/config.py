@@ -103,8 +103,9 @@ class ServiceConfig:
     #: put off (partitions kept paused, named on ``/readyz``, tried again after a
     #: back-off); default ``retry.DEFAULT_DEADLINE_S``.
     restore_deadline_s: int = 120
-    #: Seconds a partition's local store fill may go without progress before it is
-    #: put off the same way; default ``background_fill.STALL_S``.
+    #: Seconds a partition's local store fill (the background one of an
+    #: assignment, and the rewind's after an abort) may go without progress
+    #: before it is put off the same way; default ``background_fill.STALL_S``.
     fill_stall_s: int = 120
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)

@@ -316,7 +316,10 @@ class CheckpointStore:
         if fresh:
             self._db().filling(True)
         try:
-            for p, batch, next_offset in _stream(reader, topic, starts, highs):
+            # no progress for the service's fill_stall_s: a transient timeout, the
+            # rewind's restore put off as the background fill's would be
+            stall_s = float(self.config.fill_stall_s)
+            for p, batch, next_offset in _stream(reader, topic, starts, highs, timeout_s=stall_s):
                 if p in moved:
                     continue
                 records = stored_records(

@@ -448,3 +448,30 @@ def test_a_fill_reads_past_an_end_below_the_committed_one() -> None:
         for p, batch, end in _stream(cast(Reader, answers), "t", {0: 3}, {0: 6})
     ]
     assert got == [(0, [3, 5], 6)]
+
+
+def test_the_synchronous_fill_gives_up_after_fill_stall_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rewind's fill (after an abort) stalls after the service's
+    ``fill_stall_s``, as the background fill does, not a fixed 120 s: a drill
+    with short bounds puts both off alike."""
+    from processor.service import state
+    from processor.service.state import CheckpointStore
+
+    config = _config(tmp_path, fill_stall_s=7)
+    store = CheckpointStore(config, CODEC)
+    store.open("c1", "t1")
+    monkeypatch.setattr(
+        CheckpointStore, "positions", lambda self, reader, parts: {p: (0, 5, None) for p in parts}
+    )
+    bounds: list[float | None] = []
+
+    def stream(*args: Any, timeout_s: float | None = None, **kw: Any) -> Any:
+        bounds.append(timeout_s)
+        return iter(())
+
+    monkeypatch.setattr(state, "_stream", stream)
+    store.fill(cast(Reader, _Answers([])), [0, 1])
+    assert bounds == [7.0]
+    store.close()
