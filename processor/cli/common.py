@@ -93,7 +93,10 @@ def service_options(fn: F) -> F:
                 secret_file=secret_file,
             )
         except (OSError, ValueError) as exc:
-            raise click.BadParameter(str(exc), param_hint="--config/--kafka-secret-file") from None
+            # the value may come from the file, a PROCESSOR_* variable or a flag
+            raise click.BadParameter(
+                str(exc), param_hint="the configuration (--config, PROCESSOR_* environment, flags)"
+            ) from None
         return fn(*args, config=config, **kwargs)
 
     return wrapper  # type: ignore[return-value]

@@ -188,3 +188,20 @@ def test_no_leader_found_by_the_stable_offset_query_is_waited_out_not_the_end_of
         wait_stable(lambda: _LeaderlessAdmin(misses), "t.checkpoints", [0], 50.0)
     assert is_transient(gave_up.value)  # rebalance.py puts the restore off
     assert "No leaders found" in gave_up.value.line()
+
+
+def test_a_bad_bound_in_the_environment_is_one_line_naming_where_it_came_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI names the configuration's sources (the value came from the
+    environment), not the --config option alone, and prints no traceback."""
+    from click.testing import CliRunner
+
+    from processor.cli.main import cli
+
+    monkeypatch.setenv("PROCESSOR_FILL_STALL_S", "0")
+    result = CliRunner().invoke(cli, ["run", "-b", "127.0.0.1:1", "--topic-prefix", "x"])
+    assert result.exit_code == 2
+    assert "fill_stall_s must be at least 1 s, got 0" in result.output
+    assert "PROCESSOR_* environment" in result.output
+    assert "Traceback" not in result.output
