@@ -46,7 +46,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -505,45 +505,21 @@ def _first_held(
     """The topic's first committed record at or after ``offset`` (None: it holds
     none below ``end``, the committed end the caller read).
 
-    Its own read, not :func:`_stream`'s: "none" must be an answer, never a
-    read that came back empty — an end-of-partition below ``end`` (a new
-    leader whose high watermark still catches up in a broker restart) is read
-    past, and a read without an answer within ``timeout_s`` raises a
-    transient error (the assignment is put off and tried again), so a
-    broker's trouble is never taken for a record the topic does not hold.
+    "None" must be an answer, never a read that came back empty: :func:`_stream`
+    reads past an end-of-partition below ``end`` (a new leader whose high
+    watermark still catches up in a broker restart) and raises a transient
+    error when nothing answers within ``timeout_s`` (the assignment is put off
+    and tried again), so a broker's trouble is never taken for a record the
+    topic does not hold.
     """
-    if offset >= end:
-        return None
-    reader.assign([TopicPartition(topic, partition, offset)])
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            if time.monotonic() > deadline:
-                raise KafkaException(
-                    KafkaError(
-                        KafkaError._TIMED_OUT,
-                        f"reading {topic}[{partition}] at offset {offset} timed out",
-                    )
-                )
-            msgs = retry(lambda: reader.consume(num_messages=1, timeout=0.05), f"reading {topic}")
-            for m in msgs:
-                if m.partition() != partition:
-                    continue
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if (m.offset() or 0) >= end:
-                            return None
-                        continue  # an end below the one read before: not an answer
-                    exc = KafkaException(err)
-                    if is_transient(exc):
-                        continue
-                    raise exc
-                at, key = m.offset(), m.key()
-                if at is not None and at >= offset and key is not None:
-                    return StoredRecord(at, key, m.value())
-    finally:
-        reader.unassign()
+    batches = _stream(
+        reader, topic, {partition: offset}, {partition: end}, limit=1, timeout_s=timeout_s
+    )
+    with contextlib.closing(batches):  # unassigns the reader at once
+        for _, batch, _ in batches:
+            for m in batch:
+                return StoredRecord(m.offset() or 0, m.key() or b"", m.value())
+    return None
 
 
 def _stream(
@@ -554,7 +530,7 @@ def _stream(
     *,
     limit: int | None = None,
     timeout_s: float = 120.0,
-) -> Iterator[tuple[int, list[Msg], int]]:
+) -> Generator[tuple[int, list[Msg], int], None, None]:
     """Committed records of several partitions from ``starts`` to their end, in batches.
 
     Yields ``(partition, records, next offset)`` with at most ``FILL_BATCH``
