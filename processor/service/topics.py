@@ -164,6 +164,22 @@ def verify_topics(admin: AdminClient, config: ServiceConfig, timeout: float = 30
     return problems
 
 
+def internal_topic(name: str) -> bool:
+    """The broker's own topics (``__consumer_offsets``, ``__transaction_state``...)."""
+    return name.startswith("__")
+
+
 def delete_topics(admin: AdminClient, names: list[str], timeout: float = 30) -> None:
+    """Delete ``names``; refuses the broker's internal topics.
+
+    Deleting ``__consumer_offsets`` or ``__transaction_state`` loses every
+    group's offsets and every open transaction on the cluster; the broker
+    re-creates them empty on next use, and the coordinators' reloads stall
+    commits for seconds (a bench helper once deleted them as "topics created
+    during the figure": the next latency runs' first transactions took 400 ms).
+    """
+    internal = [n for n in names if internal_topic(n)]
+    if internal:
+        raise ValueError(f"refusing to delete the broker's internal topics {internal}")
     for future in admin.delete_topics(names, operation_timeout=timeout).values():
         future.result()
