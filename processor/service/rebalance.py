@@ -139,6 +139,7 @@ class Rebalance:
         with self._observing():
             self._begin(numbers)
         self.health.ready = True  # serving; /readyz names the partitions still filling
+        self.health.group = None  # the group took this member (group.py)
 
     def _observing(self) -> contextlib.AbstractContextManager[None]:
         """The restore's retries: counted, named on /readyz, and given up (the

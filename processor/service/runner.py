@@ -56,6 +56,7 @@ from processor.service.broker_watch import BrokerWatch
 from processor.service.commit import Committer
 from processor.service.control import ControlChannel
 from processor.service.fold_loop import fold_messages
+from processor.service.group import join_refused
 from processor.service.heap import HeapPolicy
 from processor.service.idle import Behind, IdleClock, behind_end
 from processor.service.kafka_errors import ClientProblems, message_error
@@ -435,6 +436,12 @@ class Processor:
         fatal = message_error(err, msg.topic(), self.config.group_id)
         if fatal is not None:
             raise self._fail(fatal)
+        refused = join_refused(err, self.config.group_id)
+        if refused is not None:  # named on /readyz until assigned, logged once (group.py)
+            if refused != self.health.group:
+                log.error("%s", refused)
+            self.health.group = refused
+            return
         log.warning("consume error: %s", err)
 
     def _apply_commands(self, msgs: Sequence[Msg]) -> None:
