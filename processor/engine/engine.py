@@ -572,6 +572,8 @@ class Engine:
         if referenced:
             self.tally.dlq_oversized += 1
         self.batch.dead_letters.append((part.number, letter))
+        if letter.value is not None:
+            self.batch.dead_letter_bytes += len(letter.value)
 
     # ------------------------------------------------------------ output
 

@@ -52,6 +52,7 @@ from processor.core.projections import ProjectionRegistry
 from processor.core.sharing import tables as sharing_tables
 from processor.engine import Batch, Engine, PartitionState, Record, Tally
 from processor.engine.commands import Command
+from processor.engine.dead_letters import MAX_BATCH_DEAD_LETTER_BYTES
 from processor.service.broker_watch import BrokerWatch
 from processor.service.commit import Committer
 from processor.service.control import ControlChannel
@@ -328,8 +329,11 @@ class Processor:
                 elif max_idle_s is not None and idle.over(now, self._behind()):
                     break
                 p = self._pending
+                # bounded: a flood of dead letters is committed, not held (dead_letters.py)
+                flood = p.dead_letter_bytes >= MAX_BATCH_DEAD_LETTER_BYTES
                 if not p.empty() and (
                     p.events >= cfg.max_batch_events
+                    or flood
                     # A due batch whose predecessor still commits keeps folding
                     # until that commit ends: it could not begin sooner, and what
                     # arrives meanwhile rides along instead of waiting for the
@@ -340,6 +344,8 @@ class Processor:
                         and not self._catching_up(behind)
                     )
                 ):
+                    if flood:
+                        self.metrics.dlq_batch_closes.inc()
                     # commit_transaction overlaps the next batch's fold (commit.py)
                     self._commit(overlap=True)
                 if until_offsets is not None and self._reached(until_offsets):
