@@ -34,7 +34,7 @@ from processor.service import clients
 from processor.service.acls import Acl, required_acls
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, error_of, one_line
 from processor.service.metrics import Metrics
-from processor.service.retry import retry
+from processor.service.retry import observing, retry
 
 log = logging.getLogger("processor.preflight")
 
@@ -192,8 +192,13 @@ def layout_or_fatal(config: ServiceConfig, problems: ClientProblems) -> list[str
 
 def require_permissions(config: ServiceConfig, problems: ClientProblems, metrics: Metrics) -> None:
     """Raise :class:`KafkaFatal` naming every missing ACL, or else every problem
-    of the topic layout (before joining the group)."""
-    missing = missing_or_fatal(config, problems) or layout_or_fatal(config, problems)
+    of the topic layout (before joining the group).
+
+    Its retries are observed: a broker that does not answer (a wrong bootstrap
+    address, the cluster down) is named on ``/readyz`` while they last (up to a
+    minute), not hidden behind ``not ready: restoring``."""
+    with observing(metrics.retries):
+        missing = missing_or_fatal(config, problems) or layout_or_fatal(config, problems)
     if missing:
         metrics.health.fatal = "; ".join(missing)
         raise KafkaFatal(metrics.health.fatal)

@@ -67,7 +67,7 @@ from processor.service.query_cache import QueryCache
 from processor.service.rebalance import Rebalance
 from processor.service.registry import codec_for
 from processor.service.restore import read_key_range
-from processor.service.retry import run_all
+from processor.service.retry import observing, run_all
 from processor.service.state import CheckpointStore
 from processor.service.transport import GroupConsumer, KafkaTransport, Msg, Transport
 
@@ -248,7 +248,8 @@ class Processor:
             self.topics.control,
             cfg.group_id,
         )
-        self.txn.start(producer, consumer)
+        with observing(self.metrics.retries):  # /readyz names a broker nobody answers for
+            self.txn.start(producer, consumer)
         transport.require_permissions(self.problems, self.metrics)
         brokers = BrokerWatch(
             problems, self.metrics, lambda: consumer.list_topics(self.topics.events, timeout=2)
