@@ -113,9 +113,16 @@ def bare(kafka_bootstrap: str) -> Iterator[ServiceConfig]:
         delete_topics(admin, existing)
 
 
-def _create(config: ServiceConfig, partitions: dict[str, int], configs: dict[str, Any]) -> None:
-    """The five topics as ``topics create`` makes them, but for the given changes."""
+def _create(
+    config: ServiceConfig,
+    partitions: dict[str, int],
+    configs: dict[str, Any],
+    skip: str | None = None,
+) -> None:
+    """The five topics as ``topics create`` makes them, but for the given changes
+    (``skip``: one not created)."""
     admin = clients.admin(config)
+    specs = [s for s in topic_specs(config) if s.name != skip]
     new = [
         NewTopic(
             s.name,
@@ -123,12 +130,12 @@ def _create(config: ServiceConfig, partitions: dict[str, int], configs: dict[str
             replication_factor=config.replication_factor,
             config={**s.configs, **configs.get(s.name, {})},
         )
-        for s in topic_specs(config)
+        for s in specs
     ]
     for future in admin.create_topics(new, operation_timeout=30).values():
         future.result()
     deadline = time.monotonic() + 30
-    while any(s.name not in admin.list_topics(timeout=10).topics for s in topic_specs(config)):
+    while any(s.name not in admin.list_topics(timeout=10).topics for s in specs):
         assert time.monotonic() < deadline, "topics not in the metadata"
         time.sleep(0.2)
 
@@ -196,3 +203,19 @@ def test_a_layout_as_topics_create_makes_it_passes(bare: ServiceConfig) -> None:
     views = materialize_views(bare)
     for sid in logs:
         assert as_json(session_fold_equivalent(views[sid])) == stack.expected(sid)
+
+
+@pytest.mark.parametrize("kind", ["events", "checkpoints", "views"])
+def test_a_missing_topic_ends_the_start_with_one_line_naming_it(
+    bare: ServiceConfig, kind: str
+) -> None:
+    """As the control topic's (test_hostile.py): every topic the member uses."""
+    missing = getattr(bare.topics, kind)
+    _create(bare, {}, {}, skip=missing)
+    metrics = Metrics()
+    with pytest.raises(KafkaFatal) as raised:
+        Processor(bare, metrics=metrics).run(max_idle_s=2)
+    line = str(raised.value)
+    assert f"topic {missing!r} does not exist (run `processor topics create`)" in line, line
+    assert "\n" not in line
+    assert metrics.health.readiness()[0] == 503
