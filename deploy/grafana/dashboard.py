@@ -138,7 +138,9 @@ def build() -> Builder[Any]:
                             (f"sum by (rule) (increase(processor_dlq_records_total{SEL}"
                              f"{RATE}))", "{{rule}}"),
                             (f"sum(increase(processor_dlq_values_referenced_total{SEL}"
-                             f"{RATE}))", "too big, referenced")))
+                             f"{RATE}))", "too big, referenced"),
+                            (f"sum(increase(processor_dlq_batch_bound_total{SEL}"
+                             f"{RATE}))", "batches closed at the dead-letter bound")))
         .with_panel(_series("Control commands", "short", "Redrive commands by outcome "
                             "(applied, noop, rejected)",
                             (f"sum by (outcome) (increase(processor_control_commands_total"

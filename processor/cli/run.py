@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from confluent_kafka import KafkaException
@@ -22,6 +23,8 @@ from processor.service.metrics import Metrics, PathHandler, serve
 from processor.service.query_setup import attach_queries, query_endpoint
 from processor.service.restore import AnchorError
 from processor.service.runner import Processor
+
+_T = TypeVar("_T")
 
 
 @click.command()
@@ -150,38 +153,15 @@ def run(
         exactly_once=False if at_least_once else None,
     )
     metrics = Metrics()
-    server: Any = None
     if config.inspect and not (config.metrics_port or metrics_port == 0):
         raise click.UsageError("--inspect serves on the metrics port: give --metrics-port")
     if config.queries and not (config.metrics_port or metrics_port == 0):
         raise click.UsageError("--queries serves on the metrics port: give --metrics-port")
-    if config.queries:  # the port first: the member advertises its URL when it joins
-        base = config
-
-        def with_inspector(handler: PathHandler) -> Any:
-            from processor.inspect.mount import serve_with_inspector
-
-            mounted = serve_with_inspector(metrics, base, queries=handler)
-            click.echo(f"inspector on {mounted.url}", err=True)
-            return mounted
-
-        server, endpoint, config = query_endpoint(
-            config, metrics, with_inspector if config.inspect else None
-        )
-        click.echo(f"queries on {config.query_advertise}/sessions/", err=True)
-        processor = Processor(config, metrics=metrics)
-        attach_queries(processor, endpoint)
-    else:
-        processor = Processor(config, metrics=metrics)
-    if server is not None:
-        pass  # serving already (the queries' port)
-    elif config.inspect:
-        from processor.inspect.mount import serve_with_inspector
-
-        server = serve_with_inspector(metrics, config)
-        click.echo(f"inspector on {server.url}", err=True)
-    elif config.metrics_port or metrics_port == 0:
-        server = serve(metrics, config.metrics_host, config.metrics_port)
+    try:
+        server, processor, config = _start(config, metrics, metrics_port)
+    except _PortTaken as exc:
+        click.echo(f"processor: {exc}", err=True)
+        sys.exit(1)
     if server is not None:
         click.echo(
             f"metrics on http://{config.metrics_host}:{server.server_port}/metrics", err=True
@@ -204,3 +184,52 @@ def run(
     finally:
         if server is not None:
             server.shutdown()
+
+
+class _PortTaken(Exception):
+    """The HTTP port cannot be had (in use by another member on this host or a
+    process left over, an address not of this host): one line, not a traceback."""
+
+
+def _bound(config: ServiceConfig, start: Callable[[], _T]) -> _T:
+    try:
+        return start()
+    except OSError as exc:
+        where = f"{config.metrics_host}:{config.metrics_port}"
+        raise _PortTaken(f"cannot serve on {where}: {exc.strerror or exc}") from None
+
+
+def _start(
+    config: ServiceConfig, metrics: Metrics, metrics_port: int | None
+) -> tuple[Any, Processor, ServiceConfig]:
+    """The member and its HTTP port (the port first when it answers queries: the
+    member advertises its URL when it joins); :class:`_PortTaken` when the port
+    cannot be had."""
+    server: Any = None
+    if config.queries:  # the port first: the member advertises its URL when it joins
+        base = config
+
+        def with_inspector(handler: PathHandler) -> Any:
+            from processor.inspect.mount import serve_with_inspector
+
+            mounted = serve_with_inspector(metrics, base, queries=handler)
+            click.echo(f"inspector on {mounted.url}", err=True)
+            return mounted
+
+        serving = with_inspector if config.inspect else None
+        server, endpoint, config = _bound(config, lambda: query_endpoint(base, metrics, serving))
+        click.echo(f"queries on {config.query_advertise}/sessions/", err=True)
+        processor = Processor(config, metrics=metrics)
+        attach_queries(processor, endpoint)
+    else:
+        processor = Processor(config, metrics=metrics)
+    if server is not None:
+        pass  # serving already (the queries' port)
+    elif config.inspect:
+        from processor.inspect.mount import serve_with_inspector
+
+        server = _bound(config, lambda: serve_with_inspector(metrics, config))
+        click.echo(f"inspector on {server.url}", err=True)
+    elif config.metrics_port or metrics_port == 0:
+        server = _bound(config, lambda: serve(metrics, config.metrics_host, config.metrics_port))
+    return server, processor, config

@@ -120,6 +120,11 @@ class Codec:
                         CodecError(f"schema registry refused {name}: {exc}"), exc
                     ) from exc
                 head = CONFLUENT_MAGIC + schema_id.to_bytes(4, "big")
+                # the id names the schema just registered: records of it (the other
+                # writers' of this version) are read without asking the registry,
+                # whose outage after the start would make each a CODEC dead letter
+                # and quarantine its session (a transient fault marked as bad input)
+                self._id_plans.setdefault(schema_id, self.store.plan(info.fingerprint))
             self._headers[name] = head
         return head
 

@@ -22,6 +22,12 @@ MAX_COPIED_VALUE: Final = 512 * 1024
 #: Largest record key copied (and the largest key the processor accepts as a session id).
 MAX_KEY_BYTES: Final = 1024
 MAX_REASON_CHARS: Final = 2000
+#: Dead-letter bytes one batch holds at most before the loop commits it (plus
+#: one consume call's records).  Each letter fits, but a flood of poison records
+#: just under MAX_COPIED_VALUE in a backlog filled a batch of max_batch_events
+#: letters (20,000 x 512 KiB: 10 GiB in memory, one transaction that cannot
+#: finish within its timeout, aborted and refolded for ever).
+MAX_BATCH_DEAD_LETTER_BYTES: Final = 64 * 1024 * 1024
 
 
 def reference(data: bytes) -> str:

@@ -28,7 +28,13 @@ from processor.core.errors import SessionError, raised_from
 from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import Session, synthetic_header
-from processor.engine.commands import Command, CommandError, apply_command, parse_command
+from processor.engine.commands import (
+    Command,
+    CommandError,
+    apply_command,
+    parse_command,
+    partition_of,
+)
 from processor.engine.dead_letters import MAX_KEY_BYTES, bounded
 from processor.engine.errors import AnchorError
 from processor.engine.gate import Gate, judge, refusal
@@ -162,6 +168,9 @@ class Engine:
         self.batch = Batch()
         self.tally = Tally()
         self.replaying = False  # refolding history another owner already committed
+        #: partitions of the events topic (0: not known yet, nothing is checked);
+        #: a record in a partition its key does not hash to is refused (fold)
+        self.partition_count = 0
         self._publish_floor = dict(publish_floor or {})
         #: sessions held in memory, least recently used first (memory.py)
         self.held = HeldSessions()
@@ -336,6 +345,25 @@ class Engine:
             self.dead_letter(part, None, rec, None, "KEY", f"record {why}")
             self.tally.events["rejected"] += 1
             return Outcome(Fate.REJECTED, None, None, "KEY", f"record {why}")
+        # a held session passed the route check below when it was first held here
+        rt = part.sessions.get(sid)
+        if rt is None and self.partition_count:
+            want = partition_of(key, self.partition_count)
+            if want != part.number:
+                # A session lives in the partition its key hashes to (murmur2, as
+                # the writers, redrives and queries find it).  Folded here, the
+                # record would start a second copy of the session whose views and
+                # checkpoints land in this partition's number: readers would see
+                # two values per view (a gap quarantining one of them).  Refused
+                # before anything of the session is touched; nothing quarantined.
+                why = (
+                    f"record of session {sid!r} in partition {part.number}, but its key "
+                    f"hashes to partition {want} of {self.partition_count} (produce "
+                    "events with the murmur2 partitioner)"
+                )
+                self.dead_letter(part, sid, rec, None, "KEY", why)
+                self.tally.events["rejected"] += 1
+                return Outcome(Fate.REJECTED, sid, None, "KEY", why)
         try:
             value = rec.value
             if value is None:
@@ -353,7 +381,6 @@ class Engine:
                 f"record key {sid!r} does not match sessionId {decoded.session_id!r}",
             )
         # a held session is touched (LRU) with its fold below, in one lookup
-        rt = part.sessions.get(sid)
         if rt is None:
             rt = self.runtime(part, sid)
         if rt.quarantine is not None and decoded.seq == rt.quarantine.seq + 1:
@@ -545,6 +572,8 @@ class Engine:
         if referenced:
             self.tally.dlq_oversized += 1
         self.batch.dead_letters.append((part.number, letter))
+        if letter.value is not None:
+            self.batch.dead_letter_bytes += len(letter.value)
 
     # ------------------------------------------------------------ output
 

@@ -169,6 +169,9 @@ class Batch:
     dead_letters: list[tuple[int, DeadLetter]] = field(default_factory=list)
     tombstones: list[tuple[str, int, bytes]] = field(default_factory=list)
     events: int = 0
+    #: bytes of record values copied into the dead letters (the loop closes the
+    #: batch at MAX_BATCH_DEAD_LETTER_BYTES: a poison flood is not held in memory)
+    dead_letter_bytes: int = 0
     started: float = 0.0  # monotonic time of the batch's first record (set by the loop)
 
     def empty(self) -> bool:

@@ -8,7 +8,8 @@ unreachable); nothing reads a health field to decide what to do next.
   fatal happened — a restart helps only then.
 * ``/readyz`` (readiness): assigned partitions restored, nothing fatal,
   transactions not failing past their bound (``failures.py``) and a broker
-  answering (``broker_watch.py``), the local store usable (``state.py``),
+  answering (``broker_watch.py``), the group taking this member (a join
+  refused: ``group.py``), the local store usable (``state.py``),
   no partition stalled with lag past its re-seeks (``progress.py``), no
   Kafka call being retried for ``RETRY_REPORT_S`` (``retry.py``: a restore
   waiting out a broker restart inside a rebalance callback) and the loop
@@ -43,6 +44,9 @@ class Health:
         self.degraded: str | None = None
         #: set while no broker has answered past a bound
         self.unreachable: str | None = None
+        #: why the group coordinator refuses this member's join (another
+        #: application's consumers in the group), until it is assigned (group.py)
+        self.group: str | None = None
         #: why the local state store cannot be opened or written (state.py)
         self.store: str | None = None
         #: partitions whose store fill is still running (background_fill.py)
@@ -110,6 +114,7 @@ class Health:
                 self.fatal,
                 self.degraded,
                 self.unreachable,
+                self.group,
                 self.store,
                 f"waiting {oldest[0]:.0f}s for the broker: {oldest[1]}"
                 if oldest is not None and oldest[0] >= RETRY_REPORT_S

@@ -173,6 +173,12 @@ class Metrics:
         )
         for outcome in ("applied", "noop", "rejected"):
             self.control.labels(outcome)
+        self.dlq_batch_closes = Counter(
+            "processor_dlq_batch_bound_total",
+            "Batches committed early because their dead letters reached "
+            "MAX_BATCH_DEAD_LETTER_BYTES (a flood of bad records)",
+            registry=r,
+        )
         self.dlq_oversized = Counter(
             "processor_dlq_values_referenced_total",
             "Dead letters whose record was too big to copy (kept as "

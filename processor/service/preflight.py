@@ -1,4 +1,5 @@
-"""Check at start that the processor's principal holds the ACLs it needs.
+"""Check at start that the processor's principal holds the ACLs it needs,
+and that the topics are laid out as the service relies on.
 
 Some missing permissions surface late or never as errors: a consumer
 assigned a topic it may not READ idles silently (librdkafka retries), a
@@ -7,21 +8,35 @@ read.  Asking the broker for the principal's authorized operations on every
 topic and on the group (KIP-430) names each missing ACL in one line before
 the processor joins the group.  Brokers without an authorizer report no
 operations; nothing is checked then.
+
+The layout (:func:`layout_problems`) is what ``processor topics verify``
+checks, as far as it breaks the service: a views, checkpoints, dead-letter
+or control topic with another partition count than events breaks the
+co-partitioning (transactions aborting on a partition that does not exist,
+restores put off for ever, or commands refused), a checkpoints or views
+topic that is not compacted loses what a restore or a reader needs once
+retention runs, and a compacted events topic keeps only each session's
+last event.  None of these showed at start: the process ran, ``/readyz``
+turned green, and the damage came later.  Each now ends the start with one
+line, as a missing ACL does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from processor.config import ServiceConfig
 from processor.service import clients
 from processor.service.acls import Acl, required_acls
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, error_of, one_line
 from processor.service.metrics import Metrics
-from processor.service.retry import retry
+from processor.service.retry import observing, retry
+
+log = logging.getLogger("processor.preflight")
 
 
 def missing_permissions(
@@ -97,9 +112,93 @@ def missing_or_fatal(config: ServiceConfig, problems: ClientProblems) -> list[st
         raise KafkaFatal(f"cannot check permissions: {one_line(exc)}") from None
 
 
+#: cleanup.policy each topic must have, and what breaks otherwise
+_POLICIES = {
+    "events": ("delete", "compaction keeps only each session's last event"),
+    "views": ("compact", "retention deletes view parts that are written once"),
+    "checkpoints": ("compact", "retention deletes the checkpoints of idle sessions"),
+}
+
+
+def layout_problems(admin: AdminClient, config: ServiceConfig, timeout: float = 15.0) -> list[str]:
+    """What in the topic layout breaks the service (empty: nothing).
+
+    Partition counts come from the metadata (DESCRIBE, implied by the
+    processor's ACLs); cleanup policies need DESCRIBE_CONFIGS, which the
+    processor role does not have to hold: when the broker refuses them, that
+    part is skipped with a warning (``processor topics verify`` checks it with
+    an administrator's rights).  A missing topic is the permission check's.
+    """
+    t = config.topics
+    meta = admin.list_topics(timeout=timeout).topics
+    events = meta.get(t.events)
+    if events is None or events.error is not None or not events.partitions:
+        return []
+    n = len(events.partitions)
+    problems: list[str] = []
+    for name in (t.views, t.checkpoints, t.dlq, t.control):
+        other = meta.get(name)
+        if other is None or other.error is not None or not other.partitions:
+            continue
+        if len(other.partitions) != n:
+            problems.append(
+                f"topic {name!r} has {len(other.partitions)} partitions, {t.events!r} has "
+                f"{n}: they must be co-partitioned (a session's views, checkpoints, dead "
+                "letters and commands use its events partition's number)"
+            )
+    names = {kind: getattr(t, kind) for kind in _POLICIES}
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names.values()]
+    try:
+        configs = {
+            r.name: {k: v.value for k, v in f.result().items()}
+            for r, f in admin.describe_configs(resources, request_timeout=timeout).items()
+        }
+    except KafkaException as exc:
+        log.warning(
+            "cleanup policies of the topics not checked (%s); `processor topics verify` "
+            "checks them with an administrator's rights",
+            one_line(exc),
+        )
+        return problems
+    for kind, (policy, why) in _POLICIES.items():
+        have = configs.get(names[kind], {}).get("cleanup.policy")
+        if have is not None and have != policy:
+            problems.append(
+                f"topic {names[kind]!r} has cleanup.policy={have}, expected {policy}: {why} "
+                "(see `processor topics verify`)"
+            )
+    retention = configs.get(t.events, {}).get("retention.ms")
+    if retention is not None and retention != "-1":
+        # not fatal: the anchor check fails loudly once retention reaches a
+        # checkpoint's anchor; but a replay from offset zero misses what is gone
+        log.warning(
+            "topic %r has retention.ms=%s: the events log should be kept forever (-1); "
+            "restores and replays need it",
+            t.events,
+            retention,
+        )
+    return problems
+
+
+def layout_or_fatal(config: ServiceConfig, problems: ClientProblems) -> list[str]:
+    """:func:`layout_problems` with its own admin client; a failure is KafkaFatal."""
+    admin = clients.admin(config, problems)
+    try:
+        return retry(lambda: layout_problems(admin, config), "topic layout check", deadline_s=60)
+    except KafkaException as exc:
+        problems.raise_if_fatal()
+        raise KafkaFatal(f"cannot check the topic layout: {one_line(exc)}") from None
+
+
 def require_permissions(config: ServiceConfig, problems: ClientProblems, metrics: Metrics) -> None:
-    """Raise :class:`KafkaFatal` naming every missing ACL (before joining the group)."""
-    missing = missing_or_fatal(config, problems)
+    """Raise :class:`KafkaFatal` naming every missing ACL, or else every problem
+    of the topic layout (before joining the group).
+
+    Its retries are observed: a broker that does not answer (a wrong bootstrap
+    address, the cluster down) is named on ``/readyz`` while they last (up to a
+    minute), not hidden behind ``not ready: restoring``."""
+    with observing(metrics.retries):
+        missing = missing_or_fatal(config, problems) or layout_or_fatal(config, problems)
     if missing:
         metrics.health.fatal = "; ".join(missing)
         raise KafkaFatal(metrics.health.fatal)

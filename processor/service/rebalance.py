@@ -139,6 +139,7 @@ class Rebalance:
         with self._observing():
             self._begin(numbers)
         self.health.ready = True  # serving; /readyz names the partitions still filling
+        self.health.group = None  # the group took this member (group.py)
 
     def _observing(self) -> contextlib.AbstractContextManager[None]:
         """The restore's retries: counted, named on /readyz, and given up (the
@@ -353,6 +354,9 @@ class Rebalance:
         meta = cluster.topics.get(checkpoints) if hasattr(cluster, "topics") else None
         if meta is not None and meta.partitions:
             self.partition_count = len(meta.partitions)
+            # co-partitioned with events (preflight.py checks it at start): the
+            # engine refuses records outside their key's partition by this count
+            self.engine.partition_count = self.partition_count
         store.open(cluster_id, self.transport.topic_id(checkpoints))
         for number in numbers:
             self.engine.drop_partition(number)

@@ -52,10 +52,12 @@ from processor.core.projections import ProjectionRegistry
 from processor.core.sharing import tables as sharing_tables
 from processor.engine import Batch, Engine, PartitionState, Record, Tally
 from processor.engine.commands import Command
+from processor.engine.dead_letters import MAX_BATCH_DEAD_LETTER_BYTES
 from processor.service.broker_watch import BrokerWatch
 from processor.service.commit import Committer
 from processor.service.control import ControlChannel
 from processor.service.fold_loop import fold_messages
+from processor.service.group import join_refused
 from processor.service.heap import HeapPolicy
 from processor.service.idle import Behind, IdleClock, behind_end
 from processor.service.kafka_errors import ClientProblems, message_error
@@ -65,7 +67,7 @@ from processor.service.query_cache import QueryCache
 from processor.service.rebalance import Rebalance
 from processor.service.registry import codec_for
 from processor.service.restore import read_key_range
-from processor.service.retry import run_all
+from processor.service.retry import observing, run_all
 from processor.service.state import CheckpointStore
 from processor.service.transport import GroupConsumer, KafkaTransport, Msg, Transport
 
@@ -246,7 +248,8 @@ class Processor:
             self.topics.control,
             cfg.group_id,
         )
-        self.txn.start(producer, consumer)
+        with observing(self.metrics.retries):  # /readyz names a broker nobody answers for
+            self.txn.start(producer, consumer)
         transport.require_permissions(self.problems, self.metrics)
         brokers = BrokerWatch(
             problems, self.metrics, lambda: consumer.list_topics(self.topics.events, timeout=2)
@@ -327,8 +330,11 @@ class Processor:
                 elif max_idle_s is not None and idle.over(now, self._behind()):
                     break
                 p = self._pending
+                # bounded: a flood of dead letters is committed, not held (dead_letters.py)
+                flood = p.dead_letter_bytes >= MAX_BATCH_DEAD_LETTER_BYTES
                 if not p.empty() and (
                     p.events >= cfg.max_batch_events
+                    or flood
                     # A due batch whose predecessor still commits keeps folding
                     # until that commit ends: it could not begin sooner, and what
                     # arrives meanwhile rides along instead of waiting for the
@@ -339,6 +345,8 @@ class Processor:
                         and not self._catching_up(behind)
                     )
                 ):
+                    if flood:
+                        self.metrics.dlq_batch_closes.inc()
                     # commit_transaction overlaps the next batch's fold (commit.py)
                     self._commit(overlap=True)
                 if until_offsets is not None and self._reached(until_offsets):
@@ -435,6 +443,12 @@ class Processor:
         fatal = message_error(err, msg.topic(), self.config.group_id)
         if fatal is not None:
             raise self._fail(fatal)
+        refused = join_refused(err, self.config.group_id)
+        if refused is not None:  # named on /readyz until assigned, logged once (group.py)
+            if refused != self.health.group:
+                log.error("%s", refused)
+            self.health.group = refused
+            return
         log.warning("consume error: %s", err)
 
     def _apply_commands(self, msgs: Sequence[Msg]) -> None:

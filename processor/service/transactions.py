@@ -28,6 +28,7 @@ from processor.service.kafka_errors import (
     is_denied,
 )
 from processor.service.metrics import Metrics
+from processor.service.retry import waiting
 from processor.service.transport import TxnProducer
 
 log = logging.getLogger("processor.transactions")
@@ -52,28 +53,34 @@ def init(
     revoke's budget; the caller finishes the init before its next
     transaction).  A denial or a fatal error always raises ``KafkaFatal``."""
     deadline = time.monotonic() + deadline_s
-    while True:
-        with contextlib.suppress(KafkaException):  # poll re-raises fatal errors
-            producer.poll(0)  # serves error_cb
-        problems.raise_if_fatal()
-        try:
-            producer.init_transactions(max(0.1, min(INIT_SLICE_S, deadline - time.monotonic())))
-            return True
-        except KafkaException as exc:
-            verdict = classify(exc, operation="WRITE", resource=txn_id)
-            if verdict.kind is Kind.DENIED:
-                raise KafkaFatal(verdict.line) from None
-            err = error_of(exc)
-            timed_out = err is not None and err.code() == KafkaError._TIMED_OUT
-            transient = timed_out or verdict.kind is Kind.RETRY
-            if transient and time.monotonic() <= deadline:
-                continue
-            with contextlib.suppress(KafkaException):
-                producer.poll(0)
+    # named on /readyz while it lasts (the loop observes it, runner.run): a
+    # bootstrap address where nothing answers kept the start here for two
+    # minutes behind "not ready: restoring"
+    with waiting(f"the transaction coordinator to initialise transactional id {txn_id!r}"):
+        while True:
+            with contextlib.suppress(KafkaException):  # poll re-raises fatal errors
+                producer.poll(0)  # serves error_cb
             problems.raise_if_fatal()
-            if transient and deferrable:
-                return False
-            raise KafkaFatal(f"cannot initialise transactions ({txn_id}): {verdict.line}") from None
+            try:
+                producer.init_transactions(max(0.1, min(INIT_SLICE_S, deadline - time.monotonic())))
+                return True
+            except KafkaException as exc:
+                verdict = classify(exc, operation="WRITE", resource=txn_id)
+                if verdict.kind is Kind.DENIED:
+                    raise KafkaFatal(verdict.line) from None
+                err = error_of(exc)
+                timed_out = err is not None and err.code() == KafkaError._TIMED_OUT
+                transient = timed_out or verdict.kind is Kind.RETRY
+                if transient and time.monotonic() <= deadline:
+                    continue
+                with contextlib.suppress(KafkaException):
+                    producer.poll(0)
+                problems.raise_if_fatal()
+                if transient and deferrable:
+                    return False
+                raise KafkaFatal(
+                    f"cannot initialise transactions ({txn_id}): {verdict.line}"
+                ) from None
 
 
 def retrying(

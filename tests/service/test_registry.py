@@ -161,3 +161,25 @@ def test_an_unreachable_registry_ends_the_start_with_one_line() -> None:
     assert "schema registry" in str(raised.value) and "\n" not in str(raised.value)
     with pytest.raises(RegistryError, match="not http"):
         codec_for(_config("registry.local:8081"))
+
+
+def test_records_of_the_registered_schemas_are_read_while_the_registry_is_down(
+    registry: tuple[str, type[_Handler]],
+) -> None:
+    """A member registers its schemas at start; a registry failing afterwards must
+    not turn the events of those schemas into CODEC dead letters (each one a
+    quarantined session): their ids are known from the registration, no GET."""
+    url, handler = registry
+    codec = codec_for(_config(url), writer=True)
+    framed = codec.encode_parsed_event("s", LOG[0])
+    assert framed[:1] == CONFLUENT_MAGIC
+
+    def unavailable(self: _Handler) -> None:
+        self.calls.append("GET failed")
+        self._reply(500, {"error_code": 50001, "message": "backend down"})
+
+    handler.do_GET = unavailable  # type: ignore[method-assign]
+    assert codec.decode_event(framed) == default_codec().decode_event(
+        default_codec().encode_parsed_event("s", LOG[0])
+    )
+    assert not [c for c in handler.calls if c.startswith("GET")], handler.calls
