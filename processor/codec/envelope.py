@@ -158,28 +158,49 @@ def _opaque(value: dict[str, Any]) -> Any:
 
 
 def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
-    data_text = rec["data"]
+    """A ``SessionEvent`` datum (fastavro's dict) as a decoded event."""
+    return event_from_fields(
+        rec["sessionId"],
+        rec["type"],
+        rec["seq"],
+        rec["time"],
+        rec["data"],
+        rec["surfaceOp"],
+        rec["sourceEventSeqs"],
+        rec["ignorable"],
+        rec.get("producer"),
+    )
+
+
+def event_from_fields(
+    session_id: str,
+    etype: Any,
+    seq: Any,
+    time: Any,
+    data_text: Any,
+    op: Any,
+    seqs: Any,
+    flag: Any,
+    producer: str | None,
+) -> DecodedEvent:
+    """A decoded event from a ``SessionEvent``'s fields (schema order)."""
     try:
         data = _loads(data_text)
     except _JSONDecodeError as exc:
         raise raised_from(CodecError(f"SessionEvent.data is not valid JSON: {exc}"), exc) from exc
-    etype = rec["type"]
     envelope: dict[str, Any] = {
         # shared: a held session keeps its events, and a copy of "message" or
         # "append" per event was ~0.5 KB of each 12-event session (figure 6)
         "type": _SHARED.get(etype, etype) if type(etype) is str else etype,  # shared_string
-        "seq": rec["seq"],
-        "time": rec["time"],
+        "seq": seq,
+        "time": time,
         "data": data,
     }
-    op = rec["surfaceOp"]
     if op is not None:
         shared = _opaque(op) if type(op) is dict and "json" in op else shared_string(op)
         envelope["surfaceOp"] = shared
-    seqs = rec["sourceEventSeqs"]
     if seqs is not None:
         envelope["sourceEventSeqs"] = _opaque(seqs) if type(seqs) is dict else seqs
-    flag = rec["ignorable"]
     if flag is not None:
         envelope["ignorable"] = _opaque(flag) if type(flag) is dict else flag
-    return DecodedEvent(rec["sessionId"], envelope, data_text, rec.get("producer"))
+    return DecodedEvent(session_id, envelope, data_text, producer)

@@ -11,13 +11,14 @@ from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 
 from processor.codec.avro_compiled import Unsupported, Writer, compile_writer
-from processor.codec.avro_event import EVENT_CANONICAL, read_event
+from processor.codec.avro_event import EVENT_CANONICAL, read_event_fields
 from processor.codec.avro_fast import VIEW_LAYOUT, layout_matches, view_body
 from processor.codec.decoded import DecodedEvent
 from processor.codec.envelope import (
     _check_ints,
     _event_datum,
     _event_from_record,
+    event_from_fields,
 )
 from processor.codec.names import (
     _CF_HEADER_LEN,
@@ -267,9 +268,10 @@ class Codec:
                 if fast and offset == _SO_HEADER_LEN and head[:2] == SINGLE_OBJECT_MARKER:
                     self._fast_event_heads.add(head)
             if fast:
-                rec = read_event(data, offset)
-                if rec is not None:
-                    return _event_from_record(rec)
+                fields = read_event_fields(data, offset)
+                if fields is not None:
+                    sid, etype, seq, time, text, op, seqs, flag, producer = fields
+                    return event_from_fields(sid, etype, seq, time, text, op, seqs, flag, producer)
         return _event_from_record(self.decode_record(data, SESSION_EVENT)[1])
 
     def decode_events_batch(

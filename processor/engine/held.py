@@ -48,6 +48,9 @@ class HeldSessions:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lru: OrderedDict[tuple[int, str], SessionRuntime] = OrderedDict()
+        #: bound once: compiled, ``self._lru.move_to_end(key)`` looks the method up
+        #: by name per folded event (~0.5k of the ~2.3k instructions of :meth:`used`)
+        self._to_end: Callable[[tuple[int, str]], None] = self._lru.move_to_end
         self.clock = clock
         self.bytes = 0
 
@@ -72,7 +75,7 @@ class HeldSessions:
     def touch(self, rt: SessionRuntime) -> None:
         key = (rt.partition, rt.session_id)
         if self._lru.get(key) is rt:
-            self._lru.move_to_end(key)
+            self._to_end(key)
             rt.last_used = self.clock()
 
     def used(self, rt: SessionRuntime, encoded_bytes: int) -> None:
@@ -80,7 +83,7 @@ class HeldSessions:
         key = (rt.partition, rt.session_id)
         lru = self._lru
         if lru.get(key) is rt:
-            lru.move_to_end(key)
+            self._to_end(key)
             rt.last_used = self.clock()
             extra = EVENT_BYTES + int(EVENT_FACTOR * encoded_bytes)  # inline: per event
             rt.held_bytes += extra
