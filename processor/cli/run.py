@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException
 
 from processor.cli.common import service_options
 from processor.config import ServiceConfig
+from processor.core.errors import Unavailable
 from processor.service.kafka_errors import (
     KafkaFatal,
     configure_librdkafka_logging,
@@ -186,7 +187,7 @@ def run(
             server.shutdown()
 
 
-class _PortTaken(Exception):
+class _PortTaken(Unavailable):
     """The HTTP port cannot be had (in use by another member on this host or a
     process left over, an address not of this host): one line, not a traceback."""
 
