@@ -122,7 +122,11 @@ class Session:
         plan = self.surface.commit(event)
         self.log.append(event)
         self._digest_due = event
-        if event.surface_op == "append":  # G-4: only append-origin events (transcript_entry)
+        op = event.surface_op
+        # G-4: only append-origin events (transcript_entry).  The str test first:
+        # compiled, a str compares as a str (length, then bytes) where an Any
+        # went through the generic rich compare, and half the events carry none
+        if isinstance(op, str) and op == "append":
             message = derive_event_message(event)
             if message is not None:
                 # the message is part of the (frozen) event: freeze(entry) would
