@@ -144,8 +144,8 @@ def test_frozen_dict_of_freezes_a_just_built_dict_in_place() -> None:
 @settles
 def test_transcript_entries_are_settled_frozen_dicts() -> None:
     session = Session()
-    message = {"id": "u-0", "role": "user", "content": [{"type": "text", "text": "hi"}]}
-    message["source"] = {"kind": "user"}
+    message: dict[str, Any] = {"id": "u-0", "role": "user", "source": {"kind": "user"}}
+    message["content"] = [{"type": "text", "text": "hi"}]
     session.append(make_event("user/message", 0, message, surface_op="append"))
     (entry,) = session.transcript()
     assert type(entry) is FrozenDict and entry["seq"] == 0
