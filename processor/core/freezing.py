@@ -10,24 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from processor.core.frozen_types import (
-    MAX_DEPTH,
-    FrozenDict,
-    FrozenList,
-    JsonDepthError,
-    frozen_dict_of,
-    frozen_list_of,
-)
+from processor.core.frozen_types import MAX_DEPTH, FrozenDict, FrozenList, JsonDepthError
 from processor.core.leaf import SETTLE
 
 # The frozen types as module constants: compiled, a Final is a C static, while
 # each use of an imported class name is a lookup in the module's dict.
 _FROZEN_DICT: Final = FrozenDict
 _FROZEN_LIST: Final = FrozenList
-# FrozenDict(copy) / FrozenList(items) of the walk's own copies: compiled, the
-# copy itself becomes the frozen value (no second copy, leaf.py)
-_FROZEN_DICT_OF: Final = frozen_dict_of
-_FROZEN_LIST_OF: Final = frozen_list_of
 # Untracks each frozen container whose parts are scalars or settled parts (the
 # compiled build; None in the pure one): kept events are then no work for the
 # young collections (leaf.py).
@@ -75,8 +64,7 @@ def freeze(value: Any, _depth: int = 0) -> Any:
                 if copy is None:
                     copy = dict(src)
                 copy[k] = freeze(v, d)
-        # (the walk's own copy is frozen in place, and settled, where it can be)
-        frozen_dict = _FROZEN_DICT(src) if copy is None else _FROZEN_DICT_OF(copy)
+        frozen_dict = _FROZEN_DICT(src if copy is None else copy)
         return frozen_dict if _SETTLE is None else _SETTLE(frozen_dict)
     if t is list or t is tuple:
         if _depth >= MAX_DEPTH:
@@ -91,7 +79,7 @@ def freeze(value: Any, _depth: int = 0) -> Any:
                 if items is None:
                     items = list(value)
                 items[i] = freeze(v, d)
-        frozen_list = _FROZEN_LIST(value) if items is None else _FROZEN_LIST_OF(items)
+        frozen_list = _FROZEN_LIST(value if items is None else items)
         return frozen_list if _SETTLE is None else _SETTLE(frozen_list)
     # the union below is built per call: scalars and frozen parts first
     if _done(t) or not isinstance(value, dict | list | tuple):
