@@ -23,6 +23,17 @@
  * untracked, and a cycle through it would then never be collected (a leak,
  * never a crash: an untracked object's references count as external).
  *
+ * adopt(v) turns a dict or list the caller has just built, and holds the
+ * only reference to, into the frozen dict or list type in place: the type
+ * pointer changes, nothing is copied (FrozenDict(d) allocated a second dict
+ * and keys table, copied them and freed the first; the fold does that for
+ * every transcript entry it keeps).  With any other reference to v, v could
+ * be seen or changed as a plain dict or list afterwards, so it is copied as
+ * FrozenDict(v) would.  Either way the result is settled.  The frozen types
+ * must be dict/list subclasses with their base's layout (no __dict__, no
+ * __weakref__, no finalizer): adopts(type) checks that and says whether
+ * adopt may make instances of it.
+ *
  * The compiled build only; without this module the frozen values stay
  * tracked (processor/core/leaf.py).
  */
@@ -66,8 +77,8 @@ visit(PyObject *ref, void *arg)
     return 1;
 }
 
-static PyObject *
-settle(PyObject *module, PyObject *obj)
+static void
+settle_one(PyObject *obj)
 {
     if (is_leaf_type(Py_TYPE(obj)) && PyObject_GC_IsTracked(obj)) {
         traverseproc traverse = Py_TYPE(obj)->tp_traverse;
@@ -75,7 +86,75 @@ settle(PyObject *module, PyObject *obj)
             PyObject_GC_UnTrack(obj);
         }
     }
+}
+
+static PyObject *
+settle(PyObject *module, PyObject *obj)
+{
+    settle_one(obj);
     return Py_NewRef(obj);
+}
+
+/* the frozen dict and list types adopt() makes (NULL until adopts() took one) */
+static PyTypeObject *frozen_dict;
+static PyTypeObject *frozen_list;
+
+static PyObject *
+adopts(PyObject *module, PyObject *arg)
+{
+    if (!PyType_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "adopts() needs a type");
+        return NULL;
+    }
+    PyTypeObject *tp = (PyTypeObject *)arg;
+    PyTypeObject *base = tp->tp_base;
+    PyTypeObject **slot = base == &PyDict_Type ? &frozen_dict
+                          : base == &PyList_Type ? &frozen_list : NULL;
+    /* an instance must be its base's object in every byte, freed as any
+     * instance of the subclass is (subtype_dealloc, then the base's dealloc,
+     * which sends a subclass instance to tp_free, never to its free list) */
+    int same_layout = slot != NULL
+        && (tp->tp_flags & Py_TPFLAGS_HEAPTYPE)
+        && (tp->tp_flags & Py_TPFLAGS_HAVE_GC)
+        && tp->tp_basicsize == base->tp_basicsize
+        && tp->tp_itemsize == base->tp_itemsize
+        && tp->tp_dictoffset == 0
+        && tp->tp_weaklistoffset == base->tp_weaklistoffset
+        && tp->tp_free == base->tp_free
+        && tp->tp_finalize == NULL
+        && tp->tp_del == NULL
+        && is_leaf_type(tp);
+    if (!same_layout) {
+        Py_RETURN_FALSE;
+    }
+    if (*slot == NULL) {
+        *slot = (PyTypeObject *)Py_NewRef(arg); /* kept for good */
+    }
+    return PyBool_FromLong(*slot == tp);
+}
+
+static PyObject *
+adopt(PyObject *module, PyObject *obj)
+{
+    PyTypeObject *tp = PyDict_CheckExact(obj) ? frozen_dict
+                       : PyList_CheckExact(obj) ? frozen_list : NULL;
+    if (tp == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "adopt() takes a dict or list whose frozen type adopts() took");
+        return NULL;
+    }
+    if (Py_REFCNT(obj) == 1) {
+        /* the caller's argument is the only reference: no one else can see
+         * the value change type (an instance of a heap type holds its type) */
+        Py_SET_TYPE(obj, (PyTypeObject *)Py_NewRef(tp));
+        settle_one(obj);
+        return Py_NewRef(obj);
+    }
+    PyObject *copy = PyObject_CallOneArg((PyObject *)tp, obj);
+    if (copy != NULL) {
+        settle_one(copy);
+    }
+    return copy;
 }
 
 static PyObject *
@@ -118,6 +197,11 @@ register_leaf(PyObject *module, PyObject *args)
 static PyMethodDef methods[] = {
     {"settle", settle, METH_O,
      "settle(obj) -> obj: untrack a frozen value that cannot be part of a cycle."},
+    {"adopts", adopts, METH_O,
+     "adopts(type) -> bool: may adopt() make instances of this frozen dict or list type."},
+    {"adopt", adopt, METH_O,
+     "adopt(v) -> frozen dict or list: v itself when the caller holds its only "
+     "reference, else a copy; settled."},
     {"register", register_leaf, METH_VARARGS,
      "register(types, objects): the leaf types settle() may untrack, and the inert "
      "objects their instances may refer to."},

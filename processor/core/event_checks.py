@@ -106,7 +106,9 @@ def _check_message_shape(
     if not isinstance(mid, str) or mid == "":
         raise SessionError(seq, "D-6", f"{etype} lacks an identified message ({where}.id)")
     role = message.get("role")
-    if not d1_checked and (role == "developer") != (etype == "developer/message"):
+    if not d1_checked and (isinstance(role, str) and role == "developer") != (
+        etype == "developer/message"
+    ):
         raise SessionError(
             seq,
             "D-1",
@@ -122,7 +124,7 @@ def _check_message_shape(
                 f"{where}.role must be {' or '.join(map(repr, allowed))} for "
                 f"tool/result, got {role!r}",
             )
-    elif role != ROLE_OF_TYPE[etype]:
+    elif not (isinstance(role, str) and role == ROLE_OF_TYPE[etype]):
         raise SessionError(
             seq, "D-6", f"{where}.role must be {ROLE_OF_TYPE[etype]!r} for {etype}, got {role!r}"
         )
@@ -194,7 +196,7 @@ def _check_tool_blocks(event: Event, message: Any) -> list[str]:
     is_dev = event.type == "developer/message"
     for block in content:
         btype = block.get("type") if isinstance(block, dict) else None
-        if btype not in ("tool-addition", "tool-removal"):
+        if not (isinstance(btype, str) and (btype == "tool-addition" or btype == "tool-removal")):
             continue
         if not is_dev:
             raise SessionError(
@@ -370,7 +372,9 @@ def check_surface_fields(event: Event, dialect: int | None = None) -> list[str]:
     d1_checked = False
     if isinstance(data, dict) and isinstance(message, dict):
         role = message.get("role")
-        if (role == "developer") != (etype == "developer/message"):
+        # (isinstance first, here and below: compiled, a str compares as a
+        # str instead of through the generic rich compare of Any values)
+        if (isinstance(role, str) and role == "developer") != (etype == "developer/message"):
             raise SessionError(
                 event.seq,
                 "D-1",

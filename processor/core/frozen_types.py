@@ -8,10 +8,11 @@ this module stays interpreted.  Import from ``processor.core.frozen``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
 from processor.core.errors import SessionError
-from processor.core.leaf import register
+from processor.core.leaf import adopter, register
 
 #: Deepest nesting of dicts and lists a frozen value may have.  Untrusted JSON
 #: (orjson accepts 1024 levels) would otherwise overflow the Python stack in
@@ -89,6 +90,14 @@ class FrozenList(list[Any]):
 # frozen values hold only scalars and finished frozen parts (freeze builds them
 # bottom-up): none can be part of a reference cycle (processor/core/leaf.py)
 register((FrozenDict, FrozenList))
+
+#: ``FrozenDict(d)`` / ``FrozenList(v)`` for a dict or list its caller has just
+#: built and does not keep: compiled, it becomes the frozen value in place
+#: instead of being copied into a new one and freed (leaf.py).  Its values must
+#: already be frozen or scalars, as for ``FrozenDict(d)`` wherever a frozen
+#: value is built by hand.
+frozen_dict_of: Final[Callable[[dict[str, Any]], FrozenDict]] = adopter(FrozenDict)
+frozen_list_of: Final[Callable[[list[Any]], FrozenList]] = adopter(FrozenList)
 
 
 def thaw(value: Any) -> Any:

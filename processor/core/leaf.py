@@ -11,7 +11,7 @@ tracked, which changes nothing but the collector's work.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 try:
     from processor.core import _leaf
@@ -20,6 +20,23 @@ except ImportError:  # the pure build
 
 #: ``settle(obj) -> obj``, or None where the C module is not built
 SETTLE: Final[Callable[[Any], Any] | None] = _leaf.settle if _leaf is not None else None
+
+
+_F = TypeVar("_F")
+
+
+def adopter(frozen: type[_F]) -> Callable[[Any], _F]:
+    """``frozen(v)`` for a dict or list ``v`` its caller has just built and drops.
+
+    ``frozen`` is a registered dict or list subclass.  Compiled, ``v`` itself
+    becomes the frozen value when the call holds its only reference (its
+    type changes in place: no second object, no copied table) and is
+    settled; a value anyone else holds is copied.  The pure build, or a type
+    without its base's exact layout: ``frozen`` itself.
+    """
+    if _leaf is not None and _leaf.adopts(frozen):
+        return _leaf.adopt  # type: ignore[return-value]
+    return frozen
 
 
 def register(types: tuple[type, ...], inert: tuple[object, ...] = ()) -> None:

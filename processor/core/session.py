@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from processor.core.errors import SessionError
 from processor.core.events import Event
-from processor.core.frozen import FrozenDict, freeze
+from processor.core.frozen import FrozenDict, freeze, frozen_dict_of
 from processor.core.log import SessionHeader, SessionLog
 from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.messages import DerivedMessages, derive_event_message
@@ -30,6 +30,8 @@ CHECKPOINT_VERSION = 1
 # compiled, a Final is a C static; the imported class name is a module-dict
 # look-up at each use (twice per transcript entry)
 _FROZEN_DICT: Final = FrozenDict
+# a transcript entry's dict becomes the frozen entry itself (compiled: no copy)
+_FROZEN_DICT_OF: Final = frozen_dict_of
 
 
 def event_digest(event: Event) -> str:
@@ -120,14 +122,18 @@ class Session:
         plan = self.surface.commit(event)
         self.log.append(event)
         self._digest_due = event
-        if event.surface_op == "append":  # G-4: only append-origin events (transcript_entry)
+        op = event.surface_op
+        # G-4: only append-origin events (transcript_entry).  The str test first:
+        # compiled, a str compares as a str (length, then bytes) where an Any
+        # went through the generic rich compare, and half the events carry none
+        if isinstance(op, str) and op == "append":
             message = derive_event_message(event)
             if message is not None:
                 # the message is part of the (frozen) event: freeze(entry) would
                 # copy this one dict and reuse the message, so build it frozen
                 if type(message) is not _FROZEN_DICT:
                     message = freeze(message)
-                self._transcript.append(_FROZEN_DICT({"seq": event.seq, "message": message}))
+                self._transcript.append(_FROZEN_DICT_OF({"seq": event.seq, "message": message}))
         self.projections.on_append(event)
         return plan
 

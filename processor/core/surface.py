@@ -503,7 +503,7 @@ def plan_event(
     if added:  # D-3 (a bound method per surface event was a tenth of the checks)
         check_header_seq(event, added, state.event_of)
     op = event.surface_op
-    if op == "append":
+    if isinstance(op, str) and op == "append":  # (compiled: a str compare, not a generic one)
         # S-2 passed ("append"); S-3 still judges sourceEventSeqs when present
         if event.source_event_seqs is not ABSENT:
             _source_seqs(event)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import gc
 import pickle
+import sys
 from typing import Any
 
 import orjson
@@ -19,8 +20,9 @@ import pytest
 
 import processor.core.session
 from processor.core.events import Event, make_event, parse_event_bytes
-from processor.core.frozen import FrozenDict, FrozenList, freeze, thaw
+from processor.core.frozen import FrozenDict, FrozenList, freeze, frozen_dict_of, thaw
 from processor.core.leaf import SETTLE
+from processor.core.session import Session
 
 COMPILED = not str(processor.core.session.__file__).endswith(".py")
 settles = pytest.mark.skipif(SETTLE is None, reason="the pure build has no processor.core._leaf")
@@ -99,3 +101,53 @@ def test_cycles_around_frozen_values_are_still_collected() -> None:
     a.other, b.other = b, a
     del a, b
     assert gc.collect() >= 2
+
+
+def _built_here(ids: list[int]) -> dict[str, Any]:
+    """A fresh dict whose only reference is the return value (its id noted)."""
+    d: dict[str, Any] = {"seq": 7, "message": freeze({"role": "user", "content": []})}
+    ids.append(id(d))
+    return d
+
+
+def test_frozen_dict_of_is_a_frozen_copy_of_a_dict_someone_holds() -> None:
+    held: dict[str, Any] = {"a": 1, "b": freeze([1])}
+    out = frozen_dict_of(held)
+    assert type(out) is FrozenDict and out == held and out is not held
+    held["c"] = 2  # the caller's dict is still its own, mutable
+    assert "c" not in out and type(held) is dict
+
+
+@settles
+def test_frozen_dict_of_freezes_a_just_built_dict_in_place() -> None:
+    ids: list[int] = []
+    out = frozen_dict_of(_built_here(ids))
+    # no copy: the dict built for it is the frozen dict (without the C module's
+    # adopt, FrozenDict(d) allocated a second dict and freed the first)
+    assert id(out) == ids[0]
+    assert type(out) is FrozenDict and not gc.is_tracked(out)
+    assert out == {"seq": 7, "message": {"role": "user", "content": []}}
+    with pytest.raises(TypeError):
+        out["x"] = 1
+    assert orjson.dumps(out) == b'{"seq":7,"message":{"role":"user","content":[]}}'
+    again = pickle.loads(pickle.dumps(out))
+    assert type(again) is FrozenDict and again == out
+    assert thaw(out) == out and type(thaw(out)) is dict
+    # a frozen dict made this way is freed as any other (no crash, no leak of its type)
+    before = sys.getrefcount(FrozenDict)
+    for _ in range(1000):
+        frozen_dict_of({"k": 1})
+    gc.collect()
+    assert sys.getrefcount(FrozenDict) == before
+
+
+@settles
+def test_transcript_entries_are_settled_frozen_dicts() -> None:
+    session = Session()
+    message: dict[str, Any] = {"id": "u-0", "role": "user", "source": {"kind": "user"}}
+    message["content"] = [{"type": "text", "text": "hi"}]
+    session.append(make_event("user/message", 0, message, surface_op="append"))
+    (entry,) = session.transcript()
+    assert type(entry) is FrozenDict and entry["seq"] == 0
+    # built in place and settled (FrozenDict(literal) copied a tracked dict and stayed tracked)
+    assert not gc.is_tracked(entry)

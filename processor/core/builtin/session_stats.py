@@ -145,7 +145,8 @@ def apply_all(state: Any, events: list[Event]) -> Any:
             added[code] += 1
             changed = True
             continue
-        if event.surface_op != "append":
+        op = event.surface_op
+        if not (isinstance(op, str) and op == "append"):  # compiled: a str compare
             added[_REPLACEMENTS] += 1
             changed = True
             continue
