@@ -10,37 +10,20 @@ port 1 refuses every connection.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from tests.local_http import free_port, get
 
 REPO = Path(__file__).parents[2]
 #: the first call of the start that waits for a broker: transactions' init
 NEEDLE = "for the transaction coordinator to initialise transactional id"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _readyz(port: int) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""  # not serving yet
-
-
 def test_readyz_names_the_broker_nobody_answers_for_during_the_start() -> None:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "processor", "run", "-b", "127.0.0.1:1"]
     cmd += ["--topic-prefix", "x", "--metrics-host", "127.0.0.1", "--metrics-port", str(port)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -49,7 +32,7 @@ def test_readyz_names_the_broker_nobody_answers_for_during_the_start() -> None:
     try:
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
-            seen.append(_readyz(port))
+            seen.append(get(port, "/readyz"))
             if NEEDLE in seen[-1][1]:
                 break
             time.sleep(0.5)

@@ -13,7 +13,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,18 +27,13 @@ from typing import TypeVar
 import pytest
 
 import processor
+from tests.local_http import free_port as free_port  # the deploy tests import it from here
 
 REPO = Path(__file__).resolve().parents[2]
 #: the imported package: the checkout's source, or the installed wheel when the
 #: suite runs on the compiled build (scripts/test_compiled.sh, no processor/ in REPO)
 PACKAGE = Path(str(processor.__file__)).resolve().parent
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(

@@ -8,9 +8,6 @@ suite's cluster and restarts every node it killed before it ends.
 
 from __future__ import annotations
 
-import socket
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,31 +15,16 @@ import pytest
 from processor.devcluster import LocalCluster
 from processor.service.writer import SessionWriter
 from tests.faults.conftest import SEED, make_stack, session_plan, wait_until
+from tests.local_http import free_port, get
 
 pytestmark = pytest.mark.faults
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _readyz(port: int) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as res:
-            return res.status, res.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-    except OSError as err:
-        return 0, str(err)
 
 
 def test_readyz_names_unreachable_brokers_and_recovers(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     stack = make_stack(cluster, tmp_path, partitions=2)
-    port = _free_port()
+    port = free_port()
     member = stack.spawn("bd1", "--metrics-port", str(port))
     plan = session_plan(3, 20, SEED, "bd")
     try:
@@ -52,17 +34,17 @@ def test_readyz_names_unreachable_brokers_and_recovers(
                     writer.append_event(sid, event)
                     stack.written.setdefault(sid, []).append(event)
         stack.wait_caught_up(120)
-        wait_until(lambda: _readyz(port)[0] == 200, 60, "ready", stack.member_report)
+        wait_until(lambda: get(port, "/readyz")[0] == 200, 60, "ready", stack.member_report)
 
         for node_id in list(cluster.nodes):
             cluster.kill(node_id)
         wait_until(
-            lambda: _readyz(port)[0] == 503,
+            lambda: get(port, "/readyz")[0] == 503,
             120,
             "/readyz 503 with every broker down",
             stack.member_report,
         )
-        code, body = _readyz(port)
+        code, body = get(port, "/readyz")
         assert code == 503 and "no broker answers" in body, body
         assert member.alive(), stack.member_report()
     finally:
@@ -73,7 +55,7 @@ def test_readyz_names_unreachable_brokers_and_recovers(
             cluster._wait_ready(node)
     try:
         wait_until(
-            lambda: _readyz(port)[0] == 200,
+            lambda: get(port, "/readyz")[0] == 200,
             120,
             "/readyz 200 once a broker answers",
             stack.member_report,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from processor.config import ServiceConfig
 from processor.service import clients
 from processor.service.topics import create_topics
 from tests.inspect.conftest import wait_for
+from tests.local_http import free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -177,12 +177,6 @@ def test_run_mounts_the_inspector_only_when_enabled(topics: ServiceConfig) -> No
         assert stop(plain) == 0, plain_log.read_text()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_demo_prints_the_inspector_and_keeps_it_open(kafka_bootstrap: str) -> None:
     proc, log = spawn(
         "demo",
@@ -192,7 +186,7 @@ def test_demo_prints_the_inspector_and_keeps_it_open(kafka_bootstrap: str) -> No
         "2",
         "--inspect",
         "--inspect-port",
-        str(_free_port()),
+        str(free_port()),
     )
     try:
         wait_for(

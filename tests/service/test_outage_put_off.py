@@ -24,10 +24,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +37,7 @@ from processor.service import clients, faultpoints
 from processor.service.topics import create_topics
 from processor.service.views_reader import read_views, session_fold_equivalent
 from tests.kafka_fixtures import unique_prefix
+from tests.local_http import free_port, get
 from tests.service.conftest import Stack, as_json, sessions, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -68,25 +66,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
         b.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as res:
-            return res.status, res.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-    except OSError as err:
-        return 0, str(err)
-
-
 def _sample(port: int, name: str) -> float:
     """One unlabelled series of ``/metrics`` (0 when absent or not served)."""
-    for line in _get(port, "/metrics")[1].splitlines():
+    for line in get(port, "/metrics")[1].splitlines():
         if line.startswith(name + " "):
             return float(line.split()[1])
     return 0.0
@@ -156,7 +138,7 @@ def _outage(
     ``hang``: the broker is SIGSTOPped (it answers nothing, connections stay
     open: every request times out) and resumed, else SIGKILLed (connections
     refused) and started again."""
-    port = _free_port()
+    port = free_port()
     log = tmp_path / f"{name}.log"
     env = {
         "PROCESSOR_FAULTPOINT": point,
@@ -187,7 +169,7 @@ def _outage(
             seen: list[str] = []
 
             def put_off_named() -> bool:
-                code, body = _get(port, "/readyz")
+                code, body = get(port, "/readyz")
                 if code == 503 and reason.search(body):
                     seen.append(body)
                 waits = _sample(port, "processor_restore_waits_total")
@@ -202,13 +184,13 @@ def _outage(
             else:
                 broker.start(workdir, port=broker_port)
         wait_until(
-            lambda: _get(port, "/readyz")[0] == 200 or member.poll() is not None,
+            lambda: get(port, "/readyz")[0] == 200 or member.poll() is not None,
             f"{name} ready once the broker is back",
             180,
         )
         assert member.poll() is None, f"{name} exited:\n{_tail(log)}"
         wait_until(lambda: _views_equal_offline_fold(stack), f"{name} folded", 120)
-        assert _get(port, "/readyz")[0] == 200
+        assert get(port, "/readyz")[0] == 200
         assert "restored partition" in log.read_text(errors="replace")
     finally:
         _end(member)

@@ -8,7 +8,6 @@ session; ``processor views --session`` asks a member and prints the same.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -32,6 +31,7 @@ from processor.service.views_reader import (
     materialize_views,
 )
 from tests.cli.test_service_cli import invoke
+from tests.local_http import free_port
 from tests.service.conftest import Stack, as_json, sessions, wait_until
 from tests.service.test_processor import wait_for_views
 
@@ -189,19 +189,13 @@ def test_either_member_answers_what_the_views_topic_assembles(stack: Stack) -> N
             b.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_processor_run_with_queries_serves_and_views_finds_it(stack: Stack) -> None:
     """The CLI wiring: ``processor run --queries`` advertises its port in the group
     and ``processor views --session`` finds it there without being told."""
     logs = sessions(4, 30, seed=14)
     for sid, events in logs.items():
         stack.produce(sid, events)
-    port = _free_port()
+    port = free_port()
     proc = stack.spawn("qrun", "--metrics-port", str(port), "--queries")
     try:
         wait_for_views(stack, {sid: stack.expected(sid) for sid in logs})
