@@ -148,30 +148,24 @@ def _read_fields(b: bytes, i: int) -> EventFields:
     return session_id, etype, seq, time, data, op, seqs, flag, producer
 
 
-def _read(b: bytes, i: int) -> dict[str, Any]:
-    sid, etype, seq, time, data, op, seqs, flag, producer = _read_fields(b, i)
+def read_event(data: bytes, offset: int) -> dict[str, Any] | None:
+    """The datum fastavro would read from the ``SessionEvent`` body at ``offset``
+    (the whole rest of ``data``), or None: let fastavro read it."""
+    fields = read_event_fields(data, offset)
+    if fields is None:
+        return None
+    sid, etype, seq, time, text, op, seqs, flag, producer = fields
     return {
         "sessionId": sid,
         "type": etype,
         "seq": seq,
         "time": time,
-        "data": data,
+        "data": text,
         "surfaceOp": op,
         "sourceEventSeqs": seqs,
         "ignorable": flag,
         "producer": producer,
     }
-
-
-def read_event(data: bytes, offset: int) -> dict[str, Any] | None:
-    """The datum fastavro would read from the ``SessionEvent`` body at ``offset``
-    (the whole rest of ``data``), or None: let fastavro read it."""
-    if type(data) is not bytes:
-        return None
-    try:
-        return _read(data, offset)
-    except (IndexError, UnicodeDecodeError):
-        return None
 
 
 def read_event_fields(data: bytes, offset: int) -> EventFields | None:

@@ -21,7 +21,6 @@ from processor.core.frozen_types import FrozenDict as FrozenDict
 from processor.core.frozen_types import FrozenList as FrozenList
 from processor.core.frozen_types import JsonDepthError as JsonDepthError
 from processor.core.frozen_types import frozen_dict_of as frozen_dict_of
-from processor.core.frozen_types import frozen_list_of as frozen_list_of
 from processor.core.frozen_types import thaw as thaw
 
 

@@ -91,13 +91,11 @@ class FrozenList(list[Any]):
 # bottom-up): none can be part of a reference cycle (processor/core/leaf.py)
 register((FrozenDict, FrozenList))
 
-#: ``FrozenDict(d)`` / ``FrozenList(v)`` for a dict or list its caller has just
-#: built and does not keep: compiled, it becomes the frozen value in place
-#: instead of being copied into a new one and freed (leaf.py).  Its values must
-#: already be frozen or scalars, as for ``FrozenDict(d)`` wherever a frozen
-#: value is built by hand.
+#: ``FrozenDict(d)`` for a dict its caller has just built and does not keep:
+#: compiled, it becomes the frozen value in place instead of being copied into
+#: a new one and freed (leaf.py).  Its values must already be frozen or
+#: scalars, as for ``FrozenDict(d)`` wherever a frozen value is built by hand.
 frozen_dict_of: Final[Callable[[dict[str, Any]], FrozenDict]] = adopter(FrozenDict)
-frozen_list_of: Final[Callable[[list[Any]], FrozenList]] = adopter(FrozenList)
 
 
 def thaw(value: Any) -> Any:

@@ -342,9 +342,7 @@ class Engine:
                 if len(key) > MAX_KEY_BYTES
                 else "key is not UTF-8"
             )
-            self.dead_letter(part, None, rec, None, "KEY", f"record {why}")
-            self.tally.events["rejected"] += 1
-            return Outcome(Fate.REJECTED, None, None, "KEY", f"record {why}")
+            return self._refuse_key(part, None, rec, f"record {why}")
         # a held session passed the route check below when it was first held here
         rt = part.sessions.get(sid)
         if rt is None and self.partition_count:
@@ -361,9 +359,7 @@ class Engine:
                     f"hashes to partition {want} of {self.partition_count} (produce "
                     "events with the murmur2 partitioner)"
                 )
-                self.dead_letter(part, sid, rec, None, "KEY", why)
-                self.tally.events["rejected"] += 1
-                return Outcome(Fate.REJECTED, sid, None, "KEY", why)
+                return self._refuse_key(part, sid, rec, why)
         try:
             value = rec.value
             if value is None:
@@ -509,6 +505,15 @@ class Engine:
                 batch.dirty[(part.number, rt.session_id)] = rt
             outcomes.append(outcome)
         return outcomes
+
+    def _refuse_key(
+        self, part: PartitionState, sid: str | None, rec: Record, reason: str
+    ) -> Outcome:
+        """A ``KEY`` dead letter for a record refused before its value is read:
+        no session of it is touched, so nothing is quarantined."""
+        self.dead_letter(part, sid, rec, None, "KEY", reason)
+        self.tally.events["rejected"] += 1
+        return Outcome(Fate.REJECTED, sid, None, "KEY", reason)
 
     def reject(
         self,

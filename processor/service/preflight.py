@@ -35,6 +35,7 @@ from processor.service.acls import Acl, required_acls
 from processor.service.kafka_errors import ClientProblems, KafkaFatal, error_of, one_line
 from processor.service.metrics import Metrics
 from processor.service.retry import observing, retry
+from processor.service.topics import topic_specs
 
 log = logging.getLogger("processor.preflight")
 
@@ -112,11 +113,12 @@ def missing_or_fatal(config: ServiceConfig, problems: ClientProblems) -> list[st
         raise KafkaFatal(f"cannot check permissions: {one_line(exc)}") from None
 
 
-#: cleanup.policy each topic must have, and what breaks otherwise
-_POLICIES = {
-    "events": ("delete", "compaction keeps only each session's last event"),
-    "views": ("compact", "retention deletes view parts that are written once"),
-    "checkpoints": ("compact", "retention deletes the checkpoints of idle sessions"),
+#: what breaks when a topic's cleanup.policy is not the one ``topic_specs``
+#: gives it (the policies themselves come from there, as for ``topics create``)
+_WHY_POLICY = {
+    "events": "compaction keeps only each session's last event",
+    "views": "retention deletes view parts that are written once",
+    "checkpoints": "retention deletes the checkpoints of idle sessions",
 }
 
 
@@ -146,7 +148,8 @@ def layout_problems(admin: AdminClient, config: ServiceConfig, timeout: float = 
                 f"{n}: they must be co-partitioned (a session's views, checkpoints, dead "
                 "letters and commands use its events partition's number)"
             )
-    names = {kind: getattr(t, kind) for kind in _POLICIES}
+    wanted = {spec.name: spec.configs["cleanup.policy"] for spec in topic_specs(config)}
+    names = {kind: getattr(t, kind) for kind in _WHY_POLICY}
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names.values()]
     try:
         configs = {
@@ -160,7 +163,8 @@ def layout_problems(admin: AdminClient, config: ServiceConfig, timeout: float = 
             one_line(exc),
         )
         return problems
-    for kind, (policy, why) in _POLICIES.items():
+    for kind, why in _WHY_POLICY.items():
+        policy = wanted[names[kind]]
         have = configs.get(names[kind], {}).get("cleanup.policy")
         if have is not None and have != policy:
             problems.append(
