@@ -395,7 +395,7 @@ class Engine:
             self.held.touch(rt)
             return self.reject(part, sid, rec, decoded.seq, exc.rule, str(exc), rt)
         last = rt.last_seq
-        gate = judge(rt, event)
+        gate = judge(rt, event, rec.offset)
         if gate is not Gate.APPLY:
             self.held.touch(rt)
             if gate is Gate.DUPLICATE:

@@ -2,7 +2,10 @@
 
 Producers retry, so the same event can arrive twice; a rewritten event under
 a folded seq, or a missing seq, would make the views disagree with the log.
-The gate tells these apart with the runtime's window of folded digests.
+The gate tells these apart with the runtime's window of folded digests, and
+past the window by the record's offset: a record at or before the offset of
+the session's last applied event is a re-read of the log (a rewind to a
+committed offset behind the checkpoints), judged when it was first read.
 """
 
 from __future__ import annotations
@@ -21,10 +24,16 @@ class Gate(Enum):
     GAP = "gap"  # seqs are missing before it
 
 
-def judge(rt: SessionRuntime, event: Event) -> Gate:
+def judge(rt: SessionRuntime, event: Event, offset: int | None = None) -> Gate:
+    """The gate's verdict on ``event``, read at ``offset`` of the session's partition."""
     last = rt.last_seq
     if event.seq <= last:
         verdict = rt.duplicate_verdict(event)
+        if verdict == "unknown" and offset is not None and 0 <= offset <= rt.last_offset:
+            # Without this a member folding on from a committed offset that stayed
+            # behind its checkpoints (restore.committed_behind) dead-letters every
+            # re-read event older than the window as unprovable.
+            return Gate.DUPLICATE
         return (
             Gate.DUPLICATE
             if verdict == "same"

@@ -378,6 +378,16 @@ class Rebalance:
                 stable_bound_s(self.config),
                 counted=lambda outcome: self.metrics.committed_behind.labels(outcome).inc(),
             )
+        # Still behind past the wait: the offsets of a committed transaction
+        # never showed.  Its checkpoints are atomic with its views and dead
+        # letters and the partition is folded in order, so every record up to
+        # the newest anchor is in committed output: go on after it.  (Without
+        # transactions checkpoints ahead are normal: the gate drops the re-read.)
+        after = {
+            p: a + 1
+            for p, a in anchors.items()
+            if self.config.exactly_once and (c := committed.get(p)) is not None and c <= a
+        }
         found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
         # every read before the first change: a restore put off here changed nothing
         marks = {p: watermarks(rc, events, p) for p in numbers}
@@ -391,9 +401,8 @@ class Rebalance:
                 committed[number],
                 found.get(number),
                 marks[number],
-                transactional=self.config.exactly_once,
             ) or self.engine.unusable_rows(restore.checkpoints.values())
-            starts[number] = None
+            starts[number] = after.get(number)
             quarantined = store.quarantined(number)
             if problem is not None:
                 if self.config.anchor_policy == "fail":
@@ -410,8 +419,9 @@ class Rebalance:
                 starts[number] = OFFSET_BEGINNING
             part = PartitionState(number, source=store, quarantined=quarantined)
             self.engine.partitions[number] = part
-            part.maybe_stale = number in unstable and starts[number] is None
-            part.resumed_at = committed[number]
+            going_on = number in after and starts[number] == after[number]
+            part.maybe_stale = number in unstable and (starts[number] is None or going_on)
+            part.resumed_at = starts[number] if going_on else committed[number]
             held = store.sessions(number)
             self.metrics.restored_checkpoints.inc(held)
             f = filled[number]
@@ -422,7 +432,9 @@ class Rebalance:
                 held,
                 "filled from offset 0" if f.kept_from is None else f"kept to offset {f.kept_from}",
                 f.records_read,
-                "offset 0"
+                f"offset {starts[number]} (after the newest checkpoint's anchor)"
+                if going_on
+                else "offset 0"
                 if starts[number] is not None
                 else f"committed offset {committed[number]}",
             )

@@ -136,14 +136,18 @@ def committed_behind(
     A transaction's checkpoints and its offsets commit together, but the
     coordinator writes the commit markers partition by partition: when the
     group coordinator's broker restarts, the checkpoints read committed while
-    the offsets still answer the older value (a chaos run: 16 s and more,
-    every member restoring then failed the anchor check and exited).  Only a
-    gap that outlasts the bound is an offsets reset.
+    the offsets still answer the older value (a chaos run: 16 s and more).
+    A gap that outlasts the bound is not an anchor failure: in a CI chaos run
+    the offsets of a committed transaction never showed, and every member
+    that took the partition exited while it was one.  The caller goes on
+    after the newest anchor (rebalance.py); waiting first keeps the records
+    of the last batch past its anchor (dead-lettered ones) from being
+    dead-lettered twice when the commit only shows late.
 
     The wait blocks the loop: ``/readyz`` names it while it lasts (the thread's
     ``RetryWatch``, :func:`retry.waiting`) and ``counted`` gets its outcome
-    once it ends (``caught_up``, ``expired``: the anchor check that follows
-    fails, or ``failed``: the query gave up).
+    once it ends (``caught_up``, ``expired``: went on after the anchor, or
+    ``failed``: the query gave up).
     """
 
     def behind() -> list[int]:  # no offset at all is a reset (or a new topic): not waited
@@ -179,6 +183,18 @@ def committed_behind(
         counted(outcome)
     if not todo:
         log.info("%s committed offsets caught up with the checkpoints", topic)
+    for p in todo:
+        log.warning(
+            "the group's committed offset %s of %s[%d] stayed behind its checkpoints "
+            "(anchor %d) for %.0fs: the offsets of a committed transaction were lost or "
+            "moved back; going on at offset %d, after the anchor",
+            committed.get(p),
+            topic,
+            p,
+            anchors[p],
+            bound_s,
+            anchors[p] + 1,
+        )
     return committed
 
 
@@ -429,17 +445,17 @@ def check_anchor(
     committed: int | None,
     found: tuple[str, int, str] | None,
     marks: tuple[int, int],
-    *,
-    transactional: bool = True,
 ) -> str | None:
     """None when the log still matches, else the reason it does not.
 
     ``found`` is what :func:`fetch_events` read at the newest anchor's offset.
-    Without transactions (``transactional`` false) checkpoints ahead of the
-    committed offset are what a batch that failed or crashed after its records
-    were delivered leaves: the tail from the committed offset is folded again
-    and the seq gate drops what the checkpoints already hold.  A missing
-    committed offset still fails the check (offsets reset or never committed).
+    Checkpoints ahead of the committed offset are not a mismatch.  Without
+    transactions a batch that failed or crashed after its records were
+    delivered leaves them: the tail from the committed offset is folded again
+    and the seq gate drops what the checkpoints already hold.  With them, a
+    transaction whose offsets never showed (:func:`committed_behind`): the
+    partition goes on after the anchor.  A missing committed offset still
+    fails the check (offsets deleted or never committed).
     ``marks``: the partition's ``(low, high)``, read by the caller before any
     change (a restore put off then has changed nothing); the check does no I/O.
     """
@@ -454,10 +470,10 @@ def check_anchor(
     if newest is None:
         return None
     a = newest.anchor
-    if committed is None or (committed <= a.offset and transactional):
+    if committed is None:
         return (
-            f"checkpoints reach offset {a.offset} of {topic}[{partition}] but the group's "
-            f"committed offset is {committed}: offsets were reset or the topic recreated"
+            f"checkpoints reach offset {a.offset} of {topic}[{partition}] but the group "
+            "has no committed offset: its offsets were deleted or the topic recreated"
         )
     if a.offset < low:
         return (

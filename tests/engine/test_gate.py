@@ -39,6 +39,25 @@ def test_S1_gate_verdicts_for_next_retry_rewrite_old_and_gap() -> None:
     assert refusal(Gate.CONFLICT, 4, 5)[0] == "SEQ-GATE"
 
 
+def test_S1_a_reread_past_the_window_at_a_passed_offset_is_a_duplicate() -> None:
+    """A rewind to a committed offset behind the checkpoints (without
+    transactions: a crash after the checkpoints were delivered) reads events
+    older than the digest window again: their offsets, at or before the
+    session's last applied one, prove them judged before, so they drop
+    quietly instead of each becoming an "unprovable" dead letter.  A record
+    at a later offset (a producer's retry) still cannot be proven equal."""
+    log = session_log(8)
+    rt = _runtime(window=3)
+    for offset, event in enumerate(log[:6]):
+        rt.session.append(event)
+        rt.record_applied(event, 10 + offset)
+    assert judge(rt, log[1], 11) is Gate.DUPLICATE  # the record it was folded from
+    assert judge(rt, log[1], 15) is Gate.DUPLICATE  # at or before the last applied offset
+    assert judge(rt, log[1], 16) is Gate.UNPROVABLE  # after it: not a re-read
+    assert judge(rt, log[1]) is Gate.UNPROVABLE  # no offset: nothing proven
+    assert judge(rt, changed(log[4]), 14) is Gate.CONFLICT  # the window still decides
+
+
 def test_S1_events_in_order_are_applied_and_published_once() -> None:
     h = Harness()
     log = session_log(30)

@@ -382,12 +382,15 @@ def test_a_fence_right_after_an_overrun_transaction_gets_a_new_producer() -> Non
     _expect(_views(broker, config), "s", 20)
 
 
-def test_at_least_once_restores_checkpoints_ahead_of_the_committed_offset() -> None:
+@pytest.mark.parametrize("window", [256, 2])
+def test_at_least_once_restores_checkpoints_ahead_of_the_committed_offset(window: int) -> None:
     """Without transactions a member that dies after its checkpoints were
     delivered but before its offsets were committed leaves checkpoints ahead
     of the group: the next member folds the tail again (the gate drops what
-    the checkpoint holds) instead of refusing the partition's anchor."""
-    config = CONFIG.with_overrides(exactly_once=False)
+    the checkpoint holds) instead of refusing the partition's anchor.  With a
+    window smaller than the re-read tail the gate proves the older events
+    judged by their offsets: no "unprovable" dead letter (S-1)."""
+    config = CONFIG.with_overrides(exactly_once=False, duplicate_window=window)
     broker = MemoryBroker()
     broker.create_topics(config)
     _produce(broker, "s", 0, 10)
@@ -408,3 +411,4 @@ def test_at_least_once_restores_checkpoints_ahead_of_the_committed_offset() -> N
     assert not first.errors and not second.errors
     assert second.sample("processor_restored_checkpoints_total") == 1
     _expect(_views(broker), "s", 20)
+    assert list(broker.committed_records(config.topics.dlq)) == []
