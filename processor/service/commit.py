@@ -548,6 +548,7 @@ class Committer:
         self._flush_tally()  # the committed batch's decisions
         self.engine.tally = current  # the open batch's, still undecided
         self.failures.succeeded()
+        self.fatal_budget.succeeded()  # not stuck_budget: a stuck call's leftovers stay
         self.metrics.commits.inc()
         self.metrics.batch_events.observe(pending.events)
         self.metrics.commit_seconds.observe(seconds)

@@ -294,8 +294,9 @@ FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
 class FatalBudget:
     """How often a fatal client error may be answered by a new client.
 
-    At most ``limit`` replacements within ``window_s``: enough to ride out a
-    broker restart, never a loop around a cause that stays.
+    At most ``limit`` replacements within ``window_s`` without a transaction
+    committing in between (:meth:`succeeded`): enough to ride out a broker
+    restart, never a loop around a cause that stays.
     """
 
     def __init__(self, limit: int = 3, window_s: float = 300.0) -> None:
@@ -312,3 +313,12 @@ class FatalBudget:
             return False
         self._used.append(now)
         return True
+
+    def succeeded(self) -> None:
+        """A transaction committed: the cause did not stay, what was spent is back.
+
+        Without it a coordinator failover storm (its broker killed every ~20 s
+        for minutes, each failover breaking the transaction in flight) ended
+        every member on its fourth replacement, though each committed between.
+        """
+        self._used.clear()

@@ -143,5 +143,8 @@ def test_a_fatal_producer_error_is_replaced_a_bounded_number_of_times() -> None:
     broken = KafkaError(KafkaError.INVALID_TXN_STATE, fatal=True)
     assert budget.allow(broken) and budget.allow(broken)
     assert not budget.allow(broken)  # a cause that stays ends the process
+    budget.succeeded()  # a transaction committed since: the cause did not stay
+    assert budget.allow(broken) and budget.allow(broken)
+    assert not budget.allow(broken)
     denied = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal=True)
     assert not FatalBudget().allow(denied)

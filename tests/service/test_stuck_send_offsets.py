@@ -89,3 +89,27 @@ def test_a_process_with_a_given_up_helper_still_exits() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", script], env=env, timeout=60, check=False)
     assert done.returncode == 0
+
+
+def test_a_commit_gives_the_fatal_budget_back_but_not_the_stuck_budget() -> None:
+    """Replacements are bounded per run of failures, not per run of the process:
+    a member that committed since its last replacement rides out the next
+    coordinator failover too (a failover storm ended every member on its fourth
+    replacement).  The stuck budget stays spent: each stuck call leaves a thread
+    and a client behind."""
+    broker = MemoryBroker()
+    broker.create_topics(CONFIG)
+    proc = Processor(CONFIG, metrics=Metrics(), transport=MemoryTransport(broker, CONFIG))
+    broken = KafkaError(KafkaError.INVALID_TXN_STATE, fatal=True)
+    for budget in (proc.txn.fatal_budget, proc.txn.stuck_budget):
+        while budget.allow(broken):
+            pass
+    for event in LOG:
+        broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
+    running = RunningProcessor(proc)
+    errors = running.errors
+    _until(lambda: proc.metrics.commits._value.get() >= 1, errors, "a batch commits")
+    running.stop()
+    assert not errors, errors
+    assert proc.txn.fatal_budget.allow(broken)
+    assert not proc.txn.stuck_budget.allow(broken)
