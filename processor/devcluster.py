@@ -197,7 +197,9 @@ class LocalCluster:
         return [
             *self.jvm_opts,
             *shlex.split(os.environ.get("PROCESSOR_KAFKA_JVM_OPTS", "")),
-            f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+            # PROCESSOR_KAFKA_LOG4J: a log4j2 file of one's own (e.g. DEBUG for the
+            # transaction coordinator) when diagnosing a fault-suite failure
+            f"-Dlog4j2.configurationFile={os.environ.get('PROCESSOR_KAFKA_LOG4J') or LOG4J_CONFIG}",
         ]
 
     def _format(self, n: ClusterNode) -> None:
