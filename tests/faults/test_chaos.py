@@ -68,6 +68,9 @@ pytestmark = pytest.mark.faults
 METRICS = ("--metrics-port", "0")
 #: whose broker the broker fault kills (see :meth:`Chaos._coordinator_node`)
 KILL_TXN_COORDINATOR = os.environ.get("PROCESSOR_FAULTS_BROKER", "") == "transactions"
+#: ``PROCESSOR_FAULTS_KINDS=kill_broker`` (comma-separated of pause_member,
+#: kill_member, kill_broker): only those faults (default: all three)
+FAULT_KINDS = set(filter(None, os.environ.get("PROCESSOR_FAULTS_KINDS", "").split(",")))
 
 
 class Chaos:
@@ -194,6 +197,8 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
             stack.member_report,
         )
         faults = [chaos.pause_member, chaos.kill_member, chaos.kill_broker]
+        if FAULT_KINDS:  # e.g. only broker kills, to meet one failover many times
+            faults = [f for f in faults if f.__name__ in FAULT_KINDS]
         if LONG:
             end = time.monotonic() + LONG_SECONDS
             while time.monotonic() < end:
