@@ -37,8 +37,11 @@ fetch state in the member logs (kept under pytest's ``--basetemp``).
 the cluster's root in ``<dir>/cluster`` (each node's ``node.log``, its earlier
 runs' ``node.log.<n>`` and its data dir, for ``DumpLogSegments``) and the
 member logs in ``<dir>/members/<test>``; the path is printed at the end.
-``PROCESSOR_KAFKA_LOG4J=<file>`` gives the nodes a log4j2 file of one's own
-(e.g. DEBUG for ``kafka.coordinator.transaction``).
+``PROCESSOR_KAFKA_LOG4J=<file>`` gives the nodes a log4j2 file of one's own:
+``tests/faults/log4j2-debug.properties`` logs the transaction coordinator, its
+markers and the group coordinator's offsets at DEBUG, which
+``python3 -m tests.faults.diagnose <dir>`` reads (coordinator elections out of
+order, transactions both committed and aborted, committed offsets going back).
 """
 
 from __future__ import annotations
