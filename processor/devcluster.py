@@ -197,7 +197,10 @@ class LocalCluster:
         return [
             *self.jvm_opts,
             *shlex.split(os.environ.get("PROCESSOR_KAFKA_JVM_OPTS", "")),
-            f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+            # PROCESSOR_KAFKA_LOG4J: a log4j2 file of one's own (e.g. DEBUG for the
+            # transaction coordinator) when diagnosing a fault-suite failure; made
+            # absolute, the nodes run in their own directories
+            f"-Dlog4j2.configurationFile={_log4j_config()}",
         ]
 
     def _format(self, n: ClusterNode) -> None:
@@ -333,6 +336,11 @@ class LocalCluster:
 
     def __repr__(self) -> str:
         return f"<LocalCluster {self.n} nodes {self.bootstrap if self.nodes else 'stopped'}>"
+
+
+def _log4j_config() -> Path:
+    own = os.environ.get("PROCESSOR_KAFKA_LOG4J")
+    return Path(own).absolute() if own else LOG4J_CONFIG
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,6 +32,16 @@ but also holds every rebalance after a SIGKILL that long).
 ``PROCESSOR_FAULTS_MEMBER_ARGS`` adds arguments to every member's command line,
 e.g. ``--kafka-log-level DEBUG -X debug=consumer,fetch,topic`` for librdkafka's
 fetch state in the member logs (kept under pytest's ``--basetemp``).
+
+``PROCESSOR_FAULTS_KEEP=<dir>`` (a new dir each run) keeps what a diagnosis needs:
+the cluster's root in ``<dir>/cluster`` (each node's ``node.log``, its earlier
+runs' ``node.log.<n>`` and its data dir, for ``DumpLogSegments``) and the
+member logs in ``<dir>/members/<test>``; the path is printed at the end.
+``PROCESSOR_KAFKA_LOG4J=<file>`` gives the nodes a log4j2 file of one's own:
+``tests/faults/log4j2-debug.properties`` logs the transaction coordinator, its
+markers and the group coordinator's offsets at DEBUG, which
+``python3 -m tests.faults.diagnose <dir>`` reads (coordinator elections out of
+order, transactions both committed and aborted, committed offsets going back).
 """
 
 from __future__ import annotations
@@ -81,14 +91,23 @@ SESSIONS_PER_WRITER = int(os.environ.get("PROCESSOR_FAULTS_SESSIONS", "40" if LO
 MEMBER_ARGS = tuple(shlex.split(os.environ.get("PROCESSOR_FAULTS_MEMBER_ARGS", "")))
 DOWN_S = float(os.environ.get("PROCESSOR_FAULTS_DOWN_S", "8"))
 DOWN_ALL = os.environ.get("PROCESSOR_FAULTS_DOWN", "one").strip().lower() == "all"
+KEEP = os.environ.get("PROCESSOR_FAULTS_KEEP", "").strip()
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[LocalCluster]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     if MODE == "skip":
         pytest.skip("PROCESSOR_FAULTS=skip")
-    with LocalCluster(3) as c:
+    c = LocalCluster(3, keep=bool(KEEP))
+    c.start(Path(KEEP, "cluster") if KEEP else None)
+    try:
         yield c
+    finally:
+        c.stop()
+        if KEEP:  # said past pytest's capture: the run's logs and data are there
+            terminal = request.config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                terminal.write_line(f"PROCESSOR_FAULTS_KEEP: cluster and member logs in {KEEP}")
 
 
 def as_json(value: Any) -> Any:
@@ -327,8 +346,14 @@ class FaultStack:
 
 
 @pytest.fixture
-def fault_stack(cluster: LocalCluster, tmp_path: Path) -> Iterator[FaultStack]:
-    stack = make_stack(cluster, tmp_path, partitions=3)
+def fault_stack(
+    cluster: LocalCluster, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[FaultStack]:
+    workdir = tmp_path
+    if KEEP:  # next to the cluster's node logs
+        workdir = Path(KEEP, "members", re.sub(r"[^\w.-]", "_", request.node.name))
+        workdir.mkdir(parents=True, exist_ok=True)
+    stack = make_stack(cluster, workdir, partitions=3)
     try:
         yield stack
     finally:

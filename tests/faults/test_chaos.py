@@ -33,6 +33,7 @@ watchdog series (``--metrics-port 0`` below).  For a hang: ``py-spy dump
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -65,6 +66,11 @@ pytestmark = pytest.mark.faults
 #: every member serves /metrics on a free port (named in its log): the
 #: watchdog's counters are read from there when a partition does not catch up
 METRICS = ("--metrics-port", "0")
+#: whose broker the broker fault kills (see :meth:`Chaos._coordinator_node`)
+KILL_TXN_COORDINATOR = os.environ.get("PROCESSOR_FAULTS_BROKER", "") == "transactions"
+#: ``PROCESSOR_FAULTS_KINDS=kill_broker`` (comma-separated of pause_member,
+#: kill_member, kill_broker): only those faults (default: all three)
+FAULT_KINDS = set(filter(None, os.environ.get("PROCESSOR_FAULTS_KINDS", "").split(",")))
 
 
 class Chaos:
@@ -151,10 +157,13 @@ class Chaos:
         self.note("every broker restarted")
 
     def _coordinator_node(self) -> int:
-        """The leader of __consumer_offsets (group and, here, transaction coordinator)."""
+        """The leader of __consumer_offsets (the group coordinator; often the transaction
+        coordinator too), or with ``PROCESSOR_FAULTS_BROKER=transactions`` the leader of
+        __transaction_state (the transaction coordinator, for diagnosing its failover)."""
+        topic = "__transaction_state" if KILL_TXN_COORDINATOR else "__consumer_offsets"
         try:
-            md = clients.admin(self.stack.config).list_topics("__consumer_offsets", timeout=10)
-            return int(md.topics["__consumer_offsets"].partitions[0].leader)
+            md = clients.admin(self.stack.config).list_topics(topic, timeout=10)
+            return int(md.topics[topic].partitions[0].leader)
         except Exception:
             return self.rng.choice(sorted(self.stack.cluster.nodes))
 
@@ -188,6 +197,8 @@ def test_members_and_brokers_fail_under_load(fault_stack: FaultStack) -> None:
             stack.member_report,
         )
         faults = [chaos.pause_member, chaos.kill_member, chaos.kill_broker]
+        if FAULT_KINDS:  # e.g. only broker kills, to meet one failover many times
+            faults = [f for f in faults if f.__name__ in FAULT_KINDS]
         if LONG:
             end = time.monotonic() + LONG_SECONDS
             while time.monotonic() < end:
