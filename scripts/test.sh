@@ -42,6 +42,19 @@ echo "== mypy (strict on the pure core and the bench; tests checked, less strict
 # PROCESSOR_FAULTS=long (+ PROCESSOR_FAULTS_SECONDS) is the bench-machine form,
 # PROCESSOR_FAULTS=skip leaves it out (README "Fault suite").
 export PROCESSOR_FAULTS="${PROCESSOR_FAULTS:-bounded}"
+# In CI the fault suite keeps its cluster (node logs with the coordinators at
+# DEBUG, data dirs) and member logs, one dir per run, replaced by the next CI
+# run: a chaos failure seen only there can be read afterwards with
+# `python3 -m tests.faults.diagnose <dir>` (tests/faults/conftest.py).
+keep_faults() {
+  if [ -n "${CI:-}" ]; then
+    local root=${TMPDIR:-/tmp}/processor-ci-faults
+    rm -rf "$root/$1"
+    mkdir -p "$root"
+    export PROCESSOR_FAULTS_KEEP="$root/$1"
+    export PROCESSOR_KAFKA_LOG4J="$PWD/tests/faults/log4j2-debug.properties"
+  fi
+}
 rc=0
 # Time on 2 cores (Dec 3, other work keeping the load at 9-13): lint and types 4.5
 # min, the wheel 13 min (2 min of CPU), the compiled run 26 min, the pure run about
@@ -56,9 +69,11 @@ if [ "${PROCESSOR_COMPILED:-1}" != 0 ]; then
   trap 'rm -rf "$PROCESSOR_WHEELHOUSE"' EXIT
   bash scripts/build_wheel.sh "$PROCESSOR_WHEELHOUSE"
   echo "== pytest, compiled build (the installed wheel, outside the checkout)"
+  keep_faults compiled
   bash scripts/test_compiled.sh "$@" || rc=$?
 fi
 echo "== pytest, pure source (the checkout)"
+keep_faults pure
 "$PY" -m pytest "$@" || rc=$?
 # both runs always run (one CI run tells about both builds); either failing fails it
 exit "$rc"
