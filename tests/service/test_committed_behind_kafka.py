@@ -102,6 +102,19 @@ def _folded_and_behind(stack: Stack) -> tuple[int, int, list[Any]]:
     return p, committed, log
 
 
+def _fold_the_rest(stack: Stack, log: list[Any], running: RunningProcessor) -> None:
+    """The session's last events, produced and folded by the running member."""
+    stack.produce("s", log[8:])
+
+    def folded() -> bool:
+        views = materialize_views(stack.config)
+        got = as_json(session_fold_equivalent(views["s"])) if "s" in views else None
+        return bool(got == stack.expected("s"))
+
+    wait_until(folded, "the rest of the session folded", 60)
+    assert running.thread.is_alive() and not running.errors, running.errors
+
+
 def _readyz(metrics: Metrics) -> tuple[int, bytes]:
     return metrics.health.readiness()
 
@@ -120,15 +133,7 @@ def test_a_commit_that_shows_late_is_waited_for_then_folding_goes_on(stack: Stac
         _commit_from_outside(stack, p, committed)
         wait_until(lambda: _outcomes(metrics)["caught_up"] == 1, "the wait to end", 60)
         wait_until(lambda: _readyz(metrics)[0] == 200, "/readyz to turn ready", 60)
-        stack.produce("s", log[8:])
-
-        def folded() -> bool:
-            views = materialize_views(stack.config)
-            got = as_json(session_fold_equivalent(views["s"])) if "s" in views else None
-            return bool(got == stack.expected("s"))
-
-        wait_until(folded, "the rest of the session folded", 60)
-        assert running.thread.is_alive() and not running.errors, running.errors
+        _fold_the_rest(stack, log, running)
     finally:
         running.stop()
     assert not running.errors, running.errors
@@ -148,15 +153,7 @@ def test_a_commit_that_never_shows_is_gone_on_from_after_the_anchor(stack: Stack
     try:
         wait_until(lambda: _outcomes(metrics)["expired"] == 1, "the wait to expire", 60)
         wait_until(lambda: _readyz(metrics)[0] == 200, "/readyz to turn ready", 60)
-        stack.produce("s", log[8:])
-
-        def folded() -> bool:
-            views = materialize_views(stack.config)
-            got = as_json(session_fold_equivalent(views["s"])) if "s" in views else None
-            return bool(got == stack.expected("s"))
-
-        wait_until(folded, "the rest of the session folded", 60)
-        assert running.thread.is_alive() and not running.errors, running.errors
+        _fold_the_rest(stack, log, running)
         consumed = metrics.registry.get_sample_value("processor_records_consumed_total")
         assert consumed == len(log) - 8, consumed  # not the anchor's record again
     finally:
