@@ -30,9 +30,9 @@ def judge(rt: SessionRuntime, event: Event, offset: int | None = None) -> Gate:
     if event.seq <= last:
         verdict = rt.duplicate_verdict(event)
         if verdict == "unknown" and offset is not None and 0 <= offset <= rt.last_offset:
-            # Without this a member folding on from a committed offset that stayed
-            # behind its checkpoints (restore.committed_behind) dead-letters every
-            # re-read event older than the window as unprovable.
+            # Without this a member resuming at a committed offset behind its
+            # checkpoints (at least once: a crash after they were delivered)
+            # dead-letters every re-read event older than the window as unprovable.
             return Gate.DUPLICATE
         return (
             Gate.DUPLICATE
