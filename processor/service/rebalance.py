@@ -369,8 +369,12 @@ class Rebalance:
         committed = committed_offsets(self.consumer, events, numbers)
         newest = {p: store.newest(p) for p in numbers}
         anchors = {p: cp.anchor.offset for p, cp in newest.items() if cp is not None}
+        # checkpoints ahead of the committed offsets: with transactions a commit
+        # not shown yet, waited for (past the wait: go on after the anchor);
+        # without them normal (the gate drops the re-read events)
+        after: dict[int, int] = {}
         if self.config.exactly_once:
-            committed = committed_behind(
+            committed, after = committed_behind(
                 self.consumer,
                 events,
                 anchors,
@@ -378,16 +382,6 @@ class Rebalance:
                 stable_bound_s(self.config),
                 counted=lambda outcome: self.metrics.committed_behind.labels(outcome).inc(),
             )
-        # Still behind past the wait: the offsets of a committed transaction
-        # never showed.  Its checkpoints are atomic with its views and dead
-        # letters and the partition is folded in order, so every record up to
-        # the newest anchor is in committed output: go on after it.  (Without
-        # transactions checkpoints ahead are normal: the gate drops the re-read.)
-        after = {
-            p: a + 1
-            for p, a in anchors.items()
-            if self.config.exactly_once and (c := committed.get(p)) is not None and c <= a
-        }
         found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
         # every read before the first change: a restore put off here changed nothing
         marks = {p: watermarks(rc, events, p) for p in numbers}

@@ -130,8 +130,10 @@ def committed_behind(
     bound_s: float,
     poll_s: float = 1.0,
     counted: Callable[[str], object] = lambda outcome: None,
-) -> dict[int, int | None]:
-    """The committed offsets again while a checkpoint is at or past one, up to ``bound_s``.
+) -> tuple[dict[int, int | None], dict[int, int]]:
+    """The committed offsets again while a checkpoint is at or past one, up to
+    ``bound_s``; and, for each partition still behind then, where it goes on:
+    ``(committed, {partition: anchor + 1})``.
 
     A transaction's checkpoints and its offsets commit together, but the
     coordinator writes the commit markers partition by partition: when the
@@ -139,8 +141,10 @@ def committed_behind(
     the offsets still answer the older value (a chaos run: 16 s and more).
     A gap that outlasts the bound is not an anchor failure: in a CI chaos run
     the offsets of a committed transaction never showed, and every member
-    that took the partition exited while it was one.  The caller goes on
-    after the newest anchor (rebalance.py); waiting first keeps the records
+    that took the partition exited while it was one.  Its checkpoints are
+    atomic with its views and dead letters and the partition is folded in
+    order, so every record up to the newest anchor is in committed output:
+    the partition goes on after it.  Waiting first keeps the records
     of the last batch past its anchor (dead-lettered ones) from being
     dead-lettered twice when the commit only shows late.
 
@@ -157,7 +161,7 @@ def committed_behind(
 
     todo = behind()
     if not todo:
-        return committed
+        return committed, {}
     log.warning(
         "checkpoints of %s %s are ahead of the group's committed offsets %s; waiting for "
         "the commit to show (at most %.0fs)",
@@ -195,7 +199,7 @@ def committed_behind(
             bound_s,
             anchors[p] + 1,
         )
-    return committed
+    return committed, {p: anchors[p] + 1 for p in todo}
 
 
 def wait_stable(

@@ -161,7 +161,7 @@ def test_a_committed_behind_wait_is_named_on_readyz_and_counted() -> None:
     consumer = Behind(metrics, answers=3)
     counted = metrics.committed_behind
     with observing(metrics.retries):
-        committed = committed_behind(
+        committed, after = committed_behind(
             cast(Reader, consumer),
             "ev",
             {0: 12},  # the newest checkpoint's anchor
@@ -171,6 +171,7 @@ def test_a_committed_behind_wait_is_named_on_readyz_and_counted() -> None:
             counted=lambda outcome: counted.labels(outcome).inc(),
         )
     assert committed == {0: 13}
+    assert after == {}  # caught up: nothing goes on after its anchor
     assert len(consumer.seen) == 3
     for status, body, gauge in consumer.seen:
         assert status == 503, body
@@ -186,7 +187,7 @@ def test_a_committed_behind_wait_past_its_bound_is_counted_as_expired() -> None:
     metrics = Metrics()
     counted = metrics.committed_behind
     with observing(metrics.retries):
-        committed = committed_behind(
+        committed, after = committed_behind(
             cast(Reader, Behind(metrics, answers=99)),
             "ev",
             {0: 12},
@@ -194,5 +195,6 @@ def test_a_committed_behind_wait_past_its_bound_is_counted_as_expired() -> None:
             bound_s=0.0,
             counted=lambda outcome: counted.labels(outcome).inc(),
         )
-    assert committed == {0: 10}  # the caller goes on after the anchor
+    assert committed == {0: 10}
+    assert after == {0: 13}  # goes on after the anchor
     assert _outcomes(metrics) == {"caught_up": 0, "expired": 1, "failed": 0}
