@@ -54,7 +54,7 @@ from processor.codec.schemas import (
     _parse,
     _Plan,
 )
-from processor.core.errors import raised_from
+from processor.core.errors import Unavailable, raised_from
 from processor.core.events import Event
 
 _writer = fastavro.schemaless_writer
@@ -139,6 +139,10 @@ class Codec:
                 )
             try:
                 writer = _parse(self.resolver.schema_for_id(schema_id))
+            except Unavailable:
+                # the registry is out, the record not bad: a CODEC dead letter would
+                # quarantine its session for a transient fault (service/registry.py)
+                raise
             except Exception as exc:
                 raise raised_from(CodecError(f"unknown schema id {schema_id}: {exc}"), exc) from exc
             fp = bytes.fromhex(_fingerprint_hex(to_parsing_canonical_form(writer), "CRC-64-AVRO"))

@@ -177,8 +177,11 @@ class SchemaIdResolver(Protocol):
 
     ``subject`` is the record's full name (``processor.v1.SessionEvent``).
     ``schema_for_id`` returns the writer schema as JSON text or a dict, and
-    raises ``KeyError`` (or any error) for an unknown id.  Both are called
-    once per id / record type per :class:`Codec` (results are cached).
+    raises ``KeyError`` (or any error) for an unknown id: the record is bad
+    input.  An :class:`~processor.core.errors.Unavailable` error (the registry
+    did not answer) passes through the codec as it is: not the record's fault.
+    Both are called once per id / record type per :class:`Codec` (results are
+    cached).
     """
 
     def id_for_schema(self, subject: str, schema: Mapping[str, Any]) -> int: ...

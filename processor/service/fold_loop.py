@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaException
 
+from processor.core.errors import Unavailable
 from processor.engine import Engine, Record
 from processor.service.restore import AnchorError
 from processor.service.state import StoreUnusable
@@ -28,7 +29,8 @@ def fold_messages(engine: Engine, msgs: Iterable[Msg], consume_error: Callable[[
     An error in a record's place goes to ``consume_error``; a record of a
     partition not (or no longer) owned is skipped (fetched just before a
     revoke).  A failure interpreting one record is that record's dead letter;
-    a failure of the run's (the store, a restore's anchor, the client) ends it.
+    a failure of the run's (the store, a restore's anchor, the client, a
+    dependency gone such as the schema registry) ends it.
     """
     parts = engine.partitions
     offsets = engine.batch.offsets
@@ -55,7 +57,8 @@ def fold_messages(engine: Engine, msgs: Iterable[Msg], consume_error: Callable[[
         )
         try:
             engine.fold(part, rec)
-        except (AnchorError, StoreUnusable, KafkaException):  # the run's, not the record's
+        # the run's, not the record's (Unavailable: a dependency, e.g. the registry)
+        except (AnchorError, StoreUnusable, KafkaException, Unavailable):
             raise
         except Exception as exc:  # one record's failure is that record's dead letter
             log.exception(

@@ -323,7 +323,9 @@ class Processor:
                 ):
                     idle.busy(now)
                 if msgs:
-                    self._fold_batch(msgs, dated)
+                    # /readyz names a wait inside the fold (a schema registry lookup)
+                    with observing(self.metrics.retries):
+                        self._fold_batch(msgs, dated)
                     # let the batch's messages go before the next heap settle, which
                     # would otherwise walk and freeze all of them (heap.py)
                     msgs = []

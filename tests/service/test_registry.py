@@ -6,8 +6,10 @@ id), served by the standard library on a local port; the processor runs on
 the in-memory transport.  What is proven: with a registry configured every
 record the loop writes is ``00`` + a schema id the registry gave, readers
 configured the same way decode them (and single-object records too), a
-restart restores from Confluent-framed checkpoints, and a registry that
-does not answer ends the start with one line.
+restart restores from Confluent-framed checkpoints, a registry that
+does not answer ends the start with one line, and a lookup of an unseen
+schema id tells an unknown id (a CODEC dead letter) from an outage (ridden
+out up to a bound, then the run ends; no dead letter, nothing lost).
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from typing import Any
 import pytest
 
 from processor.codec import InMemorySchemaRegistry, default_codec
-from processor.codec.names import CONFLUENT_MAGIC, SINGLE_OBJECT_MARKER
+from processor.codec.names import CONFLUENT_MAGIC, SINGLE_OBJECT_MARKER, CodecError
 from processor.config import ServiceConfig
 from processor.offline import fold_events, session_output
+from processor.service import registry as registry_module
 from processor.service.memory import MemoryBroker
+from processor.service.metrics import Metrics
 from processor.service.registry import RegistryError, codec_for
+from processor.service.retry import observing
 from processor.service.runner import Processor
 from processor.service.views_reader import (
     _Materializer,
@@ -183,3 +188,117 @@ def test_records_of_the_registered_schemas_are_read_while_the_registry_is_down(
         default_codec().encode_parsed_event("s", LOG[0])
     )
     assert not [c for c in handler.calls if c.startswith("GET")], handler.calls
+
+
+#: a schema id no member registered: an older writer's, say (its schema is the current one)
+UNSEEN = 777
+
+
+def _unseen(config: ServiceConfig, start: int, end: int) -> list[bytes]:
+    """Events framed with :data:`UNSEEN` instead of the id the registry gave."""
+    codec = codec_for(config, writer=True)
+    out = []
+    for event in LOG[start:end]:
+        framed = codec.encode_parsed_event("s", event)
+        out.append(framed[:1] + UNSEEN.to_bytes(4, "big") + framed[5:])
+    return out
+
+
+def _serving_unseen(handler: type[_Handler], answers: list[int]) -> None:
+    """GET :data:`UNSEEN` answers each status of ``answers`` in turn, then the schema."""
+
+    def do_get(self: _Handler) -> None:
+        schema_id = int(self.path.rsplit("/", 1)[1])
+        self.calls.append(f"GET {schema_id}")
+        if schema_id == UNSEEN and answers:
+            code = answers.pop(0)
+            self._reply(code, {"error_code": code * 100 + 1, "message": "backend down"})
+        elif schema_id == UNSEEN:
+            ours = min(self.registry.subjects["processor.v1.SessionEvent"])
+            self._reply(200, {"schema": self.registry.schema_for_id(ours)})
+        else:
+            _Handler.do_GET(self)
+
+    handler.do_GET = do_get  # type: ignore[method-assign]
+
+
+def test_an_id_the_registry_does_not_know_is_bad_input(
+    registry: tuple[str, type[_Handler]],
+) -> None:
+    """A 404 is the record's fault: a CodecError, which the engine dead-letters."""
+    url, handler = registry
+    config = _config(url)
+    framed = _unseen(config, 0, 1)[0]
+    with pytest.raises(CodecError, match=f"unknown schema id {UNSEEN}"):
+        codec_for(config).decode_event(framed)
+    assert handler.calls.count(f"GET {UNSEEN}") == 1  # not retried
+
+
+def test_a_registry_blip_at_an_unseen_id_is_ridden_out_and_named_on_readyz(
+    registry: tuple[str, type[_Handler]],
+) -> None:
+    url, handler = registry
+    config = _config(url)
+    framed = _unseen(config, 0, 1)[0]
+    metrics = Metrics()
+    metrics.health.ready = True
+    seen: list[tuple[int, bytes]] = []
+    answers = [503, 500, 429]
+
+    def do_get(self: _Handler) -> None:
+        seen.append(metrics.health.readiness())
+        _serving(self)
+
+    _serving_unseen(handler, answers)
+    _serving = handler.do_GET
+    handler.do_GET = do_get  # type: ignore[method-assign]
+    with observing(metrics.retries):
+        decoded = codec_for(config).decode_event(framed)
+    assert decoded == default_codec().decode_event(default_codec().encode_parsed_event("s", LOG[0]))
+    assert handler.calls.count(f"GET {UNSEEN}") == 4
+    assert seen[0][0] == 200  # the first try is not a wait
+    for status, body in seen[1:]:
+        assert status == 503, body
+        assert b"the schema registry to answer for schema id 777" in body, body
+    assert metrics.health.readiness() == (200, b"ready\n")
+
+
+def test_a_registry_outage_at_an_unseen_id_ends_the_run_and_loses_nothing(
+    registry: tuple[str, type[_Handler]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dead-lettering a record whose schema the registry cannot serve right now
+    would quarantine its session for a transient fault.  The run ends with one
+    line instead; nothing of the batch is committed, and a member started once
+    the registry answers folds every event: no dead letter, the offline fold."""
+    monkeypatch.setattr(registry_module, "LOOKUP_BOUND_S", 0.5)
+    url, handler = registry
+    config = _config(url)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    _produce(broker, config, 0, 8)
+    for value in _unseen(config, 8, 16):
+        broker.produce(config.topics.events, b"s", value)
+    _serving_unseen(handler, [503] * 1000)
+    first = Loop(broker, config)
+    first.thread.join(60)  # the run ends by itself
+    assert not first.thread.is_alive()
+    (error,) = first.errors
+    assert isinstance(error, RegistryError), error
+    assert f"/schemas/ids/{UNSEEN} -> 503" in str(error) and "\n" not in str(error)
+    assert "tried" in str(error)
+    assert not list(broker.committed_records(config.topics.dlq))
+    events = config.topics.events
+    p = next(p for p in range(config.partitions) if broker.log(events, p).high)
+    assert broker.group_offsets.get((config.group_id, events, p), 0) <= 8
+
+    _serving_unseen(handler, [])  # the registry is back
+    second = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), second, "the second run commits")
+    second.stop()
+    assert not second.errors
+    assert not list(broker.committed_records(config.topics.dlq))
+    reader = _Materializer(codec_for(config), None, None)
+    for _, msg in broker.committed_records(config.topics.views):
+        reader.apply(msg.key(), msg.value())
+    expected = as_json(offline_equivalent(session_output(fold_events(LOG))))
+    assert as_json(session_fold_equivalent(reader.views["s"])) == expected
