@@ -204,6 +204,15 @@ def _unseen(config: ServiceConfig, start: int, end: int) -> list[bytes]:
     return out
 
 
+def _one_unseen(
+    registry: tuple[str, type[_Handler]],
+) -> tuple[type[_Handler], ServiceConfig, bytes]:
+    """The registry's handler, a config using it, and one event framed with :data:`UNSEEN`."""
+    url, handler = registry
+    config = _config(url)
+    return handler, config, _unseen(config, 0, 1)[0]
+
+
 def _serving_unseen(handler: type[_Handler], answers: list[int]) -> None:
     """GET :data:`UNSEEN` answers each status of ``answers`` in turn, then the schema."""
 
@@ -226,9 +235,7 @@ def test_an_id_the_registry_does_not_know_is_bad_input(
     registry: tuple[str, type[_Handler]],
 ) -> None:
     """A 404 is the record's fault: a CodecError, which the engine dead-letters."""
-    url, handler = registry
-    config = _config(url)
-    framed = _unseen(config, 0, 1)[0]
+    handler, config, framed = _one_unseen(registry)
     with pytest.raises(CodecError, match=f"unknown schema id {UNSEEN}"):
         codec_for(config).decode_event(framed)
     assert handler.calls.count(f"GET {UNSEEN}") == 1  # not retried
@@ -237,9 +244,7 @@ def test_an_id_the_registry_does_not_know_is_bad_input(
 def test_a_registry_blip_at_an_unseen_id_is_ridden_out_and_named_on_readyz(
     registry: tuple[str, type[_Handler]],
 ) -> None:
-    url, handler = registry
-    config = _config(url)
-    framed = _unseen(config, 0, 1)[0]
+    handler, config, framed = _one_unseen(registry)
     metrics = Metrics()
     metrics.health.ready = True
     seen: list[tuple[int, bytes]] = []
