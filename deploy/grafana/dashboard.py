@@ -127,12 +127,15 @@ def build() -> Builder[Any]:
                             (f"sum(rate(processor_transaction_aborts_total{SEL}{RATE}))",
                              "aborted")))
         .with_panel(_series("Transaction failures", "short", "Failed transaction steps by "
-                            "kind, and members past their failure bound (/readyz 503)",
+                            "kind, members past their failure bound, and other "
+                            "applications' consumers holding partitions (/readyz 503)",
                             (f"sum by (kind) (increase(processor_transaction_failures_total"
                              f"{SEL}{RATE}))", "{{kind}}"),
                             (f"max by (instance) (processor_consecutive_transaction_failures"
                              f"{SEL})", "in a row {{instance}}"),
-                            (f"sum(processor_degraded{SEL})", "degraded members")))
+                            (f"sum(processor_degraded{SEL})", "degraded members"),
+                            (f"max(processor_group_foreign_members{SEL})",
+                             "other applications' members holding partitions")))
         .with_row(Row("Bad input, rebalances, restores"))
         .with_panel(_series("Dead letters by rule", "short", "Records sent to the DLQ",
                             (f"sum by (rule) (increase(processor_dlq_records_total{SEL}"

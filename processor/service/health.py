@@ -9,7 +9,8 @@ unreachable); nothing reads a health field to decide what to do next.
 * ``/readyz`` (readiness): assigned partitions restored, nothing fatal,
   transactions not failing past their bound (``failures.py``) and a broker
   answering (``broker_watch.py``), the group taking this member (a join
-  refused: ``group.py``), the local store usable (``state.py``),
+  refused: ``group.py``) and no other application's consumer holding events
+  partitions (``group_watch.py``), the local store usable (``state.py``),
   no partition stalled with lag past its re-seeks (``progress.py``), no
   Kafka call being retried for ``RETRY_REPORT_S`` (``retry.py``: a restore
   waiting out a broker restart inside a rebalance callback) and the loop
@@ -47,6 +48,8 @@ class Health:
         #: why the group coordinator refuses this member's join (another
         #: application's consumers in the group), until it is assigned (group.py)
         self.group: str | None = None
+        #: another application's consumers holding events partitions (group_watch.py)
+        self.foreign: str | None = None
         #: why the local state store cannot be opened or written (state.py)
         self.store: str | None = None
         #: partitions whose store fill is still running (background_fill.py)
@@ -115,6 +118,7 @@ class Health:
                 self.degraded,
                 self.unreachable,
                 self.group,
+                self.foreign,
                 self.store,
                 f"waiting {oldest[0]:.0f}s for the broker: {oldest[1]}"
                 if oldest is not None and oldest[0] >= RETRY_REPORT_S

@@ -226,8 +226,8 @@ class Metrics:
             "processor_restore_committed_behind_waits_total",
             "Restores that found a checkpoint at or past the group's committed offset "
             "and waited (loop blocked, /readyz names it) for the commit to show, by "
-            "outcome: caught_up, expired (past the bound: the anchor check that follows "
-            "fails), failed (the offsets query gave up)",
+            "outcome: caught_up, expired (past the bound: the partition goes on after its "
+            "newest checkpoint's anchor), failed (the offsets query gave up)",
             ["outcome"],
             registry=r,
         )
@@ -241,6 +241,12 @@ class Metrics:
         )
         self.committed_behind_waiting.set_function(
             lambda: max((s for s, _ in self.retries.waits()), default=0.0)
+        )
+        self.foreign_members = Gauge(
+            "processor_group_foreign_members",
+            "Members of the group that are not processors (client.id) and hold events "
+            "partitions: those partitions are not folded (group_watch.py; /readyz names them)",
+            registry=r,
         )
         #: what /healthz and /readyz report (``health.py``); the degraded gauge follows it
         self.health = Health(on_degraded=self.degraded_gauge.set)

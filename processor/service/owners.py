@@ -31,9 +31,13 @@ ADVERTISE_SEP = "@"
 OWNERS_TTL_S = 3.0
 
 
+#: How every member's ``client.id`` starts (group_watch.py tells members apart by it).
+MEMBER_PREFIX = "processor-"
+
+
 def member_client_id(instance_id: str, advertised: str | None) -> str:
     """The group consumer's ``client.id``: the member name, then its query URL."""
-    base = f"processor-{instance_id}"
+    base = f"{MEMBER_PREFIX}{instance_id}"
     return f"{base}{ADVERTISE_SEP}{advertised}" if advertised else base
 
 

@@ -58,6 +58,7 @@ from processor.service.commit import Committer
 from processor.service.control import ControlChannel
 from processor.service.fold_loop import fold_messages
 from processor.service.group import join_refused
+from processor.service.group_watch import GroupWatch
 from processor.service.heap import HeapPolicy
 from processor.service.idle import Behind, IdleClock, behind_end
 from processor.service.kafka_errors import ClientProblems, message_error
@@ -163,6 +164,7 @@ class Processor:
         #: the collector's thresholds and periodic heap settles (heap.py)
         self.heap = HeapPolicy()
         self.health = self.metrics.health  # the report; never read to decide
+        self._group_watch: GroupWatch | None = None
         #: the checkpoints of the owned partitions on local disk (state.py)
         self.store = CheckpointStore(config, self.codec)
         #: the transaction of the open batch (commit.py)
@@ -254,6 +256,12 @@ class Processor:
         brokers = BrokerWatch(
             problems, self.metrics, lambda: consumer.list_topics(self.topics.events, timeout=2)
         )
+        # another application's consumers in the group (group_watch.py); only a
+        # transport that can describe the group has the watch
+        describe = getattr(transport, "group_members", None)
+        if describe is not None:
+            self._group_watch = GroupWatch(cfg.group_id, describe, self._report_foreign)
+            self._group_watch.start()
         consumer.subscribe(
             [self.topics.events],
             on_assign=self.rebalance.on_assign,
@@ -363,7 +371,13 @@ class Processor:
             raise
         finally:
             self.heap.stop()
+            if self._group_watch is not None:
+                self._group_watch.stop()
             self._close()
+
+    def _report_foreign(self, count: int, line: str | None) -> None:
+        self.metrics.foreign_members.set(count)
+        self.health.foreign = line
 
     def _behind(self) -> Behind:
         """The events and control partitions not fetched to their end (idle.py)."""

@@ -133,6 +133,20 @@ class KafkaTransport:
     def admin(self) -> OffsetsAdmin:
         return clients.admin(self.config)
 
+    def group_members(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Each member's client id and the events partitions it holds (group_watch.py).
+
+        Not part of :class:`Transport`: a transport without it has no watch."""
+        group, topic = self.config.group_id, self.config.topics.events
+        admin = clients.admin(self.config)  # per call, released in the calling thread
+        desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+        members = []
+        for member in desc.members:
+            held = member.assignment.topic_partitions if member.assignment else None
+            parts = tuple(sorted(tp.partition for tp in held or [] if tp.topic == topic))
+            members.append((str(member.client_id or ""), parts))
+        return members
+
     def topic_id(self, topic: str) -> str:
         """From DescribeTopics; "" when the broker does not say (the local store
         then relies on its last-record digest to notice a recreated topic)."""
