@@ -43,7 +43,7 @@ from typing import Any
 from processor.codec import Codec, SchemaIdResolver, default_codec
 from processor.codec.names import CHECKPOINT, DEAD_LETTER, SESSION_EVENT, VIEW, CodecError
 from processor.config import ServiceConfig
-from processor.core.errors import Unavailable
+from processor.core.errors import InvalidInput, Unavailable
 from processor.service.retry import waiting
 
 log = logging.getLogger("processor.registry")
@@ -70,7 +70,7 @@ class RegistryError(Unavailable, RuntimeError):
         self.transient = status is None or status in TRANSIENT_STATUS
 
 
-class SchemaNotFound(LookupError):
+class SchemaNotFound(InvalidInput, LookupError):
     """The registry answered that it has no schema of this id: the record is bad."""
 
 
