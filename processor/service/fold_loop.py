@@ -16,8 +16,6 @@ from confluent_kafka import KafkaException
 
 from processor.core.errors import Unavailable
 from processor.engine import Engine, Record
-from processor.service.restore import AnchorError
-from processor.service.state import StoreUnusable
 from processor.service.transport import Msg
 
 log = logging.getLogger("processor.runner")
@@ -57,8 +55,9 @@ def fold_messages(engine: Engine, msgs: Iterable[Msg], consume_error: Callable[[
         )
         try:
             engine.fold(part, rec)
-        # the run's, not the record's (Unavailable: a dependency, e.g. the registry)
-        except (AnchorError, StoreUnusable, KafkaException, Unavailable):
+        # the run's, not the record's: the client, or a dependency gone (Unavailable:
+        # the store, a restore's anchor, the schema registry)
+        except (KafkaException, Unavailable):
             raise
         except Exception as exc:  # one record's failure is that record's dead letter
             log.exception(

@@ -74,12 +74,21 @@ def describe_group(admin: Any, group: str, topic: str, timeout: float = 10.0) ->
         timeout=timeout
     )
     owners: dict[int, str | None] = {}
-    for member in desc.members:
-        assignment = member.assignment.topic_partitions if member.assignment else []
-        for tp in assignment or []:
-            if tp.topic == topic:
-                owners[tp.partition] = advertised_url(member.client_id)
+    for client_id, held in partitions_held(desc, topic):
+        for partition in held:
+            owners[partition] = advertised_url(client_id)
     return GroupView(len(meta.partitions), owners)
+
+
+def partitions_held(desc: Any, topic: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Each member of a group description: its client id and the partitions of
+    ``topic`` it holds (here, and group_watch.py through the transport)."""
+    members = []
+    for member in desc.members:
+        held = member.assignment.topic_partitions if member.assignment else None
+        parts = tuple(sorted(tp.partition for tp in held or [] if tp.topic == topic))
+        members.append((str(member.client_id or ""), parts))
+    return members
 
 
 class OwnerDirectory:

@@ -26,6 +26,7 @@ from processor.config import ServiceConfig
 from processor.service import clients, preflight
 from processor.service.kafka_errors import ClientProblems
 from processor.service.metrics import Metrics
+from processor.service.owners import partitions_held
 
 log = logging.getLogger("processor.transport")
 
@@ -140,12 +141,7 @@ class KafkaTransport:
         group, topic = self.config.group_id, self.config.topics.events
         admin = clients.admin(self.config)  # per call, released in the calling thread
         desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
-        members = []
-        for member in desc.members:
-            held = member.assignment.topic_partitions if member.assignment else None
-            parts = tuple(sorted(tp.partition for tp in held or [] if tp.topic == topic))
-            members.append((str(member.client_id or ""), parts))
-        return members
+        return partitions_held(desc, topic)
 
     def topic_id(self, topic: str) -> str:
         """From DescribeTopics; "" when the broker does not say (the local store
