@@ -67,3 +67,38 @@ def test_an_uncaught_processor_error_is_one_line_not_a_traceback(
     assert exited.value.code == 1
     err = capsys.readouterr().err
     assert err == "processor: seq 3: not a SessionEvent record\n"
+
+
+def test_library_text_carries_no_object_address() -> None:
+    """A library's repr with a memory address differs on every call: reasons drop it."""
+    import io
+
+    from processor.core.errors import library_text
+
+    def fails() -> Exception:
+        return ValueError(f"cannot read boolean from {io.BytesIO(b'x')!r}")
+
+    first, second = library_text(fails()), library_text(fails())
+    assert first == second == "ValueError: cannot read boolean from the input"
+    assert library_text(KeyError(object())) == "KeyError: <object>"
+    assert library_text(RuntimeError()) == "RuntimeError"
+
+
+def test_a_corrupt_record_reads_the_same_reason_every_time() -> None:
+    """The same corrupt body gives the same dead-letter reason on every decode."""
+    import pytest
+
+    from processor.codec import CodecError, default_codec
+
+    codec = default_codec()
+    good = codec.encode_event(
+        "s", {"seq": 0, "type": "session/start", "time": 1, "data": {}, "ignorable": True}
+    )
+    bad = good[:-5] + b"\x00\x01\x02\x01\x02"  # fastavro: "cannot read boolean from <BytesIO ...>"
+    reasons = set()
+    for _ in range(3):
+        with pytest.raises(CodecError) as caught:
+            codec.decode_event(bad)
+        reasons.add(str(caught.value))
+    assert len(reasons) == 1, reasons
+    assert " at 0x" not in reasons.pop()

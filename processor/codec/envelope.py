@@ -21,7 +21,7 @@ from processor.codec.names import (
 from processor.codec.payload import (
     _dumps,
 )
-from processor.core.errors import raised_from
+from processor.core.errors import raised_from, without_addresses
 from processor.core.events import SHARED_STRINGS as SHARED_STRINGS  # tests read it here
 from processor.core.frozen import json_problem
 
@@ -116,7 +116,9 @@ def _event_datum(
         try:
             _loads(data_text)
         except _JSONDecodeError as exc:
-            raise raised_from(CodecError(f"data_text is not valid JSON: {exc}"), exc) from exc
+            raise raised_from(
+                CodecError(f"data_text is not valid JSON: {without_addresses(str(exc))}"), exc
+            ) from exc
     op = seqs = flag = None
     if n > 4:
         if not trusted:
@@ -154,7 +156,9 @@ def _opaque(value: dict[str, Any]) -> Any:
     try:
         return _loads(value["json"])
     except _JSONDecodeError as exc:
-        raise raised_from(CodecError(f"OpaqueJson is not valid JSON: {exc}"), exc) from exc
+        raise raised_from(
+            CodecError(f"OpaqueJson is not valid JSON: {without_addresses(str(exc))}"), exc
+        ) from exc
 
 
 def _event_from_record(rec: dict[str, Any]) -> DecodedEvent:
@@ -187,7 +191,9 @@ def event_from_fields(
     try:
         data = _loads(data_text)
     except _JSONDecodeError as exc:
-        raise raised_from(CodecError(f"SessionEvent.data is not valid JSON: {exc}"), exc) from exc
+        raise raised_from(
+            CodecError(f"SessionEvent.data is not valid JSON: {without_addresses(str(exc))}"), exc
+        ) from exc
     envelope: dict[str, Any] = {
         # shared: a held session keeps its events, and a copy of "message" or
         # "append" per event was ~0.5 KB of each 12-event session (figure 6)

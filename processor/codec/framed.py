@@ -54,7 +54,7 @@ from processor.codec.schemas import (
     _parse,
     _Plan,
 )
-from processor.core.errors import Unavailable, raised_from
+from processor.core.errors import Unavailable, library_text, raised_from
 from processor.core.events import Event
 
 _writer = fastavro.schemaless_writer
@@ -118,7 +118,7 @@ class Codec:
                     schema_id = self.resolver.id_for_schema(name, info.schema)
                 except Exception as exc:
                     raise raised_from(
-                        CodecError(f"schema registry refused {name}: {exc}"), exc
+                        CodecError(f"schema registry refused {name}: {library_text(exc)}"), exc
                     ) from exc
                 head = CONFLUENT_MAGIC + schema_id.to_bytes(4, "big")
                 # the id names the schema just registered: records of it (the other
@@ -144,7 +144,9 @@ class Codec:
                 # quarantine its session for a transient fault (service/registry.py)
                 raise
             except Exception as exc:
-                raise raised_from(CodecError(f"unknown schema id {schema_id}: {exc}"), exc) from exc
+                raise raised_from(
+                    CodecError(f"unknown schema id {schema_id}: {library_text(exc)}"), exc
+                ) from exc
             fp = bytes.fromhex(_fingerprint_hex(to_parsing_canonical_form(writer), "CRC-64-AVRO"))
             if self.store.get(fp) is not None:
                 plan = self.store.plan(fp)
@@ -193,7 +195,9 @@ class Codec:
         try:
             _writer(buf, schema, datum)
         except Exception as exc:
-            raise raised_from(CodecError(f"cannot encode {name}: {exc}"), exc) from exc
+            raise raised_from(
+                CodecError(f"cannot encode {name}: {library_text(exc)}"), exc
+            ) from exc
         return buf.getvalue()
 
     def decode_record(
@@ -211,7 +215,7 @@ class Codec:
             rec = _reader(fo, plan.writer, plan.reader)
         except Exception as exc:
             raise raised_from(
-                CodecError(f"corrupt or truncated {plan.name} body: {type(exc).__name__}: {exc}"),
+                CodecError(f"corrupt or truncated {plan.name} body: {library_text(exc)}"),
                 exc,
             ) from exc
         end = fo.tell()
@@ -245,7 +249,9 @@ class Codec:
         try:
             _writer(buf, self._event_writer, datum)
         except Exception as exc:
-            raise raised_from(CodecError(f"cannot encode SessionEvent: {exc}"), exc) from exc
+            raise raised_from(
+                CodecError(f"cannot encode SessionEvent: {library_text(exc)}"), exc
+            ) from exc
         return buf.getvalue()
 
     def encode_parsed_event(

@@ -14,7 +14,7 @@ from processor.codec.names import (
     CodecError,
     ViewEncoding,
 )
-from processor.core.errors import raised_from
+from processor.core.errors import raised_from, without_addresses
 
 _zstd_local = threading.local()
 
@@ -37,7 +37,9 @@ def _dumps(value: Any, what: str) -> bytes:
     try:
         return orjson.dumps(value)
     except TypeError as exc:
-        raise raised_from(CodecError(f"{what} is not JSON-serialisable: {exc}"), exc) from exc
+        raise raised_from(
+            CodecError(f"{what} is not JSON-serialisable: {without_addresses(str(exc))}"), exc
+        ) from exc
 
 
 def _compress_maybe(raw: bytes, threshold: int) -> tuple[ViewEncoding, bytes]:
@@ -61,7 +63,9 @@ def _unpack(encoding: str, payload: bytes) -> bytes:
     try:
         return dctx.decompressobj().decompress(payload)
     except zstandard.ZstdError as exc:
-        raise raised_from(CodecError(f"corrupt zstd payload: {exc}"), exc) from exc
+        raise raised_from(
+            CodecError(f"corrupt zstd payload: {without_addresses(str(exc))}"), exc
+        ) from exc
 
 
 def encode_json_payload(
@@ -76,4 +80,6 @@ def decode_json_payload(encoding: str, payload: bytes) -> Any:
     try:
         return orjson.loads(_unpack(encoding, payload))
     except orjson.JSONDecodeError as exc:
-        raise raised_from(CodecError(f"payload is not valid JSON: {exc}"), exc) from exc
+        raise raised_from(
+            CodecError(f"payload is not valid JSON: {without_addresses(str(exc))}"), exc
+        ) from exc

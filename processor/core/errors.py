@@ -18,6 +18,7 @@ record, a CLI message and a test assertion all say the same thing.
 
 from __future__ import annotations
 
+import re
 from typing import TypeVar
 
 E = TypeVar("E", bound=BaseException)
@@ -68,3 +69,30 @@ def raised_from(err: E, cause: BaseException | None) -> E:
     """
     err.__cause__ = cause
     return err
+
+
+# ``<_io.BytesIO object at 0x7f3a...>``, ``<function f at 0x...>``: a repr that
+# names a memory address, different on every call and meaningless in a dead
+# letter, a log line or a test that compares two reasons.
+_ADDRESSED_REPR = re.compile(r"<([A-Za-z_][\w.]*)(?: object)?(?: [^<>]*)? at 0x[0-9a-fA-F]+>")
+
+
+def _plain_repr(match: re.Match[str]) -> str:
+    name = match.group(1)
+    return "the input" if name.startswith("_io.") else f"<{name}>"
+
+
+def without_addresses(text: str) -> str:
+    """``text`` with every addressed repr replaced by what it names."""
+    return _ADDRESSED_REPR.sub(_plain_repr, text)
+
+
+def library_text(exc: BaseException) -> str:
+    """``"TypeName: message"`` of a library's exception, without object addresses.
+
+    Every reason we emit that quotes another library (fastavro, orjson,
+    zstandard, the schema registry's HTTP client, librdkafka) goes through
+    this, so the same fault reads the same every time it happens.
+    """
+    text = without_addresses(str(exc))
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -32,6 +32,7 @@ from processor.codec import (
     shared_string,
     split_part_key,
 )
+from processor.core.errors import library_text
 from processor.engine.checkpoint_parts import decode_leaves, digest_part
 from processor.protocol import CHUNK_ITEMS, SERVICE_STATE_VERSION
 
@@ -103,7 +104,7 @@ def latest_checkpoints(
         except CodecError as exc:
             bad(sid, exc)
         except (KeyError, TypeError, ValueError) as exc:  # a part of the wrong shape
-            bad(sid, CodecError(f"malformed checkpoint part: {type(exc).__name__}: {exc}"))
+            bad(sid, CodecError(f"malformed checkpoint part: {library_text(exc)}"))
     return result
 
 

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from processor.codec import Checkpoint, Codec, CodecError, DeadLetter, session_key
 from processor.config import ServiceConfig
-from processor.core.errors import SessionError, raised_from
+from processor.core.errors import SessionError, library_text, raised_from
 from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import Session, synthetic_header
@@ -428,7 +428,7 @@ class Engine:
             rec,
             None,
             "INTERNAL",
-            f"interpreting the record raised {type(exc).__name__}: {exc}",
+            f"interpreting the record raised {library_text(exc)}",
         )
 
     def _repair_stale(self, part: PartitionState, rt: SessionRuntime) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from processor.core.errors import Unavailable
+from processor.core.errors import Unavailable, library_text
 from processor.service.retry import GaveUp
 
 log = logging.getLogger("processor.kafka")
@@ -109,7 +109,7 @@ def classify(exc: BaseException, *, operation: str = "", resource: str = "") -> 
     """Sort a transaction error by confluent-kafka's model (plus ``DENIED``)."""
     err = error_of(exc)
     if err is None:
-        return Verdict(Kind.FATAL, f"{type(exc).__name__}: {exc}", None)
+        return Verdict(Kind.FATAL, library_text(exc), None)
     if is_denied(err):
         return Verdict(
             Kind.DENIED, denied_line(err, operation=operation, resource=resource), err.code()
@@ -222,7 +222,7 @@ def one_line(exc: BaseException) -> str:
         return f"broker did not answer: {exc.line()}"
     if isinstance(exc, KafkaException):
         return classify(exc).line
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return library_text(exc).splitlines()[0]
 
 
 def configure_librdkafka_logging(level: str | int = OFF) -> None:
