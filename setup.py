@@ -43,63 +43,50 @@ class BuildWithSharedData(build_py):
                 shutil.copyfile(file, dest)
 
 
-#: The compiled build (issue 15) is what ships: ``PROCESSOR_MYPYC=1`` compiles
-#: the hot strictly typed modules below with mypyc (the container's build stage
-#: and scripts/build_wheel.sh set it).  Without it, a plain ``pip install .``
-#: builds the pure-Python package: the single source and the fallback, with no C
+#: The compiled build is what ships: ``PROCESSOR_MYPYC=1`` compiles the hot,
+#: strictly typed modules with mypyc (the container's build stage and
+#: scripts/build_wheel.sh set it).  Without it, a plain ``pip install .`` builds
+#: the pure-Python package: the single source and the fallback, with no C
 #: compiler needed; the checkout's editable installs stay pure that way too (a
 #: compiled editable build would drop .so files beside the sources, shadowing
 #: them for every PYTHONPATH run).  The .py files stay in the compiled wheel.
-#: ``frozen`` stays interpreted: mypyc cannot compile dict/list subclasses.
-MYPYC_MODULES = [
-    "processor/core/events.py",
-    "processor/core/freezing.py",
-    "processor/core/event_checks.py",
-    "processor/core/header.py",
-    "processor/core/image_offload.py",
-    "processor/core/log.py",
-    "processor/core/messages.py",
-    "processor/core/message_projections.py",
-    "processor/core/projection_cell.py",
-    "processor/core/projection_registry.py",
-    "processor/core/projection_restore.py",
-    "processor/core/restore_share.py",
-    "processor/core/projections.py",
-    "processor/core/session.py",
-    "processor/core/sharing.py",
-    "processor/core/surface.py",
-    "processor/core/builtin/_common.py",
-    "processor/core/builtin/inbox.py",
-    "processor/core/builtin/request_header.py",
-    "processor/core/builtin/runtime_units.py",
-    "processor/core/builtin/session_stats.py",
-    "processor/core/builtin/tool_history.py",
-    "processor/core/builtin/turn_boundary.py",
-    "processor/files.py",
-    "processor/offline.py",
-    # the engine (issue 15, helper `out`): fold bookkeeping and output assembly
-    "processor/engine/gate.py",
-    "processor/engine/held.py",
-    "processor/engine/runtime.py",
-    "processor/engine/chunks.py",
-    "processor/engine/view_parts.py",
-    "processor/engine/checkpoint_parts.py",
-    "processor/engine/output.py",
-    "processor/engine/records.py",
-    "processor/engine/engine.py",
-    "processor/codec/avro_compiled.py",
-    "processor/codec/avro_fast.py",
-    "processor/codec/avro_event.py",
-    # orjson + zstd of every view and checkpoint payload (helper `svc3`)
-    "processor/codec/payload.py",
-    # the decode chain and the codec's per-record calls (helper `dec`)
-    "processor/codec/decoded.py",
-    "processor/codec/envelope.py",
-    "processor/codec/framed.py",
-    "processor/codec/parted.py",
-    # the service loop's per-record fold (helper `svc4`, figure 2)
-    "processor/service/fold_loop.py",
-]
+#:
+#: What is compiled is derived: every module of these packages and these
+#: single modules, less the named exclusions, so a new module of the core is
+#: compiled (and tested compiled) without anyone remembering to list it.
+MYPYC_PACKAGES = ("processor/core", "processor/engine", "processor/codec")
+MYPYC_SINGLE = ("processor/files.py", "processor/offline.py", "processor/service/fold_loop.py")
+#: module -> why it stays interpreted (every entry must exist: a stale one fails the build)
+MYPYC_EXCLUDED = {
+    "processor/core/frozen.py": "dict/list subclasses: mypyc cannot compile them",
+    "processor/core/frozen_types.py": "the frozen dict/list classes themselves (as frozen.py)",
+    "processor/core/leaf.py": "the import shim of the C module _leaf",
+    "processor/core/errors.py": "the error root: exception classes, raised_from (no hot path)",
+    "processor/core/builder.py": "builds example logs (tests, examples, benches), not folds",
+    "processor/core/defaults.py": "assembles the default registries once per session",
+    "processor/engine/checkpoints.py": "decodes checkpoints at restore only",
+    "processor/engine/commands.py": "control records: rare, and full of dynamic JSON",
+    "processor/engine/dead_letters.py": "dead letters: off the hot path",
+    "processor/engine/errors.py": "exception classes",
+    "processor/codec/names.py": "constants",
+    "processor/codec/records.py": "dataclasses read by every layer; no hot loop",
+    "processor/codec/schemas.py": "the schema store: loaded once",
+}
+
+
+def mypyc_modules(root: Path = ROOT) -> list[str]:
+    """The compiled build's modules, as paths relative to ``root``."""
+    for path in MYPYC_EXCLUDED:
+        if not (root / path).is_file():
+            raise SystemExit(f"setup.py: MYPYC_EXCLUDED names {path}, which does not exist")
+    found = [
+        p.relative_to(root).as_posix()
+        for package in MYPYC_PACKAGES
+        for p in sorted((root / package).rglob("*.py"))
+        if p.name != "__init__.py"
+    ]
+    found += list(MYPYC_SINGLE)
+    return [p for p in found if p not in MYPYC_EXCLUDED]
 
 
 #: the mypy (mypyc) a compiled build uses; pyproject.toml's [build-system]
@@ -126,10 +113,22 @@ def _ext_modules() -> dict[str, Any]:
     from mypyc.build import mypycify
 
     # the strict config names processor.agent too: not built here, not an error
-    compiled = mypycify(["--no-warn-unused-configs", *MYPYC_MODULES], opt_level="3")
-    # frozen values out of the cyclic collector (processor/core/leaf.py)
-    leaf = Extension("processor.core._leaf", ["processor/core/_leaf.c"])
-    return {"ext_modules": [*compiled, leaf]}
+    compiled = mypycify(["--no-warn-unused-configs", *mypyc_modules()], opt_level="3")
+    return {"ext_modules": [*compiled, *_leaf_module()]}
 
 
-setup(cmdclass={"build_py": BuildWithSharedData}, **_ext_modules())
+def _leaf_module() -> list[Extension]:
+    """The C module that keeps frozen values out of the cyclic collector
+    (processor/core/leaf.py): its own switch, ``PROCESSOR_LEAF`` (default: on in
+    a compiled build).  Without it the frozen values stay tracked, which
+    changes nothing but the collector's work."""
+    flag = os.environ.get("PROCESSOR_LEAF", "1")
+    if flag not in ("0", "1"):
+        raise SystemExit(f"PROCESSOR_LEAF must be 0 or 1, not {flag!r}")
+    if flag == "0":
+        return []
+    return [Extension("processor.core._leaf", ["processor/core/_leaf.c"])]
+
+
+if __name__ == "__main__":
+    setup(cmdclass={"build_py": BuildWithSharedData}, **_ext_modules())

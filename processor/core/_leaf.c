@@ -95,6 +95,19 @@ settle(PyObject *module, PyObject *obj)
     return Py_NewRef(obj);
 }
 
+/* adopt() changes a value's type in place when Py_REFCNT(v) == 1, taking that
+ * to mean "the caller holds the only reference".  CPython promises that only
+ * where we have checked it: 3.11 with the GIL, the interpreter CI builds and
+ * tests.  Later versions changed reference counting (immortal objects in
+ * 3.12, stack references that are not counted in 3.14, per-thread counts on
+ * free-threaded builds), so there adopts() says no and every frozen value is
+ * a copy, as in the pure build.  Widen this only with CI running that version. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
+#define ADOPT_IN_PLACE 1
+#else
+#define ADOPT_IN_PLACE 0
+#endif
+
 /* the frozen dict and list types adopt() makes (NULL until adopts() took one) */
 static PyTypeObject *frozen_dict;
 static PyTypeObject *frozen_list;
@@ -124,7 +137,7 @@ adopts(PyObject *module, PyObject *arg)
         && tp->tp_finalize == NULL
         && tp->tp_del == NULL
         && is_leaf_type(tp);
-    if (!same_layout) {
+    if (!ADOPT_IN_PLACE || !same_layout) {
         Py_RETURN_FALSE;
     }
     if (*slot == NULL) {
@@ -216,5 +229,10 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__leaf(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "ADOPT_IN_PLACE", ADOPT_IN_PLACE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -26,6 +26,15 @@ from processor.core.session import Session
 
 COMPILED = not str(processor.core.session.__file__).endswith(".py")
 settles = pytest.mark.skipif(SETTLE is None, reason="the pure build has no processor.core._leaf")
+try:
+    from processor.core import _leaf
+
+    IN_PLACE = bool(_leaf.ADOPT_IN_PLACE)
+except ImportError:  # the pure build
+    IN_PLACE = False
+adopts_in_place = pytest.mark.skipif(
+    not IN_PLACE, reason="adopt() changes types in place only on CPython 3.11 with the GIL"
+)
 
 LINE = (
     b'{"type":"assistant/message","seq":3,"time":5,"data":{"message":{"role":"assistant",'
@@ -119,6 +128,16 @@ def test_frozen_dict_of_is_a_frozen_copy_of_a_dict_someone_holds() -> None:
 
 
 @settles
+def test_adopt_in_place_only_on_the_interpreter_ci_vets() -> None:
+    """A refcount of 1 means "nobody else holds it" only where CI has checked it."""
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    vetted = sys.version_info[:2] == (3, 11) and gil
+    assert vetted == IN_PLACE
+    held: dict[str, Any] = {"a": 1}
+    assert frozen_dict_of(held) is not held  # someone else holds it: always a copy
+
+
+@adopts_in_place
 def test_frozen_dict_of_freezes_a_just_built_dict_in_place() -> None:
     ids: list[int] = []
     out = frozen_dict_of(_built_here(ids))
