@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The main job end to end: install, then `processor demo` (starts a local Kafka
-# broker when KAFKA_BOOTSTRAP_SERVERS is not set).
+# The main job end to end: make or reuse the project environment (.venv at the
+# checkout's root, from $PYTHON, default python3; scripts/venv.sh), then
+# `processor demo` (starts a local Kafka broker when KAFKA_BOOTSTRAP_SERVERS is
+# not set).  Afterwards the commands are `.venv/bin/processor ...`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-if ! "$PY" -c "import processor.cli.main, confluent_kafka, fastavro, starlette, uvicorn" 2>/dev/null; then
-  PROCESSOR_MYPYC=0 "$PY" -m pip install -q --disable-pip-version-check -e .
-fi
-exec "$PY" -m processor demo "$@"
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
+project_venv ""
+exec "$VENV_PY" -m processor demo "$@"

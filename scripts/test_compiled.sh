@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PY=${PYTHON:-python3}
+PY=${PYTHON:-$ROOT/.venv/bin/python}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 HOUSE=${PROCESSOR_WHEELHOUSE:-}
@@ -20,11 +20,17 @@ if [ -z "$HOUSE" ]; then
   HOUSE="$WORK/wheels"
   bash scripts/build_wheel.sh "$HOUSE" --no-deps
 fi
-# the test dependencies come from the system site (they are installed there)
-"$PY" -m venv --system-site-packages "$WORK/venv"
-# --ignore-installed: the system site may hold an editable install of a checkout (CI: this one)
-"$WORK/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --ignore-installed --no-index \
-  --find-links "$HOUSE" processor
+# a throw-away venv from the project environment's interpreter, holding the
+# compiled package alone; the test dependencies come from the project
+# environment through a .pth line (its own .pth files, the editable install of
+# the checkout among them, are not read: `processor` is the wheel's)
+"$PY" -m venv "$WORK/venv"
+deps=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+site=$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$deps" > "$site/processor-test-deps.pth"
+# --ignore-installed: the project environment holds the checkout's editable install
+"$WORK/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --ignore-installed \
+  --no-index --find-links "$HOUSE" processor
 # the checkout without the package (tracked and new files; no .git, no venvs)
 mkdir "$WORK/run"
 git ls-files -z -co --exclude-standard | grep -zv '^processor/' \
