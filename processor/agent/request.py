@@ -42,9 +42,11 @@ Decisions (the runtime's ``buildRequest`` is the reference)
   header's order, then removals in the previous header's order; ``headerSeq``
   only when something was added.
 * ``request/context`` is ``{provider, model, contextWindow?,
-  systemPromptUpdate?}`` (``systemPromptUpdate: "in-history"`` only for a
-  route that admits later system messages) and is logged when any of the
-  four differs from the log's last record (H-4).
+  systemPromptUpdate?}`` (``systemPromptUpdate`` is the route's declared
+  mode, ``"in-history"`` or ``"consolidate"``, absent when it declares none:
+  the runtime's ``buildRequest`` writes ``preparedCall.systemPromptUpdate``
+  as is) and is logged when any of the four differs from the log's last
+  record (H-4).
 * ``Request.tool_history`` is the runtime's tool-history snapshot
   (:mod:`processor.agent.tool_history`), what its provider would replay.
 """
@@ -120,8 +122,8 @@ def context_record(route: PreparedRoute) -> dict[str, Any]:
     record: dict[str, Any] = {"provider": route.provider, "model": route.model}
     if route.context_window is not None:
         record["contextWindow"] = route.context_window
-    if route.in_history_system_prompt:
-        record["systemPromptUpdate"] = "in-history"
+    if route.system_prompt_update is not None:  # "in-history" or "consolidate", as declared
+        record["systemPromptUpdate"] = route.system_prompt_update
     return record
 
 

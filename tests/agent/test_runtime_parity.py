@@ -379,3 +379,32 @@ def test_F3_logs_are_runtime_shaped() -> None:
     kinds = [r["type"] for r in message["stream"]]
     assert kinds == ["chunk", "tool-call-chunks", "chunk", "chunk", "chunk"]
     assert h.events("turn/end")[0].data["reason"] == {"kind": "completed"}
+
+
+# ---------------------------------------------------------------- issue 36
+
+
+def test_H4_request_context_records_consolidate_initial_and_resume() -> None:
+    """Issue 36 item 1: the runtime's buildRequest writes ``preparedCall.systemPromptUpdate``
+    as is (agent-loop/src/agent.ts, ``requestContext``), so a consolidating route records
+    ``"consolidate"`` on the initial header's context and again after a resume; we left the
+    field out."""
+    adapter = MockModelAdapter(routes={"default": MockRoute(in_history_system_prompt=False)})
+    agent = Agent()
+    agent.prompt.add_section(Section("main", 0, "You are careful."))
+    session = agent.new_session()
+    adapter.push(Say("one"))
+    StepLoop(agent, session, adapter).run_turn("go")
+    (initial,) = [e.data for e in session.log if e.type == "request/context"]
+    assert initial["systemPromptUpdate"] == "consolidate"
+    # a route declaring no mode leaves the field out (and that is a change: logged)
+    quiet = MockModelAdapter(routes={"default": MockRoute(system_prompt_update=None)})
+    quiet.push(Say("two"))
+    StepLoop(agent, session, quiet).run_turn("again")
+    contexts = [e.data for e in session.log if e.type == "request/context"]
+    assert "systemPromptUpdate" not in contexts[-1] and len(contexts) == 2
+    adapter.push(Say("three"))
+    StepLoop(agent, session, adapter).run_turn("resumed")  # resume: the field comes back
+    headers = [e.data["reason"] for e in session.log if e.type == "request/header"]
+    assert headers[-1] == "resume"
+    assert [e.data for e in session.log if e.type == "request/context"][-1] == initial
