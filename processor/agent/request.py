@@ -105,11 +105,24 @@ def tool_names(header: Mapping[str, Any] | None) -> list[str]:
 def header_of(route: PreparedRoute, tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The canonical header of a route and a tool set (H-1, the runtime's form).
 
-    Only the adapter-default markers the runtime knows, and only ``true``
-    ones, are taken from the route (item 10).
+    The runtime's ``buildRequest`` passes the route's config, adapter defaults
+    and non-empty tools through ``canonicalHeader`` and appends the result
+    without the load checks (D-4), so it can write a header its own loader
+    refuses.  We write the loadable form of the same header instead of
+    failing: only the known markers, only ``true`` ones (item 10), only for a
+    config field the route actually has, and no empty ``reasoningEffort``
+    (see docs/runtime-load-checks.md, "Request building").
     """
-    raw: dict[str, Any] = {"config": dict(route.config)}
-    flags = {k: True for k in ADAPTER_DEFAULT_FLAGS if route.adapter_defaults.get(k) is True}
+    config = dict(route.config)
+    effort = config.get("reasoningEffort")
+    if "reasoningEffort" in config and not (isinstance(effort, str) and effort):
+        del config["reasoningEffort"]
+    raw: dict[str, Any] = {"config": config}
+    flags = {
+        k: True
+        for k in ADAPTER_DEFAULT_FLAGS
+        if route.adapter_defaults.get(k) is True and k in config
+    }
     if flags:
         raw["adapterDefaults"] = flags
     if tools:

@@ -432,6 +432,10 @@ def main() -> None:
     print(f"wrote {len(CASES) + n} cases to {OUT}")
     print(f"wrote {write_valid()} valid logs to {VALID}")
     print(f"wrote {write_formats()} refused format versions to {FORMATS}")
+    from tests.corpus.make_requests import OUT as REQUESTS
+    from tests.corpus.make_requests import write_requests
+
+    print(f"wrote {write_requests()} request-building cases to {REQUESTS}")
 
 
 # ------------------------------------------------------------------ valid corpus
