@@ -16,7 +16,13 @@ from processor.agent.adapters import RequestContext
 from processor.agent.adapters.mock import MockModelAdapter, MockRoute, Overflow, Say, ToolCall
 from processor.agent.context import EventDraft
 from processor.agent.loop import Agent, CompactionPlugin, StepLoop
-from processor.agent.prompt import ContextSection, PromptError, Section, SystemPrompt, ToolSpec
+from processor.agent.prompt import (
+    UNLISTED_TOOLS,
+    ContextSection,
+    Section,
+    SystemPrompt,
+    ToolSpec,
+)
 from processor.agent.request import RequestState, build_request, header_of, request_mismatches
 from processor.agent.tool_history import ToolHistoryError, tool_history
 from processor.core.events import Event, make_event
@@ -94,17 +100,28 @@ def test_Y2_defer_loading_kept_only_when_true() -> None:
     assert b["deferLoading"] is True
 
 
-def test_Y2_duplicate_tool_names_are_refused_on_purpose() -> None:
-    """Item 3, kept on purpose: the runtime keeps both tools of a duplicated name; we
-    refuse at assembly, because two schemas under one name make the model's call and the
-    H-3 tool update ambiguous.  Reading a runtime log never assembles a prompt, so the
-    refusal cannot reject a log the runtime wrote."""
+def test_Y2_duplicate_tool_names_are_kept_in_provider_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 36 item 3: the runtime's SystemPrompt.assemble collects every provider's
+    schemas and sorts them stably by name (system-prompt/src/index.ts, ``orderTools``),
+    so two tools of one name both reach the header, in provider order; we refused
+    (Y-2 PromptError).  A warning names the tool."""
     prompt = SystemPrompt()
-    prompt.add_tools(lambda: [spec("read")])
-    prompt.scope("s").add_tools(lambda: [spec("read")])
-    with pytest.raises(PromptError) as err:
-        prompt.assemble("s")
-    assert err.value.rule == "Y-2"
+    prompt.add_tools(lambda: [spec("read"), ToolSpec("b", "first b", {})])
+    prompt.scope("s").add_tools(lambda: [ToolSpec("read", "the second read", {}), spec("a")])
+    with caplog.at_level("WARNING"):
+        tools = prompt.assemble("s").tools
+    assert [(t["name"], t["description"]) for t in tools] == [
+        ("a", "the a tool"),
+        ("b", "first b"),
+        ("read", "the read tool"),
+        ("read", "the second read"),
+    ]
+    assert "'read'" in caplog.text
+    prompt.set_tool_order(("read", UNLISTED_TOOLS))
+    ordered = prompt.assemble("s").tools
+    assert [t["description"] for t in ordered][:2] == ["the read tool", "the second read"]
 
 
 # ---------------------------------------------------------------- H-1 (items 9, 10, 11)
