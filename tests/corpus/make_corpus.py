@@ -29,6 +29,7 @@ V3_CASES = frozenset(
         "D6-tool-result-wrapper-two-blocks",
         "D6-v4-system-source-in-v3-file",
         "D6-v4-tool-result-in-v3-file",
+        "D6-v3-system-message-user-role-in-v3-file",
     }
 )
 
@@ -265,7 +266,14 @@ CASES: dict[str, Callable[[LogBuilder], Raw | list[Raw]]] = {
         },
         surfaceOp="append",
     ),
+    "D6-v3-system-message-user-role-in-v3-file": lambda b: env(
+        b,
+        "system/message",
+        {"turn": 1, "step": 1, "message": {**msg(b, "system"), "role": "user"}},
+        surfaceOp="append",
+    ),
     "D7-attempt-without-stream": lambda b: env(b, "assistant/attempt", {"turn": 1, "step": 1}),
+    "D7-attempt-without-settlement-fields": lambda b: env(b, "assistant/attempt", {}),
     "D7-assistant-step-negative": lambda b: env(
         b,
         "assistant/message",
@@ -722,6 +730,23 @@ def write_valid() -> int:
         mixed.tool_result(cid, f"result {cid}", call_seq=call.seq, form=form)
     mixed.add_raw("todo/write", {"todos": []})
     write("headerless-mixed-forms", None, raws(mixed))
+    # issue 36 items 4, 5: the Session's load path checks no system/message role, and
+    # an ignorable attempt is opaque
+    loose = LogBuilder(form=3)
+    loose.turn_start()
+    loose.step_start()
+    head = loose.message("system", [text("s")])
+    loose.add_raw(
+        "system/message",
+        {"turn": 1, "step": 1, "message": {**head, "role": "user"}},
+        surfaceOp="append",
+    )
+    loose.user("hi")
+    loose.add_raw("assistant/attempt", {}, ignorable=True)
+    loose.assistant("hello")
+    loose.step_end()
+    loose.turn_end()
+    write("headerless-v3-system-role-and-ignorable-attempt", None, raws(loose))
     fork = every_type_session(4)
     cut = next(i for i, e in enumerate(fork) if e["type"] == "turn/start" and i > 2)
     seed = {
@@ -756,7 +781,7 @@ def write_valid() -> int:
             "agentPreset": "coder",
         },
     )
-    return 6
+    return 7
 
 
 if __name__ == "__main__":
