@@ -78,14 +78,12 @@ Decisions where the spec and seed are silent
   dropped).  ``name`` must be a non-empty str, ``description`` a str,
   ``parameters`` a JSON object; ``deferLoading`` a bool or ``None`` and kept
   only when ``True`` (the runtime drops ``false``: it means the default).
-* The same tool name from two providers (or twice from one) is a
-  ``PromptError`` (rule ``Y-2``).  Kept on purpose although the runtime keeps
-  both (issue 17 item 3): two schemas under one name make the model's call
-  ambiguous and the H-3 tool update cannot say which one was added (the
-  runtime's tool history resolves the first).  It is safe for logs the
-  runtime wrote: the refusal happens only when *we* assemble a prompt; reading
-  a log never assembles, so a runtime header with a duplicated name folds as
-  the core's checks decide.
+* The same tool name from two providers (or twice from one) keeps both
+  tools in provider order, as the runtime's assembly does (issue 36 item 3),
+  and logs a warning.  A header then declares the name twice; if the name is
+  new against the previous header, the H-3 addition names it twice and D-3
+  refuses the update (the runtime writes it and its own reader refuses it:
+  docs/runtime-load-checks.md).
 * Orders must be finite numbers (the runtime throws on a non-finite order).
 * The tool order in effect is the nearest layer's (scoped shadows global).
 * Assemble hooks run global first, then scopes far-to-near, each layer in

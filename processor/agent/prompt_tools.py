@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 from processor.agent.prompt_types import (
@@ -14,13 +15,15 @@ from processor.agent.prompt_types import (
     project_tool,
 )
 
+_log = logging.getLogger(__name__)
+
 
 def collect_tools(providers: Iterable[ToolsProvider]) -> list[JsonObject]:
-    """Tools from every layer of the chain, merged; duplicate names are an error.
+    """Tools from every layer of the chain, in provider order.
 
-    Duplicates are refused rather than shadowed because two providers offering
-    the same tool name would give the model two schemas for one call (kept on
-    purpose, unlike the runtime: see prompt.py's docstring, issue 17 item 3).
+    Two providers offering the same tool name both stay, in provider order,
+    as the runtime's assembly keeps them (``SystemPrompt.assemble`` collects
+    every schema; issue 36 item 3); a warning names the tool.
     """
     tools: list[JsonObject] = []
     seen: set[str] = set()
@@ -36,7 +39,7 @@ def collect_tools(providers: Iterable[ToolsProvider]) -> list[JsonObject]:
                     "Y-3", f"a tool must not be named {UNLISTED_TOOLS!r} (reserved marker)"
                 )
             if name in seen:
-                raise PromptError("Y-2", f"tool {name!r} is offered by more than one provider")
+                _log.warning("Y-2: tool %r is offered more than once; keeping each", name)
             seen.add(name)
             tools.append(projected)
     return tools
@@ -46,11 +49,14 @@ def order_tools(tools: list[JsonObject], order: tuple[str, ...] | None) -> list[
     """Sort tools by name, or by an explicit order with the unlisted marker (Y-2, Y-3).
 
     A deterministic order keeps header equality and provider prompt-cache
-    prefixes stable (it does not guarantee a cache hit).
+    prefixes stable (it does not guarantee a cache hit).  Tools of one name
+    keep their provider order (the runtime's sort is stable).
     """
-    by_name = {t["name"]: t for t in tools}
+    by_name: dict[str, list[JsonObject]] = {}
+    for tool in tools:
+        by_name.setdefault(tool["name"], []).append(tool)
     if order is None:
-        return [by_name[n] for n in sorted(by_name, key=code_unit_key)]
+        return [t for n in sorted(by_name, key=code_unit_key) for t in by_name[n]]
     markers = order.count(UNLISTED_TOOLS)
     if markers != 1:
         raise PromptError(
@@ -67,7 +73,7 @@ def order_tools(tools: list[JsonObject], order: tuple[str, ...] | None) -> list[
     result: list[JsonObject] = []
     for name in order:
         if name == UNLISTED_TOOLS:
-            result.extend(by_name[n] for n in unlisted)
+            result.extend(t for n in unlisted for t in by_name[n])
         else:
-            result.append(by_name[name])
+            result.extend(by_name[name])
     return result

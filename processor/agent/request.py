@@ -42,9 +42,11 @@ Decisions (the runtime's ``buildRequest`` is the reference)
   header's order, then removals in the previous header's order; ``headerSeq``
   only when something was added.
 * ``request/context`` is ``{provider, model, contextWindow?,
-  systemPromptUpdate?}`` (``systemPromptUpdate: "in-history"`` only for a
-  route that admits later system messages) and is logged when any of the
-  four differs from the log's last record (H-4).
+  systemPromptUpdate?}`` (``systemPromptUpdate`` is the route's declared
+  mode, ``"in-history"`` or ``"consolidate"``, absent when it declares none:
+  the runtime's ``buildRequest`` writes ``preparedCall.systemPromptUpdate``
+  as is) and is logged when any of the four differs from the log's last
+  record (H-4).
 * ``Request.tool_history`` is the runtime's tool-history snapshot
   (:mod:`processor.agent.tool_history`), what its provider would replay.
 """
@@ -103,11 +105,24 @@ def tool_names(header: Mapping[str, Any] | None) -> list[str]:
 def header_of(route: PreparedRoute, tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The canonical header of a route and a tool set (H-1, the runtime's form).
 
-    Only the adapter-default markers the runtime knows, and only ``true``
-    ones, are taken from the route (item 10).
+    The runtime's ``buildRequest`` passes the route's config, adapter defaults
+    and non-empty tools through ``canonicalHeader`` and appends the result
+    without the load checks (D-4), so it can write a header its own loader
+    refuses.  We write the loadable form of the same header instead of
+    failing: only the known markers, only ``true`` ones (item 10), only for a
+    config field the route actually has, and no empty ``reasoningEffort``
+    (see docs/runtime-load-checks.md, "Request building").
     """
-    raw: dict[str, Any] = {"config": dict(route.config)}
-    flags = {k: True for k in ADAPTER_DEFAULT_FLAGS if route.adapter_defaults.get(k) is True}
+    config = dict(route.config)
+    effort = config.get("reasoningEffort")
+    if "reasoningEffort" in config and not (isinstance(effort, str) and effort):
+        del config["reasoningEffort"]
+    raw: dict[str, Any] = {"config": config}
+    flags = {
+        k: True
+        for k in ADAPTER_DEFAULT_FLAGS
+        if route.adapter_defaults.get(k) is True and k in config
+    }
     if flags:
         raw["adapterDefaults"] = flags
     if tools:
@@ -120,8 +135,8 @@ def context_record(route: PreparedRoute) -> dict[str, Any]:
     record: dict[str, Any] = {"provider": route.provider, "model": route.model}
     if route.context_window is not None:
         record["contextWindow"] = route.context_window
-    if route.in_history_system_prompt:
-        record["systemPromptUpdate"] = "in-history"
+    if route.system_prompt_update is not None:  # "in-history" or "consolidate", as declared
+        record["systemPromptUpdate"] = route.system_prompt_update
     return record
 
 

@@ -66,6 +66,21 @@ def _check_tool_result_v3(seq: int, message: Mapping[str, Any], call_id: str) ->
         raise SessionError(seq, "D-6", "tool-result block toolCallId must equal source.callId")
 
 
+def _v3_system_source(message: Mapping[str, Any]) -> bool:
+    """The v3 system source ``{kind: 'plugin', plugin}``.
+
+    Where no file header names the format, a system message in this form is
+    read as the runtime's Session reads it: its load path checks no role of a
+    ``system/message`` (only the v3 file reader does), issue 36 item 4.
+    """
+    source = message.get("source")
+    return (
+        isinstance(source, dict)
+        and source.get("kind") == "plugin"
+        and _nonempty_str(source.get("plugin"))
+    )
+
+
 def check_message_shape(event: Event, dialect: int | None = None) -> None:
     """D-6 (with D-1): a surface event carries a message the runtime can replay.
 
@@ -124,7 +139,9 @@ def _check_message_shape(
                 f"{where}.role must be {' or '.join(map(repr, allowed))} for "
                 f"tool/result, got {role!r}",
             )
-    elif not (isinstance(role, str) and role == ROLE_OF_TYPE[etype]):
+    elif not (isinstance(role, str) and role == ROLE_OF_TYPE[etype]) and not (
+        dialect is None and etype == "system/message" and _v3_system_source(message)
+    ):
         raise SessionError(
             seq, "D-6", f"{where}.role must be {ROLE_OF_TYPE[etype]!r} for {etype}, got {role!r}"
         )
@@ -337,8 +354,8 @@ def check_event_data(event: Event, lookup: EventLookup, dialect: int | None = No
         check_surface_data(event, lookup, dialect)
     elif etype == "request/header":
         check_header(event)
-    elif etype == "assistant/attempt":
-        check_settlement(event)
+    elif etype == "assistant/attempt" and event.ignorable is not True:
+        check_settlement(event)  # D-7; an ignorable attempt is opaque (issue 36 item 5)
 
 
 #: D-4 and D-7 under the names the planner calls directly (it already knows the type).

@@ -496,8 +496,8 @@ def plan_event(
         # check_event_data's log-only part, the type already known
         if kind == _HEADER:
             check_header(event)
-        elif kind == _ATTEMPT:
-            check_settlement(event)
+        elif kind == _ATTEMPT and event.ignorable is not True:
+            check_settlement(event)  # D-7; an ignorable attempt is opaque (issue 36 item 5)
         return LogOnlyPlan(seq)
     added = check_surface_fields(event, state.dialect)
     if added:  # D-3 (a bound method per surface event was a tenth of the checks)

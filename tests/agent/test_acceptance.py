@@ -175,7 +175,7 @@ def test_acceptance_scripted_session_rebuilds_every_request(tmp_path: Path) -> N
     assert providers == {"mock-1", "mock-2"}
     assert {r.context.get("systemPromptUpdate") for r in run.adapter.requests} == {
         "in-history",
-        None,
+        "consolidate",
     }
 
     assert_requests_rebuild_from_log(run)

@@ -462,7 +462,7 @@ def test_R5_in_history_comes_from_this_attempts_route() -> None:
     first, second = adapter.requests[-2:]
     assert [message_text(m) for m in first.messages if m["role"] == "system"] == ["A", "B"]
     assert [message_text(m) for m in second.messages if m["role"] == "system"] == ["B"]
-    assert "systemPromptUpdate" not in second.context  # only "in-history" is ever written
+    assert second.context["systemPromptUpdate"] == "consolidate"  # the route's declared mode
 
 
 def test_R5_capable_route_after_an_incapable_record_appends() -> None:

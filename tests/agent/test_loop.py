@@ -90,7 +90,7 @@ def test_F1_every_attempt_prepares_reconciles_and_builds_a_new_request() -> None
     assert r1 is not r2 is not r3
     assert [r.attempt for r in adapter.requests] == [1, 2, 3]
     assert r2.header["config"]["provider"] == "mock-b"  # the route of attempt 2
-    assert "systemPromptUpdate" not in r3.context  # incapable route: the field is absent
+    assert r3.context["systemPromptUpdate"] == "consolidate"  # incapable route: declared mode
     # headers are logged on change only: attempt 2 (other provider) and 3 (back)
     headers = [e for e in loop.session.log if e.type == "request/header"]
     assert [h.data["reason"] for h in headers] == ["initial", "change", "change"]

@@ -295,15 +295,13 @@ def test_Y2_tool_shape_errors() -> None:
         prompt.assemble()
 
 
-def test_Y2_same_tool_from_two_providers_is_an_error() -> None:
+def test_Y2_same_tool_from_two_providers_keeps_both() -> None:
+    """Issue 36 item 3: the runtime keeps both schemas, global provider first."""
     prompt = SystemPrompt()
     prompt.add_tools(lambda: [tool("bash")])
     prompt.scope("s").add_tools(lambda: [tool("bash")])
-    prompt.assemble()  # fine without the scope
-    with pytest.raises(PromptError) as err:
-        prompt.assemble("s")
-    assert err.value.rule == "Y-2"
-    assert "bash" in str(err.value)
+    assert [t["name"] for t in prompt.assemble().tools] == ["bash"]
+    assert [t["name"] for t in prompt.assemble("s").tools] == ["bash", "bash"]
 
 
 def test_Y2_dynamic_texts_evaluated_once_with_context() -> None:

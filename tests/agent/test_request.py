@@ -170,7 +170,11 @@ def test_H4_request_context_only_when_it_changed() -> None:
     h.turn(Say("five", route="incapable"))  # systemPromptUpdate changed
     contexts = [e.data for e in h.events("request/context")]
     assert [c.get("contextWindow") for c in contexts] == [200_000, 1_000_000, 200_000]
-    assert [c.get("systemPromptUpdate") for c in contexts] == ["in-history", "in-history", None]
+    assert [c.get("systemPromptUpdate") for c in contexts] == [
+        "in-history",
+        "in-history",
+        "consolidate",
+    ]
     h.new_loop()  # a resumed loop compares with the log, not with nothing
     h.turn(Say("six", route="incapable"))
     assert len(h.events("request/context")) == 3

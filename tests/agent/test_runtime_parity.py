@@ -16,7 +16,13 @@ from processor.agent.adapters import RequestContext
 from processor.agent.adapters.mock import MockModelAdapter, MockRoute, Overflow, Say, ToolCall
 from processor.agent.context import EventDraft
 from processor.agent.loop import Agent, CompactionPlugin, StepLoop
-from processor.agent.prompt import ContextSection, PromptError, Section, SystemPrompt, ToolSpec
+from processor.agent.prompt import (
+    UNLISTED_TOOLS,
+    ContextSection,
+    Section,
+    SystemPrompt,
+    ToolSpec,
+)
 from processor.agent.request import RequestState, build_request, header_of, request_mismatches
 from processor.agent.tool_history import ToolHistoryError, tool_history
 from processor.core.events import Event, make_event
@@ -94,17 +100,28 @@ def test_Y2_defer_loading_kept_only_when_true() -> None:
     assert b["deferLoading"] is True
 
 
-def test_Y2_duplicate_tool_names_are_refused_on_purpose() -> None:
-    """Item 3, kept on purpose: the runtime keeps both tools of a duplicated name; we
-    refuse at assembly, because two schemas under one name make the model's call and the
-    H-3 tool update ambiguous.  Reading a runtime log never assembles a prompt, so the
-    refusal cannot reject a log the runtime wrote."""
+def test_Y2_duplicate_tool_names_are_kept_in_provider_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 36 item 3: the runtime's SystemPrompt.assemble collects every provider's
+    schemas and sorts them stably by name (system-prompt/src/index.ts, ``orderTools``),
+    so two tools of one name both reach the header, in provider order; we refused
+    (Y-2 PromptError).  A warning names the tool."""
     prompt = SystemPrompt()
-    prompt.add_tools(lambda: [spec("read")])
-    prompt.scope("s").add_tools(lambda: [spec("read")])
-    with pytest.raises(PromptError) as err:
-        prompt.assemble("s")
-    assert err.value.rule == "Y-2"
+    prompt.add_tools(lambda: [spec("read"), ToolSpec("b", "first b", {})])
+    prompt.scope("s").add_tools(lambda: [ToolSpec("read", "the second read", {}), spec("a")])
+    with caplog.at_level("WARNING"):
+        tools = prompt.assemble("s").tools
+    assert [(t["name"], t["description"]) for t in tools] == [
+        ("a", "the a tool"),
+        ("b", "first b"),
+        ("read", "the read tool"),
+        ("read", "the second read"),
+    ]
+    assert "'read'" in caplog.text
+    prompt.set_tool_order(("read", UNLISTED_TOOLS))
+    ordered = prompt.assemble("s").tools
+    assert [t["description"] for t in ordered][:2] == ["the read tool", "the second read"]
 
 
 # ---------------------------------------------------------------- H-1 (items 9, 10, 11)
@@ -379,3 +396,32 @@ def test_F3_logs_are_runtime_shaped() -> None:
     kinds = [r["type"] for r in message["stream"]]
     assert kinds == ["chunk", "tool-call-chunks", "chunk", "chunk", "chunk"]
     assert h.events("turn/end")[0].data["reason"] == {"kind": "completed"}
+
+
+# ---------------------------------------------------------------- issue 36
+
+
+def test_H4_request_context_records_consolidate_initial_and_resume() -> None:
+    """Issue 36 item 1: the runtime's buildRequest writes ``preparedCall.systemPromptUpdate``
+    as is (agent-loop/src/agent.ts, ``requestContext``), so a consolidating route records
+    ``"consolidate"`` on the initial header's context and again after a resume; we left the
+    field out."""
+    adapter = MockModelAdapter(routes={"default": MockRoute(in_history_system_prompt=False)})
+    agent = Agent()
+    agent.prompt.add_section(Section("main", 0, "You are careful."))
+    session = agent.new_session()
+    adapter.push(Say("one"))
+    StepLoop(agent, session, adapter).run_turn("go")
+    (initial,) = [e.data for e in session.log if e.type == "request/context"]
+    assert initial["systemPromptUpdate"] == "consolidate"
+    # a route declaring no mode leaves the field out (and that is a change: logged)
+    quiet = MockModelAdapter(routes={"default": MockRoute(system_prompt_update=None)})
+    quiet.push(Say("two"))
+    StepLoop(agent, session, quiet).run_turn("again")
+    contexts = [e.data for e in session.log if e.type == "request/context"]
+    assert "systemPromptUpdate" not in contexts[-1] and len(contexts) == 2
+    adapter.push(Say("three"))
+    StepLoop(agent, session, adapter).run_turn("resumed")  # resume: the field comes back
+    headers = [e.data["reason"] for e in session.log if e.type == "request/header"]
+    assert headers[-1] == "resume"
+    assert [e.data for e in session.log if e.type == "request/context"][-1] == initial

@@ -175,3 +175,49 @@ def test_D7_assistant_settlement_fields() -> None:
         b.add_raw("assistant/attempt", data)
         with pytest.raises(SessionError, match="D-7"):
             fold(b.events)
+
+
+def _plugin_system(b: LogBuilder, role: str) -> dict[str, Any]:
+    message = b.message(role, [text("prompt")])
+    message["source"] = {"kind": "plugin", "plugin": "@deepseek-ai/dsh-system-prompt"}
+    return {"turn": 1, "step": 1, "message": message}
+
+
+def test_D6_headerless_v3_system_message_role_is_not_checked() -> None:
+    """Issue 36 item 4: the runtime's Session load path checks no system/message role
+    (core/session/src/index.ts, assertMessageEventShape returns for it); only its v3 file
+    reader (session-format-v2-to-v3/src/payload.ts, assertSystem) and the v4 rules do.  A
+    header-less log's v3-form system message with another role is read; we refused it."""
+    for role in ("user", "assistant", "tool"):
+        b = LogBuilder(form=3)
+        b.add_raw("system/message", _plugin_system(b, role), surfaceOp="append")
+        b.user("hi")
+        assert fold(b.events).next_seq == 2, role
+    # D-1 still pairs the developer role with developer/message
+    b = LogBuilder(form=3)
+    b.add_raw("system/message", _plugin_system(b, "developer"), surfaceOp="append")
+    with pytest.raises(SessionError, match="D-1"):
+        fold(b.events)
+    # a v3 file (its reader) and the v4 form keep the role check
+    for dialect in (3, None):
+        b = LogBuilder(form=3)
+        data = _plugin_system(b, "user")
+        if dialect is None:
+            data["message"]["source"] = {"kind": "system-prompt"}
+        b.add_raw("system/message", data, surfaceOp="append")
+        with pytest.raises(SessionError, match="role must be 'system'.*D-6"):
+            fold(b.events, dialect)
+
+
+def test_D7_ignorable_attempt_is_opaque() -> None:
+    """Issue 36 item 5: a known log-only type marked ``ignorable: true`` is read without
+    its settlement fields (the runtime accepts ``assistant/attempt`` lacking turn, step and
+    stream when it is ignorable); without the mark D-7 still refuses it."""
+    for data in ({}, {"turn": -1}, None, [1]):
+        b = base()
+        b.add_raw("assistant/attempt", data, ignorable=True)
+        assert fold(b.events).next_seq == 4
+        b = base()
+        b.add_raw("assistant/attempt", data)
+        with pytest.raises(SessionError, match="D-7"):
+            fold(b.events)

@@ -208,7 +208,15 @@ def _message(t: str, d: Any, version: int | None) -> str | None:
         roles = {3: ["user"], 4: ["tool"]}.get(version or 0, ["user", "tool"])
         if role not in roles:
             return "tool/result role"
-    elif role != MESSAGE_TYPES[t]:
+    elif role != MESSAGE_TYPES[t] and not (
+        # header-less: the Session's load path checks no system/message role;
+        # only the v3 file reader (payload.ts assertSystem) and v4 do
+        t == "system/message"
+        and version is None
+        and _obj(m.get("source"))
+        and m["source"].get("kind") == "plugin"
+        and _str(m["source"].get("plugin"))
+    ):
         return "role"
     src = m.get("source")
     if not _obj(src) or not _str(src.get("kind")):
@@ -264,8 +272,8 @@ def check_event(e: Any, version: int | None) -> str | None:
         return problem
     if t == "request/header":
         return _header(d)
-    if t == "assistant/attempt":
-        return None if _settled(d) else "settlement fields"
+    if t == "assistant/attempt":  # an ignorable attempt is opaque
+        return None if e.get("ignorable") is True or _settled(d) else "settlement fields"
     if t in MESSAGE_TYPES:
         problem = _message(t, d, version)
         if problem:

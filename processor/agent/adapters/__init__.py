@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from processor.core.frozen import FrozenDict, FrozenList, freeze
 
@@ -40,12 +40,19 @@ __all__ = [
     "Request",
     "RequestContext",
     "StopReason",
+    "SystemPromptUpdate",
 ]
 
 CONTEXT_WINDOW_EXCEEDED: Final = "context-window-exceeded"
 """``ModelFailure.code`` of a request that does not fit the route's context window."""
 
 StopReason = str
+
+SystemPromptUpdate = Literal["in-history", "consolidate"]
+"""How a route takes a changed system prompt: appended later in the history, or
+consolidated into the head (the runtime's ``PreparedLlmCall.systemPromptUpdate``)."""
+
+_FROM_CAPABILITY: Final = "from-capability"
 """``"stop"`` (final answer), ``"tool-calls"`` or ``"max-tokens"`` (truncated)."""
 
 
@@ -87,7 +94,10 @@ class PreparedRoute:
     prompt can be appended, R-4).  ``tool_updates``: the provider accepts
     tool-addition/removal developer messages (so a tool change need not
     restart the request series).  ``context_window`` is logged in
-    ``request/context`` (H-4).
+    ``request/context`` (H-4).  ``system_prompt_update`` is the mode the
+    route declares and ``request/context`` records (H-4): ``"in-history"``,
+    ``"consolidate"``, or ``None`` for a route that declares none (then the
+    prompt consolidates); left out, it follows ``in_history_system_prompt``.
     """
 
     adapter: ModelAdapter
@@ -97,8 +107,19 @@ class PreparedRoute:
     in_history_system_prompt: bool = True
     tool_updates: bool = True
     name: str = ""
+    system_prompt_update: SystemPromptUpdate | Literal["from-capability"] | None = _FROM_CAPABILITY
 
     def __post_init__(self) -> None:
+        mode = self.system_prompt_update
+        if mode == _FROM_CAPABILITY:
+            mode = "in-history" if self.in_history_system_prompt else "consolidate"
+        elif mode not in ("in-history", "consolidate", None):
+            raise ValueError(
+                f"system_prompt_update must be in-history or consolidate, not {mode!r}"
+            )
+        object.__setattr__(self, "system_prompt_update", mode)
+        # R-5: the runtime's inHistory is exactly systemPromptUpdate === 'in-history'
+        object.__setattr__(self, "in_history_system_prompt", mode == "in-history")
         config = _frozen_mapping(self.config)
         if not isinstance(config.get("provider"), str) or not isinstance(config.get("model"), str):
             raise ValueError("a prepared route's config needs string provider and model")

@@ -78,6 +78,9 @@ class MockRoute:
     in_history_system_prompt: bool = True
     tool_updates: bool = True
     defaults: Mapping[str, Any] = field(default_factory=lambda: {"maxTokens": 4096})
+    #: the declared mode (PreparedRoute.system_prompt_update); by default it
+    #: follows ``in_history_system_prompt``
+    system_prompt_update: str | None = "from-capability"
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +202,7 @@ class MockModelAdapter:
             context_window=route.context_window,
             in_history_system_prompt=route.in_history_system_prompt,
             tool_updates=route.tool_updates,
+            system_prompt_update=route.system_prompt_update,  # type: ignore[arg-type]
             name=route_name,
         )
         self.prepared.append(prepared)
