@@ -262,7 +262,7 @@ def run_child_json(argv: Sequence[str], what: str, timeout: float = 3600) -> dic
 def generated_session_file(events: int, seed: int) -> Iterator[tuple[Path, SessionFile]]:
     """A generated session log of ``events`` events, written to a temporary
     ``session.jsonl`` and read back: its path and the parsed file, the
-    offline fold's input (``bench.fold_icount``, ``bench.fold_parts``)."""
+    offline fold's input (``bench.lab.fold_icount``, ``bench.lab.fold_parts``)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "session.jsonl"
         write_session_file(path, None, generate_session(random.Random(seed), events))

@@ -51,7 +51,7 @@ TUNED = os.environ.get("BENCH_LATENCY_TUNED", "1") != "0"
 #: ``BENCH_LATENCY_TIMELINE=DIR``: the processor logs one line per transaction
 #: (``processor.timeline``: when each commit step ended) and, with
 #: ``BENCH_LATENCY_KAFKA_DEBUG=eos,protocol``, librdkafka's lines; each run's
-#: stderr is kept as DIR/run-N.log (``bench/txn_timeline.py`` sums them up)
+#: stderr is kept as DIR/run-N.log (``bench/lab/txn_timeline.py`` sums them up)
 TIMELINE = os.environ.get("BENCH_LATENCY_TIMELINE", "")
 KAFKA_DEBUG = os.environ.get("BENCH_LATENCY_KAFKA_DEBUG", "")
 #: ``BENCH_LATENCY_ARGS``: more ``processor run`` arguments (``-X key=value`` A/B)

@@ -327,7 +327,7 @@ def render(results: Path = RESULTS) -> str:
         if name in docs:
             out += _figure(docs[name])
         if "write_amp_ab" in docs:  # issue 12: the same figure before / after, ABAB
-            from bench.write_amp_ab import rows
+            from bench.lab.write_amp_ab import rows
 
             out += rows(docs["write_amp_ab"], name)
         if name == "write_amp" and "write_amp_before" in docs:

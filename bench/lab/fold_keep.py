@@ -15,7 +15,7 @@ Per part also the minor page faults per event (``getrusage``) and the cyclic
 collector's runs and CPU (``gc.callbacks``), with the thresholds ``processor``
 sets.  Cache misses need cachegrind (BENCHMARKS §3, ``core5``).
 
-    python -m bench.fold_keep --events 30000 --runs 5
+    python -m bench.lab.fold_keep --events 30000 --runs 5
 """
 
 from __future__ import annotations
