@@ -70,7 +70,7 @@ def topics_dropped_after(config: ServiceConfig, keep: Iterable[str] = ()) -> Ite
     A figure's runs leave output topics (views, checkpoints, Quix changelogs)
     behind; on a broker that outlives one figure (``KAFKA_BOOTSTRAP_SERVERS``,
     the whole suite) they add up, and later figures ran on a heavier broker
-    than the first (BENCHMARKS §5: latency sets after peer runs).  ``keep``:
+    than the first (bench/lab/history/5-latency.md: latency sets after peer runs).  ``keep``:
     names created inside the block that must stay (the shared workload).
     """
     from processor.service import clients

@@ -7,7 +7,7 @@ what ``bench.fold_speed`` times: ``fold`` is ``read_session_file`` +
 dropped).  One warm run, then ``--runs`` more; the process leaves with
 ``os._exit`` so the interpreter's own teardown is not counted.  Run it under
 cachegrind with ``--runs 0`` and ``--runs 2`` and divide the difference by
-``2 x --events`` (BENCHMARKS §core, ``core7``)::
+``2 x --events`` (history/core-fold.md)::
 
     PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=yes \\
         --LL=8388608,16,64 python3.11 -m bench.lab.fold_cache fold --runs 2

@@ -13,7 +13,7 @@ best CPU of ``--runs`` per part:
 
 Per part also the minor page faults per event (``getrusage``) and the cyclic
 collector's runs and CPU (``gc.callbacks``), with the thresholds ``processor``
-sets.  Cache misses need cachegrind (BENCHMARKS §3, ``core5``).
+sets.  Cache misses need cachegrind (history/core-fold.md).
 
     python -m bench.lab.fold_keep --events 30000 --runs 5
 """

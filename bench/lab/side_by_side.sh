@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15's table, before and after side by side in one run (BENCHMARKS.md,
+# Issue 15's table, before and after side by side in one run (bench/lab/history/summary.md,
 # "Issue 15 side by side"): two revisions, each measured by its own bench from
 # a `git archive`, alternated BEFORE AFTER BEFORE AFTER on one local broker.
 #

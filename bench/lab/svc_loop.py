@@ -1,5 +1,5 @@
 """The runner's per-record loop on the Kafka consumer's own message objects
-(helper ``svc4``, BENCHMARKS §2): ``Processor._fold_batch`` over
+(history/2-peer.md): ``Processor._fold_batch`` over
 ``confluent_kafka.Message`` objects, the engine's output drained per batch
 with the heap settle's collect + freeze, and a SHA-256 of every output record.
 

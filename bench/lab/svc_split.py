@@ -1,4 +1,4 @@
-"""Where one figure-1 Processor's wall time goes (issue 15, helper ``svc5``).
+"""Where one figure-1 Processor's wall time goes (issue 15).
 
 Per run, as figure 1 (``bench/throughput.py``, the workload saved by
 ``python -m bench.lab.svc_ab wl``): the ceiling, then one Processor over the
@@ -283,7 +283,7 @@ def one_run(ctx: Context, wl: Workload, broker_pid: int | None, sha: bool) -> di
     }
     if sha:
         doc["sha"] = output_sha(config)
-    # an aging devbroker (topics never deleted) gets slower (BENCHMARKS §5, ``tail``)
+    # an aging devbroker (topics never deleted) gets slower (history/5-latency.md)
     delete_topics(
         clients.admin(config), [t.name for t in topic_specs(config) if t.name != wl.events_topic]
     )
