@@ -1,8 +1,8 @@
 """Render the generated report from ``bench/results/*.json``.
 
 ``python -m bench.report`` re-renders without measuring anything.  It writes
-``bench/results/REPORT.md``, never ``BENCHMARKS.md``: that file is curated by
-hand (before/after sub-sections, the Summary's verdicts), and a re-render
+``bench/results/REPORT.md``, never ``BENCHMARKS.md``: that file is written by
+hand (the verdicts, the method, what the unmet targets mean), and a re-render
 over it once wiped every hand-written section the JSON files do not hold.
 """
 
