@@ -70,7 +70,7 @@ def topics_dropped_after(config: ServiceConfig, keep: Iterable[str] = ()) -> Ite
     A figure's runs leave output topics (views, checkpoints, Quix changelogs)
     behind; on a broker that outlives one figure (``KAFKA_BOOTSTRAP_SERVERS``,
     the whole suite) they add up, and later figures ran on a heavier broker
-    than the first (BENCHMARKS §5: latency sets after peer runs).  ``keep``:
+    than the first (bench/lab/history/5-latency.md: latency sets after peer runs).  ``keep``:
     names created inside the block that must stay (the shared workload).
     """
     from processor.service import clients
@@ -262,7 +262,7 @@ def run_child_json(argv: Sequence[str], what: str, timeout: float = 3600) -> dic
 def generated_session_file(events: int, seed: int) -> Iterator[tuple[Path, SessionFile]]:
     """A generated session log of ``events`` events, written to a temporary
     ``session.jsonl`` and read back: its path and the parsed file, the
-    offline fold's input (``bench.fold_icount``, ``bench.fold_parts``)."""
+    offline fold's input (``bench.lab.fold_icount``, ``bench.lab.fold_parts``)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "session.jsonl"
         write_session_file(path, None, generate_session(random.Random(seed), events))

@@ -45,13 +45,13 @@ BUSY = os.environ.get("BENCH_LATENCY_BUSY", "0") == "1"
 #: ``BENCH_LATENCY_TUNED=0``: skip the shorter-interval experiment runs
 TUNED = os.environ.get("BENCH_LATENCY_TUNED", "1") != "0"
 #: A broker the bench just started (no ``KAFKA_BOOTSTRAP_SERVERS``) is a cold
-#: JVM: its JIT compiler burns ~1.5 s of CPU in the first ~30 s (BENCHMARKS §5,
-#: issue 15 pipe) and the first run's tail showed it.  One unmeasured run
+#: JVM: its JIT compiler burns ~1.5 s of CPU in the first ~30 s (bench/lab/history/
+#: 5-latency.md) and the first run's tail showed it.  One unmeasured run
 #: first, reported in its own row; ``BENCH_LATENCY_WARMUP=0`` measures it too.
 #: ``BENCH_LATENCY_TIMELINE=DIR``: the processor logs one line per transaction
 #: (``processor.timeline``: when each commit step ended) and, with
 #: ``BENCH_LATENCY_KAFKA_DEBUG=eos,protocol``, librdkafka's lines; each run's
-#: stderr is kept as DIR/run-N.log (``bench/txn_timeline.py`` sums them up)
+#: stderr is kept as DIR/run-N.log (``bench/lab/txn_timeline.py`` sums them up)
 TIMELINE = os.environ.get("BENCH_LATENCY_TIMELINE", "")
 KAFKA_DEBUG = os.environ.get("BENCH_LATENCY_KAFKA_DEBUG", "")
 #: ``BENCH_LATENCY_ARGS``: more ``processor run`` arguments (``-X key=value`` A/B)
@@ -232,7 +232,7 @@ def _one_run(ctx: Context, commit_interval_ms: int | None) -> dict[str, float]:
             proc.wait(10)
         # Each run's five topics (60 partitions) go: left on the broker they
         # added up, and a devbroker with ~900 partitions committed 2-3x slower
-        # (txn 25 -> 75 ms, p99 250 -> 900 ms within 20 runs, BENCHMARKS §5, tail)
+        # (txn 25 -> 75 ms, p99 250 -> 900 ms within 20 runs, lab history 5-latency.md)
         if DELETE_TOPICS:
             _drop_topics(config)
     if watcher.error is not None:

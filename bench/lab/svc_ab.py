@@ -16,9 +16,9 @@ regenerating the workload each time.
 Run it with ``PYTHONPATH`` at the tree to measure (a git archive of another
 revision works too when it has this file's dependencies), e.g.::
 
-    python -m bench.svc_ab wl --out /tmp/wl.json
-    python -m bench.svc_ab broker --wl /tmp/wl.json --runs 2
-    python -m bench.svc_ab mem --events /tmp/wl-events.bin --runs 3
+    python -m bench.lab.svc_ab wl --out /tmp/wl.json
+    python -m bench.lab.svc_ab broker --wl /tmp/wl.json --runs 2
+    python -m bench.lab.svc_ab mem --events /tmp/wl-events.bin --runs 3
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def cmd_engine(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.svc_ab")
+    ap = argparse.ArgumentParser(prog="python -m bench.lab.svc_ab")
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("wl")
     s.add_argument("--out", required=True)

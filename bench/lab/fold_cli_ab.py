@@ -4,10 +4,11 @@ Each side is a venv's python (e.g. two compiled wheels, ``scripts/build_wheel.sh
 run from an empty folder with ``PYTHONSAFEPATH`` so that it imports its own
 installed package.  Per side and round: the command's wall and CPU (children
 rusage; stdout is a pipe, read to the end), a bare ``orjson.loads`` of the
-log's lines in this process just before it (the ratio of ``bench.fold_cli``),
+log's lines in this process just before it (the ratio of ``bench.lab.fold_cli``),
 and the output's SHA-256 (the builds must agree).
 
-    python -m bench.fold_cli_ab --events 150000 --rounds 3 A=/venvA/bin/python B=/venvB/bin/python
+    python -m bench.lab.fold_cli_ab --events 150000 --rounds 3 \
+        A=/venvA/bin/python B=/venvB/bin/python
 """
 
 from __future__ import annotations

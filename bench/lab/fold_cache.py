@@ -1,16 +1,16 @@
 """Instructions and simulated cache misses per event: the whole fold against the envelope.
 
-``bench.fold_icount`` counts the fold of already parsed events; this one runs
+``bench.lab.fold_icount`` counts the fold of already parsed events; this one runs
 what ``bench.fold_speed`` times: ``fold`` is ``read_session_file`` +
 ``fold_events`` + ``session_output`` (the kept events freed at the end),
 ``env`` the envelope baseline (orjson + ``parse_event`` per line, each event
 dropped).  One warm run, then ``--runs`` more; the process leaves with
 ``os._exit`` so the interpreter's own teardown is not counted.  Run it under
 cachegrind with ``--runs 0`` and ``--runs 2`` and divide the difference by
-``2 x --events`` (BENCHMARKS §core, ``core7``)::
+``2 x --events`` (history/core-fold.md)::
 
     PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=yes \\
-        --LL=8388608,16,64 python3.11 -m bench.fold_cache fold --runs 2
+        --LL=8388608,16,64 python3.11 -m bench.lab.fold_cache fold --runs 2
 
 (an explicit 8 MiB last-level cache: this VM reports a 256 MiB one, and the
 simulation of that shows no misses).

@@ -1,7 +1,7 @@
-"""Where one figure-1 Processor's wall time goes (issue 15, helper ``svc5``).
+"""Where one figure-1 Processor's wall time goes (issue 15).
 
 Per run, as figure 1 (``bench/throughput.py``, the workload saved by
-``python -m bench.svc_ab wl``): the ceiling, then one Processor over the
+``python -m bench.lab.svc_ab wl``): the ceiling, then one Processor over the
 whole topic with exactly-once on, fresh outputs and group.  During the
 Processor's run it records:
 
@@ -20,8 +20,8 @@ Everything is printed per event (us) and as a share of the run's wall time
 (first record -> all committed), and the run's fold output is hashed so two
 trees can be checked for identical views and checkpoints (``--sha``).
 
-    python -m bench.svc_ab wl --out /tmp/wl.json
-    python -m bench.svc_split --wl /tmp/wl.json --broker-pid PID --runs 3
+    python -m bench.lab.svc_ab wl --out /tmp/wl.json
+    python -m bench.lab.svc_split --wl /tmp/wl.json --broker-pid PID --runs 3
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ def one_run(ctx: Context, wl: Workload, broker_pid: int | None, sha: bool) -> di
     }
     if sha:
         doc["sha"] = output_sha(config)
-    # an aging devbroker (topics never deleted) gets slower (BENCHMARKS §5, ``tail``)
+    # an aging devbroker (topics never deleted) gets slower (history/5-latency.md)
     delete_topics(
         clients.admin(config), [t.name for t in topic_specs(config) if t.name != wl.events_topic]
     )
@@ -310,7 +310,7 @@ def _print(doc: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.svc_split")
+    ap = argparse.ArgumentParser(prog="python -m bench.lab.svc_split")
     ap.add_argument("--wl", required=True)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--broker-pid", type=int, default=None)

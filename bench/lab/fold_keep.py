@@ -13,9 +13,9 @@ best CPU of ``--runs`` per part:
 
 Per part also the minor page faults per event (``getrusage``) and the cyclic
 collector's runs and CPU (``gc.callbacks``), with the thresholds ``processor``
-sets.  Cache misses need cachegrind (BENCHMARKS §3, ``core5``).
+sets.  Cache misses need cachegrind (history/core-fold.md).
 
-    python -m bench.fold_keep --events 30000 --runs 5
+    python -m bench.lab.fold_keep --events 30000 --runs 5
 """
 
 from __future__ import annotations

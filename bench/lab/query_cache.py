@@ -1,4 +1,4 @@
-"""Cost of queries by session (issue 13), broker-less: ``python -m bench.query_cache``.
+"""Cost of queries by session (issue 13), broker-less: ``python -m bench.lab.query_cache``.
 
 The engine (``processor.engine``, the code the Kafka loop drives) folds
 ``--sessions`` sessions of ``--events`` events, ``--batch`` sessions' events

@@ -9,7 +9,7 @@ and caught up (``run(until_offsets=...)`` returning).  Before the background
 fill, partition 0 folded nothing until partition 1's fill ended; after, it
 waits only for its own.
 
-    PYTHONPATH=$PWD python3 -m bench.neighbour_fill --backlog 300000
+    PYTHONPATH=$PWD python3 -m bench.lab.neighbour_fill --backlog 300000
 (a local broker is started unless KAFKA_BOOTSTRAP_SERVERS is set)
 """
 

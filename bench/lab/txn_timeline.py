@@ -1,6 +1,6 @@
 """Sum up the per-transaction timelines a latency run kept (``BENCH_LATENCY_TIMELINE``).
 
-``python3 -m bench.txn_timeline DIR...``: per step of the commit (the
+``python3 -m bench.lab.txn_timeline DIR...``: per step of the commit (the
 ``processor.timeline`` lines, commit.py), its p50 / p90 / p99 / max in ms; the
 slowest 1% of transactions (first record -> commit returned) split by step;
 the CPU waits after ``| sched`` (ms runnable but not running: the loop

@@ -6,7 +6,7 @@ is both parts plus young collections; this splits them, so a change to the
 read path (envelope, ``freeze``) and one to the fold can be told apart.
 Prints one line and whether the core is the compiled build::
 
-    python -m bench.fold_parts --events 30000 --runs 7 --label after
+    python -m bench.lab.fold_parts --events 30000 --runs 7 --label after
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ then measures with ``gc.callbacks``:
 (what a member can do after its restore): frozen objects are never traversed
 again, so a full collection costs what the new objects cost.
 
-    python -m bench.gc_cost --sessions 10000,100000
+    python -m bench.lab.gc_cost --sessions 10000,100000
 """
 
 from __future__ import annotations
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
                 argv_c = [
                     sys.executable,
                     "-m",
-                    "bench.gc_cost",
+                    "bench.lab.gc_cost",
                     "--child",
                     str(n),
                     "--policy",
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     for n in (int(x) for x in args.sessions.split(",")):
         for freeze in (False, True):
-            argv_c = [sys.executable, "-m", "bench.gc_cost", "--child", str(n)]
+            argv_c = [sys.executable, "-m", "bench.lab.gc_cost", "--child", str(n)]
             argv_c += ["--freeze"] if freeze else []
             print(json.dumps(run_child_json(argv_c, f"gc_cost {n}")), flush=True)
 

@@ -8,7 +8,7 @@ the machine's drift; the figure is the median of the per-run ratios.  The
 same ratio of CPU times (the child's user+sys, this process's parse) is
 reported too: on a shared, loaded machine it moves much less than wall time.
 
-    python -m bench.fold_cli --events 150000 --runs 3
+    python -m bench.lab.fold_cli --events 150000 --runs 3
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "ratio_fold_cli_to_parse": round(statistics.median(ratios), 4),
         "cpu_ratios": [round(r, 4) for r in cpu_ratios],
         "ratio_fold_cli_to_parse_cpu": round(statistics.median(cpu_ratios), 4),
-        "command": f"python -m bench.fold_cli --events {args.events} --runs {args.runs}",
+        "command": f"python -m bench.lab.fold_cli --events {args.events} --runs {args.runs}",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,15 +1,15 @@
 """The runner's per-record loop on the Kafka consumer's own message objects
-(helper ``svc4``, BENCHMARKS §2): ``Processor._fold_batch`` over
+(history/2-peer.md): ``Processor._fold_batch`` over
 ``confluent_kafka.Message`` objects, the engine's output drained per batch
 with the heap settle's collect + freeze, and a SHA-256 of every output record.
 
-``bench.svc_ab mem`` hands the loop ``memory.py``'s messages, whose accessors
+``bench.lab.svc_ab mem`` hands the loop ``memory.py``'s messages, whose accessors
 are interpreted frames whatever calls them; the real consumer's are C objects.
 Instructions per event, compiled (run next to ``bench/``, the compiled wheel
 installed)::
 
     PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no \\
-        python -m bench.svc_loop /tmp/svc2-ev-small.bin R
+        python -m bench.lab.svc_loop /tmp/svc2-ev-small.bin R
     # (Ir(R=2) - Ir(R=1)) / events
 """
 
@@ -22,7 +22,7 @@ import time
 
 from confluent_kafka import Message
 
-from bench.svc_ab import _events, in_partition_order
+from bench.lab.svc_ab import _events, in_partition_order
 from bench.workload import PARTITIONS
 
 BATCH = 1000

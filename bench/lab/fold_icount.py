@@ -9,7 +9,7 @@ Instruction counts do not move with the machine's load (repeat runs of the
 same code agree within ~1%); CPU times on the shared box moved up to 40%::
 
     PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no \\
-        --cachegrind-out-file=/dev/null python3.11 -m bench.fold_icount --folds 2
+        --cachegrind-out-file=/dev/null python3.11 -m bench.lab.fold_icount --folds 2
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ the per-record produce and broker cost it stands for is what figure 1 pays.
 Runs against any checkout whose tests/engine/kit.py has the Harness, so the
 same command counts the format before and after:
 
-    PYTHONPATH=<checkout> python3 <this checkout>/bench/write_amp_count.py
+    PYTHONPATH=<checkout> python3 <this checkout>/bench/lab/write_amp_count.py
 """
 
 from __future__ import annotations

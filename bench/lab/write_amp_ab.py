@@ -8,7 +8,7 @@ bench --only throughput,latency,restore --no-report`` writes into
 This module folds those directories into ``bench/results/write_amp_ab.json``,
 which ``bench/report.py`` renders under figures 1, 3 and 5:
 
-    python -m bench.write_amp_ab RUN_DIR... [--note TEXT]
+    python -m bench.lab.write_amp_ab RUN_DIR... [--note TEXT]
 
 Per figure and side: the median over runs of each run's median (value,
 baseline, ratio); the ratio (a service figure over its same-run baseline)
@@ -147,7 +147,7 @@ def rows(doc: dict[str, Any], name: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.write_amp_ab", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.lab.write_amp_ab", description=__doc__)
     ap.add_argument("runs", nargs="+", type=Path)
     ap.add_argument("--command", default="python -m bench --only throughput,latency,restore")
     ap.add_argument("--note", default="")

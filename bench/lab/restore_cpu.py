@@ -9,7 +9,7 @@ over all sessions.  Bytes: tracemalloc of all restored sessions kept alive
 skips the traced pass, for instruction counts under cachegrind (run with
 ``--passes`` 1 and 3 and divide the difference by 2 x sessions).
 
-    python -m bench.restore_cpu --sessions 1000 --passes 5
+    python -m bench.lab.restore_cpu --sessions 1000 --passes 5
 """
 
 from __future__ import annotations

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# Issue 15's table, before and after side by side in one run (BENCHMARKS.md,
+# Issue 15's table, before and after side by side in one run (bench/lab/history/summary.md,
 # "Issue 15 side by side"): two revisions, each measured by its own bench from
 # a `git archive`, alternated BEFORE AFTER BEFORE AFTER on one local broker.
 #
-#   bench/side_by_side.sh BEFORE AFTER [OUT]      e.g. 9883f92 HEAD /tmp/sbs
+#   bench/lab/side_by_side.sh BEFORE AFTER [OUT]      e.g. 9883f92 HEAD /tmp/sbs
 #
 # Per side and round: `python -m bench --only fold_speed,throughput,quix_peer
 # --runs 3` (the side's default build: the compiled wheel where its bench has
 # one, else its source), then `--only latency --runs 5` with a second busy
 # process on the box (BENCH_LATENCY_BUSY where the bench has it, else one
 # started here); every non-internal topic is deleted after each side.  Then
-# `bench.fold_cli_ab` (`processor fold` of a 150k-event log against a bare
+# `bench.lab.fold_cli_ab` (`processor fold` of a 150k-event log against a bare
 # orjson parse, three alternated rounds; the output SHA-256 must agree) and
 # `bench.fold_speed` by CPU, three alternated rounds.  Results land in
 # OUT/res/<side><round>/ (the benches' JSON and logs), OUT/fold_cli_ab.log and
 # OUT/fold_speed_<side><round>.json; a summary is printed at the end.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: $0 BEFORE AFTER [OUT]" >&2; exit 2; }
 OUT=${3:-$(mktemp -d)}
 mkdir -p "$OUT"
@@ -80,7 +80,7 @@ venv_of() { # side
 }
 PY_BEFORE=$(venv_of before)
 PY_AFTER=$(venv_of after)
-python3 -m bench.fold_cli_ab --events 150000 --rounds 3 \
+python3 -m bench.lab.fold_cli_ab --events 150000 --rounds 3 \
   "before=$PY_BEFORE" "after=$PY_AFTER" | tee "$OUT/fold_cli_ab.log"
 
 # bench.fold_speed by CPU in each side's venv (a folder holding only a link to
