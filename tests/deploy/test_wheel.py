@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -105,8 +106,11 @@ def build_wheelhouse(out: Path) -> None:
         shutil.copytree(ready, out, dirs_exist_ok=True)
         return
     # the build side (root in CI) may use its pip cache; the install side may not reach it
+    # PYTHON: this interpreter, whose environment holds the dependencies the
+    # compiler type-checks against (a bare python3 has none of them)
     built = subprocess.run(
         ["bash", str(REPO / "scripts" / "build_wheel.sh"), str(out)],
+        env={**os.environ, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=1800,
