@@ -11,6 +11,8 @@
 # Arguments pass to both pytest runs (e.g. -x, -k NAME).
 #   PROCESSOR_COMPILED=0   only the pure source, every test (no wheel build)
 #   PROCESSOR_FAULTS=skip  leave the fault suite out (docs/testing.md)
+#   PROCESSOR_TEST_WORKERS=N  pytest workers of the compiled run (default 3;
+#                          0: one process); the fault suite always runs alone
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -82,7 +84,7 @@ echo "== pytest, pure source (the checkout): the pure tests, in the background"
 pure_pid=$!
 echo "== pytest, compiled build (the installed wheel, outside the checkout): every test"
 rc=0
-PYTHON=$PY bash scripts/test_compiled.sh "$@" || rc=$?
+PROCESSOR_TEST_WORKERS=${PROCESSOR_TEST_WORKERS:-3} PYTHON=$PY bash scripts/test_compiled.sh "$@" || rc=$?
 pure_rc=0
 wait "$pure_pid" || pure_rc=$?
 echo "== pytest, pure source (the checkout): the pure tests"

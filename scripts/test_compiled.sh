@@ -7,7 +7,8 @@
 # processor` the tests start) is the installed compiled package.  The run
 # folder is the checkout's files less processor/; PROCESSOR_PURE_SOURCE names
 # the checkout only for the parity test, which folds the same logs both
-# compiled and from the pure source.  pytest arguments pass through.
+# compiled and from the pure source.  pytest arguments pass through;
+# PROCESSOR_TEST_WORKERS=N runs them in N workers (scripts/test.sh: 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -42,6 +43,23 @@ for m in (s, e):
     assert not m.__file__.endswith(".py"), f"not the compiled build: {m.__file__}"
 print("== compiled:", s.__file__)
 PY
-echo "== pytest (compiled build, the whole suite)"
 export PROCESSOR_FAULTS="${PROCESSOR_FAULTS:-bounded}"
-PROCESSOR_PURE_SOURCE="$ROOT" "$WORK/venv/bin/python" -m pytest -p no:cacheprovider "$@"
+export PROCESSOR_PURE_SOURCE="$ROOT"
+WORKERS=${PROCESSOR_TEST_WORKERS:-0}
+if [ "$WORKERS" = 0 ]; then
+  echo "== pytest (compiled build, the whole suite)"
+  "$WORK/venv/bin/python" -m pytest -p no:cacheprovider "$@"
+  exit
+fi
+# PROCESSOR_TEST_WORKERS=N: every test but the fault suite in N workers (each
+# test file in one worker, one broker for all: tests/conftest.py), then the
+# fault suite alone, whose kills and deadlines should not share the machine
+echo "== pytest (compiled build, all but the fault suite, $WORKERS workers)"
+rc=0
+"$WORK/venv/bin/python" -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadgroup \
+  -m "not faults" "$@" || rc=$?
+if [ "$PROCESSOR_FAULTS" != skip ]; then
+  echo "== pytest (compiled build, the fault suite)"
+  "$WORK/venv/bin/python" -m pytest -p no:cacheprovider -m faults "$@" || rc=$?
+fi
+exit "$rc"

@@ -98,6 +98,26 @@ def _local_broker() -> Iterator[str]:
         yield broker.bootstrap
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, the controller starts one local broker for every
+    worker (they inherit ``KAFKA_BOOTSTRAP_SERVERS``) instead of one each,
+    unless a cluster is configured or the run leaves the Kafka tests out."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        return
+    if "not kafka" in (config.option.markexpr or ""):
+        return
+    mode = os.environ.get("PROCESSOR_TEST_KAFKA", "auto").strip().lower()
+    if mode == "docker" or (mode == "auto" and docker_available()):
+        return
+    from processor.devbroker import LocalBroker
+
+    broker = LocalBroker()
+    os.environ["KAFKA_BOOTSTRAP_SERVERS"] = broker.start()
+    config.add_cleanup(broker.stop)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """``host:port`` of a real Kafka broker for the whole test session."""
