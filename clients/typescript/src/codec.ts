@@ -60,8 +60,8 @@ const CONFLUENT = 0x00;
 export class ViewCodec {
   private readonly reader = avro.Type.forSchema(VIEW_SCHEMA as unknown as avro.Schema);
   private readonly byFingerprint = new Map<string, Plan>();
-  private readonly byId = new Map<number, Plan>();
-  private readonly failedIds = new Map<number, string>();
+  /** Confluent id -> its plan, or why the id cannot be read as a View */
+  private readonly byId = new Map<number, Plan | string>();
 
   constructor(private readonly lookup?: SchemaLookup) {
     this.byFingerprint.set(this.fingerprint(this.reader), { writer: this.reader, resolver: null });
@@ -70,18 +70,22 @@ export class ViewCodec {
 
   /** Learn the writer schema of a Confluent id (what a registry would answer). */
   addSchemaId(id: number, schema: unknown): void {
-    this.byId.set(id, this.addWriter(schema));
+    try {
+      this.byId.set(id, this.addWriter(schema));
+    } catch (err) {
+      this.byId.set(id, err instanceof Error ? err.message : String(err)); // a record naming it is bad
+    }
   }
 
   /** Make {@link decode} able to read `data`: fetch its Confluent schema id if unknown. */
   async prepare(data: Buffer): Promise<void> {
     if (data.length < 5 || data[0] !== CONFLUENT) return;
     const id = data.readUInt32BE(1);
-    if (this.byId.has(id) || this.failedIds.has(id) || this.lookup === undefined) return;
+    if (this.byId.has(id) || this.lookup === undefined) return;
     try {
       this.addSchemaId(id, await this.lookup(id));
     } catch (err) {
-      this.failedIds.set(id, err instanceof Error ? err.message : String(err));
+      this.byId.set(id, err instanceof Error ? err.message : String(err));
     }
   }
 
@@ -100,11 +104,12 @@ export class ViewCodec {
     } else if (data[0] === CONFLUENT) {
       if (data.length < 5) throw new CodecError(`truncated Confluent header (${data.length} bytes)`);
       const id = data.readUInt32BE(1);
-      plan = this.byId.get(id);
-      if (plan === undefined) {
-        const why = this.failedIds.get(id) ?? (this.lookup ? "not fetched" : "no schema registry configured");
-        throw new CodecError(`unknown schema id ${id}: ${why}`);
+      const known = this.byId.get(id);
+      if (known === undefined || typeof known === "string") {
+        const why = known ?? (this.lookup ? "not fetched" : "no schema registry configured");
+        throw new CodecError(`schema id ${id}: ${why}`);
       }
+      plan = known;
       offset = 5;
     } else {
       const head = data.subarray(0, 2).toString("hex") || "nothing";
