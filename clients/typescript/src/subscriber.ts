@@ -143,17 +143,30 @@ export class ViewsSubscriber {
     if (consumer !== null) await consumer.disconnect();
   }
 
-  /** Per partition, the offset after the last committed record now (partitions with records only). */
+  /**
+   * Per partition, the offset after the last committed record now (partitions
+   * with records only).  Retries what a just-created topic answers (no leader
+   * yet) until the snapshot timeout.
+   */
   private async endOffsets(): Promise<Map<number, bigint>> {
+    const deadline = Date.now() + (this.options.snapshotTimeoutMs ?? 60_000);
     const admin = this.kafka.admin();
     await admin.connect();
     try {
-      const offsets = await admin.fetchTopicOffsets(this.topic);
-      const ends = new Map<number, bigint>();
-      for (const p of offsets) {
-        if (BigInt(p.offset) > BigInt(p.low)) ends.set(p.partition, BigInt(p.offset));
+      for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
+        try {
+          const offsets = await admin.fetchTopicOffsets(this.topic);
+          const ends = new Map<number, bigint>();
+          for (const p of offsets) {
+            if (BigInt(p.offset) > BigInt(p.low)) ends.set(p.partition, BigInt(p.offset));
+          }
+          return ends;
+        } catch (err) {
+          const retriable = (err as { retriable?: boolean }).retriable === true;
+          if (!retriable || Date.now() + delay > deadline) throw err;
+          await new Promise((r) => setTimeout(r, delay));
+        }
       }
-      return ends;
     } finally {
       await admin.disconnect();
     }
