@@ -49,9 +49,9 @@ export function registryLookup(url: string, headers: Record<string, string> = {}
   };
 }
 
+/** How to read a body: the reader type, with a resolver unless the writer is the reader. */
 interface Plan {
-  writer: avro.Type;
-  resolver: avro.Resolver | null;
+  resolver: avro.Resolver | undefined;
 }
 
 const SINGLE_OBJECT = 0xc3;
@@ -64,7 +64,7 @@ export class ViewCodec {
   private readonly byId = new Map<number, Plan | string>();
 
   constructor(private readonly lookup?: SchemaLookup) {
-    this.byFingerprint.set(this.fingerprint(this.reader), { writer: this.reader, resolver: null });
+    this.byFingerprint.set(this.fingerprint(this.reader), { resolver: undefined });
     for (const schema of VIEW_HISTORY) this.addWriter(schema);
   }
 
@@ -119,7 +119,7 @@ export class ViewCodec {
     }
     let decoded: { value: unknown; offset: number };
     try {
-      decoded = plan.writer.decode(data, offset, plan.resolver ?? undefined);
+      decoded = this.reader.decode(data, offset, plan.resolver);
     } catch (err) {
       throw new CodecError(`corrupt View body: ${err instanceof Error ? err.message : String(err)}`);
     }
@@ -141,7 +141,7 @@ export class ViewCodec {
     } catch (err) {
       throw new CodecError(`writer schema cannot be read as View: ${err instanceof Error ? err.message : String(err)}`);
     }
-    const plan = { writer, resolver };
+    const plan = { resolver };
     this.byFingerprint.set(fp, plan);
     return plan;
   }
