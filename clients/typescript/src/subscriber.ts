@@ -6,16 +6,19 @@
  * - {@link ViewsSubscriber.start} resolves once the snapshot is read: every
  *   partition up to the end offsets (last stable offsets) it had when the
  *   subscriber started.  Then it keeps following.
- * - `onSession(cb)`: `cb(sessionId, views)` after each record that changed a
- *   session's views (a head: all its views at once), with the session's views
- *   as they are now (empty when the session's last view went).
- * - `onUpdate(cb)`: every single {@link ViewUpdate}.
+ * - `onSession(cb)`: `cb(sessionId, views)` once per session when the
+ *   snapshot is read, then after each record that changed a session's views
+ *   (a head: all its views at once), with the session's views as they are now
+ *   (empty when the session's last view went).
+ * - `onUpdate(cb)`: the same, one {@link ViewUpdate} per view.
  * - {@link readViews}: the snapshot alone (what `processor views` prints).
  *
  * kafkajs has no partition assignment without a consumer group: the
  * subscriber joins a group of its own (a fresh id per subscriber unless
- * `groupId` is given) and never commits offsets, so every start reads from
- * the beginning, as the format requires.
+ * `groupId` is given: never share one, each subscriber must read every
+ * partition) and never commits offsets, so every start reads from the
+ * beginning, as the format requires; a rejoin after a crash resumes where it
+ * was.
  */
 import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
@@ -83,7 +86,12 @@ export class ViewsSubscriber {
     return this;
   }
 
-  /** Connect, read the snapshot (resolves then), and keep following until {@link stop}. */
+  /**
+   * Connect, read the snapshot (resolves then), and keep following until
+   * {@link stop}.  Change events start when the snapshot is read: first one
+   * `onUpdate` per view and one `onSession` per session (sessions and views
+   * sorted), then every committed change.
+   */
   async start(): Promise<void> {
     if (this.consumer !== null) throw new Error("subscriber already started");
     const ends = await this.endOffsets();
@@ -91,7 +99,9 @@ export class ViewsSubscriber {
       groupId: this.options.groupId ?? `processor-views-${randomUUID()}`,
       readUncommitted: false,
     }));
-    const positions = new Map<number, bigint>();
+    // next offset to read per partition (what a rejoin resumes from: no offsets are committed)
+    const positions = new Map<number, string>();
+    let live = false;
     let done: () => void = () => {};
     let failed: (err: Error) => void = () => {};
     const snapshot = new Promise<void>((resolve, reject) => {
@@ -99,13 +109,20 @@ export class ViewsSubscriber {
       failed = reject;
     });
     const check = (): void => {
-      for (const [partition, end] of ends) if ((positions.get(partition) ?? -1n) < end) return;
+      if (live) return;
+      for (const [partition, end] of ends) if (BigInt(positions.get(partition) ?? -1) < end) return;
+      live = true;
+      this.emitSnapshot();
       done();
     };
     consumer.on(consumer.events.END_BATCH_PROCESS, (event) => {
       const { partition, lastOffset } = event.payload;
-      positions.set(partition, BigInt(lastOffset) + 1n);
+      positions.set(partition, (BigInt(lastOffset) + 1n).toString());
       check();
+    });
+    consumer.on(consumer.events.GROUP_JOIN, () => {
+      // a rejoin (kafkajs restarts a crashed consumer) would read from the beginning again
+      for (const [partition, offset] of positions) consumer.seek({ topic: this.topic, partition, offset });
     });
     consumer.on(consumer.events.CRASH, (event) => failed(event.payload.error));
     await consumer.connect();
@@ -116,7 +133,7 @@ export class ViewsSubscriber {
         for (const message of batch.messages) {
           if (message.value !== null) await this.state.codec.prepare(message.value);
           const updates = this.state.apply(message.key, message.value, `${batch.partition}@${message.offset}`);
-          this.emit(updates);
+          if (live) this.emit(updates);
         }
         await heartbeat();
       },
@@ -126,7 +143,7 @@ export class ViewsSubscriber {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        const behind = [...ends].filter(([p, end]) => (positions.get(p) ?? -1n) < end).map(([p]) => p);
+        const behind = [...ends].filter(([p, end]) => BigInt(positions.get(p) ?? -1) < end).map(([p]) => p);
         reject(new Error(`${this.topic}: snapshot not read within ${timeoutMs} ms (partitions ${behind.join(", ")} behind)`));
       }, timeoutMs);
     });
@@ -177,6 +194,16 @@ export class ViewsSubscriber {
     for (const update of updates) this.events.emit("update", update);
     const sessions = new Set(updates.map((u) => u.sessionId));
     for (const sid of sessions) this.events.emit("session", sid, this.state.views.get(sid) ?? new Map());
+  }
+
+  private emitSnapshot(): void {
+    for (const sid of [...this.state.views.keys()].sort()) {
+      const views = this.state.views.get(sid)!;
+      for (const name of [...views.keys()].sort()) {
+        this.events.emit("update", { sessionId: sid, view: name, record: views.get(name)! });
+      }
+      this.events.emit("session", sid, views);
+    }
   }
 }
 

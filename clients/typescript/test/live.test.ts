@@ -67,7 +67,18 @@ test("live: a snapshot after processor demo equals processor views", { skip, tim
   assert.ok(prefix, `no topic prefix in the demo's output:\n${out.stderr}`);
   const state = await readViews({ brokers, topicPrefix: prefix, warn: (line) => assert.fail(line) });
   assert.ok(state.views.size >= 4, `only ${state.views.size} sessions read`);
-  assert.deepEqual(plain(state.views), pythonViews(prefix));
+  const expected = pythonViews(prefix);
+  assert.deepEqual(plain(state.views), expected);
+  // a subscriber tells the snapshot once per session, when it is read
+  const subscriber = new ViewsSubscriber({ brokers, topicPrefix: prefix });
+  const told: string[] = [];
+  subscriber.onSession((sid) => told.push(sid));
+  try {
+    await subscriber.start();
+    assert.deepEqual(told, Object.keys(expected).sort());
+  } finally {
+    await subscriber.stop();
+  }
 });
 
 test("live: a follower equals processor views; units never ahead of status", { skip, timeout: 600_000 }, async () => {
