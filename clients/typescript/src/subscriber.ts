@@ -64,7 +64,19 @@ export class ViewsSubscriber {
     this.topic = topic;
     const brokers = options.brokers ?? options.kafkaConfig?.brokers;
     if (brokers === undefined) throw new TypeError("ViewsSubscriber needs brokers");
-    this.kafka = new Kafka({ clientId: "processor-views", logLevel: logLevel.WARN, ...options.kafkaConfig, brokers });
+    const warn = options.warn ?? ((line: string) => console.warn(line));
+    this.kafka = new Kafka({
+      clientId: "processor-views",
+      logLevel: logLevel.WARN,
+      logCreator: () => (entry) => {
+        // an error response kafkajs retries itself (a new topic without a leader yet)
+        // is not news; what it cannot retry surfaces as a rejection or a crash
+        if (entry.namespace === "Connection" && entry.log.message.startsWith("Response")) return;
+        warn(`kafkajs: ${entry.log.message}${entry.log["error"] ? `: ${String(entry.log["error"])}` : ""}`);
+      },
+      ...options.kafkaConfig,
+      brokers,
+    });
     const codec = new ViewCodec(
       options.schemaRegistryUrl === undefined ? undefined : registryLookup(options.schemaRegistryUrl),
     );
