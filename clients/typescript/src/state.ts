@@ -70,7 +70,7 @@ export class ViewsState {
   readonly codec: ViewCodec;
   readonly cache: DecodedCache;
   readonly regressions: ViewRegression[] = [];
-  readonly stats = { records: 0, tombstones: 0, badRecords: 0, heads: 0, incompleteHeads: 0, regressions: 0 };
+  readonly stats = { records: 0, tombstones: 0, badRecords: 0, heads: 0, incompleteHeads: 0, regressions: 0, splitViews: 0 };
   private readonly warn: (line: string) => void;
   private readonly session: string | undefined;
   private readonly parted = new Map<string, SessionParts>();
@@ -152,6 +152,7 @@ export class ViewsState {
     try {
       whole = this.splits.add(record);
       if (whole === null) return []; // waiting for the other parts of a split view
+      if (record.parts > 1) this.stats.splitViews++;
       value = decodePayload(whole.encoding, whole.value);
     } catch (err) {
       return this.bad(where, err);

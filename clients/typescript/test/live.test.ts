@@ -115,7 +115,7 @@ test("live: a follower equals processor views; units never ahead of status", { s
         env: {
           ...process.env,
           PROCESSOR_STATE_DIR: dir,
-          PROCESSOR_MAX_VIEW_BYTES: "1500", // split unit views, several bundles
+          PROCESSOR_MAX_VIEW_BYTES: "400", // split unit views, several bundles
           PROCESSOR_TRANSCRIPT_PAGE_SIZE: "8",
         },
       },
@@ -153,6 +153,7 @@ test("live: a follower equals processor views; units never ahead of status", { s
       Object.keys(per as object).some((n) => isTranscriptPage(n) && n !== "transcript.0"),
     );
     assert.ok(split, "expected several transcript pages");
+    assert.ok(subscriber.state.stats.splitViews > 0, "expected split unit views");
     assert.ok(events > 0, "no change events");
     assert.deepEqual(ahead, [], "a change event showed a unit view ahead of its session's status");
     assert.deepEqual(warnings, []);
