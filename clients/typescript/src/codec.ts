@@ -57,14 +57,18 @@ interface Plan {
 const SINGLE_OBJECT = 0xc3;
 const CONFLUENT = 0x00;
 
+/** The reader type, built once (avsc types are immutable). */
+const READER = avro.Type.forSchema(VIEW_SCHEMA as unknown as avro.Schema);
+const READER_FINGERPRINT = crc64Avro(JSON.stringify(READER.schema())).toString("hex");
+
 export class ViewCodec {
-  private readonly reader = avro.Type.forSchema(VIEW_SCHEMA as unknown as avro.Schema);
+  private readonly reader = READER;
   private readonly byFingerprint = new Map<string, Plan>();
   /** Confluent id -> its plan, or why the id cannot be read as a View */
   private readonly byId = new Map<number, Plan | string>();
 
   constructor(private readonly lookup?: SchemaLookup) {
-    this.byFingerprint.set(this.fingerprint(this.reader), { resolver: undefined });
+    this.byFingerprint.set(READER_FINGERPRINT, { resolver: undefined });
     for (const schema of VIEW_HISTORY) this.addWriter(schema);
   }
 
