@@ -120,7 +120,7 @@ export class ViewsState {
     const k = key === null ? null : keyOf(key);
     if (isInternalView(record.view)) {
       if (record.parts !== 1) {
-        return this.bad(where, new CodecError(`${record.sessionId}/${record.view} is split (parts ${record.parts})`));
+        return this.bad(where, new CodecError(`VF-5: ${record.sessionId}/${record.view} is split (parts ${record.parts})`));
       }
       let out: ViewUpdate[] = [];
       if (record.view === VIEW_HEAD) out = this.released(this.gate.release(record.sessionId));

@@ -1,6 +1,6 @@
 /**
- * The rules of docs/views-format.md, one test per rule (named after its
- * section), on records built here as the processor frames them.
+ * The rules of docs/views-format.md, one test per rule (named after its id,
+ * VF-n, or its section), on records built here as the processor frames them.
  */
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
@@ -94,7 +94,7 @@ test("§2 ZSTD_JSON payloads decode (a zstd frame of JSON text)", () => {
   assert.equal(zstdFrame(Buffer.from("1")).readUInt32LE(0), 0xfd2fb528);
 });
 
-test("§3 a tombstone maps back through its key, also when ids hold '/'", () => {
+test("VF-3 a tombstone maps back through its key, also when ids hold '/'", () => {
   const { state } = reader();
   feed(state, [rec({ sessionId: "a/b", view: "u", asOfSeq: 1 }, 1), rec({ sessionId: "a", view: "u", asOfSeq: 1 }, 2)]);
   feed(state, [tombstone("a/b", "u")]);
@@ -102,7 +102,7 @@ test("§3 a tombstone maps back through its key, also when ids hold '/'", () => 
   assert.equal(value(state, "a", "u"), 2);
 });
 
-test("§3 a tombstone of a gated session's unit is held to its next head, keyed by its last '/'", () => {
+test("VF-3, VF-4 a tombstone of a gated session's unit is held to its next head, keyed by its last '/'", () => {
   const { state } = reader();
   feed(state, batch("s/1", 1, { bundle: 0, seqs: [0], units: { u: 1 }, nodes: [0], transcript: [0] }));
   feed(state, [tombstone("s/1", "never-seen")]); // held by the session parsed from the key
@@ -114,7 +114,7 @@ test("§3 a tombstone of a gated session's unit is held to its next head, keyed 
   assert.equal(state.heldRecords, 0);
 });
 
-test("§4 split unit views: joined in part order once all parts of one asOfSeq are held", () => {
+test("VF-1 split unit views: joined in part order once all parts of one asOfSeq are held", () => {
   const { state } = reader();
   const v1 = { items: Array.from({ length: 50 }, (_, i) => `item-${i}`) };
   const parts = split({ sessionId: "s", view: "u", asOfSeq: 5 }, v1, 100);
@@ -125,7 +125,7 @@ test("§4 split unit views: joined in part order once all parts of one asOfSeq a
   assert.deepEqual(value(state, "s", "u"), v1);
 });
 
-test("§4 stale parts of an older version (a compacted topic) never count", () => {
+test("VF-2 stale parts of an older version (a compacted topic) never count", () => {
   const { state } = reader();
   const old = split({ sessionId: "s", view: "u", asOfSeq: 3 }, "o".repeat(50), 10); // 5 parts
   const v2 = { items: ["new"] };
@@ -138,14 +138,14 @@ test("§4 stale parts of an older version (a compacted topic) never count", () =
   assert.equal(state.stats.badRecords, 0);
 });
 
-test("§4 a view shrinking to one part: its leftover part tombstones are no-ops", () => {
+test("VF-2 a view shrinking to one part: its leftover part tombstones are no-ops", () => {
   const { state } = reader();
   feed(state, split({ sessionId: "s", view: "u", asOfSeq: 1 }, "x".repeat(30), 10));
   feed(state, [tombstone("s", "u", 2), tombstone("s", "u", 1), rec({ sessionId: "s", view: "u", asOfSeq: 2 }, "y")]);
   assert.equal(value(state, "s", "u"), "y");
 });
 
-test("§4 a '~' record with parts != 1 is unreadable: its head stays incomplete", () => {
+test("VF-5 a '~' record with parts != 1 is unreadable: its head stays incomplete", () => {
   const { state, warnings } = reader();
   const records = batch("s", 1, { bundle: 0, seqs: [0], nodes: [0], transcript: [0] });
   const bundle = records[0]!;
@@ -191,7 +191,7 @@ test("§6 consistency: an incomplete head is skipped, the session shows its last
   assert.deepEqual(value(state, "s", "messages"), ["m0", "m3"]);
 });
 
-test("§6 unit views are gated by heads: never a unit at N+1 beside a status at N", () => {
+test("VF-4 unit views are gated by heads: never a unit at N+1 beside a status at N", () => {
   const { state } = reader();
   const shown: string[] = [];
   const apply = (records: Rec[]): void => {
@@ -228,6 +228,15 @@ test("§5.2 format-1 core views read as unit views; their tombstones after a par
   feed(state, batch("s", 1, { bundle: 0, seqs: [0, 1], nodes: [1], transcript: [0, 1] }));
   feed(state, [tombstone("s", "status"), ...batch("s", 1, { nodes: [1], transcript: [0, 1] })]);
   assert.deepEqual(value(state, "s", "status"), { state: "ok", lastSeq: 1 });
+});
+
+test("§5.3 bundle entries of other lengths are ignored (the others keep their positions)", () => {
+  const { state } = reader();
+  feed(state, [
+    rec({ sessionId: "s", view: "~b0", asOfSeq: 2 }, [[0, "m0"], [1, 2, 3, 4], [2, "m2"]]),
+    ...batch("s", 2, { nodes: [0, 2], transcript: [] }),
+  ]);
+  assert.deepEqual(value(state, "s", "messages"), ["m0", "m2"]);
 });
 
 test("§6 quarantine: status names the head's q", () => {
