@@ -110,6 +110,7 @@ export class ViewsSubscriber {
     const consumer = (this.consumer = this.kafka.consumer({
       groupId: this.options.groupId ?? `processor-views-${randomUUID()}`,
       readUncommitted: false,
+      allowAutoTopicCreation: false,
     }));
     // next offset to read per partition (what a rejoin resumes from: no offsets are committed)
     const positions = new Map<number, string>();
@@ -182,6 +183,9 @@ export class ViewsSubscriber {
     const admin = this.kafka.admin();
     await admin.connect();
     try {
+      if (!(await admin.listTopics()).includes(this.topic)) {
+        throw new Error(`topic ${this.topic} does not exist (run \`processor topics create\`)`);
+      }
       for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
         try {
           const offsets = await admin.fetchTopicOffsets(this.topic);

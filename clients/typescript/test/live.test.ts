@@ -170,3 +170,7 @@ test("live: a follower equals processor views; units never ahead of status", { s
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("live: a missing topic is one clear error", { skip, timeout: 60_000 }, async () => {
+  await assert.rejects(readViews({ brokers, topicPrefix: `tsmissing${Date.now()}` }), /topic tsmissing\d+\.views does not exist \(run `processor topics create`\)/);
+});
