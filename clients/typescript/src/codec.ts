@@ -35,14 +35,25 @@ export class CodecError extends Error {
 /** Writer schema (JSON) of a Confluent schema id. */
 export type SchemaLookup = (id: number) => Promise<unknown>;
 
+/** The schema registry did not answer (network, 5xx, 429): worth a retry, not a bad record. */
+export class RegistryUnavailable extends Error {
+  override name = "RegistryUnavailable";
+}
+
 /** A {@link SchemaLookup} asking a schema registry (`GET <url>/schemas/ids/<id>`). */
 export function registryLookup(url: string, headers: Record<string, string> = {}): SchemaLookup {
   const base = url.replace(/\/+$/, "");
   return async (id: number) => {
-    const response = await fetch(`${base}/schemas/ids/${id}`, { headers });
-    if (!response.ok) {
-      throw new CodecError(`schema registry: id ${id}: HTTP ${response.status}`);
+    let response: Response;
+    try {
+      response = await fetch(`${base}/schemas/ids/${id}`, { headers, signal: AbortSignal.timeout(10_000) });
+    } catch (err) {
+      throw new RegistryUnavailable(`schema registry: id ${id}: ${err instanceof Error ? err.message : String(err)}`);
     }
+    if (response.status >= 500 || response.status === 429) {
+      throw new RegistryUnavailable(`schema registry: id ${id}: HTTP ${response.status}`);
+    }
+    if (!response.ok) throw new CodecError(`schema registry: id ${id}: HTTP ${response.status}`);
     const body = (await response.json()) as { schema?: unknown };
     if (typeof body.schema !== "string") throw new CodecError(`schema registry: id ${id}: no schema`);
     return JSON.parse(body.schema) as unknown;
@@ -81,15 +92,28 @@ export class ViewCodec {
     }
   }
 
-  /** Make {@link decode} able to read `data`: fetch its Confluent schema id if unknown. */
-  async prepare(data: Buffer): Promise<void> {
+  /**
+   * Make {@link decode} able to read `data`: fetch its Confluent schema id if
+   * unknown.  An id the registry does not know is remembered as bad; an
+   * unavailable registry is retried (`attempts`, backoff up to 2 s), then
+   * {@link RegistryUnavailable} is thrown and nothing is remembered.
+   */
+  async prepare(data: Buffer, attempts = 5): Promise<void> {
     if (data.length < 5 || data[0] !== CONFLUENT) return;
     const id = data.readUInt32BE(1);
     if (this.byId.has(id) || this.lookup === undefined) return;
-    try {
-      this.addSchemaId(id, await this.lookup(id));
-    } catch (err) {
-      this.byId.set(id, err instanceof Error ? err.message : String(err));
+    for (let attempt = 1, delay = 250; ; attempt++, delay = Math.min(delay * 2, 2000)) {
+      try {
+        this.addSchemaId(id, await this.lookup(id));
+        return;
+      } catch (err) {
+        if (!(err instanceof RegistryUnavailable)) {
+          this.byId.set(id, err instanceof Error ? err.message : String(err));
+          return;
+        }
+        if (attempt >= attempts) throw err;
+        await new Promise((r) => setTimeout(r, delay));
+      }
     }
   }
 

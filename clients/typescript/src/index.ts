@@ -1,5 +1,5 @@
 export { DECODED_CACHE_BYTES, DecodedCache } from "./cache.js";
-export { CodecError, decodePayload, registryLookup, ViewCodec } from "./codec.js";
+export { CodecError, decodePayload, registryLookup, RegistryUnavailable, ViewCodec } from "./codec.js";
 export type { SchemaLookup, ViewEncoding, ViewValue } from "./codec.js";
 export { jsonEqual, viewsJson, ViewsState } from "./state.js";
 export type { SessionViews, StateOptions, ViewRecord, ViewRegression, ViewUpdate } from "./state.js";

@@ -9,7 +9,10 @@ import { test } from "node:test";
 
 import avro from "avsc";
 
-import { ViewCodec } from "../src/codec.js";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+
+import { registryLookup, RegistryUnavailable, ViewCodec } from "../src/codec.js";
 import { VIEW_SCHEMA, crc64Avro } from "../src/schema.js";
 import { ViewsState } from "../src/state.js";
 import { batch, body, confluent, FINGERPRINT, key, rec, singleObject, split, tombstone, zstdFrame, type Rec } from "./records.js";
@@ -59,6 +62,40 @@ test("§2 Confluent framing: the writer schema comes from the registry, resolved
   const state = new ViewsState({ codec, warn: assert.fail });
   state.apply(key("s", "u"), data);
   assert.deepEqual(state.views.get("s")?.get("u"), { asOfSeq: 3, stateVersion: 2, value: [1] });
+});
+
+test("§2 Confluent framing: registryLookup asks GET <url>/schemas/ids/<id> once per id, retries an unavailable registry", async () => {
+  const asked: string[] = [];
+  const server = createServer((req, res) => {
+    asked.push(req.url ?? "");
+    const found = req.url === "/schemas/ids/5";
+    if (req.url === "/schemas/ids/7" && asked.filter((u) => u === req.url).length < 3) {
+      res.writeHead(503).end(); // unavailable twice: retried, then found
+      return;
+    }
+    res.writeHead(found || req.url === "/schemas/ids/7" ? 200 : 404, { "content-type": "application/json" });
+    res.end(JSON.stringify(found || req.url === "/schemas/ids/7" ? { schema: JSON.stringify(VIEW_SCHEMA) } : { error_code: 40403 }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  try {
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+    const warnings: string[] = [];
+    const state = new ViewsState({ codec: new ViewCodec(registryLookup(url)), warn: (l) => warnings.push(l) });
+    const b = body({ sessionId: "s", view: "u", asOfSeq: 1 }, Buffer.from('"v"'));
+    for (const id of [5, 5, 6, 7]) {
+      await state.codec.prepare(confluent(id, b));
+      state.apply(key("s", "u"), confluent(id, b));
+    }
+    assert.deepEqual(asked, ["/schemas/ids/5", "/schemas/ids/6", "/schemas/ids/7", "/schemas/ids/7", "/schemas/ids/7"]);
+    assert.equal(value(state, "s", "u"), "v");
+    assert.deepEqual(warnings, ["views reader: unreadable record: schema id 6: schema registry: id 6: HTTP 404"]);
+    server.closeAllConnections();
+    const gone = new ViewCodec(registryLookup(url));
+    server.close();
+    await assert.rejects(gone.prepare(confluent(9, b), 2), RegistryUnavailable);
+  } finally {
+    server.close();
+  }
 });
 
 test("§2 a Confluent id without a registry, or of another schema, is a bad record", async () => {
