@@ -55,6 +55,9 @@ export class ViewsSubscriber {
   private readonly options: SubscriberOptions;
   private readonly events = new EventEmitter();
   private consumer: Consumer | null = null;
+  private readonly warn: (line: string) => void;
+  /** rejects a pending snapshot */
+  private abort: (err: Error) => void = () => {};
 
   constructor(options: SubscriberOptions) {
     registerCodecs();
@@ -64,7 +67,7 @@ export class ViewsSubscriber {
     this.topic = topic;
     const brokers = options.brokers ?? options.kafkaConfig?.brokers;
     if (brokers === undefined) throw new TypeError("ViewsSubscriber needs brokers");
-    const warn = options.warn ?? ((line: string) => console.warn(line));
+    const warn = (this.warn = options.warn ?? ((line: string) => console.warn(line)));
     this.kafka = new Kafka({
       clientId: "processor-views",
       logLevel: logLevel.WARN,
@@ -137,7 +140,12 @@ export class ViewsSubscriber {
       // a rejoin (kafkajs restarts a crashed consumer) would read from the beginning again
       for (const [partition, offset] of positions) consumer.seek({ topic: this.topic, partition, offset });
     });
-    consumer.on(consumer.events.CRASH, (event) => failed(event.payload.error));
+    consumer.on(consumer.events.CRASH, (event) => {
+      const { error, restart } = event.payload;
+      this.warn(`views subscriber: ${this.topic}: consumer failed: ${error.message}${restart ? " (restarting)" : ""}`);
+      if (!restart) failed(error);
+    });
+    this.abort = failed;
     await consumer.connect();
     await consumer.subscribe({ topic: this.topic, fromBeginning: true });
     await consumer.run({
@@ -167,7 +175,9 @@ export class ViewsSubscriber {
     }
   }
 
+  /** Disconnect (a pending {@link start} rejects). */
   async stop(): Promise<void> {
+    this.abort(new Error(`${this.topic}: subscriber stopped`));
     const consumer = this.consumer;
     this.consumer = null;
     if (consumer !== null) await consumer.disconnect();

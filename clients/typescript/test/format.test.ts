@@ -202,6 +202,15 @@ test("§5.3 a head of a newer format is skipped and reported", () => {
   assert.match(warnings.join("\n"), /format 4 is newer than 3/);
 });
 
+test("§6 a malformed head is skipped and reported, the session keeps its last complete head", () => {
+  const { state, warnings } = reader();
+  feed(state, batch("s", 1, { bundle: 0, seqs: [0], nodes: [0], transcript: [0] }));
+  feed(state, [rec({ sessionId: "s", view: "~h", asOfSeq: 2 }, { f: 3, ps: 4, nc: 7, nt: [0], tn: 1, tt: [0] })]);
+  assert.deepEqual(value(state, "s", "status"), { state: "ok", lastSeq: 1 });
+  assert.equal(state.stats.incompleteHeads, 1);
+  assert.match(warnings.join("\n"), /s\/~h at \?: unreadable head or record/);
+});
+
 test("§6 assembly: surface, messages, transcript pages, index and status from a head", () => {
   const { state } = reader();
   feed(state, batch("s", 6, { bundle: 0, seqs: [0, 1, 2, 3, 4, 5, 6], nodes: [2, [3], 5, [6, 0]], transcript: [0, 1, 4, 5, 6] }));
