@@ -5,3 +5,4 @@ export { jsonEqual, viewsJson, ViewsState } from "./state.js";
 export type { SessionViews, StateOptions, ViewRecord, ViewRegression, ViewUpdate } from "./state.js";
 export { readViews, ViewsSubscriber } from "./subscriber.js";
 export type { SessionListener, SubscriberOptions, UpdateListener } from "./subscriber.js";
+export { assembleTranscript, foldEquivalent } from "./shape.js";

@@ -9,6 +9,7 @@ import path from "node:path";
 import { test } from "node:test";
 
 import { ViewCodec } from "../src/codec.js";
+import { assembleTranscript } from "../src/shape.js";
 import { ViewsState, type SessionViews } from "../src/state.js";
 
 const CORPUS = process.env["VIEWS_CORPUS_DIR"] ?? path.resolve(__dirname, "../../../conformance/views");
@@ -49,6 +50,8 @@ export function runCase(doc: Case): void {
       const e = step.expect;
       const where = `${doc.case}: step ${i} (session ${e.session})`;
       assert.deepEqual(plain(state.views.get(e.session)), e.views, `${where}: views differ`);
+      const views = state.views.get(e.session);
+      if (views?.has("transcript")) assembleTranscript(views); // the pages the index counts are all there
       const assembled = state.stats.incompleteHeads === lastIncomplete;
       assert.equal(assembled, e.assembled, `${where}: head assembled ${assembled}, expected ${e.assembled}`);
     }

@@ -14,6 +14,7 @@ import type { AddressInfo } from "node:net";
 
 import { registryLookup, RegistryUnavailable, ViewCodec } from "../src/codec.js";
 import { VIEW_SCHEMA, crc64Avro } from "../src/schema.js";
+import { assembleTranscript, foldEquivalent } from "../src/shape.js";
 import { ViewsState } from "../src/state.js";
 import { batch, body, confluent, FINGERPRINT, key, rec, singleObject, split, tombstone, zstdFrame, type Rec } from "./records.js";
 
@@ -283,6 +284,24 @@ test("§5.3 bundle entries of other lengths are ignored (the others keep their p
     ...batch("s", 2, { nodes: [0, 2], transcript: [] }),
   ]);
   assert.deepEqual(value(state, "s", "messages"), ["m0", "m2"]);
+});
+
+test("helpers: the transcript stitched from its pages, the session shaped like processor fold", () => {
+  const { state } = reader();
+  feed(state, batch("s", 6, { bundle: 0, seqs: [0, 1, 4, 5, 6], units: { u: 1 }, nodes: [6], transcript: [0, 1, 4, 5, 6] }));
+  const views = state.views.get("s")!;
+  const transcript = [0, 1, 4, 5, 6].map((seq) => ({ seq, message: `m${seq}` }));
+  assert.deepEqual(assembleTranscript(views), transcript);
+  assert.deepEqual(foldEquivalent(views), {
+    asOfSeq: 6,
+    surface: { nodes: [6], replaceGeneration: 0, contentGeneration: 0 },
+    messages: ["m6"],
+    transcript,
+    projections: { u: 1 },
+    status: "ok",
+  });
+  views.delete("transcript.1");
+  assert.throws(() => assembleTranscript(views), /transcript page 1 is missing/);
 });
 
 test("§6 quarantine: status names the head's q", () => {

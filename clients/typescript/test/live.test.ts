@@ -22,6 +22,7 @@ import path from "node:path";
 import { test } from "node:test";
 
 import { CORE_VIEWS, isTranscriptPage } from "../src/parted.js";
+import { foldEquivalent } from "../src/shape.js";
 import { jsonEqual, viewsJson, type SessionViews } from "../src/state.js";
 import { readViews, ViewsSubscriber } from "../src/subscriber.js";
 
@@ -71,6 +72,9 @@ test("live: a snapshot after processor demo equals processor views", { skip, tim
   assert.ok(state.views.size >= 4, `only ${state.views.size} sessions read`);
   const expected = pythonViews(prefix);
   assert.deepEqual(plain(state.views), expected);
+  const fold = JSON.parse(processor(["views", "--topic-prefix", prefix, "--format", "fold"])) as Record<string, unknown>;
+  const ours = Object.fromEntries([...state.views].map(([sid, views]) => [sid, foldEquivalent(views)]));
+  assert.deepEqual(JSON.parse(JSON.stringify(ours)), fold);
   // a subscriber tells the snapshot once per session, when it is read
   const subscriber = new ViewsSubscriber({ brokers, topicPrefix: prefix });
   const told: string[] = [];
