@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The TypeScript subscriber's whole check, as CI runs it (one command from the
 # repository root: `bash clients/typescript/scripts/ci.sh`): install from the
-# lockfile, build, then every test: unit, conformance corpus
+# lockfile, check formatting (prettier), build, then every test: unit, conformance corpus
 # (clients/conformance/views) and live (a real broker and the repository's
 # processor).  The live tests use KAFKA_BOOTSTRAP_SERVERS when set, else a
 # local broker started here (python -m processor.devbroker) and stopped at
@@ -17,4 +17,5 @@ if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
   KAFKA_BOOTSTRAP_SERVERS=$("$PY" -m processor.devbroker start --dir "$broker_dir")
   export KAFKA_BOOTSTRAP_SERVERS
 fi
+npm run lint
 PROCESSOR_PYTHON="$PY" npm test

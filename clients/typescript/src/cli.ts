@@ -43,7 +43,10 @@ async function main(): Promise<number> {
   }
   const subscriber = new ViewsSubscriber(options);
   subscriber.onUpdate((u) => {
-    const line = u.record === null ? { session: u.sessionId, view: u.view, removed: true } : { session: u.sessionId, view: u.view, ...u.record };
+    const line =
+      u.record === null
+        ? { session: u.sessionId, view: u.view, removed: true }
+        : { session: u.sessionId, view: u.view, ...u.record };
     process.stdout.write(JSON.stringify(line) + "\n");
   });
   process.once("SIGINT", () => void subscriber.stop().then(() => process.exit(0)));

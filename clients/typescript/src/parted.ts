@@ -29,9 +29,7 @@ const isBundle = (name: string): boolean => name.startsWith("~b");
 class Incomplete extends Error {}
 
 /** What a head assembled, or why not. */
-export type HeadResult =
-  | { assembled: true; views: Map<string, unknown> }
-  | { assembled: false; reason: string };
+export type HeadResult = { assembled: true; views: Map<string, unknown> } | { assembled: false; reason: string };
 
 /** The newest parted records of one session, and what was assembled last. */
 export class SessionParts {
@@ -94,12 +92,13 @@ export class SessionParts {
     try {
       const items = this.cache.get(this.sessionId, record.view, record);
       if (!Array.isArray(items)) throw new Error("not a JSON array");
-      names = items.map((e: unknown) =>
-        Array.isArray(e) && e.length === 2
-          ? contentView(toInt(e[0]))
-          : Array.isArray(e) && e.length === 3
-            ? contentView(toInt(e[0]), toInt(e[1]))
-            : "", // entries of other lengths: ignored
+      names = items.map(
+        (e: unknown) =>
+          Array.isArray(e) && e.length === 2
+            ? contentView(toInt(e[0]))
+            : Array.isArray(e) && e.length === 3
+              ? contentView(toInt(e[0]), toInt(e[1]))
+              : "", // entries of other lengths: ignored
       );
     } catch (err) {
       this.warn(`views reader: unreadable bundle ${this.sessionId}/${record.view}: ${String(err)}`);

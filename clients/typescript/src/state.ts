@@ -70,7 +70,15 @@ export class ViewsState {
   readonly codec: ViewCodec;
   readonly cache: DecodedCache;
   readonly regressions: ViewRegression[] = [];
-  readonly stats = { records: 0, tombstones: 0, badRecords: 0, heads: 0, incompleteHeads: 0, regressions: 0, splitViews: 0 };
+  readonly stats = {
+    records: 0,
+    tombstones: 0,
+    badRecords: 0,
+    heads: 0,
+    incompleteHeads: 0,
+    regressions: 0,
+    splitViews: 0,
+  };
   private readonly warn: (line: string) => void;
   private readonly session: string | undefined;
   private readonly parted = new Map<string, SessionParts>();
@@ -120,7 +128,10 @@ export class ViewsState {
     const k = key === null ? null : keyOf(key);
     if (isInternalView(record.view)) {
       if (record.parts !== 1) {
-        return this.bad(where, new CodecError(`VF-5: ${record.sessionId}/${record.view} is split (parts ${record.parts})`));
+        return this.bad(
+          where,
+          new CodecError(`VF-5: ${record.sessionId}/${record.view} is split (parts ${record.parts})`),
+        );
       }
       let out: ViewUpdate[] = [];
       if (record.view === VIEW_HEAD) out = this.released(this.gate.release(record.sessionId));
@@ -132,13 +143,16 @@ export class ViewsState {
 
   private bad(where: string, err: unknown): ViewUpdate[] {
     this.stats.badRecords++;
-    this.warn(`views reader: unreadable record${where ? ` at ${where}` : ""}: ${err instanceof Error ? err.message : String(err)}`);
+    this.warn(
+      `views reader: unreadable record${where ? ` at ${where}` : ""}: ${err instanceof Error ? err.message : String(err)}`,
+    );
     return [];
   }
 
   private released(held: [string, ViewValue | null][]): ViewUpdate[] {
     const out: ViewUpdate[] = [];
-    for (const [key, record] of held) out.push(...(record === null ? this.unitTombstone(key) : this.unit(key, record, "")));
+    for (const [key, record] of held)
+      out.push(...(record === null ? this.unitTombstone(key) : this.unit(key, record, "")));
     return out;
   }
 
@@ -218,7 +232,8 @@ export class ViewsState {
     let head: unknown;
     try {
       head = decodePayload(record.encoding, record.value);
-      if (typeof head !== "object" || head === null || Array.isArray(head)) throw new CodecError("head is not a JSON object");
+      if (typeof head !== "object" || head === null || Array.isArray(head))
+        throw new CodecError("head is not a JSON object");
     } catch (err) {
       this.stats.incompleteHeads++;
       return this.bad(where, err);
@@ -227,7 +242,8 @@ export class ViewsState {
     if (!result.assembled) {
       this.stats.incompleteHeads++;
       // a head missing records is normal on a compacted topic (counted); a newer or broken one is news
-      if (!result.reason.startsWith("missing")) this.warn(`views reader: ${sid}/~h at ${where || "?"}: ${result.reason}`);
+      if (!result.reason.startsWith("missing"))
+        this.warn(`views reader: ${sid}/~h at ${where || "?"}: ${result.reason}`);
       return [];
     }
     const regressed = this.checkRegression(sid, VIEW_HEAD, record.asOfSeq);
@@ -272,7 +288,8 @@ export class ViewsState {
     this.splits.forget(sessionId, view);
     this.regressed.set(ident, seen);
     this.stats.regressions++;
-    if (this.regressions.length < MAX_REGRESSIONS) this.regressions.push({ sessionId, view, asOfSeq: asOf, previous: seen });
+    if (this.regressions.length < MAX_REGRESSIONS)
+      this.regressions.push({ sessionId, view, asOfSeq: asOf, previous: seen });
     this.warn(
       `views reader: view ${sessionId}/${view} went back from asOfSeq ${seen} to ${asOf}: ` +
         "a processor published from a stale state",

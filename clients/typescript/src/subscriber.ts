@@ -165,7 +165,9 @@ export class ViewsSubscriber {
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         const behind = [...ends].filter(([p, end]) => BigInt(positions.get(p) ?? -1) < end).map(([p]) => p);
-        reject(new Error(`${this.topic}: snapshot not read within ${timeoutMs} ms (partitions ${behind.join(", ")} behind)`));
+        reject(
+          new Error(`${this.topic}: snapshot not read within ${timeoutMs} ms (partitions ${behind.join(", ")} behind)`),
+        );
       }, timeoutMs);
     });
     try {

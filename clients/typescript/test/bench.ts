@@ -18,13 +18,25 @@ if (!existsSync(CORPUS)) {
 }
 const cases = readdirSync(CORPUS)
   .filter((f) => f.endsWith(".json"))
-  .map((f) => JSON.parse(readFileSync(path.join(CORPUS, f), "utf8")) as {
-    registry?: Record<string, unknown>;
-    steps: { record?: { key: string; value: string | null } }[];
-  })
+  .map(
+    (f) =>
+      JSON.parse(readFileSync(path.join(CORPUS, f), "utf8")) as {
+        registry?: Record<string, unknown>;
+        steps: { record?: { key: string; value: string | null } }[];
+      },
+  )
   .map((doc) => ({
     registry: doc.registry ?? {},
-    records: doc.steps.flatMap((s) => (s.record ? [[Buffer.from(s.record.key, "base64"), s.record.value === null ? null : Buffer.from(s.record.value, "base64")] as const] : [])),
+    records: doc.steps.flatMap((s) =>
+      s.record
+        ? [
+            [
+              Buffer.from(s.record.key, "base64"),
+              s.record.value === null ? null : Buffer.from(s.record.value, "base64"),
+            ] as const,
+          ]
+        : [],
+    ),
   }));
 let records = 0;
 let bytes = 0;

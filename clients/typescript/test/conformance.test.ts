@@ -45,7 +45,11 @@ export function runCase(doc: Case): void {
     if (step.record !== undefined) {
       const r = step.record;
       lastIncomplete = state.stats.incompleteHeads;
-      state.apply(Buffer.from(r.key, "base64"), r.value === null ? null : Buffer.from(r.value, "base64"), `${r.partition}@${r.offset}`);
+      state.apply(
+        Buffer.from(r.key, "base64"),
+        r.value === null ? null : Buffer.from(r.value, "base64"),
+        `${r.partition}@${r.offset}`,
+      );
     } else if (step.expect !== undefined) {
       const e = step.expect;
       const where = `${doc.case}: step ${i} (session ${e.session})`;
@@ -62,7 +66,11 @@ export function runCase(doc: Case): void {
   assert.equal(state.stats.badRecords, 0, `${doc.case}: unreadable records: ${warnings.join("; ")}`);
 }
 
-const cases = existsSync(CORPUS) ? readdirSync(CORPUS).filter((f) => f.endsWith(".json")).sort() : [];
+const cases = existsSync(CORPUS)
+  ? readdirSync(CORPUS)
+      .filter((f) => f.endsWith(".json"))
+      .sort()
+  : [];
 
 if (cases.length === 0) {
   test("conformance corpus", { skip: `no corpus at ${CORPUS} (clients/conformance/views/*.json)` }, () => {});

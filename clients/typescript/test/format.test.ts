@@ -16,7 +16,19 @@ import { registryLookup, RegistryUnavailable, ViewCodec } from "../src/codec.js"
 import { VIEW_SCHEMA, crc64Avro } from "../src/schema.js";
 import { assembleTranscript, foldEquivalent } from "../src/shape.js";
 import { ViewsState } from "../src/state.js";
-import { batch, body, confluent, FINGERPRINT, key, rec, singleObject, split, tombstone, zstdFrame, type Rec } from "./records.js";
+import {
+  batch,
+  body,
+  confluent,
+  FINGERPRINT,
+  key,
+  rec,
+  singleObject,
+  split,
+  tombstone,
+  zstdFrame,
+  type Rec,
+} from "./records.js";
 
 function reader(options: { cacheBytes?: number } = {}): { state: ViewsState; warnings: string[] } {
   const warnings: string[] = [];
@@ -31,15 +43,19 @@ const value = (state: ViewsState, sid: string, name: string): unknown => state.v
 
 const SCHEMA_FILE = path.resolve(__dirname, "../../../../schemas/view.avsc");
 
-test("§2 single-object: the package's View schema is the repository's (fingerprint, defaults)", { skip: existsSync(SCHEMA_FILE) ? false : `no ${SCHEMA_FILE}` }, () => {
-  const file = JSON.parse(readFileSync(SCHEMA_FILE, "utf8")) as { fields: { name: string; default?: unknown }[] };
-  const canonical = JSON.stringify(avro.Type.forSchema(file as avro.Schema).schema());
-  assert.equal(crc64Avro(canonical).toString("hex"), FINGERPRINT.toString("hex"));
-  assert.deepEqual(
-    file.fields.map((f) => [f.name, f.default]),
-    VIEW_SCHEMA.fields.map((f) => [f.name, (f as { default?: unknown }).default]),
-  );
-});
+test(
+  "§2 single-object: the package's View schema is the repository's (fingerprint, defaults)",
+  { skip: existsSync(SCHEMA_FILE) ? false : `no ${SCHEMA_FILE}` },
+  () => {
+    const file = JSON.parse(readFileSync(SCHEMA_FILE, "utf8")) as { fields: { name: string; default?: unknown }[] };
+    const canonical = JSON.stringify(avro.Type.forSchema(file as avro.Schema).schema());
+    assert.equal(crc64Avro(canonical).toString("hex"), FINGERPRINT.toString("hex"));
+    assert.deepEqual(
+      file.fields.map((f) => [f.name, f.default]),
+      VIEW_SCHEMA.fields.map((f) => [f.name, (f as { default?: unknown }).default]),
+    );
+  },
+);
 
 test("§2 CRC-64-AVRO: the known fingerprint of the View schema", () => {
   // the value the Python codec computes (processor.codec.schema_fingerprint)
@@ -50,7 +66,14 @@ test("§2 Confluent framing: the writer schema comes from the registry, resolved
   // an older writer without part/parts: resolution fills the defaults
   const writer = { ...VIEW_SCHEMA, fields: VIEW_SCHEMA.fields.filter((f) => f.name !== "part" && f.name !== "parts") };
   const type = avro.Type.forSchema(writer as unknown as avro.Schema);
-  const b = type.toBuffer({ sessionId: "s", view: "u", asOfSeq: 3, stateVersion: 2, encoding: "JSON", value: Buffer.from("[1]") });
+  const b = type.toBuffer({
+    sessionId: "s",
+    view: "u",
+    asOfSeq: 3,
+    stateVersion: 2,
+    encoding: "JSON",
+    value: Buffer.from("[1]"),
+  });
   const asked: number[] = [];
   const codec = new ViewCodec(async (id) => {
     asked.push(id);
@@ -75,7 +98,11 @@ test("§2 Confluent framing: registryLookup asks GET <url>/schemas/ids/<id> once
       return;
     }
     res.writeHead(found || req.url === "/schemas/ids/7" ? 200 : 404, { "content-type": "application/json" });
-    res.end(JSON.stringify(found || req.url === "/schemas/ids/7" ? { schema: JSON.stringify(VIEW_SCHEMA) } : { error_code: 40403 }));
+    res.end(
+      JSON.stringify(
+        found || req.url === "/schemas/ids/7" ? { schema: JSON.stringify(VIEW_SCHEMA) } : { error_code: 40403 },
+      ),
+    );
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   try {
@@ -101,7 +128,12 @@ test("§2 Confluent framing: registryLookup asks GET <url>/schemas/ids/<id> once
 
 test("§2 a Confluent id without a registry, or of another schema, is a bad record", async () => {
   const codec = new ViewCodec();
-  codec.addSchemaId(7, { type: "record", name: "Other", namespace: "processor.v1", fields: [{ name: "x", type: "int" }] });
+  codec.addSchemaId(7, {
+    type: "record",
+    name: "Other",
+    namespace: "processor.v1",
+    fields: [{ name: "x", type: "int" }],
+  });
   const warnings: string[] = [];
   const state = new ViewsState({ codec, warn: (l) => warnings.push(l) });
   const b = body({ sessionId: "s", view: "u", asOfSeq: 1 }, Buffer.from("1"));
@@ -116,7 +148,13 @@ test("§2 unreadable values are skipped and reported, never thrown", () => {
   const { state, warnings } = reader();
   const good = rec({ sessionId: "s", view: "u", asOfSeq: 1 }, { a: 1 }).value!;
   const unknownFp = Buffer.concat([Buffer.from([0xc3, 0x01]), Buffer.alloc(8, 7), good.subarray(10)]);
-  const bad = [Buffer.from("{}"), unknownFp, good.subarray(0, good.length - 3), Buffer.concat([good, Buffer.from([0])]), Buffer.from([0xc3, 0x01, 1])];
+  const bad = [
+    Buffer.from("{}"),
+    unknownFp,
+    good.subarray(0, good.length - 3),
+    Buffer.concat([good, Buffer.from([0])]),
+    Buffer.from([0xc3, 0x01, 1]),
+  ];
   for (const v of bad) state.apply(key("s", "u"), v);
   assert.equal(state.stats.badRecords, bad.length);
   assert.equal(warnings.length, bad.length);
@@ -187,7 +225,10 @@ test("VF-5 a '~' record with parts != 1 is unreadable: its head stays incomplete
   const { state, warnings } = reader();
   const records = batch("s", 1, { bundle: 0, seqs: [0], nodes: [0], transcript: [0] });
   const bundle = records[0]!;
-  records[0] = { key: bundle.key, value: singleObject(body({ sessionId: "s", view: "~b0", asOfSeq: 1, part: 0, parts: 2 }, Buffer.from("[[0,"))) };
+  records[0] = {
+    key: bundle.key,
+    value: singleObject(body({ sessionId: "s", view: "~b0", asOfSeq: 1, part: 0, parts: 2 }, Buffer.from("[[0,"))),
+  };
   feed(state, records);
   assert.equal(state.stats.badRecords, 1);
   assert.match(warnings[0]!, /~b0 is split/);
@@ -214,10 +255,16 @@ test("§6 a malformed head is skipped and reported, the session keeps its last c
 
 test("§6 assembly: surface, messages, transcript pages, index and status from a head", () => {
   const { state } = reader();
-  feed(state, batch("s", 6, { bundle: 0, seqs: [0, 1, 2, 3, 4, 5, 6], nodes: [2, [3], 5, [6, 0]], transcript: [0, 1, 4, 5, 6] }));
+  feed(
+    state,
+    batch("s", 6, { bundle: 0, seqs: [0, 1, 2, 3, 4, 5, 6], nodes: [2, [3], 5, [6, 0]], transcript: [0, 1, 4, 5, 6] }),
+  );
   // the override [6, 0] lives in its own record (format 2 name), written before the head
   assert.equal(state.views.size, 0, "incomplete: the override of 6 at generation 0 is missing");
-  feed(state, [rec({ sessionId: "s", view: "~m6.0", asOfSeq: 6 }, "o6"), ...batch("s", 6, { nodes: [2, [3], 5, [6, 0]], transcript: [0, 1, 4, 5, 6] })]);
+  feed(state, [
+    rec({ sessionId: "s", view: "~m6.0", asOfSeq: 6 }, "o6"),
+    ...batch("s", 6, { nodes: [2, [3], 5, [6, 0]], transcript: [0, 1, 4, 5, 6] }),
+  ]);
   const views = state.views.get("s")!;
   assert.deepEqual(views.get("surface")?.value, { nodes: [2, 3, 5, 6], replaceGeneration: 0, contentGeneration: 0 });
   assert.deepEqual(views.get("messages")?.value, ["m2", "m5", "o6"]);
@@ -260,7 +307,11 @@ test("§7 a tombstone on ~h drops the session's core views, not its units", () =
   feed(state, batch("s", 1, { bundle: 0, seqs: [0], units: { u: 1 }, nodes: [0], transcript: [0] }));
   const updates = state.apply(key("s", "~h"), null);
   assert.deepEqual(updates.map((u) => [u.view, u.record]).sort(), [
-    ["messages", null], ["status", null], ["surface", null], ["transcript", null], ["transcript.0", null],
+    ["messages", null],
+    ["status", null],
+    ["surface", null],
+    ["transcript", null],
+    ["transcript.0", null],
   ]);
   assert.deepEqual([...state.views.get("s")!.keys()], ["u"]);
   // the rebuild's records come after; its first head assembles again from zero
@@ -280,7 +331,11 @@ test("§5.2 format-1 core views read as unit views; their tombstones after a par
 test("§5.3 bundle entries of other lengths are ignored (the others keep their positions)", () => {
   const { state } = reader();
   feed(state, [
-    rec({ sessionId: "s", view: "~b0", asOfSeq: 2 }, [[0, "m0"], [1, 2, 3, 4], [2, "m2"]]),
+    rec({ sessionId: "s", view: "~b0", asOfSeq: 2 }, [
+      [0, "m0"],
+      [1, 2, 3, 4],
+      [2, "m2"],
+    ]),
     ...batch("s", 2, { nodes: [0, 2], transcript: [] }),
   ]);
   assert.deepEqual(value(state, "s", "messages"), ["m0", "m2"]);
@@ -288,7 +343,10 @@ test("§5.3 bundle entries of other lengths are ignored (the others keep their p
 
 test("helpers: the transcript stitched from its pages, the session shaped like processor fold", () => {
   const { state } = reader();
-  feed(state, batch("s", 6, { bundle: 0, seqs: [0, 1, 4, 5, 6], units: { u: 1 }, nodes: [6], transcript: [0, 1, 4, 5, 6] }));
+  feed(
+    state,
+    batch("s", 6, { bundle: 0, seqs: [0, 1, 4, 5, 6], units: { u: 1 }, nodes: [6], transcript: [0, 1, 4, 5, 6] }),
+  );
   const views = state.views.get("s")!;
   const transcript = [0, 1, 4, 5, 6].map((seq) => ({ seq, message: `m${seq}` }));
   assert.deepEqual(assembleTranscript(views), transcript);
@@ -314,7 +372,10 @@ test("§6 quarantine: status names the head's q", () => {
 test("bounds: the decoded cache evicts least recently used values, reports once, decodes again", () => {
   const { state, warnings } = reader({ cacheBytes: 16 });
   for (let i = 0; i < 5; i++) {
-    feed(state, batch("s", i, { bundle: i, seqs: [i], nodes: Array.from({ length: i + 1 }, (_, j) => j), transcript: [] }));
+    feed(
+      state,
+      batch("s", i, { bundle: i, seqs: [i], nodes: Array.from({ length: i + 1 }, (_, j) => j), transcript: [] }),
+    );
   }
   assert.deepEqual(value(state, "s", "messages"), ["m0", "m1", "m2", "m3", "m4"]);
   assert.ok(state.cache.bytes <= 16);
@@ -325,7 +386,9 @@ test("bounds: the decoded cache evicts least recently used values, reports once,
 test("regressions: a record whose asOfSeq goes back is shown and reported", () => {
   const { state, warnings } = reader();
   feed(state, [rec({ sessionId: "s", view: "u", asOfSeq: 5 }, "five")]);
-  const updates = state.apply(...(Object.values(rec({ sessionId: "s", view: "u", asOfSeq: 3 }, "three")) as [Buffer, Buffer]));
+  const updates = state.apply(
+    ...(Object.values(rec({ sessionId: "s", view: "u", asOfSeq: 3 }, "three")) as [Buffer, Buffer]),
+  );
   assert.equal(value(state, "s", "u"), "three");
   assert.equal(updates[0]?.regressedFrom, 5);
   assert.deepEqual(state.regressions, [{ sessionId: "s", view: "u", asOfSeq: 3, previous: 5 }]);

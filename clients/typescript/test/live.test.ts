@@ -30,7 +30,9 @@ const BOOTSTRAP = process.env["KAFKA_BOOTSTRAP_SERVERS"];
 const ROOT = path.resolve(__dirname, "../../../..");
 const VENV = path.join(ROOT, ".venv/bin/python");
 const PYTHON = process.env["PROCESSOR_PYTHON"] ?? (existsSync(VENV) ? VENV : "python3");
-const skip = BOOTSTRAP ? false : "KAFKA_BOOTSTRAP_SERVERS is not set (clients/typescript/scripts/ci.sh starts a broker)";
+const skip = BOOTSTRAP
+  ? false
+  : "KAFKA_BOOTSTRAP_SERVERS is not set (clients/typescript/scripts/ci.sh starts a broker)";
 const brokers = (BOOTSTRAP ?? "").split(",");
 
 function processor(args: string[], env: Record<string, string> = {}): string {
@@ -72,7 +74,10 @@ test("live: a snapshot after processor demo equals processor views", { skip, tim
   assert.ok(state.views.size >= 4, `only ${state.views.size} sessions read`);
   const expected = pythonViews(prefix);
   assert.deepEqual(plain(state.views), expected);
-  const fold = JSON.parse(processor(["views", "--topic-prefix", prefix, "--format", "fold"])) as Record<string, unknown>;
+  const fold = JSON.parse(processor(["views", "--topic-prefix", prefix, "--format", "fold"])) as Record<
+    string,
+    unknown
+  >;
   const ours = Object.fromEntries([...state.views].map(([sid, views]) => [sid, foldEquivalent(views)]));
   assert.deepEqual(JSON.parse(JSON.stringify(ours)), fold);
   // a subscriber tells the snapshot once per session, when it is read
@@ -111,8 +116,21 @@ test("live: a follower equals processor views; units never ahead of status", { s
     assert.equal(subscriber.views.size, 0);
     member = spawn(
       PYTHON,
-      ["-m", "processor", "run", "-b", BOOTSTRAP!, "--topic-prefix", prefix, "--group-id", `${prefix}-processor`,
-        "--commit-interval-ms", "100", "--log-level", "WARNING"],
+      [
+        "-m",
+        "processor",
+        "run",
+        "-b",
+        BOOTSTRAP!,
+        "--topic-prefix",
+        prefix,
+        "--group-id",
+        `${prefix}-processor`,
+        "--commit-interval-ms",
+        "100",
+        "--log-level",
+        "WARNING",
+      ],
       {
         cwd: ROOT,
         stdio: "inherit",
@@ -137,7 +155,8 @@ test("live: a follower equals processor views; units never ahead of status", { s
       (subscriber.views.get(sid)?.get("status")?.value as { lastSeq?: number } | undefined)?.lastSeq;
     for (let i = 0; i < 240 && !(lastSeq("live-a") === halfSeq && lastSeq("live-b") === halfSeq); i++) await sleep(250);
     assert.equal(lastSeq("live-a"), halfSeq, "the first half was not folded");
-    for (const sid of ["live-a", "live-b"]) processor(["ingest", "--topic-prefix", prefix, "--session-id", sid, example]);
+    for (const sid of ["live-a", "live-b"])
+      processor(["ingest", "--topic-prefix", prefix, "--session-id", sid, example]);
     processor(["ingest", "--topic-prefix", prefix, "--raw", "--session-id", "live-q", gap]);
     let expected: Record<string, unknown> = {};
     let got: unknown = null;
@@ -145,7 +164,7 @@ test("live: a follower equals processor views; units never ahead of status", { s
       expected = pythonViews(prefix);
       got = plain(subscriber.views);
       const status = (sid: string): string | undefined =>
-        ((expected[sid] as Record<string, { value: { state: string } }> | undefined)?.["status"]?.value.state);
+        (expected[sid] as Record<string, { value: { state: string } }> | undefined)?.["status"]?.value.state;
       if (status("live-q") === "quarantined" && status("live-a") === "ok" && status("live-b") === "ok") {
         if (jsonEqual(got, expected)) break;
       }
@@ -176,5 +195,8 @@ test("live: a follower equals processor views; units never ahead of status", { s
 });
 
 test("live: a missing topic is one clear error", { skip, timeout: 60_000 }, async () => {
-  await assert.rejects(readViews({ brokers, topicPrefix: `tsmissing${Date.now()}` }), /topic tsmissing\d+\.views does not exist \(run `processor topics create`\)/);
+  await assert.rejects(
+    readViews({ brokers, topicPrefix: `tsmissing${Date.now()}` }),
+    /topic tsmissing\d+\.views does not exist \(run `processor topics create`\)/,
+  );
 });

@@ -94,17 +94,37 @@ export function tombstone(sessionId: string, name: string, part = 0): Rec {
 export function batch(
   sid: string,
   asOf: number,
-  opts: { bundle?: number; seqs?: number[]; units?: Record<string, unknown>; nodes: unknown[]; transcript: number[]; q?: unknown; f?: number },
+  opts: {
+    bundle?: number;
+    seqs?: number[];
+    units?: Record<string, unknown>;
+    nodes: unknown[];
+    transcript: number[];
+    q?: unknown;
+    f?: number;
+  },
 ): Rec[] {
   const out: Rec[] = [];
   if (opts.bundle !== undefined) {
-    out.push(rec({ sessionId: sid, view: `~b${opts.bundle}`, asOfSeq: asOf }, (opts.seqs ?? []).map((s) => [s, `m${s}`])));
+    out.push(
+      rec(
+        { sessionId: sid, view: `~b${opts.bundle}`, asOfSeq: asOf },
+        (opts.seqs ?? []).map((s) => [s, `m${s}`]),
+      ),
+    );
   }
   for (const [name, value] of Object.entries(opts.units ?? {})) {
     out.push(rec({ sessionId: sid, view: name, asOfSeq: asOf, stateVersion: 1 }, value));
   }
   const head: Record<string, unknown> = {
-    f: opts.f ?? 3, ps: 4, rg: 0, cg: 0, nc: [], nt: opts.nodes, tn: opts.transcript.length, tt: opts.transcript,
+    f: opts.f ?? 3,
+    ps: 4,
+    rg: 0,
+    cg: 0,
+    nc: [],
+    nt: opts.nodes,
+    tn: opts.transcript.length,
+    tt: opts.transcript,
   };
   if (opts.q !== undefined) head["q"] = opts.q;
   out.push(rec({ sessionId: sid, view: "~h", asOfSeq: asOf }, head));
