@@ -5,4 +5,5 @@ export { jsonEqual, viewsJson, ViewsState } from "./state.js";
 export type { SessionViews, StateOptions, ViewRecord, ViewRegression, ViewUpdate } from "./state.js";
 export { readViews, ViewsSubscriber } from "./subscriber.js";
 export type { SessionListener, SubscriberOptions, UpdateListener } from "./subscriber.js";
-export { assembleTranscript, foldEquivalent } from "./shape.js";
+export { assembleTranscript, coreViews, foldEquivalent, unitViews } from "./shape.js";
+export type { CoreViews, Message, Quarantine, Status, Surface, TranscriptEntry, TranscriptIndex } from "./shape.js";

@@ -14,7 +14,7 @@ import type { AddressInfo } from "node:net";
 
 import { registryLookup, RegistryUnavailable, ViewCodec } from "../src/codec.js";
 import { VIEW_SCHEMA, crc64Avro } from "../src/schema.js";
-import { assembleTranscript, foldEquivalent } from "../src/shape.js";
+import { assembleTranscript, coreViews, foldEquivalent, unitViews } from "../src/shape.js";
 import { ViewsState } from "../src/state.js";
 import {
   batch,
@@ -358,6 +358,8 @@ test("helpers: the transcript stitched from its pages, the session shaped like p
     projections: { u: 1 },
     status: "ok",
   });
+  assert.deepEqual(coreViews(views).status, { state: "ok", lastSeq: 6 });
+  assert.deepEqual([...unitViews(views).keys()], ["u"]);
   views.delete("transcript.1");
   assert.throws(() => assembleTranscript(views), /transcript page 1 is missing/);
 });
