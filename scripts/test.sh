@@ -5,7 +5,8 @@
 #      Kafka, fault and browser tests included;
 #   3. at the same time, the layers whose code the compiler changes (the pure
 #      tests: no broker, no browser) again on the pure source, the fallback a
-#      plain `pip install .` gives, with the compiled-vs-pure parity test.
+#      plain `pip install .` gives, with the compiled-vs-pure parity test; then
+#      the TypeScript subscriber's tests (clients/typescript/scripts/ci.sh).
 # The Kafka tests start a local KRaft broker from Maven Central jars unless
 # KAFKA_BOOTSTRAP_SERVERS names a cluster (see deploy/kafka/README.md).
 # Arguments pass to both pytest runs (e.g. -x, -k NAME).
@@ -78,9 +79,17 @@ cat "$LOGS/lint"
 echo "== lint, types and wheel: $((SECONDS - started)) s"
 # the pure layers on the pure source, beside the compiled run: that run mostly
 # waits on brokers, this one mostly computes
-echo "== pytest, pure source (the checkout): the pure tests, in the background"
-"$PY" -m pytest -p no:cacheprovider -m "not kafka and not faults and not browser" \
-  --ignore=tests/deploy "$@" > "$LOGS/pure" 2>&1 &
+echo "== in the background: pytest on the pure source (the pure tests), then the TypeScript subscriber"
+background() {
+  local rc=0
+  "$PY" -m pytest -p no:cacheprovider -m "not kafka and not faults and not browser" \
+    --ignore=tests/deploy "$@" > "$LOGS/pure" 2>&1 || rc=$?
+  # clients/typescript: npm ci, prettier, build, unit + conformance corpus + a
+  # live broker (its own when KAFKA_BOOTSTRAP_SERVERS is not set)
+  PYTHON=$PY bash clients/typescript/scripts/ci.sh > "$LOGS/typescript" 2>&1 || rc=$?
+  return "$rc"
+}
+background "$@" &
 pure_pid=$!
 echo "== pytest, compiled build (the installed wheel, outside the checkout): every test"
 rc=0
@@ -89,6 +98,8 @@ pure_rc=0
 wait "$pure_pid" || pure_rc=$?
 echo "== pytest, pure source (the checkout): the pure tests"
 cat "$LOGS/pure"
+echo "== clients/typescript (scripts/ci.sh)"
+cat "$LOGS/typescript"
 echo "== total: $((SECONDS - started)) s"
 # both runs always run (one CI run tells about both builds); either failing fails it
 [ "$rc" != 0 ] || rc=$pure_rc
