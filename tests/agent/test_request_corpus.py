@@ -22,7 +22,8 @@ from processor.agent.adapters.mock import MockModelAdapter
 from processor.agent.context import EventDraft
 from processor.agent.request import RequestState, build_request
 from processor.core.defaults import fold_session
-from processor.core.events import Event, make_event, parse_event
+from processor.core.events import Event, parse_event
+from tests.agent.test_context import commit as commit_draft
 from tests.corpus.runtime_requests import runtime_events
 
 CASES = sorted((Path(__file__).parents[1] / "corpus" / "requests").glob("*.json"))
@@ -54,15 +55,7 @@ def build(case: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Event]]:
     appended: list[Event] = []
 
     def commit(draft: EventDraft) -> Event:
-        event = make_event(
-            draft.type,
-            session.next_seq,
-            draft.data,
-            surface_op=draft.surface_op,
-            source_event_seqs=draft.source_event_seqs,
-        )
-        session.validate(event)
-        session.append(event)
+        event = commit_draft(session, draft)
         appended.append(event)
         return event
 
