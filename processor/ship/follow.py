@@ -123,7 +123,9 @@ class Shipper:
             return
         other = self.by_id.get(sid)
         if other is not None and other != path:
-            self._refuse_new(path, newest, f"{gen_path}: session {sid} is already read from {other}")
+            self._refuse_new(
+                path, newest, f"{gen_path}: session {sid} is already read from {other}"
+            )
             return
         f = Followed(path, sid, newest, gen_path, reader)
         self._resume(f)
@@ -151,8 +153,6 @@ class Shipper:
                 f.acked_digest = row.digest  # the file shrank while we were away
             else:
                 f.superseded_seq = known  # an older generation's, or the topic's
-        for b in [f.acked_offset] if f.acked_offset else []:
-            f.boundaries.append(b)
 
     def _check_stat(self, f: Followed) -> None:
         try:
@@ -214,10 +214,11 @@ class Shipper:
         try:
             poll = f.reader.poll(self.limits.max_read_bytes)
         except Shrunk as exc:
-            start = f.rewind_to(exc.size)
+            start = f.rewind_to(exc.size, exc.changed)
             self.metrics.shrinks.inc()
             self.say(
-                f"session {f.sid}: {f.path.name} shrank to {exc.size} bytes "
+                f"session {f.sid}: {f.path.name} shrank to {exc.size} bytes"
+                f"{' and changed' if exc.changed else ''} "
                 f"(rolled back or repaired); reading again from byte {start}"
             )
             return True
@@ -268,7 +269,7 @@ class Shipper:
                 f.sent_seq = ev.seq
                 f.remember(ev.seq, dig)
             f.reader.advance(rec)
-            f.record_done(rec.end)
+            f.record_done(rec.start, rec.end, rec.mark)
         return bool(poll.records) and poll.pending
 
     def _acker(self, f: Followed, seq: int) -> Callable[[str | None], None]:
@@ -325,7 +326,9 @@ class Shipper:
         self.metrics.health.tick()
         return busy or bool(self.dirty)
 
-    def run_once(self, flush_timeout: float = 300.0, on_turn: Callable[[], None] | None = None) -> int:
+    def run_once(
+        self, flush_timeout: float = 300.0, on_turn: Callable[[], None] | None = None
+    ) -> int:
         """Ship everything complete now; returns the records not acknowledged."""
         self.scan()
         while self.turn():
@@ -393,8 +396,10 @@ def watch(shipper: Shipper) -> threading.Thread:
                 dirs = {d for _, name in changes if (d := session_dir(Path(name))) is not None}
                 if dirs:
                     shipper.woken(dirs)
-        except Exception as exc:  # noqa: BLE001 - the periodic rescan carries on
-            shipper.say(f"file watcher stopped ({exc}); rescanning every {shipper.limits.rescan_s}s")
+        except Exception as exc:
+            shipper.say(
+                f"file watcher stopped ({exc}); rescanning every {shipper.limits.rescan_s}s"
+            )
 
     t = threading.Thread(target=loop, name="ship-watch", daemon=True)
     t.start()

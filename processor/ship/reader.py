@@ -46,10 +46,12 @@ class Unreadable(Exception):
 
 
 class Shrunk(Exception):
-    """The file is now shorter than the position read up to (rolled back or repaired)."""
+    """The file is now shorter than the position read up to (rolled back or
+    repaired), or the bytes before it changed (shrunk and grown again)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, changed: bool = False) -> None:
         self.size = size
+        self.changed = changed
         super().__init__(f"file shrank to {size} bytes")
 
 
@@ -66,6 +68,8 @@ class Record:
     end: int
     events: list[Event]
     header: SessionHeader | None = None
+    #: digest of the record's bytes (the last record of a poll only)
+    mark: bytes = b""
 
 
 @dataclass(slots=True)
@@ -97,6 +101,8 @@ class TailReader:
         self.offset = offset
         #: the first line was read (a header, or the file has none)
         self.started = offset > 0
+        #: (start, digest) of the record just before ``offset`` (None: not known)
+        self.anchor: tuple[int, bytes] | None = None
 
     def _values(self, start: int, end: int, content: bytes) -> Record:
         header: SessionHeader | None = None
@@ -128,10 +134,22 @@ class TailReader:
             size = os.fstat(f.fileno()).st_size
             if size < self.offset:
                 raise Shrunk(size)
+            if self.anchor is not None:
+                start, mark = self.anchor
+                f.seek(start)
+                if blake2b(f.read(self.offset - start), digest_size=16).digest() != mark:
+                    raise Shrunk(size, changed=True)
             f.seek(self.offset)
             if self.compressed:
-                return self._frames(f, size, max_bytes)
-            return self._plain(f, size, max_bytes)
+                poll = self._frames(f, size, max_bytes)
+            else:
+                poll = self._plain(f, size, max_bytes)
+            if poll.records:  # the last record's digest: checked before reading on
+                last = poll.records[-1]
+                f.seek(last.start)
+                mark = blake2b(f.read(last.end - last.start), digest_size=16).digest()
+                poll.records[-1] = Record(last.start, last.end, last.events, last.header, mark)
+            return poll
 
     def _plain(self, f: Any, size: int, max_bytes: int) -> Poll:
         data = f.read(min(size - self.offset, max(max_bytes, CHUNK)))
@@ -205,6 +223,7 @@ class TailReader:
     def advance(self, record: Record) -> None:
         """Mark ``record`` (and everything before it) handled."""
         self.offset = record.end
+        self.anchor = (record.start, record.mark) if record.mark else None
         self.started = True
 
     def header(self) -> tuple[SessionHeader | None, bool]:

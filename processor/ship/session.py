@@ -45,7 +45,10 @@ class Followed:
     refused: str | None = None
     stat: tuple[int, int, int] = (0, 0, 0)
     recent: OrderedDict[int, bytes] = field(default_factory=OrderedDict)
-    boundaries: deque[int] = field(default_factory=lambda: deque(maxlen=BOUNDARIES))
+    #: (start, end, digest) of records handled in the current file
+    boundaries: deque[tuple[int, int, bytes]] = field(
+        default_factory=lambda: deque(maxlen=BOUNDARIES)
+    )
     #: (seq, end): once every event up to seq is acknowledged, ``end`` is safe
     pending_ends: deque[tuple[int, int]] = field(default_factory=deque)
 
@@ -61,9 +64,10 @@ class Followed:
             return self.acked_digest
         return self.recent.get(seq)
 
-    def record_done(self, end: int) -> None:
-        """Every event of the record ending at ``end`` was sent (or skipped)."""
-        self.boundaries.append(end)
+    def record_done(self, start: int, end: int, mark: bytes) -> None:
+        """Every event of the record ``[start, end)`` was sent (or skipped)."""
+        if mark:
+            self.boundaries.append((start, end, mark))
         self.pending_ends.append((self.sent_seq, end))
         self.settle()
 
@@ -80,13 +84,18 @@ class Followed:
             self.acked_offset = max(self.acked_offset, self.pending_ends.popleft()[1])
         return self.acked_offset - before
 
-    def rewind_to(self, size: int) -> int:
+    def rewind_to(self, size: int, changed: bool) -> int:
         """The file shrank to ``size``: read again from the last record end at or
-        below it (0 when none is remembered); returns that offset."""
-        start = max((b for b in self.boundaries if b <= size), default=0)
+        below it, that record's digest checked (from 0 when none is remembered, or the
+        bytes before the position changed); returns that offset."""
+        ends = [b for b in self.boundaries if b[1] <= size and not changed]
+        at = max(ends, key=lambda b: b[1]) if ends else None
+        start = at[1] if at else 0
         self.reader.offset = start
         self.reader.started = start > 0
-        self.boundaries = deque((b for b in self.boundaries if b <= start), maxlen=BOUNDARIES)
+        self.reader.anchor = (at[0], at[2]) if at else None
+        kept = [b for b in self.boundaries if b[1] <= start]
+        self.boundaries = deque(kept, maxlen=BOUNDARIES)
         self.pending_ends = deque((s, e) for s, e in self.pending_ends if e <= start)
         self.acked_offset = min(self.acked_offset, start)
         return start
