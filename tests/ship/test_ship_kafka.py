@@ -59,8 +59,7 @@ def _env() -> dict[str, str]:
 
 def _expected(writers: list[RuntimeWriter]) -> dict[str, Any]:
     return {
-        w.sid: as_json(offline_equivalent(session_output(fold_events(w.logical))))
-        for w in writers
+        w.sid: as_json(offline_equivalent(session_output(fold_events(w.logical)))) for w in writers
     }
 
 
@@ -144,8 +143,7 @@ def test_sigkilled_shipper_restarted_while_a_writer_appends(stack: Stack, tmp_pa
     state = tmp_path / "state"
     rng = random.Random(34)
     writers = [
-        RuntimeWriter(root, f"live-{i}", compressed=i % 2 == 0, cwd=f"/p/{i % 2}")
-        for i in range(6)
+        RuntimeWriter(root, f"live-{i}", compressed=i % 2 == 0, cwd=f"/p/{i % 2}") for i in range(6)
     ]
     logs = {w.sid: events(400, seed=100 + i) for i, w in enumerate(writers)}
     stop = threading.Event()
@@ -205,3 +203,82 @@ def test_sigkilled_shipper_restarted_while_a_writer_appends(stack: Stack, tmp_pa
     assert applied == sum(len(w.logical) for w in writers)
     assert outcomes.labels("quarantined")._value.get() == 0
     assert outcomes.labels("rejected")._value.get() == 0
+
+
+def test_resent_events_are_counted_duplicates_not_dead_letters(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """What a kill -9 makes the shipper send again (at most the unpersisted bound,
+    below the duplicate window) is dropped by the seq gate and counted."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    w = RuntimeWriter(root, "again")
+    w.append(events(150, seed=8))
+    for _ in range(2):  # the second run has no registry and is told not to recover
+        shutil.rmtree(tmp_path / "state", ignore_errors=True)
+        done = subprocess.run(
+            _ship_cmd(stack, root, tmp_path / "state", "--once", "--no-recover"),
+            env=_env(),
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0 and "shipped 150 event(s)" in done.stderr, done.stderr
+    proc = stack.run_processor(max_idle_s=3)
+    wait_for_views(stack, _expected([w]), timeout=60)
+    assert proc.metrics.events.labels("duplicate")._value.get() == 150
+    assert dead_letters(stack) == []
+
+
+def test_follow_serves_metrics_and_health_and_exits_0_on_sigterm(
+    stack: Stack, tmp_path: Path
+) -> None:
+    import re
+    import urllib.request
+
+    root = tmp_path / "sessions"
+    root.mkdir()
+    log = tmp_path / "ship.log"
+    with log.open("ab") as sink:
+        proc = subprocess.Popen(
+            _ship_cmd(stack, root, tmp_path / "state", "--metrics-port", "0"),
+            env=_env(),
+            stdout=sink,
+            stderr=sink,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        port = None
+        while port is None and time.monotonic() < deadline:
+            m = re.search(r"metrics on http://[^:]+:(\d+)/", log.read_text())
+            port = int(m.group(1)) if m else None
+            time.sleep(0.1)
+        assert port is not None, log.read_text()
+        base = f"http://127.0.0.1:{port}"
+
+        def get(path: str) -> tuple[int, str]:
+            try:
+                with urllib.request.urlopen(base + path, timeout=5) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        assert get("/healthz")[0] == 200
+        w = RuntimeWriter(root, "live")  # a session created while running
+        w.append(events(30, seed=3))
+        bad = root / "_no-cwd" / "bad"
+        bad.mkdir(parents=True)
+        (bad / "session.v4.jsonl").write_bytes(b"not json\n")
+        while time.monotonic() < deadline:
+            text = get("/metrics")[1]
+            if "ship_events_total 30.0" in text and "ship_files_refused_current 1.0" in text:
+                break
+            time.sleep(0.2)
+        assert "ship_events_total 30.0" in text, text
+        assert "ship_sessions_followed 2.0" in text or "ship_sessions_followed 1.0" in text
+        assert get("/readyz")[0] == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "refused" in log.read_text() and "bad" in log.read_text()
