@@ -48,8 +48,14 @@ def _say(line: str) -> None:
     show_default=True,
     help="With no registry yet, read the events topic once to learn which seqs it holds.",
 )
-@click.option("--metrics-port", type=int, default=None, help="Serve /metrics, /healthz, /readyz.")
-@click.option("--metrics-host", default="0.0.0.0", show_default=True)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve /metrics, /healthz, /readyz on this port (0 picks one; default: the "
+    "config's metrics_port, else none).",
+)
+@click.option("--metrics-host", default=None, help="Default: the config's metrics_host.")
 @click.option("--rescan-interval", type=float, default=2.0, show_default=True, metavar="SECONDS")
 @click.option(
     "--max-inflight-bytes", type=int, default=64 << 20, show_default=True, metavar="BYTES"
@@ -69,7 +75,7 @@ def ship(
     state_dir: Path,
     recover: bool,
     metrics_port: int | None,
-    metrics_host: str,
+    metrics_host: str | None,
     rescan_interval: float,
     max_inflight_bytes: int,
     timeout: float,
@@ -87,9 +93,11 @@ def ship(
     metrics = ShipMetrics()
     limits = Limits(rescan_s=rescan_interval, max_inflight_bytes=max_inflight_bytes)
     shipper = Shipper(root, sink, registry, metrics, limits=limits, floor=floor, say=_say)
-    if metrics_port is not None:
-        server = serve(metrics, metrics_host, metrics_port)
-        _say(f"metrics on http://{metrics_host}:{server.server_port}/metrics")
+    port = metrics_port if metrics_port is not None else (config.metrics_port or None)
+    host = metrics_host or config.metrics_host
+    if port is not None:
+        server = serve(metrics, host, port)
+        _say(f"metrics on http://{host}:{server.server_port}/metrics")
     if once:
         show = sys.stderr.isatty() if progress is None else progress
         with Progress("ship", enabled=show) as bar:
