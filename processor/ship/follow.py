@@ -330,15 +330,18 @@ class Shipper:
         self, flush_timeout: float = 300.0, on_turn: Callable[[], None] | None = None
     ) -> int:
         """Ship everything complete now; returns the records not acknowledged."""
+        deadline = time.monotonic() + flush_timeout
         self.scan()
         while self.turn():
             if on_turn is not None:
                 on_turn()
-            if self.sink.fatal is not None:
-                break
+            if self.sink.fatal is not None or time.monotonic() > deadline:
+                break  # the broker is not taking records: say what is left
             self.sink.poll(0.01)
-        remaining = self.sink.flush(flush_timeout)
+        remaining = self.sink.flush(max(0.0, deadline - time.monotonic()))
         self.save()
+        if not remaining and (self.dirty and time.monotonic() > deadline):
+            return 1  # stopped with complete records still unread
         return remaining
 
     def run_follow(self, on_turn: Callable[[], None] | None = None) -> int:

@@ -20,7 +20,7 @@ from processor.ship.registry import Position
 
 #: digests of recently sent events kept per session (a rollback removes at most
 #: the runtime's last batch)
-RECENT = 1024
+RECENT = 256
 #: record ends remembered per session (where to read again after a shrink)
 BOUNDARIES = 256
 
