@@ -31,9 +31,7 @@ def _say(line: str) -> None:
 
 @click.command("ship")
 @service_options
-@click.argument(
-    "root", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="ROOT"
-)
+@click.argument("root", type=click.Path(path_type=Path), metavar="ROOT")
 @click.option("--once", is_flag=True, default=False, help="Ship what is complete now, then exit.")
 @click.option(
     "--state-dir",
@@ -82,6 +80,8 @@ def ship(
     progress: bool | None,
 ) -> None:
     """Follow the agent runtime's sessions under ROOT into the events topic."""
+    if not root.is_dir():
+        raise click.BadParameter(f"{root} is not a directory", param_hint="ROOT")
     try:
         registry = Registry(state_dir / "ship.sqlite3")
     except Exception as exc:  # sqlite3.Error or OSError: one line
