@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import zstandard
 
-from processor.core.errors import SessionError
+from processor.core.errors import InvalidInput, SessionError
 from processor.core.events import Event, parse_event
 from processor.core.log import SessionHeader
 from processor.files import (
@@ -36,7 +36,7 @@ from processor.files import (
 CHUNK = 1 << 20
 
 
-class Unreadable(Exception):
+class Unreadable(InvalidInput):
     """The file is not the runtime's format from ``offset`` on (one line says why)."""
 
     def __init__(self, offset: int, reason: str) -> None:
@@ -45,7 +45,7 @@ class Unreadable(Exception):
         super().__init__(f"at byte offset {offset}: {reason}")
 
 
-class Shrunk(Exception):
+class Shrunk(InvalidInput):
     """The file is now shorter than the position read up to (rolled back or
     repaired), or the bytes before it changed (shrunk and grown again)."""
 

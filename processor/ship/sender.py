@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from processor.codec import Codec, session_key
 from processor.config import ServiceConfig
+from processor.core.errors import InvalidInput
 from processor.core.events import Event
 from processor.service import clients
 from processor.service.kafka_errors import ClientProblems
@@ -27,7 +28,7 @@ from processor.service.writer import producer_name
 OnAck = Callable[[str | None], None]
 
 
-class TooLarge(Exception):
+class TooLarge(InvalidInput):
     """A record over message.max.bytes: refused before producing."""
 
 
