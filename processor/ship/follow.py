@@ -30,6 +30,9 @@ from processor.ship.session import Followed
 
 log = logging.getLogger("processor.ship")
 
+#: records in flight and no acknowledgement this long: /readyz says so
+STALL_S = 30.0
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -74,6 +77,10 @@ class Shipper:
         self._last_save = time.monotonic()
         self._last_scan = 0.0
         self.events_acked = 0
+        #: counted here per ack, moved into the metrics once per turn
+        self._acked_bytes = 0
+        self._counted_events = 0
+        self._last_ack = time.monotonic()
 
     # ------------------------------------------------------------ discovery
 
@@ -146,6 +153,10 @@ class Shipper:
             f.acked_offset = f.persisted_offset = row.offset
             f.sent_seq = f.acked_seq = f.persisted_seq = row.acked_seq
             f.acked_digest = row.digest
+            if row.anchor is not None and row.anchor_start is not None:
+                # the record before the position, checked before reading on
+                f.reader.anchor = (row.anchor_start, row.anchor)
+                f.boundaries.append((row.anchor_start, row.offset, row.anchor))
         else:
             known = max([r.acked_seq for r in rows.values()] + [self.floor.get(f.sid, -1)])
             f.sent_seq = f.acked_seq = f.persisted_seq = known
@@ -278,8 +289,8 @@ class Shipper:
                 self.metrics.delivery_errors.inc()
                 return
             self.events_acked += 1
-            self.metrics.events.inc()
-            self.metrics.bytes.inc(f.on_ack(seq))
+            self._acked_bytes += f.on_ack(seq)
+            self._last_ack = time.monotonic()
 
         return acked
 
@@ -321,6 +332,8 @@ class Shipper:
         self.sink.poll(0)
         if busy or time.monotonic() - self._last_save >= self.limits.commit_interval_s:
             self.save()
+        self._count()
+        self._report_broker()
         self.metrics.inflight.set(self.sink.inflight_bytes)
         self.metrics.set_lags({f.sid: f.lag for f in self.followed.values()})
         self.metrics.health.tick()
@@ -340,9 +353,31 @@ class Shipper:
             self.sink.poll(0.01)
         remaining = self.sink.flush(max(0.0, deadline - time.monotonic()))
         self.save()
+        self._count()
         if not remaining and (self.dirty and time.monotonic() > deadline):
             return 1  # stopped with complete records still unread
         return remaining
+
+    def _report_broker(self) -> None:
+        """/readyz names a broker that acknowledges nothing while records wait."""
+        health = self.metrics.health
+        waited = time.monotonic() - self._last_ack
+        if self.sink.inflight_bytes and waited >= STALL_S:
+            health.degraded = (
+                f"no acknowledgement from the broker for {waited:.0f}s "
+                f"({self.sink.inflight_bytes} bytes in flight)"
+            )
+        elif not self.sink.inflight_bytes:
+            self._last_ack = time.monotonic()
+            health.degraded = None
+        if self.sink.fatal is not None:
+            health.fatal = self.sink.fatal
+
+    def _count(self) -> None:
+        self.metrics.events.inc(self.events_acked - self._counted_events)
+        self._counted_events = self.events_acked
+        self.metrics.bytes.inc(self._acked_bytes)
+        self._acked_bytes = 0
 
     def run_follow(self, on_turn: Callable[[], None] | None = None) -> int:
         """Follow until :attr:`stop` is set; then flush and save."""
@@ -363,6 +398,7 @@ class Shipper:
             self.wake.clear()
         remaining = self.sink.flush(30.0)
         self.save()
+        self._count()
         return remaining
 
 

@@ -25,6 +25,8 @@ CREATE TABLE IF NOT EXISTS position (
   offset INTEGER NOT NULL,
   acked_seq INTEGER NOT NULL,
   digest BLOB,
+  anchor_start INTEGER,
+  anchor BLOB,
   updated_ms INTEGER NOT NULL,
   PRIMARY KEY (session, generation)
 )
@@ -39,6 +41,9 @@ class Position:
     offset: int
     acked_seq: int
     digest: bytes | None = None
+    #: start and digest of the record ending at ``offset`` (checked on resume)
+    anchor_start: int | None = None
+    anchor: bytes | None = None
 
 
 class Registry:
@@ -60,10 +65,13 @@ class Registry:
     def load(self) -> dict[str, dict[int, Position]]:
         out: dict[str, dict[int, Position]] = {}
         rows = self._db.execute(
-            "SELECT session, generation, path, offset, acked_seq, digest FROM position"
+            "SELECT session, generation, path, offset, acked_seq, digest, anchor_start, anchor"
+            " FROM position"
         )
-        for sid, gen, path, offset, seq, dig in rows:
-            out.setdefault(sid, {})[gen] = Position(sid, gen, path, offset, seq, dig)
+        for sid, gen, path, offset, seq, dig, a_start, anchor in rows:
+            out.setdefault(sid, {})[gen] = Position(
+                sid, gen, path, offset, seq, dig, a_start, anchor
+            )
         return out
 
     def save(self, positions: list[Position]) -> None:
@@ -75,12 +83,23 @@ class Registry:
             self._db.execute("BEGIN")
             self._db.executemany(
                 "INSERT INTO position (session, generation, path, offset, acked_seq, digest,"
-                " updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session, generation)"
-                " DO UPDATE SET path=excluded.path, offset=excluded.offset,"
-                " acked_seq=excluded.acked_seq, digest=excluded.digest,"
+                " anchor_start, anchor, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (session, generation) DO UPDATE SET path=excluded.path,"
+                " offset=excluded.offset, acked_seq=excluded.acked_seq, digest=excluded.digest,"
+                " anchor_start=excluded.anchor_start, anchor=excluded.anchor,"
                 " updated_ms=excluded.updated_ms",
                 [
-                    (p.session, p.generation, p.path, p.offset, p.acked_seq, p.digest, now)
+                    (
+                        p.session,
+                        p.generation,
+                        p.path,
+                        p.offset,
+                        p.acked_seq,
+                        p.digest,
+                        p.anchor_start,
+                        p.anchor,
+                        now,
+                    )
                     for p in positions
                 ],
             )

@@ -112,6 +112,7 @@ class Followed:
         self.pending_ends.clear()
 
     def position(self) -> Position:
+        at = next((b for b in reversed(self.boundaries) if b[1] == self.acked_offset), None)
         return Position(
             self.sid,
             self.generation,
@@ -119,6 +120,8 @@ class Followed:
             self.acked_offset,
             self.acked_seq,
             self.acked_digest,
+            at[0] if at else None,
+            at[2] if at else None,
         )
 
     @property

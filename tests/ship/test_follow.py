@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from processor.ship.reader import digest
 from tests.ship.helpers import Harness, events
 from tests.ship.runtime_writer import RuntimeWriter
@@ -210,3 +212,40 @@ def test_a_seq_gap_refuses_the_session(tmp_path: Path) -> None:
     h.drain()
     assert h.seqs("s") == [0, 1, 2]
     assert any("follows seq 2" in line for line in h.lines)
+
+
+def test_a_file_rewritten_while_the_shipper_was_down_is_not_resent_differently(
+    tmp_path: Path,
+) -> None:
+    h = _h(tmp_path)
+    w = RuntimeWriter(h.root, "s", compressed=False)
+    w.append(events(10))
+    h.drain()
+    h.restart()
+    w.append(events(14)[10:])  # the same file grew: read on from the saved position
+    h.drain()
+    assert h.seqs("s") == list(range(14))
+    h.restart()
+    w.path.unlink()  # replaced by a different log under the same name
+    RuntimeWriter(h.root, "s", compressed=False).append(events(16, seed=77))
+    h.drain()
+    assert h.seqs("s") == list(range(14))
+    assert any("differs from the event already sent" in line for line in h.lines), h.lines
+
+
+def test_readyz_names_a_broker_that_acknowledges_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from processor.ship import follow
+
+    monkeypatch.setattr(follow, "STALL_S", 0.0)
+    h = _h(tmp_path)
+    RuntimeWriter(h.root, "s").append(events(5))
+    h.sink.hold = True
+    h.drain()
+    h.shipper.metrics.health.ready = True
+    status, body = h.shipper.metrics.health.readiness()
+    assert status == 503 and b"no acknowledgement from the broker" in body
+    h.sink.hold = False
+    h.drain()
+    assert h.shipper.metrics.health.readiness()[0] == 200
