@@ -242,6 +242,8 @@ class Shipper:
             self._refuse(f, exc.strerror or str(exc), "io")
             return False
         f.size = poll.size
+        if poll.retry:
+            return True
         for rec in poll.records:
             if rec.header is not None and str(rec.header["id"]) != f.sid:
                 self._refuse(f, f"header id {rec.header['id']!r} is not session {f.sid!r}")

@@ -78,6 +78,12 @@ class Poll:
     size: int
     #: an incomplete last line/frame is on disk after the records
     pending: bool
+    #: the file changed while it was read: read it again
+    retry: bool = False
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _lines(content: bytes, where: int) -> list[tuple[int, Any]]:
@@ -131,7 +137,8 @@ class TailReader:
         record it handled.  Raises :class:`Shrunk` or :class:`Unreadable`.
         """
         with open(self.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+            before = os.fstat(f.fileno())
+            size = before.st_size
             if size < self.offset:
                 raise Shrunk(size)
             if self.anchor is not None:
@@ -140,18 +147,28 @@ class TailReader:
                 if blake2b(f.read(self.offset - start), digest_size=16).digest() != mark:
                     raise Shrunk(size, changed=True)
             f.seek(self.offset)
-            if self.compressed:
-                poll = self._frames(f, size, max_bytes)
-            else:
-                poll = self._plain(f, size, max_bytes)
-            if poll.records:  # the last record's digest: checked before reading on
+            try:
+                if self.compressed:
+                    poll, raw = self._frames(f, size, max_bytes)
+                else:
+                    poll, raw = self._plain(f, size, max_bytes)
+            except Unreadable:
+                if _identity(os.stat(self.path)) != _identity(before):
+                    return Poll([], size, True, retry=True)  # changed while read
+                raise
+            if poll.records:
+                # a read racing a truncation can mix old and new bytes: the bytes
+                # parsed must still be the file's (appends after them are fine)
+                f.seek(self.offset)
+                if f.read(len(raw)) != raw:
+                    return Poll([], size, True, retry=True)
                 last = poll.records[-1]
-                f.seek(last.start)
-                mark = blake2b(f.read(last.end - last.start), digest_size=16).digest()
+                body = raw[last.start - self.offset : last.end - self.offset]
+                mark = blake2b(body, digest_size=16).digest()
                 poll.records[-1] = Record(last.start, last.end, last.events, last.header, mark)
             return poll
 
-    def _plain(self, f: Any, size: int, max_bytes: int) -> Poll:
+    def _plain(self, f: Any, size: int, max_bytes: int) -> tuple[Poll, bytes]:
         data = f.read(min(size - self.offset, max(max_bytes, CHUNK)))
         last = data.rfind(b"\n")
         if last < 0 and len(data) < size - self.offset:
@@ -161,7 +178,7 @@ class TailReader:
         if last < 0:
             if len(data) > MAX_LINE_BYTES:
                 raise Unreadable(self.offset, f"a line over the {MAX_LINE_BYTES}-byte limit")
-            return Poll([], size, bool(data))
+            return Poll([], size, bool(data)), b""
         records = []
         pos = 0
         started = self.started
@@ -176,10 +193,12 @@ class TailReader:
                 pos = nl + 1
         finally:
             self.started = started  # the caller decides how far it got
-        return Poll(records, size, last + 1 < len(data) or self.offset + len(data) < size)
+        pending = last + 1 < len(data) or self.offset + len(data) < size
+        return Poll(records, size, pending), data[: last + 1]
 
-    def _frames(self, f: Any, size: int, max_bytes: int) -> Poll:
+    def _frames(self, f: Any, size: int, max_bytes: int) -> tuple[Poll, bytes]:
         records: list[Record] = []
+        raw = bytearray()
         pos = self.offset
         rest = b""
         out_total = 0
@@ -188,15 +207,17 @@ class TailReader:
             while out_total < max_bytes:
                 data = rest or f.read(CHUNK)
                 if not data:
-                    return Poll(records, size, False)
+                    return Poll(records, size, False), bytes(raw)
                 if not data.startswith(ZSTD_MAGIC):
                     if len(data) < 4 and ZSTD_MAGIC.startswith(data):
-                        return Poll(records, size, True)  # a frame's first bytes
+                        return Poll(records, size, True), bytes(raw)  # a frame's first bytes
                     raise Unreadable(pos, "not a zstd frame")
                 dobj = zstandard.ZstdDecompressor().decompressobj()
                 out = bytearray()
                 fed = 0
+                frame = bytearray()
                 while True:
+                    frame += data
                     try:
                         out += dobj.decompress(data)
                     except zstandard.ZstdError as exc:
@@ -209,14 +230,15 @@ class TailReader:
                         break
                     data = f.read(CHUNK)
                     if not data:
-                        return Poll(records, size, True)  # torn or still being written
+                        return Poll(records, size, True), bytes(raw)  # torn or being written
                 end = pos + fed - len(rest)
+                raw += frame[: len(frame) - len(rest)]
                 if out and not out.endswith(b"\n"):
                     raise Unreadable(pos, "a complete zstd frame ends inside a line")
                 records.append(self._values(pos, end, bytes(out)))
                 out_total += len(out)
                 pos = end
-            return Poll(records, size, pos < size)
+            return Poll(records, size, pos < size), bytes(raw)
         finally:
             self.started = started
 

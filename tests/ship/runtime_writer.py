@@ -112,6 +112,9 @@ class RuntimeWriter:
     def write_torn(self, events: list[Event], keep: float = 0.5) -> None:
         """A crash mid-append: only a prefix of the batch reaches the disk."""
         assert self.committed > 0, "a torn first append is not modelled"
+        self.truncate_torn()  # as every append of the runtime does first
+        events = self.recovered + events
+        self.recovered = []
         data = self._batch(events)
         cut = max(1, min(len(data) - 1, int(len(data) * keep)))
         self._write(data[:cut])

@@ -143,8 +143,9 @@ def test_sigkilled_shipper_restarted_while_a_writer_appends(stack: Stack, tmp_pa
     state = tmp_path / "state"
     rng = random.Random(34)
     writers = [
-        RuntimeWriter(root, f"live-{i}", compressed=i % 2 == 0, cwd=f"/p/{i % 2}") for i in range(6)
+        RuntimeWriter(root, f"live-{i}", compressed=i % 2 == 0, cwd=f"/p/{i % 2}") for i in range(5)
     ]
+    writers.append(RuntimeWriter(root, "live-migrated", version=3))  # migrates midway
     logs = {w.sid: events(400, seed=100 + i) for i, w in enumerate(writers)}
     stop = threading.Event()
 
@@ -156,6 +157,12 @@ def test_sigkilled_shipper_restarted_while_a_writer_appends(stack: Stack, tmp_pa
             if n >= 400:
                 continue
             batch = logs[w.sid][n : n + rng.randint(1, 25)]
+            if w.version == 3 and n >= 150:
+                w.truncate_torn()
+                if w.recovered:
+                    w.append([])
+                w.migrate(4)  # the next generation, beside the old one
+                continue
             if n and rng.random() < 0.1:
                 w.write_torn(batch)  # a crash; the resumed writer truncates it
                 pos[w.sid] = len(w.logical)
