@@ -91,7 +91,13 @@ def ship(
         floor = topic_floor(config, say=_say)
     sink = KafkaSink(config)
     metrics = ShipMetrics()
-    limits = Limits(rescan_s=rescan_interval, max_inflight_bytes=max_inflight_bytes)
+    # what a kill -9 makes us resend must stay inside the processor's duplicate window
+    unpersisted = max(1, min(200, config.duplicate_window * 3 // 4))
+    limits = Limits(
+        rescan_s=rescan_interval,
+        max_inflight_bytes=max_inflight_bytes,
+        max_unpersisted=unpersisted,
+    )
     shipper = Shipper(root, sink, registry, metrics, limits=limits, floor=floor, say=_say)
     port = metrics_port if metrics_port is not None else (config.metrics_port or None)
     host = metrics_host or config.metrics_host

@@ -83,9 +83,13 @@ def scan(root: Path) -> list[SessionDir]:
     """Every session directory under ``root`` holding at least one generation.
 
     Besides the runtime's two levels, a session directory directly under the
-    root is accepted (a flat copy of sessions, as tests and demos make).
+    root is accepted (a flat copy of sessions, as tests and demos make), and
+    so is ROOT being one session directory.
     """
     out: list[SessionDir] = []
+    own = _generations(root)
+    if own:  # ROOT is one session directory
+        return [SessionDir(root, own)]
     try:
         level1 = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError:

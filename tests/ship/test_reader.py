@@ -123,3 +123,10 @@ def test_not_the_runtime_format_is_unreadable(tmp_path: Path) -> None:
     (d / "session.v4.jsonl.zstd").write_bytes(b"hello world\n")
     with pytest.raises(Unreadable, match="not a zstd frame"):
         _read_all(TailReader(d / "session.v4.jsonl.zstd", compressed=True))
+
+
+def test_root_may_be_one_session_directory(tmp_path: Path) -> None:
+    w = RuntimeWriter(tmp_path, "one")
+    w.append(events(2))
+    (sd,) = layout.scan(w.dir)
+    assert sd.path == w.dir and sd.dir_id == "one"
