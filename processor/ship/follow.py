@@ -23,7 +23,7 @@ from pathlib import Path
 from processor.files import SUPPORTED_VERSIONS
 from processor.ship import layout
 from processor.ship.metrics import ShipMetrics
-from processor.ship.reader import Shrunk, TailReader, Unreadable, digest
+from processor.ship.reader import Record, Shrunk, TailReader, Unreadable, digest
 from processor.ship.registry import Position, Registry
 from processor.ship.sender import Sink, TooLarge
 from processor.ship.session import Followed
@@ -222,6 +222,12 @@ class Shipper:
         """Send what is complete of one session; True when it may have more."""
         if f.refused is not None:
             return False
+        if f.carry is not None:  # the rest of a record a bound stopped
+            rec, index = f.carry
+            f.carry = None
+            done = self._send(f, rec, index)
+            if done is not True:
+                return done is None
         try:
             poll = f.reader.poll(self.limits.max_read_bytes)
         except Shrunk as exc:
@@ -248,42 +254,53 @@ class Shipper:
             if rec.header is not None and str(rec.header["id"]) != f.sid:
                 self._refuse(f, f"header id {rec.header['id']!r} is not session {f.sid!r}")
                 return False
-            for ev in rec.events:
-                dig = digest(ev)
-                if ev.seq <= f.sent_seq:
-                    known = f.known_digest(ev.seq)
-                    if known is not None and known != dig:
-                        self._refuse(
-                            f,
-                            f"seq {ev.seq} at byte offset {rec.start} differs from the event "
-                            "already sent under that seq; not sending it",
-                            "rewritten",
-                        )
-                        return False
-                    reason = "generation" if ev.seq <= f.superseded_seq else "resent"
-                    self.metrics.skipped.labels(reason).inc()
-                    continue
-                if ev.seq != f.sent_seq + 1:
+            done = self._send(f, rec, 0)
+            if done is not True:
+                return done is None
+        return bool(poll.records) and poll.pending
+
+    def _send(self, f: Followed, rec: Record, index: int) -> bool | None:
+        """Send ``rec``'s events from ``index`` on: True when the record is done,
+        None when a bound stopped it (the rest is carried), False when refused."""
+        events = rec.events
+        for i in range(index, len(events)):
+            ev = events[i]
+            dig = digest(ev)
+            if ev.seq <= f.sent_seq:
+                known = f.known_digest(ev.seq)
+                if known is not None and known != dig:
                     self._refuse(
                         f,
-                        f"seq {ev.seq} at byte offset {rec.start} follows seq {f.sent_seq} "
-                        "(seqs missing)",
+                        f"seq {ev.seq} at byte offset {rec.start} differs from the event "
+                        "already sent under that seq; not sending it",
+                        "rewritten",
                     )
                     return False
-                bound = self._blocked(f)
-                if bound is not None:
-                    self.metrics.bound_hits.labels(bound).inc()
-                    return True
-                try:
-                    self.sink.send(f.sid, ev, self._acker(f, ev.seq))
-                except TooLarge as exc:
-                    self._refuse(f, str(exc), "too_large")
-                    return False
-                f.sent_seq = ev.seq
-                f.remember(ev.seq, dig)
-            f.reader.advance(rec)
-            f.record_done(rec.start, rec.end, rec.mark)
-        return bool(poll.records) and poll.pending
+                reason = "generation" if ev.seq <= f.superseded_seq else "resent"
+                self.metrics.skipped.labels(reason).inc()
+                continue
+            if ev.seq != f.sent_seq + 1:
+                self._refuse(
+                    f,
+                    f"seq {ev.seq} at byte offset {rec.start} follows seq {f.sent_seq} "
+                    "(seqs missing)",
+                )
+                return False
+            bound = self._blocked(f)
+            if bound is not None:
+                self.metrics.bound_hits.labels(bound).inc()
+                f.carry = (rec, i)
+                return None
+            try:
+                self.sink.send(f.sid, ev, self._acker(f, ev.seq))
+            except TooLarge as exc:
+                self._refuse(f, str(exc), "too_large")
+                return False
+            f.sent_seq = ev.seq
+            f.remember(ev.seq, dig)
+        f.reader.advance(rec)
+        f.record_done(rec.start, rec.end, rec.mark)
+        return True
 
     def _acker(self, f: Followed, seq: int) -> Callable[[str | None], None]:
         def acked(err: str | None) -> None:

@@ -15,7 +15,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from processor.ship.reader import TailReader
+from processor.ship.reader import Record, TailReader
 from processor.ship.registry import Position
 
 #: digests of recently sent events kept per session (a rollback removes at most
@@ -51,6 +51,8 @@ class Followed:
     )
     #: (seq, end): once every event up to seq is acknowledged, ``end`` is safe
     pending_ends: deque[tuple[int, int]] = field(default_factory=deque)
+    #: a record a bound stopped in the middle, and the index to go on from
+    carry: tuple[Record, int] | None = None
 
     def remember(self, seq: int, dig: bytes) -> None:
         self.recent[seq] = dig
@@ -91,6 +93,7 @@ class Followed:
         ends = [b for b in self.boundaries if b[1] <= size and not changed]
         at = max(ends, key=lambda b: b[1]) if ends else None
         start = at[1] if at else 0
+        self.carry = None
         self.reader.offset = start
         self.reader.started = start > 0
         self.reader.anchor = (at[0], at[2]) if at else None
@@ -106,6 +109,7 @@ class Followed:
         self.path = path
         self.reader = reader
         self.superseded_seq = self.sent_seq
+        self.carry = None
         self.acked_offset = 0
         self.persisted_offset = -1
         self.boundaries.clear()

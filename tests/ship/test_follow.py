@@ -297,3 +297,25 @@ def test_a_live_writer_with_torn_tails_and_restarts_loses_and_doubles_nothing(
     for w in ws:
         assert sorted(set(h.seqs(w.sid))) == list(range(len(w.logical)))
         assert all(digest(e) == digest(w.logical[e.seq]) for e in h.sent(w.sid))  # exact
+
+
+def test_a_bound_stopping_a_big_frame_carries_its_rest_instead_of_reading_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from processor.ship.reader import TailReader
+
+    polls = []
+    real = TailReader.poll
+
+    def counted(self: TailReader, max_bytes: int = 1 << 22) -> object:
+        polls.append(self.offset)
+        return real(self, max_bytes)
+
+    monkeypatch.setattr(TailReader, "poll", counted)
+    h = _h(tmp_path)
+    w = RuntimeWriter(h.root, "s", version=3)
+    w.append(events(2))
+    w.migrate(4, events(1000))  # one frame holding the whole log
+    h.drain()
+    assert h.seqs("s") == list(range(1000))
+    assert len(polls) < 15  # 5 stops at the unpersisted bound, each carried
