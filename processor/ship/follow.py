@@ -139,6 +139,7 @@ class Shipper:
         self.followed[path] = f
         self.by_id[sid] = path
         self.dirty.add(path)
+        self.metrics.sessions.set(len(self.followed))
 
     def _resume(self, f: Followed) -> None:
         rows = self.saved.get(f.sid, {})
