@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 
 import click
+from confluent_kafka import KafkaException
 
 from processor.cli.common import service_options
 from processor.cli.progress import Progress
@@ -88,7 +89,16 @@ def ship(
         raise click.ClickException(f"cannot open the registry in {state_dir}: {exc}") from None
     floor: dict[str, int] = {}
     if registry.fresh and recover:
-        floor = topic_floor(config, say=_say)
+        try:
+            floor = topic_floor(config, say=_say)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else exc
+            _say(
+                f"no registry in {state_dir}, and {config.topics.events} cannot be read to learn "
+                f"what it holds ({error}); retry, or --no-recover to send every session from seq 0"
+            )
+            sys.exit(1)
+    registry.mark_initialized()
     sink = KafkaSink(config)
     metrics = ShipMetrics()
     # what a kill -9 makes us resend must stay inside the processor's duplicate window

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS position (
   session TEXT NOT NULL,
   generation INTEGER NOT NULL,
@@ -51,16 +52,27 @@ class Registry:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        #: the file did not exist: positions were lost or never kept
-        self.fresh = not path.exists()
         self.path = path
         self._db = sqlite3.connect(str(path), isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         # a process crash loses nothing committed under WAL; a power loss may
         # lose the last commits, which only means sending exact duplicates
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(SCHEMA)
+        self._db.executescript(SCHEMA)
         self.commits = 0
+        #: positions were lost or never kept (and not yet learnt from the topic)
+        self.fresh = (
+            self._db.execute("SELECT 1 FROM meta WHERE key = 'initialized'").fetchone() is None
+        )
+
+    def mark_initialized(self) -> None:
+        """Positions are known from here on (learnt from the topic, or not wanted)."""
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('initialized', ?)",
+                (str(int(time.time() * 1000)),),
+            )
+        self.fresh = False
 
     def load(self) -> dict[str, dict[int, Position]]:
         out: dict[str, dict[int, Position]] = {}
