@@ -54,6 +54,7 @@ FIGURES: dict[str, tuple[str, bool]] = {
     "profile": ("bench.profile", True),
     "write_amp": ("bench.write_amp", False),
     "state_budget": ("bench.state_budget", False),
+    "ship": ("bench.ship", False),
 }
 
 

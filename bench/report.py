@@ -25,6 +25,7 @@ ORDER = (
     "scaleout",
     "write_amp",
     "fold_speed",
+    "ship",
 )
 NUMBER = {
     "throughput": "1",

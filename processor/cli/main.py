@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("processor.cli.demo", "demo"),
     "topics": ("processor.cli.topics", "topics"),
     "ingest": ("processor.cli.ingest", "ingest"),
+    "ship": ("processor.cli.ship", "ship"),
     "views": ("processor.cli.views", "views"),
     "dlq": ("processor.cli.dlq", "dlq"),
     "redrive": ("processor.cli.dlq", "redrive"),
