@@ -258,8 +258,8 @@ class _Materializer:
                 del views[name]
             return out + [ViewUpdate(sid, n, None) for n in gone if self.view in (None, n)]
         ident = self._heads.get(key)
-        sid = ident[0] if ident is not None else key_session(key)
-        if sid is not None and self.gate.hold(sid, key, None):
+        owner = ident[0] if ident is not None else key_session(key)
+        if owner is not None and self.gate.hold(owner, key, None):
             return []
         return self._unit_tombstone(key)
 

@@ -61,9 +61,8 @@ def compact(records: Sequence[Rec], before: dict[int, int]) -> list[Rec]:
     kept = []
     for r in records:
         ident = (r.partition, r.key)
-        if r.offset >= before.get(r.partition, 0):
-            kept.append(r)
-        elif last[ident] == r.offset and r.value is not None:
+        cleaned = r.offset < before.get(r.partition, 0)
+        if not cleaned or (last[ident] == r.offset and r.value is not None):
             kept.append(r)
     return kept
 
@@ -174,12 +173,10 @@ def build_case(
     steps: list[dict[str, Any]] = []
     marked: set[int] = set()
     for r in records:
-        if cuts and r.partition in cuts and r.partition not in marked:
-            if r.offset >= cuts[r.partition]:
-                marked.add(r.partition)
-                steps.append(
-                    {"compaction": {"partition": r.partition, "before": cuts[r.partition]}}
-                )
+        cut = (cuts or {}).get(r.partition)
+        if cut is not None and r.partition not in marked and r.offset >= cut:
+            marked.add(r.partition)
+            steps.append({"compaction": {"partition": r.partition, "before": cut}})
         steps.append({"record": record_json(r)})
         expect = reader.feed(r)
         if expect is not None:
