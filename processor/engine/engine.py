@@ -200,7 +200,8 @@ class Engine:
         if cp is not None:
             service = cp.surface.get("service", {})
             rt.load_service_state(service)
-            restore_ledgers(rt, service.get("parted"), self.config.transcript_page_size)
+            split = restore_ledgers(rt, service.get("parted"), self.config.transcript_page_size)
+            part.view_parts.update(((sid, unit), n) for unit, n in split)  # shrinks tombstone
         if part.maybe_stale:
             part.fresh.add(sid)  # without a checkpoint: its first one may be the hidden one
         part.sessions[sid] = rt

@@ -194,9 +194,8 @@ def build_case(
         "framing": "confluent" if registry is not None else "single-object",
     }
     if registry is not None:
-        doc["registry"] = {
-            str(i): orjson.loads(registry.schema_for_id(i)) for i in sorted(registry._by_id)
-        }
+        used = {int.from_bytes(r.value[1:5], "big") for r in records if r.value and r.value[0] == 0}
+        doc["registry"] = {str(i): orjson.loads(registry.schema_for_id(i)) for i in sorted(used)}
     doc["steps"] = steps
     doc["final"] = reader.final()
     return doc

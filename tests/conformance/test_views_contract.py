@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from processor.service.views_reader import _Materializer
-from tests.engine.kit import CODEC, CONFIG, Harness, session_log
+from tests.engine.kit import CODEC, CONFIG, Harness, compacted, session_log
 
 VIEWS = CONFIG.topics.views
 
@@ -51,3 +53,51 @@ def test_VF4_a_unit_tombstone_waits_for_its_head_too() -> None:
     for o in out[i + 1 :]:
         reader.apply_all(o.key, o.value)
     assert "extra" not in reader.views["s"]
+
+
+def _split_harness() -> tuple[Harness, list[Any]]:
+    from dataclasses import replace
+
+    from tests.conformance.make import Blob
+
+    config = replace(CONFIG, max_view_bytes=2048)
+    h = Harness(config=config)
+    h.engine.registry.register(Blob().definition)
+    return h, session_log(40, seed=31)
+
+
+def _parts_left(outs: list[Any]) -> dict[bytes, int]:
+    """Split keys the compacted topic keeps, and the parts their part 0 says."""
+    held = {o.key: o.value for o in compacted(outs)}
+    whole = {k: CODEC.decode_view(v).parts for k, v in held.items() if b"#" not in k}
+    return {k: whole.get(k.rpartition(b"#")[0], 0) for k in held if b"#" in k}
+
+
+def test_VF2_a_view_that_shrinks_after_a_restart_leaves_no_part_behind() -> None:
+    from dataclasses import replace
+
+    from tests.conformance.make import Blob
+    from tests.engine.kit import restored_from
+
+    h, events = _split_harness()
+    for start in range(0, 15, 3):  # the blob grows to 2, then 3 parts
+        h.fold_events("s", events[start : start + 3])
+        h.commit()
+    assert _parts_left(h.topic(VIEWS)), "the case must have split the view"
+    r = restored_from(h, config=replace(CONFIG, max_view_bytes=2048))
+    r.engine.registry.register(Blob().definition)
+    r.fold_events("s", events[15:18])  # one part again
+    r.commit()
+    left = _parts_left(r.topic(VIEWS))
+    assert not left, f"parts no part 0 counts: {left}"
+
+
+def test_VF2_a_session_tombstone_names_the_parts_of_its_split_views() -> None:
+    h, events = _split_harness()
+    for start in range(0, 15, 3):  # the blob at 3 parts
+        h.fold_events("s", events[start : start + 3])
+        h.commit()
+    assert _parts_left(h.topic(VIEWS))
+    h.engine.tombstone_session(0, "s", h.checkpoints()["s"])
+    h.commit()
+    assert not [o.key for o in compacted(h.topic(VIEWS)) if o.key and o.key.startswith(b"s/")]
