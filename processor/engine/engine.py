@@ -612,5 +612,9 @@ class Engine:
         floor = self._publish_floor.get(rt.session_id)
         if floor is not None and rt.last_seq < floor and rt.quarantine is None:
             return None  # held back until the old asOfSeq
-        self._publish_floor.pop(rt.session_id, None)
+        if floor is not None:  # an in-place replay's: no old record left behind
+            del self._publish_floor[rt.session_id]
+            ledger = rt.view_ledger
+            ledger.next_bundle = max(ledger.next_bundle, getattr(floor, "next_bundle", 0))
+            ledger.legacy += getattr(floor, "stale", ())
         return rt.view_changes(self.config.transcript_page_size)

@@ -27,6 +27,7 @@ from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.errors import Unavailable
 from processor.core.projections import ProjectionRegistry
+from processor.engine.replay_floor import replay_floor
 from processor.service import clients
 from processor.service.registry import codec_for
 from processor.service.restore import load_checkpoints, watermarks
@@ -150,7 +151,7 @@ def _tombstone_checkpoints(config: ServiceConfig, partitions: list[int]) -> dict
             consumer, codec, config.topics.checkpoints, partitions
         ).items():
             for sid, cp in restore.checkpoints.items():
-                floors[sid] = cp.last_seq
+                floors[sid] = replay_floor(p, sid, cp, config)  # and the old records
                 parted = cp.surface.get("service", {}).get("parted") or {}
                 keys = [session_key(sid), *(part_key(sid, n) for n in parted.get("partNames", ()))]
                 for key in keys:  # the head and its parts (format 2)

@@ -27,6 +27,7 @@ from processor.codec.schemas import InMemorySchemaRegistry
 from processor.core.events import Event
 from processor.core.projection_registry import ProjectionDefinition, WireView
 from processor.engine import Out
+from processor.engine.replay_floor import replay_floor
 from processor.service.views_reader import session_fold_equivalent
 from processor.workload import generate_session
 from tests.conformance.corpus import Rec, build_case, compact, number
@@ -231,7 +232,7 @@ def case_replay() -> dict[str, Any]:
     events = log(61, 50, context_budget=20)
     h = Harness()
     batches(h, "s", events, [5, 11])
-    floors = {sid: cp.last_seq for sid, cp in h.checkpoints().items()}
+    floors = {sid: replay_floor(0, sid, cp, CONFIG) for sid, cp in h.checkpoints().items()}
     replayed = Harness(publish_floor=floors)
     batches(replayed, "s", events, [13])
     records = number(views_of([*h.produced, *replayed.produced]))

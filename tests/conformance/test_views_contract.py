@@ -101,3 +101,27 @@ def test_VF2_a_session_tombstone_names_the_parts_of_its_split_views() -> None:
     h.engine.tombstone_session(0, "s", h.checkpoints()["s"])
     h.commit()
     assert not [o.key for o in compacted(h.topic(VIEWS)) if o.key and o.key.startswith(b"s/")]
+
+
+def test_VF6_an_in_place_replay_rewrites_no_written_once_record_and_leaves_none_behind() -> None:
+    from processor.engine.replay_floor import replay_floor
+
+    events = session_log(50, seed=61)
+    h = Harness()
+    for start in range(0, 50, 5):
+        h.fold_events("s", events[start : start + 5])
+        h.commit()
+    floors = {sid: replay_floor(0, sid, cp, CONFIG) for sid, cp in h.checkpoints().items()}
+    replayed = Harness(publish_floor=floors)
+    for start in range(0, 50, 13):
+        replayed.fold_events("s", events[start : start + 13])
+        replayed.commit()
+    log = [*h.topic(VIEWS), *replayed.topic(VIEWS)]
+    written: dict[bytes, bytes] = {}
+    for o in log:  # ~b and ~t are written once: never again with other contents
+        if o.key and o.value is not None and o.key.startswith((b"s/~b", b"s/~t")):
+            before = written.setdefault(o.key, o.value)
+            assert CODEC.decode_view(before).json_value() == CODEC.decode_view(o.value).json_value()
+    new = {o.key for o in replayed.topic(VIEWS) if o.value is not None}
+    left = {o.key for o in compacted(log) if o.key and o.key.startswith((b"s/~b", b"s/~m"))}
+    assert left <= new, f"old records no head names: {sorted(left - new)}"
