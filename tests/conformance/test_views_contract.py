@@ -125,3 +125,22 @@ def test_VF6_an_in_place_replay_rewrites_no_written_once_record_and_leaves_none_
     new = {o.key for o in replayed.topic(VIEWS) if o.value is not None}
     left = {o.key for o in compacted(log) if o.key and o.key.startswith((b"s/~b", b"s/~m"))}
     assert left <= new, f"old records no head names: {sorted(left - new)}"
+
+
+def test_VF1_part_0_is_the_bare_key_and_only_parts_1_on_carry_their_number() -> None:
+    """What the writer does, and what the spec and README say about it."""
+    from pathlib import Path
+
+    h, events = _split_harness()
+    for start in range(0, 15, 3):
+        h.fold_events("s", events[start : start + 3])
+        h.commit()
+    for o in h.topic(VIEWS):
+        if o.value is not None and b"blob" in (o.key or b""):
+            part = CODEC.decode_view(o.value).part
+            assert o.key == (b"s/blob" if part == 0 else f"s/blob#{part}".encode())
+    root = Path(__file__).resolve().parents[2]
+    spec = (root / "docs" / "views-format.md").read_text("utf-8")
+    assert "part `i >= 1` under `#<i>`" in spec.replace("\n", " ")
+    readme = (root / "README.md").read_text("utf-8")
+    assert "keys `<key>#<i>`" not in readme  # the old, wrong description (issue 35)
