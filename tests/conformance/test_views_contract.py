@@ -144,3 +144,41 @@ def test_VF1_part_0_is_the_bare_key_and_only_parts_1_on_carry_their_number() -> 
     assert "part `i >= 1` under `#<i>`" in spec.replace("\n", " ")
     readme = (root / "README.md").read_text("utf-8")
     assert "keys `<key>#<i>`" not in readme  # the old, wrong description (issue 35)
+
+
+def test_VF5_a_record_of_the_parted_format_in_parts_is_unreadable_not_half_read() -> None:
+    from dataclasses import replace as change
+
+    from processor.codec import View
+
+    h = Harness()
+    h.fold_events("s", session_log(40, seed=2))
+    h.commit()
+    reader = _Materializer(CODEC, None, None)
+    for o in h.topic(VIEWS):
+        value = o.value
+        if value is not None and o.key == b"s/~n0":
+            chunk: View = CODEC.decode_view(value)
+            half = len(chunk.value) // 2
+            value = CODEC.encode_view(change(chunk, value=chunk.value[:half], parts=2))
+        reader.apply_all(o.key, value)
+    assert "surface" not in reader.views.get("s", {})  # its head stays incomplete
+    assert reader.parted.sessions["s"].skipped == 1
+
+
+def test_VF5_assembled_views_follow_the_spec_formulas() -> None:
+    """pages = ceil(tn/ps), stateVersion -1, asOfSeq the head's (section 6)."""
+    from dataclasses import replace
+
+    config = replace(CONFIG, transcript_page_size=7)
+    h = Harness(config=config)
+    h.fold_events("s", session_log(60, seed=9))
+    h.commit()
+    views = h.views()["s"]
+    index, last = views["transcript"].value, views["status"].value["lastSeq"]
+    assert index["pages"] == -(-index["total"] // 7) and index["pageSize"] == 7
+    for name in ("messages", "surface", "transcript", "status", "transcript.0"):
+        assert (views[name].as_of_seq, views[name].state_version) == (last, -1)
+    pages = [views[f"transcript.{p}"].value for p in range(index["pages"])]
+    assert [len(p) for p in pages[:-1]] == [7] * (index["pages"] - 1)
+    assert sum(map(len, pages)) == index["total"]
