@@ -109,10 +109,21 @@ class Reader:
             "session": sid,
             "assembled": assembled,
             "views": _plain(views_json(self.m.views.get(sid, {}))),
+            "ungated": not head,
         }
 
     def final(self) -> dict[str, Any]:
         return _plain({sid: views_json(v) for sid, v in sorted(self.m.views.items()) if v})
+
+
+def _same_burst(reader: Reader, r: Rec, sid: str) -> bool:
+    """Is ``r`` another ungated unit record of session ``sid``?"""
+    assert r.value is not None
+    try:
+        view = reader.codec.decode_view(r.value)
+    except CodecError:
+        return False
+    return view.session_id == sid and not view.view.startswith("~")
 
 
 def record_json(r: Rec) -> dict[str, Any]:
@@ -172,15 +183,25 @@ def build_case(
     reader = Reader(codec)
     steps: list[dict[str, Any]] = []
     marked: set[int] = set()
+    pending: dict[str, Any] | None = None
     for r in records:
         cut = (cuts or {}).get(r.partition)
         if cut is not None and r.partition not in marked and r.offset >= cut:
             marked.add(r.partition)
             steps.append({"compaction": {"partition": r.partition, "before": cut}})
+        if pending is not None and not (
+            r.value is not None and _same_burst(reader, r, pending["session"])
+        ):
+            steps.append({"expect": pending})
+        pending = None
         steps.append({"record": record_json(r)})
         expect = reader.feed(r)
-        if expect is not None:
+        if expect is not None and expect.pop("ungated"):
+            pending = expect  # one expect after a run of one session's ungated records
+        elif expect is not None:
             steps.append({"expect": expect})
+    if pending is not None:
+        steps.append({"expect": pending})
     tags = set(covers(records, codec)) | set(extra_tags)
     if cuts:
         tags.add("compaction")

@@ -246,6 +246,63 @@ def case_replay() -> dict[str, Any]:
     )
 
 
+def format1_records(events: list[Event], sid: str) -> list[tuple[int, bytes, bytes]]:
+    """What a format-1 processor published for ``events``: every view whole."""
+    from processor.codec import View, encode_json_payload
+    from processor.core.builtin import default_registry
+    from processor.offline import fold_events, session_output
+
+    doc = session_output(fold_events(events))
+    ps, seq = CONFIG.transcript_page_size, doc["asOfSeq"]
+    entries = plain(doc["transcript"])
+    pages = -(-len(entries) // ps)
+    views: dict[str, tuple[int, Any]] = {
+        "messages": (-1, doc["messages"]),
+        "surface": (-1, doc["surface"]),
+        "transcript": (-1, {"total": len(entries), "pageSize": ps, "pages": pages}),
+        **{f"transcript.{p}": (-1, entries[p * ps : (p + 1) * ps]) for p in range(pages)},
+    }
+    versions = {d.key: d.state_version for d in default_registry().definitions()}
+    views |= {k: (versions[k], v) for k, v in doc["projections"].items()}
+    views["status"] = (-1, {"state": "ok", "lastSeq": seq})
+    out = []
+    for name, (version, value) in views.items():
+        encoding, payload = encode_json_payload(
+            plain(value), threshold=kit.CODEC.compress_threshold
+        )
+        record = View(sid, name, seq, version, encoding, payload)
+        out.append((0, f"{sid}/{name}".encode(), kit.CODEC.encode_view(record)))
+    return out
+
+
+def case_format1() -> dict[str, Any]:
+    """Format 1, then a processor restoring its whole checkpoint and going on in parts."""
+    from processor.engine.checkpoints import latest_checkpoints
+    from tests.engine.test_parts import _v1_checkpoint
+
+    events = log(81, 90, context_budget=30)
+    ps = CONFIG.transcript_page_size
+    h = Harness()
+    h.fold_events("s", events[:60])
+    written = [*format1_records(events[:30], "s"), *format1_records(events[:60], "s")]
+    rt = h.engine.partitions[0].sessions["s"]
+    closed = rt.session.transcript_count // ps * ps
+    rt.session.drop_transcript_before(closed)  # format 1 kept only the open page
+    v1 = kit.CODEC.encode_checkpoint(_v1_checkpoint(h, "s"))
+    restored = latest_checkpoints(kit.CODEC, [(b"s", v1)])
+    r = Harness(checkpoints={0: restored.checkpoints})
+    batches(r, "s", events[60:], [8])
+    records = number([*written, *views_of(r.produced)])
+    fold_checked(records, {"s": events})
+    return build_case(
+        "format-1-then-parted",
+        "A session whose views a format-1 processor wrote whole (messages, surface, status, "
+        "transcript, transcript.<n>), then taken over in parts: the format-1 core views "
+        "are tombstoned, the closed format-1 pages stay and the head counts them in tb.",
+        records,
+    )
+
+
 @contextmanager
 def confluent_codec(registry: InMemorySchemaRegistry) -> Iterator[Codec]:
     saved = kit.CODEC
@@ -278,6 +335,7 @@ def case_confluent() -> dict[str, Any]:
 CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "sessions": case_sessions,
     "compacted": case_compacted,
+    "format-1-then-parted": case_format1,
     "format-2-then-3": case_format2,
     "split-units": case_split,
     "quarantine": case_quarantine,
