@@ -246,14 +246,14 @@ def case_replay() -> dict[str, Any]:
     )
 
 
-def format1_records(events: list[Event], sid: str) -> list[tuple[int, bytes, bytes]]:
+def format1_records(events: list[Event], sid: str, ps: int) -> list[tuple[int, bytes, bytes]]:
     """What a format-1 processor published for ``events``: every view whole."""
     from processor.codec import View, encode_json_payload
     from processor.core.builtin import default_registry
     from processor.offline import fold_events, session_output
 
     doc = session_output(fold_events(events))
-    ps, seq = CONFIG.transcript_page_size, doc["asOfSeq"]
+    seq = doc["asOfSeq"]
     entries = plain(doc["transcript"])
     pages = -(-len(entries) // ps)
     views: dict[str, tuple[int, Any]] = {
@@ -281,16 +281,17 @@ def case_format1() -> dict[str, Any]:
     from tests.engine.test_parts import _v1_checkpoint
 
     events = log(81, 90, context_budget=30)
-    ps = CONFIG.transcript_page_size
-    h = Harness()
+    ps = 8
+    config = replace(CONFIG, transcript_page_size=ps)
+    h = Harness(config=config)
     h.fold_events("s", events[:60])
-    written = [*format1_records(events[:30], "s"), *format1_records(events[:60], "s")]
+    written = [*format1_records(events[:30], "s", ps), *format1_records(events[:60], "s", ps)]
     rt = h.engine.partitions[0].sessions["s"]
     closed = rt.session.transcript_count // ps * ps
     rt.session.drop_transcript_before(closed)  # format 1 kept only the open page
     v1 = kit.CODEC.encode_checkpoint(_v1_checkpoint(h, "s"))
     restored = latest_checkpoints(kit.CODEC, [(b"s", v1)])
-    r = Harness(checkpoints={0: restored.checkpoints})
+    r = Harness(config=config, checkpoints={0: restored.checkpoints})
     batches(r, "s", events[60:], [8])
     records = number([*written, *views_of(r.produced)])
     fold_checked(records, {"s": events})

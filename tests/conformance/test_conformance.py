@@ -17,8 +17,8 @@ def test_the_corpus_is_there_and_covers_every_kind() -> None:
     covered: set[str] = set()
     for path in CASES:
         covered |= set(orjson.loads(path.read_bytes())["covers"])
-    needed = {"compaction", "confluent", "format-2", "format-3", "incomplete", "override"}
-    needed |= {"quarantine", "rebuild", "split", "tombstone", "units"}
+    needed = {"compaction", "confluent", "format-1", "format-2", "format-3", "incomplete"}
+    needed |= {"override", "quarantine", "rebuild", "split", "tombstone", "units"}
     assert needed <= covered, f"no case covers {sorted(needed - covered)}"
 
 
