@@ -1,4 +1,4 @@
-"""What an in-place replay hands the engine per session (docs/views-format.md, section 8).
+"""What an in-place replay hands the engine per session (docs/views-format.md, VF-6).
 
 An in-place ``processor replay`` refolds every session from seq 0 while the
 views topic still holds the old records, and holds a session's views back
@@ -7,31 +7,32 @@ the views whole: new bundles would restart at ``~b0`` (rewriting a
 written-once key with other contents) and the old bundles and format-2
 ``~m`` records would stay, named by no head and never tombstoned.  So the
 floor also says where the old bundle numbers ended and which old records
-to tombstone in that first publication (node and transcript chunks are
-rewritten under the same keys, the head and the units too).
-
-:class:`PublishFloor` is an ``int`` (the seq) so the runner passes it to the
-engine unchanged, as a plain floor.
+to tombstone in that first publication (node and transcript chunks, the
+units and the head are rewritten under their keys).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from processor.codec import Checkpoint
 from processor.config import ServiceConfig
 from processor.engine.output import session_tombstones
+from processor.engine.view_parts import ViewLedger
 
 
-class PublishFloor(int):
-    """A publish floor (seq) with what the old views of the session hold."""
+@dataclass(frozen=True, slots=True)
+class PublishFloor:
+    """A session's publish floor (``seq``) with what its old views hold."""
 
-    next_bundle: int
-    stale: tuple[str, ...]
+    seq: int
+    next_bundle: int = 0
+    stale: tuple[str, ...] = ()
 
-    def __new__(cls, seq: int, next_bundle: int = 0, stale: tuple[str, ...] = ()) -> PublishFloor:
-        floor = super().__new__(cls, seq)
-        floor.next_bundle = next_bundle
-        floor.stale = stale
-        return floor
+    def adopt(self, ledger: ViewLedger) -> None:
+        """At the first publication: continue the bundle numbers, drop the old records."""
+        ledger.next_bundle = max(ledger.next_bundle, self.next_bundle)
+        ledger.legacy += self.stale
 
 
 def replay_floor(partition: int, sid: str, cp: Checkpoint, config: ServiceConfig) -> PublishFloor:
