@@ -176,6 +176,7 @@ class _Materializer:
         self._regressed: dict[tuple[str, str], int] = {}
         self.regressions: list[ViewRegression] = []
         self.gate = UnitGate()  # unit records wait for their session's next head
+        self.unreadable = 0  # values that do not decode (skipped, logged)
 
     def apply(
         self,
@@ -198,7 +199,14 @@ class _Materializer:
         """Take one record; the view updates it completes, in order."""
         if value is None:
             return self._tombstone(key) if key is not None else []
-        part = self.codec.decode_view(value)
+        try:
+            part = self.codec.decode_view(value)
+        except CodecError as exc:  # skipped and reported (docs/views-format.md, section 2)
+            self.unreadable += 1
+            log.warning(
+                "views record %s@%s (key %r) is unreadable: %s", partition, offset, key, exc
+            )
+            return []
         if self.session is not None and part.session_id != self.session:
             return []
         if is_internal_view(part.view):

@@ -182,3 +182,15 @@ def test_VF5_assembled_views_follow_the_spec_formulas() -> None:
     pages = [views[f"transcript.{p}"].value for p in range(index["pages"])]
     assert [len(p) for p in pages[:-1]] == [7] * (index["pages"] - 1)
     assert sum(map(len, pages)) == index["total"]
+
+
+def test_VF5_an_unreadable_value_is_skipped_and_counted_never_a_crash() -> None:
+    h = Harness()
+    h.fold_events("s", session_log(10, seed=3))
+    h.commit()
+    reader = _Materializer(CODEC, None, None)
+    reader.apply_all(b"s/x", b"\x07not a view")
+    reader.apply_all(b"s/y", b"\xc3\x01" + bytes(8) + b"body")  # unknown fingerprint
+    for o in h.topic(VIEWS):
+        reader.apply_all(o.key, o.value)
+    assert reader.unreadable == 2 and reader.views["s"]["status"].value["state"] == "ok"
