@@ -179,6 +179,11 @@ def test_VF5_assembled_views_follow_the_spec_formulas() -> None:
     assert index["pages"] == -(-index["total"] // 7) and index["pageSize"] == 7
     for name in ("messages", "surface", "transcript", "status", "transcript.0"):
         assert (views[name].as_of_seq, views[name].state_version) == (last, -1)
+    more = session_log(70, seed=9)[60:]
+    h.fold_events("s", more)
+    h.commit()
+    later = h.views()["s"]  # a closed page keeps the asOfSeq it last changed at
+    assert later["transcript.0"].as_of_seq == last < later["status"].as_of_seq
     pages = [views[f"transcript.{p}"].value for p in range(index["pages"])]
     assert [len(p) for p in pages[:-1]] == [7] * (index["pages"] - 1)
     assert sum(map(len, pages)) == index["total"]
