@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 # The parted format (format 2, issue 12): names of the views topic's records
-# besides the domain units; README "Reading the views topic from another
-# language" describes how a reader assembles them.
+# besides the domain units; docs/views-format.md (the normative spec) says
+# how a reader assembles them.
 
 #: Items per closed chunk of a list (node refs, transcript seqs, checkpoint lists).
 CHUNK_ITEMS: Final = 16

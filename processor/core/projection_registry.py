@@ -44,6 +44,10 @@ def reserved_key_reason(key: str) -> str | None:
         return "it is the name of a core view"
     if "\x00" in key:
         return "a NUL byte ends a checkpoint part key's session id"
+    if "#" in key or "/" in key:
+        # views keys are <session>/<name>[#<part>]: a reader maps a tombstone's
+        # key back by its last '/' and its '#' (docs/views-format.md, section 3)
+        return "'/' and '#' delimit the session, the name and the part in a views key"
     return None
 
 

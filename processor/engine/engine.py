@@ -41,6 +41,7 @@ from processor.engine.gate import Gate, judge, refusal
 from processor.engine.held import HeldSessions
 from processor.engine.output import restore_ledgers, session_output, session_tombstones
 from processor.engine.records import Batch, Fate, Out, Outcome, Record, Tally
+from processor.engine.replay_floor import PublishFloor
 from processor.engine.runtime import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger("processor.runner")
@@ -148,7 +149,7 @@ class Engine:
         message_projections: MessageProjectionRegistry,
         *,
         instance_id: str = "",
-        publish_floor: Mapping[str, int] | None = None,
+        publish_floor: Mapping[str, int | PublishFloor] | None = None,
         feeds: Feeds | None = None,
     ) -> None:
         """``publish_floor``: session -> seq below which views are not published.
@@ -171,7 +172,9 @@ class Engine:
         #: partitions of the events topic (0: not known yet, nothing is checked);
         #: a record in a partition its key does not hash to is refused (fold)
         self.partition_count = 0
-        self._publish_floor = dict(publish_floor or {})
+        floors = publish_floor or {}
+        self._publish_floor = {s: f if isinstance(f, int) else f.seq for s, f in floors.items()}
+        self._old_views = {s: f for s, f in floors.items() if isinstance(f, PublishFloor)}
         #: sessions held in memory, least recently used first (memory.py)
         self.held = HeldSessions()
 
@@ -200,7 +203,8 @@ class Engine:
         if cp is not None:
             service = cp.surface.get("service", {})
             rt.load_service_state(service)
-            restore_ledgers(rt, service.get("parted"), self.config.transcript_page_size)
+            split = restore_ledgers(rt, service.get("parted"), self.config.transcript_page_size)
+            part.view_parts.update(((sid, unit), n) for unit, n in split)  # shrinks tombstone
         if part.maybe_stale:
             part.fresh.add(sid)  # without a checkpoint: its first one may be the hidden one
         part.sessions[sid] = rt
@@ -612,4 +616,7 @@ class Engine:
         if floor is not None and rt.last_seq < floor and rt.quarantine is None:
             return None  # held back until the old asOfSeq
         self._publish_floor.pop(rt.session_id, None)
+        old = self._old_views.pop(rt.session_id, None)
+        if old is not None:  # an in-place replay's: no old record left behind
+            old.adopt(rt.view_ledger)
         return rt.view_changes(self.config.transcript_page_size)

@@ -87,7 +87,8 @@ def session_output(
             codec=codec,
             tally=tally,
         )
-    yield from _checkpoint(rt, generations, config=config, codec=codec, tally=tally)
+    split = [{"unit": u, "parts": n} for (s, u), n in view_parts.items() if s == rt.session_id]
+    yield from _checkpoint(rt, generations, split, config=config, codec=codec, tally=tally)
 
 
 def _views(
@@ -157,6 +158,7 @@ def _views(
 def _checkpoint(
     rt: SessionRuntime,
     generations: dict[int, int],
+    unit_parts: list[dict[str, Any]],
     *,
     config: ServiceConfig,
     codec: Codec,
@@ -217,14 +219,16 @@ def _checkpoint(
             "seqChunksFrom": rt.part_ledger.seq_chunks_from,
             "nextBundle": views.next_bundle,
             "transcriptSingles": views.singles,
+            "unitParts": unit_parts,  # split unit views: what a shrink must tombstone
         },
     }
     yield Out(topic, partition, session_key(sid), encode_head(codec, head))
     tally.checkpoints_published += len(writes.parts) + 1
 
 
-def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
-    """What the two topics hold for a restored session (see ``latest_checkpoints``).
+def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> list[tuple[str, int]]:
+    """What the two topics hold for a restored session (see ``latest_checkpoints``);
+    returns its split unit views and their parts (the engine keeps them per partition).
 
     ``parted``: the format-2 facts of its checkpoint, or None for a format-1
     checkpoint — then every part is written on the first batch, and the
@@ -244,7 +248,7 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
             *CORE_VIEWS,
             *(transcript_page(n) for n in range(base // page_size, -(-published // page_size))),
         )
-        return
+        return []
     v = parted["views"]
     views.next_bundle = int(v.get("nextBundle", 0))  # before any return: numbers stay unique
     singles = int(v.get("transcriptSingles", -1))  # -1: a format-2 head, all singles
@@ -286,12 +290,22 @@ def restore_ledgers(rt: SessionRuntime, parted: Any, page_size: int) -> None:
     views.content_floor = int(v["contentFloor"])
     if int(v["asOfSeq"]) != session.last_seq:
         _restore_view_bundles(views, parted.get("viewBundles", ()), None)
-        return  # views held back: the rest is written whole when they are published
+        return restored_unit_parts(
+            parted
+        )  # views held back: the rest is written whole when they are published
     views.as_of = int(v["asOfSeq"])
     views.nodes = ChunkLedger.restored(node_refs(session, generations), v["nodeChunks"])
     views.owned = {s for s in state.nodes if views.owns(session, s, s in generations)} or NO_SEQS
     views.overrides = dict(generations) if generations else NO_GENERATIONS
     _restore_view_bundles(views, parted.get("viewBundles", ()), generations)
+    return restored_unit_parts(parted)
+
+
+def restored_unit_parts(parted: Any) -> list[tuple[str, int]]:
+    """The split unit views a checkpoint records (head schema version 4)."""
+    if not parted:
+        return []
+    return [(u["unit"], int(u["parts"])) for u in parted["views"].get("unitParts", ())]
 
 
 def _unit_slot(row: Any, changed_at: int, version: Any, base: Any, inline: bool) -> UnitSlot:
@@ -374,4 +388,6 @@ def session_tombstones(
         own = {content_view(s) for s in known} | {n for n in nodes if n not in bundled}
         names += sorted(own)
     out += [(views, partition, view_key(sid, name)) for name in names]
+    for unit, parts in restored_unit_parts(parted):  # the other parts of split units
+        out += [(views, partition, view_key(sid, unit, i)) for i in range(1, parts)]
     return out

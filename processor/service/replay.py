@@ -27,6 +27,7 @@ from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.errors import Unavailable
 from processor.core.projections import ProjectionRegistry
+from processor.engine.replay_floor import PublishFloor, replay_floor
 from processor.service import clients
 from processor.service.registry import codec_for
 from processor.service.restore import load_checkpoints, watermarks
@@ -77,7 +78,7 @@ def replay(
     if meta is None or meta.error is not None:
         raise ReplayError(f"events topic {events_topic} does not exist")
     partitions = sorted(meta.partitions)
-    floors: dict[str, int] = {}
+    floors: dict[str, PublishFloor] = {}
     if into_prefix:
         target = config.with_overrides(
             topic_prefix=into_prefix,
@@ -139,18 +140,18 @@ def replay(
     return ReplayResult(target, consumed, time.monotonic() - t0, len(floors))
 
 
-def _tombstone_checkpoints(config: ServiceConfig, partitions: list[int]) -> dict[str, int]:
-    """Tombstone every checkpoint; return each session's checkpointed lastSeq."""
+def _tombstone_checkpoints(config: ServiceConfig, partitions: list[int]) -> dict[str, PublishFloor]:
+    """Tombstone every checkpoint; return each session's publish floor (replay_floor.py)."""
     consumer = clients.plain_consumer(config, "replay-checkpoints")
     producer = clients.event_producer(config, "processor-replay")
     codec = codec_for(config)
-    floors: dict[str, int] = {}
+    floors: dict[str, PublishFloor] = {}
     try:
         for p, restore in load_checkpoints(
             consumer, codec, config.topics.checkpoints, partitions
         ).items():
             for sid, cp in restore.checkpoints.items():
-                floors[sid] = cp.last_seq
+                floors[sid] = replay_floor(p, sid, cp, config)  # and the old records
                 parted = cp.surface.get("service", {}).get("parted") or {}
                 keys = [session_key(sid), *(part_key(sid, n) for n in parted.get("partNames", ()))]
                 for key in keys:  # the head and its parts (format 2)

@@ -39,7 +39,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -53,6 +53,7 @@ from processor.core.sharing import tables as sharing_tables
 from processor.engine import Batch, Engine, PartitionState, Record, Tally
 from processor.engine.commands import Command
 from processor.engine.dead_letters import MAX_BATCH_DEAD_LETTER_BYTES
+from processor.engine.replay_floor import PublishFloor
 from processor.service.broker_watch import BrokerWatch
 from processor.service.commit import Committer
 from processor.service.control import ControlChannel
@@ -110,7 +111,7 @@ class Processor:
         metrics: Metrics | None = None,
         registry_factory: Callable[[], ProjectionRegistry] = default_registry,
         codec: Codec | None = None,
-        publish_floor: dict[str, int] | None = None,
+        publish_floor: Mapping[str, int | PublishFloor] | None = None,
         transport: Transport | None = None,
     ) -> None:
         """``publish_floor``: session -> seq below which views are not published.

@@ -117,6 +117,9 @@ class SessionParts:
 
     def put(self, view: View) -> None:
         self.drop(view.view)
+        if view.parts != 1:  # never split (docs/views-format.md, section 4): unreadable
+            log.warning("views reader: %s/%s comes in parts", self.session_id, view.view)
+            return  # a head naming it stays incomplete, and is counted
         self.records[view.view] = view
         if view.view.startswith(BUNDLE_PREFIX):
             self._index(view)

@@ -68,6 +68,7 @@ from processor.service.topic_reader import (
     _tail,
     read_committed_records,
 )
+from processor.service.unit_gate import UnitGate, key_session
 from processor.service.view_assembly import DECODED_CACHE_BYTES, PartedViews
 
 __all__ = [
@@ -174,6 +175,8 @@ class _Materializer:
         self._seen: dict[tuple[str, str], int] = {}
         self._regressed: dict[tuple[str, str], int] = {}
         self.regressions: list[ViewRegression] = []
+        self.gate = UnitGate()  # unit records wait for their session's next head
+        self.unreadable = 0  # values that do not decode (skipped, logged)
 
     def apply(
         self,
@@ -196,12 +199,44 @@ class _Materializer:
         """Take one record; the view updates it completes, in order."""
         if value is None:
             return self._tombstone(key) if key is not None else []
-        part = self.codec.decode_view(value)
+        try:
+            part = self.codec.decode_view(value)
+        except CodecError as exc:  # skipped and reported (docs/views-format.md, section 2)
+            self.unreadable += 1
+            log.warning(
+                "views record %s@%s (key %r) is unreadable: %s", partition, offset, key, exc
+            )
+            return []
         if self.session is not None and part.session_id != self.session:
             return []
         if is_internal_view(part.view):
+            out: list[ViewUpdate] = []
+            if part.view == VIEW_HEAD:  # what the head's transaction wrote before it
+                out = self._released(self.gate.release(part.session_id), partition, offset)
             views = self.parted.put(key, part)
-            return [] if views is None else self._assembled_updates(part, views, partition, offset)
+            if views is not None:
+                out += self._assembled_updates(part, views, partition, offset)
+            return out
+        if key is not None and self.gate.hold(part.session_id, key, part):
+            return []
+        return self._unit(key, part, partition, offset)
+
+    def _released(
+        self, held: list[tuple[bytes, View | None]], partition: int | None, offset: int | None
+    ) -> list[ViewUpdate]:
+        out: list[ViewUpdate] = []
+        for key, part in held:
+            out += (
+                self._unit_tombstone(key)
+                if part is None
+                else self._unit(key, part, partition, offset)
+            )
+        return out
+
+    def _unit(
+        self, key: bytes | None, part: View, partition: int | None, offset: int | None
+    ) -> list[ViewUpdate]:
+        """A unit view record (or a format-1 core view), applied now."""
         if self.view is not None and part.view != self.view:
             return []
         if part.part == 0 and key is not None:
@@ -222,13 +257,21 @@ class _Materializer:
             if name != VIEW_HEAD:
                 return []
             # the session is rebuilt from zero: its assembled views go
+            out = self._released(self.gate.reset(sid), None, None)
             self._assembled.discard(sid)
             self._seen.pop(parted, None)
             views = self.views.get(sid, {})
             gone = [n for n in views if n in CORE_VIEWS or is_transcript_page(n)]
             for name in gone:
                 del views[name]
-            return [ViewUpdate(sid, n, None) for n in gone if self.view in (None, n)]
+            return out + [ViewUpdate(sid, n, None) for n in gone if self.view in (None, n)]
+        ident = self._heads.get(key)
+        owner = ident[0] if ident is not None else key_session(key)
+        if owner is not None and self.gate.hold(owner, key, None):
+            return []
+        return self._unit_tombstone(key)
+
+    def _unit_tombstone(self, key: bytes) -> list[ViewUpdate]:
         ident = self._heads.pop(key, None)
         if ident is None:
             return []

@@ -34,6 +34,10 @@ def unit(key: str) -> ProjectionDefinition:
         ("status", "core view"),
         ("transcript.3", "core view"),
         ("a\x00b", "NUL byte"),
+        # views keys are <session>/<name>[#<part>]: unit x#1 would be part 1 of x,
+        # and a tombstone's key could not be mapped back (docs/views-format.md)
+        ("x#1", "delimit the session, the name and the part"),
+        ("team/unit", "delimit the session, the name and the part"),
     ],
 )
 def test_P2_a_unit_whose_key_is_a_reserved_view_name_is_refused(key: str, why: str) -> None:
@@ -48,7 +52,7 @@ def test_P2_a_unit_whose_key_is_a_reserved_view_name_is_refused(key: str, why: s
 
 def test_P2_ordinary_unit_keys_still_register() -> None:
     registry = default_registry()
-    for key in ("stats~", "my.transcript", "messagesCount", "team/unit"):
+    for key in ("stats~", "my.transcript", "messagesCount", "team.unit", "a-b_c:d"):
         registry.register(unit(key))
         assert key in registry
 
