@@ -129,17 +129,19 @@ class SessionParts:
         a head naming its messages then stays incomplete, and is counted)."""
         try:
             items = self.cache.get((self.session_id, view.view), view)
-            names = [
-                content_view(int(e[0]), None if len(e) == 2 else int(e[1]))
-                for e in items
+            # an entry of another length is ignored without shifting the others:
+            # the index keeps each entry's position in the bundle as written
+            at = [
+                (content_view(int(e[0]), None if len(e) == 2 else int(e[1])), i)
+                for i, e in enumerate(items)
                 if len(e) in (2, 3)
             ]
         except (CodecError, TypeError, ValueError, KeyError) as exc:
             sid = self.session_id
             log.warning("views reader: unreadable bundle %s/%s: %s", sid, view.view, exc)
             return
-        self.members[view.view] = names
-        for i, name in enumerate(names):
+        self.members[view.view] = [name for name, _ in at]
+        for name, i in at:
             self.index[name] = (view.view, i)
 
     def drop(self, name: str) -> None:

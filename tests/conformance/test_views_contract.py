@@ -199,3 +199,29 @@ def test_VF5_an_unreadable_value_is_skipped_and_counted_never_a_crash() -> None:
     for o in h.topic(VIEWS):
         reader.apply_all(o.key, o.value)
     assert reader.unreadable == 2 and reader.views["s"]["status"].value["state"] == "ok"
+
+
+def test_VF5_a_bundle_entry_of_another_length_is_ignored_without_shifting_the_others() -> None:
+    """An entry that is neither ``[seq, message]`` nor ``[seq, generation, message]``
+    is ignored; the entries after it keep their own messages."""
+    from processor.codec import View
+
+    h = Harness()
+    h.fold_events("s", session_log(20, seed=4))
+    h.commit()
+    reader = _Materializer(CODEC, None, None)
+    spliced = 0
+    for o in h.topic(VIEWS):
+        value = o.value
+        if value is not None and o.key.startswith(b"s/~b"):
+            bundle: View = CODEC.decode_view(value)
+            entries = bundle.json_value()
+            if len(entries) >= 2:
+                entries.insert(1, [1, 2, 3, 4])
+                spliced += 1
+            value = CODEC.encode_view(
+                View.of("s", bundle.view, bundle.as_of_seq, bundle.state_version, entries)
+            )
+        reader.apply_all(o.key, value)
+    assert spliced
+    assert reader.views["s"]["messages"].value == h.views()["s"]["messages"].value
