@@ -113,7 +113,10 @@ class Reader:
         }
 
     def final(self) -> dict[str, Any]:
-        return _plain({sid: views_json(v) for sid, v in sorted(self.m.views.items()) if v})
+        final: dict[str, Any] = _plain(
+            {sid: views_json(v) for sid, v in sorted(self.m.views.items()) if v}
+        )
+        return final
 
 
 def _same_burst(reader: Reader, r: Rec, sid: str) -> bool:

@@ -68,7 +68,7 @@ def _split_harness() -> tuple[Harness, list[Any]]:
 
 def _parts_left(outs: list[Any]) -> dict[bytes, int]:
     """Split keys the compacted topic keeps, and the parts their part 0 says."""
-    held = {o.key: o.value for o in compacted(outs)}
+    held = {o.key: o.value for o in compacted(outs) if o.key is not None and o.value is not None}
     whole = {k: CODEC.decode_view(v).parts for k, v in held.items() if b"#" not in k}
     return {k: whole.get(k.rpartition(b"#")[0], 0) for k in held if b"#" in k}
 
@@ -213,7 +213,7 @@ def test_VF5_a_bundle_entry_of_another_length_is_ignored_without_shifting_the_ot
     spliced = 0
     for o in h.topic(VIEWS):
         value = o.value
-        if value is not None and o.key.startswith(b"s/~b"):
+        if value is not None and o.key is not None and o.key.startswith(b"s/~b"):
             bundle: View = CODEC.decode_view(value)
             entries = bundle.json_value()
             if len(entries) >= 2:

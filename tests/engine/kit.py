@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,6 +15,7 @@ from processor.core.events import Event
 from processor.engine import Batch, Engine, Out, PartitionState, Record
 from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.commands import Command, redrive
+from processor.engine.replay_floor import PublishFloor
 from processor.service.views_reader import _Materializer, session_fold_equivalent
 from processor.workload import generate_session
 
@@ -75,7 +77,7 @@ class Harness:
         *,
         config: ServiceConfig = CONFIG,
         checkpoints: dict[int, dict[str, Checkpoint]] | None = None,
-        publish_floor: dict[str, int] | None = None,
+        publish_floor: Mapping[str, int | PublishFloor] | None = None,
     ) -> None:
         self.feeds = Feeds()
         self.engine = Engine(

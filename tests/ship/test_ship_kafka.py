@@ -201,11 +201,11 @@ def test_sigkilled_shipper_restarted_while_a_writer_appends(stack: Stack, tmp_pa
     assert lost.returncode == 0 and "shipped 0 event(s)" in lost.stderr, lost.stderr
     expected = {w.sid: as_json(offline_equivalent(fold_file(w.path).output)) for w in writers}
     assert expected == _expected(writers)
-    proc = stack.run_processor(max_idle_s=3)
+    member = stack.run_processor(max_idle_s=3)
     wait_for_views(stack, expected, timeout=90)
     assert dead_letters(stack) == [], (tmp_path / "ship.log").read_text()[-2000:]
     _no_quarantine(stack, list(expected))
-    outcomes = proc.metrics.events
+    outcomes = member.metrics.events
     applied = outcomes.labels("applied")._value.get()
     assert applied == sum(len(w.logical) for w in writers)
     assert outcomes.labels("quarantined")._value.get() == 0
