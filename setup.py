@@ -98,7 +98,7 @@ MYPYC_MODULES = [
     "processor/codec/framed.py",
     "processor/codec/parted.py",
     # the service loop's per-record fold (helper `svc4`, figure 2)
-    "processor/service/fold_loop.py",
+    "processor/service/loop/fold_loop.py",
 ]
 
 

@@ -119,7 +119,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("processor.core", "processor.protocol", "processor.gcpolicy", "processor.kafka_dist"),
     ("processor.agent", "processor.codec", "processor.config", "processor.files"),
     ("processor.engine", "processor.offline", "processor.workload"),
-    ("processor.service", "processor.devbroker", "processor.devcluster"),
+    # the Kafka adapter and the process's report (metrics, health) it feeds
+    ("processor.kafka", "processor.telemetry"),
+    ("processor.testing",),
+    # one group member, and what is not a member (writer, readers, replay)
+    ("processor.service", "processor.client", "processor.devbroker", "processor.devcluster"),
     ("processor.inspect",),
     ("processor.cli", "processor.__main__"),
 )

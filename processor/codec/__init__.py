@@ -90,7 +90,7 @@ Parted format (format 2, issue 12)
 The core views and the checkpoints are written in parts so a batch writes
 what changed: on the views topic, ``View`` records whose names start with
 ``~`` (``processor.protocol``; assembled by
-``processor.service.view_assembly``); on the checkpoints topic a typed
+``processor.client.view_assembly``); on the checkpoints topic a typed
 ``CheckpointHead`` under the session id plus ``CheckpointPart`` records
 under :func:`part_key` (``0xFF`` + session + ``0x00`` + name; assembled by
 ``processor.engine.checkpoints.latest_checkpoints``).  A format-1

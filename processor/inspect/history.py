@@ -32,15 +32,15 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
+from processor.client.views_reader import offline_equivalent
 from processor.codec import CodecError, DecodedEvent
 from processor.config import ServiceConfig
 from processor.core.defaults import new_session
 from processor.core.errors import SessionError, Unavailable
 from processor.core.session import Session, synthetic_header
+from processor.kafka import clients
+from processor.kafka.schema_registry import codec_for
 from processor.offline import session_output
-from processor.service import clients
-from processor.service.registry import codec_for
-from processor.service.views_reader import offline_equivalent
 
 MAX_CACHED_SESSIONS = 16
 MAX_EVENTS = 200_000
@@ -176,7 +176,7 @@ def fold_records(
 
 
 def fold_document(fold: Fold) -> dict[str, Any]:
-    """The fold shaped like :func:`~processor.service.views_reader.session_fold_equivalent`."""
+    """The fold shaped like :func:`~processor.client.views_reader.session_fold_equivalent`."""
     return offline_equivalent(session_output(fold.session))
 
 

@@ -1,6 +1,6 @@
 """The inspector on the processor's own HTTP port (``processor run --inspect``).
 
-The stdlib server of :mod:`processor.service.metrics` cannot host an ASGI
+The stdlib server of :mod:`processor.telemetry.metrics` cannot host an ASGI
 app, so when the inspector is enabled the whole port is served by uvicorn:
 ``/metrics``, ``/healthz`` and ``/readyz`` answer exactly as before (same
 functions) and the inspector lives under ``/inspect/``.  Off by default.
@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from processor.config import ServiceConfig
 from processor.inspect.server import InspectorServer
-from processor.service.metrics import Metrics, PathHandler, liveness, readiness
+from processor.telemetry.metrics import Metrics, PathHandler, liveness, readiness
 
 
 class MountedInspector:

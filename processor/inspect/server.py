@@ -33,7 +33,7 @@ def writer_redrive(config: ServiceConfig) -> RedriveFn:
     ``seq`` is where the session is quarantined: the control-topic command
     names it, so a stale page cannot lift a newer quarantine.
     """
-    from processor.service.writer import SessionWriter
+    from processor.client.session_writer import SessionWriter
 
     holder: list[SessionWriter] = []
     lock = threading.Lock()

@@ -40,6 +40,13 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from processor.client.views_reader import (
+    SessionViews,
+    ViewRecord,
+    ViewUpdate,
+    _Materializer,
+    _partitions,
+)
 from processor.codec import (
     CodecError,
     DeadLetter,
@@ -48,15 +55,8 @@ from processor.codec import (
     decode_json_payload,
 )
 from processor.config import ServiceConfig
-from processor.service import clients
-from processor.service.registry import codec_for
-from processor.service.views_reader import (
-    SessionViews,
-    ViewRecord,
-    ViewUpdate,
-    _Materializer,
-    _partitions,
-)
+from processor.kafka import clients
+from processor.kafka.schema_registry import codec_for
 
 log = logging.getLogger("processor.inspect")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from processor.client.views_reader import offline_equivalent
 from processor.engine import Fate
 from processor.offline import fold_events, session_output
-from processor.service.views_reader import offline_equivalent
 from tests.engine.kit import CONFIG, Harness, changed, keys, session_log
 
 

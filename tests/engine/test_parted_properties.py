@@ -28,11 +28,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processor.client.view_assembly import DECODED_CACHE_BYTES
+from processor.client.views_reader import _Materializer, session_fold_equivalent
 from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.engine import Fate, Out
-from processor.service.view_assembly import DECODED_CACHE_BYTES
-from processor.service.views_reader import _Materializer, session_fold_equivalent
 from processor.workload import generate_session
 from tests.engine.kit import (
     CODEC,

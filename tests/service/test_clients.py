@@ -5,8 +5,8 @@ from __future__ import annotations
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from processor.config import ServiceConfig
-from processor.service import clients
-from processor.service.kafka_errors import LIBRDKAFKA_LOGGER
+from processor.kafka import clients
+from processor.kafka.client_errors import LIBRDKAFKA_LOGGER
 
 
 def test_produce_waits_for_a_full_local_queue_instead_of_failing() -> None:

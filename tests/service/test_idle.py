@@ -18,10 +18,10 @@ from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.engine import PartitionState
 from processor.engine.commands import partition_of, redrive
-from processor.service.idle import IdleClock, behind_end, default_max_wait_s
-from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
+from processor.service.loop.idle import IdleClock, behind_end, default_max_wait_s
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
 from tests.engine.kit import session_log
 
 CODEC = default_codec()

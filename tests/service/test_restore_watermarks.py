@@ -18,12 +18,12 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from processor.service.health import Health
-from processor.service.kafka_errors import one_line
-from processor.service.metrics import Metrics
-from processor.service.restore import watermarks
-from processor.service.retry import GaveUp, RetryWatch, is_transient, observing
-from processor.service.transport import Reader
+from processor.kafka.client_errors import one_line
+from processor.kafka.retry import GaveUp, RetryWatch, is_transient, observing
+from processor.kafka.transport import Reader
+from processor.service.partitions.restore import watermarks
+from processor.telemetry.health import Health
+from processor.telemetry.metrics import Metrics
 
 
 class StaleMetadata:

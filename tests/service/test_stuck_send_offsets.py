@@ -21,9 +21,9 @@ from confluent_kafka import KafkaError
 
 from processor.codec import default_codec
 from processor.config import ServiceConfig
-from processor.service.memory import MemoryBroker, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryTransport
 from tests.engine.kit import session_log
 from tests.service.running import RunningProcessor
 
@@ -81,7 +81,7 @@ def test_a_process_with_a_given_up_helper_still_exits() -> None:
     ending at shutdown (a ``ThreadPoolExecutor`` worker is joined at exit)."""
     script = (
         "import threading\n"
-        "from processor.service.txn_helper import Helper\n"
+        "from processor.service.txn.txn_helper import Helper\n"
         "helper = Helper('txn-helper')\n"
         "helper.submit(threading.Event().wait)\n"
         "helper.shutdown(wait=False)\n"
