@@ -30,8 +30,8 @@ from bench.workload import create, high_watermarks, interleave, produce, session
 from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.kafka import clients
+from processor.kafka.reads import read_partitions
 from processor.service.loop.runner import Processor
-from processor.service.partitions.restore import read_partitions
 from processor.telemetry.metrics import Metrics
 
 SESSIONS = 100

@@ -28,10 +28,11 @@ from processor.core.builtin import default_registry
 from processor.core.errors import Unavailable
 from processor.core.projections import ProjectionRegistry
 from processor.kafka import clients
+from processor.kafka.reads import watermarks
 from processor.kafka.schema_registry import codec_for
 from processor.kafka.topic_admin import create_topics
 from processor.service.loop.runner import Processor
-from processor.service.partitions.restore import load_checkpoints, watermarks
+from processor.service.partitions.restore import load_checkpoints
 
 log = logging.getLogger("processor.replay")
 

@@ -22,16 +22,11 @@ from confluent_kafka import (
 
 from processor.config import ServiceConfig
 from processor.kafka import clients
-from processor.service.partitions.restore import read_partitions
+from processor.kafka.reads import read_partitions, records, topic_partitions
+
+_partitions = topic_partitions  # the name views_reader imports
 
 log = logging.getLogger("processor.views_reader")
-
-
-def _partitions(consumer: Consumer, topic: str, timeout: float) -> list[int]:
-    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
-        raise RuntimeError(f"topic {topic} does not exist (run `processor topics create`)")
-    return sorted(meta.partitions)
 
 
 #: Errors of a topic that exists but whose leaders are not known yet (just
@@ -105,16 +100,13 @@ def _tail(
     consumer: Consumer, topic: str, starts: list[tuple[int, int]], stop_after_s: float | None
 ) -> Iterator[Any]:
     """Committed records from ``starts`` on, until ``stop_after_s`` (or forever)."""
+
+    def logged(m: Any, err: KafkaError) -> None:
+        if err.fatal():
+            raise RuntimeError(f"{topic}: {err}")
+        log.warning("%s: %s", topic, err)
+
     consumer.assign([TopicPartition(topic, p, o) for p, o in starts])
     deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
     while deadline is None or time.monotonic() < deadline:
-        for m in consumer.consume(500, timeout=0.2):
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if err.fatal():
-                    raise RuntimeError(f"{topic}: {err}")
-                log.warning("%s: %s", topic, err)
-                continue
-            yield m
+        yield from records(consumer.consume(500, timeout=0.2), on_error=logged)

@@ -543,3 +543,7 @@ def dead_letter_json(letter: DeadLetter, codec: Codec | None = None) -> dict[str
         doc["valueBase64"] = base64.b64encode(letter.value).decode()
         doc["valueError"] = str(exc)
     return doc
+
+
+#: the public name of a session's views materializer (the inspector's, the query cache's)
+Materializer = _Materializer

@@ -74,9 +74,9 @@ from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.devcluster import LocalCluster
 from processor.kafka import clients
+from processor.kafka.reads import watermarks
 from processor.kafka.topic_admin import create_topics
 from processor.offline import fold_events, session_output
-from processor.service.partitions.restore import watermarks
 from processor.workload import generate_session
 from tests.kafka_fixtures import unique_prefix
 

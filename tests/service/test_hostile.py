@@ -46,11 +46,11 @@ from processor.core.events import Event, parse_event
 from processor.engine.dead_letters import MAX_COPIED_VALUE
 from processor.kafka import clients
 from processor.kafka.client_errors import KafkaFatal
+from processor.kafka.reads import read_partitions
 from processor.offline import fold_events, session_output
 from processor.protocol import CONTROL_HEADER
 from processor.service.loop.control import partition_of, redrive
 from processor.service.loop.runner import Processor
-from processor.service.partitions.restore import read_partitions
 from processor.telemetry.metrics import Metrics, serve
 from tests.service.conftest import Stack, as_json, sessions
 from tests.service.running import RunningProcessor

@@ -24,11 +24,11 @@ from processor.codec import default_codec
 from processor.core.builder import LogBuilder
 from processor.kafka import clients
 from processor.kafka.client_errors import ClientProblems
+from processor.kafka.reads import read_partitions
 from processor.kafka.topic_admin import create_topics, delete_topics
 from processor.kafka.transport import KafkaTransport, TxnProducer
 from processor.service.loop.control import redrive
 from processor.service.loop.runner import Processor
-from processor.service.partitions.restore import read_partitions
 from processor.telemetry.metrics import Metrics, serve
 from tests.service.conftest import Stack, as_json, sessions, wait_until
 

@@ -19,10 +19,11 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from processor.client.views_reader import offline_equivalent, session_fold_equivalent
 from processor.codec import default_codec
 from processor.config import ServiceConfig
+from processor.kafka.reads import stream as _stream
 from processor.kafka.retry import is_transient
 from processor.kafka.transport import Reader
 from processor.offline import fold_events, session_output
-from processor.service.store.checkpoint_store import _first_held, _stream
+from processor.service.store.checkpoint_store import FILL_BATCH, _first_held
 from processor.service.store.local_store import StoredRecord
 from processor.testing.memory import MemoryBroker, MemoryMessage
 from tests.engine.kit import session_log
@@ -445,7 +446,7 @@ def test_a_fill_reads_past_an_end_below_the_committed_one() -> None:
     )
     got = [
         (p, [m.offset() for m in batch], end)
-        for p, batch, end in _stream(cast(Reader, answers), "t", {0: 3}, {0: 6})
+        for p, batch, end in _stream(cast(Reader, answers), "t", {0: 3}, {0: 6}, batch=FILL_BATCH)
     ]
     assert got == [(0, [3, 5], 6)]
 
@@ -471,7 +472,7 @@ def test_the_synchronous_fill_gives_up_after_fill_stall_s(
         bounds.append(timeout_s)
         return iter(())
 
-    monkeypatch.setattr(state, "_stream", stream)
+    monkeypatch.setattr(state, "stream", stream)
     store.fill(cast(Reader, _Answers([])), [0, 1])
     assert bounds == [7.0]
     store.close()

@@ -49,6 +49,7 @@ from processor.engine.commands import (  # re-exported: the writer and tools bui
     redrive,
 )
 from processor.kafka.client_errors import message_error
+from processor.kafka.reads import records
 from processor.kafka.transport import Msg, Reader
 from processor.protocol import CONTROL_VERSION
 
@@ -130,20 +131,20 @@ class ControlChannel:
         if not self.partitions:
             return []
         out = []
-        for msg in self.consumer.consume(num_messages=max_records, timeout=timeout):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    self._at_end.add(msg.partition() or 0)
-                    continue
-                fatal = message_error(err, self.topic, self.group)
-                if fatal is not None:
-                    raise fatal
-                continue
+        msgs = self.consumer.consume(num_messages=max_records, timeout=timeout)
+        for msg in records(msgs, on_end=self._ended, on_error=self._failed):
             self._at_end.discard(msg.partition() or 0)
             if (msg.partition() or 0) in self.partitions:
                 out.append(msg)
         return out
+
+    def _ended(self, msg: Msg) -> None:
+        self._at_end.add(msg.partition() or 0)
+
+    def _failed(self, msg: Msg, err: KafkaError) -> None:
+        fatal = message_error(err, self.topic, self.group)
+        if fatal is not None:
+            raise fatal
 
     def behind(self) -> list[int]:
         """The read partitions not fetched to their end yet (idle.py)."""

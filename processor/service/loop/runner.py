@@ -54,6 +54,7 @@ from processor.engine import Batch, Engine, PartitionState, Record, Tally
 from processor.engine.commands import Command
 from processor.engine.dead_letters import MAX_BATCH_DEAD_LETTER_BYTES
 from processor.kafka.client_errors import ClientProblems, message_error
+from processor.kafka.reads import read_key_range
 from processor.kafka.retry import observing, run_all
 from processor.kafka.schema_registry import codec_for
 from processor.kafka.transport import GroupConsumer, KafkaTransport, Msg, Transport
@@ -66,7 +67,6 @@ from processor.service.ops.group_watch import GroupWatch
 from processor.service.ops.join_refusal import join_refused
 from processor.service.ops.stall_watch import ProgressWatch
 from processor.service.partitions.rebalance import Rebalance
-from processor.service.partitions.restore import read_key_range
 from processor.service.queries.query_cache import QueryCache
 from processor.service.store.checkpoint_store import CheckpointStore
 from processor.service.txn.commit import Committer

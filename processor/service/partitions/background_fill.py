@@ -55,6 +55,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
+from processor.kafka.reads import raise_unless_transient, records
 from processor.kafka.retry import is_transient, kafka_error
 from processor.kafka.transport import Msg, Reader
 from processor.service.store.checkpoint_store import (
@@ -290,28 +291,35 @@ class BackgroundFill:
         ended: dict[int, FillJob] = {}
         deadline = time.monotonic() + SLICE_S
         count = 0
+
+        def live(m: Msg) -> FillJob | None:
+            p = m.partition() or 0
+            job = self.jobs.get(p)
+            if job is None or job.retry_at is not None or p in ended:
+                return None  # a cancelled (or put off) job's prefetched records
+            return job
+
+        def on_end(m: Msg) -> None:
+            job = live(m)
+            # the last offsets may be transaction markers: the end is the end; one
+            # below the verified end (a new leader's high watermark catching up)
+            # is not, or the store skips what lies between
+            if job is not None and (m.offset() or 0) >= max(job.next_offset, job.high):
+                ended[job.partition] = job
+
+        def on_error(m: Msg, err: KafkaError) -> None:
+            if live(m) is not None:
+                raise_unless_transient(m, err)
+
         while count < FILL_SLICE and time.monotonic() < deadline:
             msgs = reader.consume(num_messages=FILL_SLICE - count, timeout=0.01)
             if not msgs:
                 break
-            for m in msgs:
-                p = m.partition() or 0
-                job = self.jobs.get(p)
-                if job is None or job.retry_at is not None or p in ended:
-                    continue  # a cancelled (or put off) job's prefetched records
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        # the last offsets may be transaction markers: the end is the
-                        # end; one below the verified end (a new leader's high watermark
-                        # catching up) is not, or the store skips what lies between
-                        if (m.offset() or 0) >= max(job.next_offset, job.high):
-                            ended[p] = job
-                        continue
-                    exc = KafkaException(err)
-                    if is_transient(exc):
-                        continue
-                    raise exc
+            for m in records(msgs, on_end=on_end, on_error=on_error):
+                job = live(m)
+                if job is None:
+                    continue
+                p = job.partition
                 offset = m.offset() or 0
                 if offset < job.next_offset:
                     continue

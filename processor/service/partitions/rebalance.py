@@ -44,6 +44,7 @@ from processor.core.errors import ProcessorError
 from processor.engine import Engine, PartitionState
 from processor.gcpolicy import settle_heap
 from processor.kafka.client_errors import ClientProblems
+from processor.kafka.reads import watermarks
 from processor.kafka.retry import GaveUp, is_transient, observing, retry, run_all
 from processor.kafka.transport import GroupConsumer, Reader, Transport
 from processor.service.loop.control import ControlChannel
@@ -57,7 +58,6 @@ from processor.service.partitions.restore import (
     fetch_events,
     stable_bound_s,
     wait_stable,
-    watermarks,
 )
 from processor.service.store.checkpoint_store import CheckpointStore, Filled, session_of
 from processor.service.txn.commit import Committer

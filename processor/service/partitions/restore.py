@@ -28,7 +28,6 @@ served as current.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -50,8 +49,9 @@ from processor.core.errors import SessionError
 from processor.core.session import event_digest
 from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
-from processor.kafka.retry import default_deadline, is_transient, kafka_error, retry, waiting
-from processor.kafka.transport import Msg, OffsetsAdmin, Reader
+from processor.kafka.reads import read_partitions
+from processor.kafka.retry import default_deadline, kafka_error, retry, waiting
+from processor.kafka.transport import OffsetsAdmin, Reader
 
 log = logging.getLogger("processor.restore")
 
@@ -62,35 +62,6 @@ class PartitionRestore:
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
     records_read: int = 0
     bad_records: int = 0
-
-
-def watermarks(
-    consumer: Reader, topic: str, partition: int, timeout: float | None = None
-) -> tuple[int, int]:
-    """(low, high) of a partition, retrying leader moves and broker restarts.
-
-    Right after a topic is created, or while a broker restarts, the answer is
-    NOT_LEADER, ``_TRANSPORT`` or ``_DESTROY_BROKER`` for a few seconds; a
-    restore started then must wait, not fail.  (For a ``read_committed``
-    consumer ``high`` is the last stable offset.)
-    """
-    tp = TopicPartition(topic, partition)
-
-    def ask() -> tuple[int, int]:
-        try:
-            return consumer.get_watermark_offsets(tp, timeout=10)
-        except KafkaException as exc:
-            err = kafka_error(exc)
-            if err is not None and err.code() == KafkaError._UNKNOWN_PARTITION:
-                # the client's cached metadata lacks the partition (read while a
-                # broker restarted) and is refreshed only every few minutes: a
-                # retry alone repeats the error (~2.5 min in a chaos run); ask now
-                with contextlib.suppress(KafkaException):
-                    consumer.list_topics(topic, timeout=5)
-            raise
-
-    low, high = retry(ask, f"watermarks of {topic}[{partition}]", deadline_s=timeout)
-    return low, high
 
 
 def committed_offsets(
@@ -320,70 +291,6 @@ def _stable_offsets(
     return {p: lso[p] >= hwm[p] for p in partitions}
 
 
-def read_partitions(
-    consumer: Reader,
-    topic: str,
-    starts: Mapping[int, int],
-    limit_per_partition: int | None = None,
-    timeout: float = 30.0,
-) -> dict[int, list[Msg]]:
-    """Committed records of several partitions from ``starts`` to their end, read at once.
-
-    One assignment for all partitions: restoring twelve partitions costs one
-    round of fetches, not twelve.
-    """
-    out: dict[int, list[Msg]] = {p: [] for p in starts}
-    highs: dict[int, int] = {}
-    for p in starts:
-        highs[p] = watermarks(consumer, topic, p, timeout)[1]
-    todo = {p for p, start in starts.items() if highs[p] > max(start, 0)}
-    if not todo:
-        return out
-    consumer.assign([TopicPartition(topic, p, starts[p]) for p in todo])
-    deadline = time.monotonic() + timeout
-    try:
-        while todo:
-            if time.monotonic() > deadline:  # transient: the caller may retry the read
-                raise KafkaException(
-                    KafkaError(
-                        KafkaError._TIMED_OUT,
-                        f"reading {topic} partitions {sorted(todo)} timed out after {timeout:g}s",
-                    )
-                )
-            for m in consumer.consume(num_messages=10_000, timeout=0.05):
-                p = m.partition() or 0
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        todo.discard(p)
-                        continue
-                    exc = KafkaException(err)
-                    if is_transient(exc):
-                        continue  # a broker restarting: librdkafka refetches by itself
-                    raise exc
-                if p not in todo:
-                    continue
-                out[p].append(m)
-                if (m.offset() or 0) >= highs[p] - 1 or (
-                    limit_per_partition is not None and len(out[p]) >= limit_per_partition
-                ):
-                    todo.discard(p)
-    finally:
-        consumer.unassign()
-    return out
-
-
-def read_to_end(
-    consumer: Reader,
-    topic: str,
-    partition: int,
-    timeout: float = 30.0,
-) -> list[tuple[bytes | None, bytes | None]]:
-    """All committed (key, value) records of one partition, from the start."""
-    msgs = read_partitions(consumer, topic, {partition: OFFSET_BEGINNING}, timeout=timeout)
-    return [(m.key(), m.value()) for m in msgs[partition]]
-
-
 def load_checkpoints(
     consumer: Reader, codec: Codec, topic: str, partitions: Iterable[int]
 ) -> dict[int, PartitionRestore]:
@@ -509,47 +416,3 @@ def stable_bound_s(config: ServiceConfig) -> float:
     if config.restore_stable_wait_ms >= 0:
         return config.restore_stable_wait_ms / 1000
     return config.effective_transaction_timeout_ms / 1000 + 10 + 30
-
-
-def read_key_range(
-    consumer: Reader,
-    topic: str,
-    partition: int,
-    start: int,
-    end: int,
-    key: bytes,
-    deadline_s: float | None = None,
-) -> list[Msg]:
-    """The committed records of ``key`` at offsets ``[start, end)`` of one partition."""
-
-    def read() -> list[Msg]:
-        out: list[Msg] = []
-        consumer.assign([TopicPartition(topic, partition, start)])
-        deadline = time.monotonic() + 60
-        try:
-            while True:
-                if time.monotonic() > deadline:
-                    raise KafkaException(
-                        KafkaError(KafkaError._TIMED_OUT, f"reading {topic}[{partition}] timed out")
-                    )
-                for m in consumer.consume(num_messages=10_000, timeout=0.05):
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            return out
-                        if is_transient(KafkaException(err)):
-                            continue
-                        raise KafkaException(err)
-                    offset = m.offset() or 0
-                    if offset >= end:
-                        return out
-                    if m.key() == key:
-                        out.append(m)
-                    if offset >= end - 1:
-                        return out
-        finally:
-            consumer.unassign()
-
-    if start >= end:
-        return []
-    return retry(read, f"reading {topic}[{partition}] {start}..{end}", deadline_s=deadline_s)

@@ -59,8 +59,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from processor.client.views_reader import ViewRecord
-from processor.client.views_reader import _Materializer as Materializer
+from processor.client.views_reader import Materializer, ViewRecord
 from processor.codec import Codec
 from processor.kafka.owners import session_partition
 from processor.service.queries.queries import GivenUp, NotRestored

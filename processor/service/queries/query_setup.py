@@ -9,20 +9,19 @@ runner feeds the cache, the cache answers the :class:`Queries`.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING
 
 from processor.config import ServiceConfig
 from processor.kafka import clients
 from processor.kafka.owners import OwnerDirectory, describe_group
-from processor.kafka.retry import is_transient
+from processor.kafka.reads import scan, watermarks
 from processor.kafka.transport import Reader
 from processor.service.loop.runner import Processor
-from processor.service.partitions.restore import watermarks
 from processor.service.queries.queries import Queries
 from processor.service.queries.query_cache import QueryCache
 from processor.telemetry.metrics import Metrics, PathHandler, serve
@@ -112,25 +111,19 @@ class _ViewsReader:
         low, high = watermarks(consumer, topic, partition)  # high: the stable end
         if high <= max(low, 0):
             return
-        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + FILL_TIMEOUT_S
-        try:
-            while True:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"reading {topic}[{partition}] took over {FILL_TIMEOUT_S} s")
-                for m in consumer.consume(num_messages=1_000, timeout=0.1):
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            return
-                        if is_transient(KafkaException(err)):
-                            continue  # librdkafka refetches by itself
-                        raise KafkaException(err)
+        reads = scan(
+            consumer,
+            topic,
+            {partition: OFFSET_BEGINNING},
+            {partition: high},
+            timeout_s=FILL_TIMEOUT_S,
+            batch=1_000,
+            poll_s=0.1,
+        )
+        with contextlib.closing(reads):  # unassigns the consumer when the fill stops early
+            for _, m in reads:
+                if m is not None:
                     yield m.key(), m.value()
-                    if (m.offset() or 0) >= high - 1:
-                        return
-        finally:
-            consumer.unassign()
 
     def close(self) -> None:
         with self._lock:

@@ -45,13 +45,12 @@ import functools
 import logging
 import sqlite3
 import threading
-import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError
 
 from processor.codec import CHECKPOINT, Checkpoint, Codec, CodecError, split_part_key
 from processor.codec.parted import decode_checkpoint_record
@@ -59,9 +58,8 @@ from processor.config import ServiceConfig
 from processor.core.errors import Unavailable
 from processor.engine import PartitionState
 from processor.engine.checkpoints import latest_checkpoints
-from processor.kafka.retry import is_transient, retry
+from processor.kafka.reads import stream, watermarks
 from processor.kafka.transport import Msg, Reader
-from processor.service.partitions.restore import watermarks
 from processor.service.store.local_store import LocalStore, StoredRecord
 from processor.service.store.store_writer import StoreWriter
 
@@ -319,7 +317,9 @@ class CheckpointStore:
             # no progress for the service's fill_stall_s: a transient timeout, the
             # rewind's restore put off as the background fill's would be
             stall_s = float(self.config.fill_stall_s)
-            for p, batch, next_offset in _stream(reader, topic, starts, highs, timeout_s=stall_s):
+            for p, batch, next_offset in stream(
+                reader, topic, starts, highs, batch=FILL_BATCH, timeout_s=stall_s
+            ):
                 if p in moved:
                     continue
                 records = stored_records(
@@ -505,89 +505,24 @@ def _first_held(
     """The topic's first committed record at or after ``offset`` (None: it holds
     none below ``end``, the committed end the caller read).
 
-    "None" must be an answer, never a read that came back empty: :func:`_stream`
+    "None" must be an answer, never a read that came back empty: ``reads.stream``
     reads past an end-of-partition below ``end`` (a new leader whose high
     watermark still catches up in a broker restart) and raises a transient
     error when nothing answers within ``timeout_s`` (the assignment is put off
     and tried again), so a broker's trouble is never taken for a record the
     topic does not hold.
     """
-    batches = _stream(
-        reader, topic, {partition: offset}, {partition: end}, limit=1, timeout_s=timeout_s
+    batches = stream(
+        reader,
+        topic,
+        {partition: offset},
+        {partition: end},
+        batch=FILL_BATCH,
+        limit=1,
+        timeout_s=timeout_s,
     )
     with contextlib.closing(batches):  # unassigns the reader at once
         for _, batch, _ in batches:
             for m in batch:
                 return StoredRecord(m.offset() or 0, m.key() or b"", m.value())
     return None
-
-
-def _stream(
-    reader: Reader,
-    topic: str,
-    starts: Mapping[int, int],
-    highs: Mapping[int, int] | None,
-    *,
-    limit: int | None = None,
-    timeout_s: float = 120.0,
-) -> Generator[tuple[int, list[Msg], int], None, None]:
-    """Committed records of several partitions from ``starts`` to their end, in batches.
-
-    Yields ``(partition, records, next offset)`` with at most ``FILL_BATCH``
-    records each; the last batch of a partition carries its end as next offset.
-    """
-    ends = (
-        dict(highs) if highs is not None else {p: watermarks(reader, topic, p)[1] for p in starts}
-    )
-    todo = {p for p, s in starts.items() if ends[p] > s}
-    if not todo:
-        return
-    reader.assign(
-        [TopicPartition(topic, p, starts[p] if starts[p] > 0 else OFFSET_BEGINNING) for p in todo]
-    )
-    pending: dict[int, list[Msg]] = {p: [] for p in todo}
-    count = dict.fromkeys(todo, 0)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while todo:
-            if time.monotonic() > deadline:
-                raise KafkaException(
-                    KafkaError(KafkaError._TIMED_OUT, f"reading {topic} {sorted(todo)} timed out")
-                )
-            msgs = retry(
-                lambda: reader.consume(num_messages=FILL_BATCH, timeout=0.05), f"reading {topic}"
-            )
-            for m in msgs:
-                p = m.partition() or 0
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        # an end below the one read before (a new leader's high
-                        # watermark catching up) is not the end: ending there
-                        # would move the store past records it never applied
-                        if p in todo and (m.offset() or 0) >= ends[p]:
-                            todo.discard(p)
-                            yield p, pending.pop(p), ends[p]
-                        continue
-                    exc = KafkaException(err)
-                    if is_transient(exc):
-                        continue
-                    raise exc
-                if p not in todo:
-                    continue
-                deadline = time.monotonic() + timeout_s  # progress
-                pending[p].append(m)
-                count[p] += 1
-                offset = m.offset() or 0
-                if offset >= ends[p] - 1 or (limit is not None and count[p] >= limit):
-                    todo.discard(p)
-                    yield (
-                        p,
-                        pending.pop(p),
-                        max(offset + 1, ends[p]) if limit is None else offset + 1,
-                    )
-                elif len(pending[p]) >= FILL_BATCH:
-                    batch, pending[p] = pending[p], []
-                    yield p, batch, offset + 1
-    finally:
-        reader.unassign()
