@@ -48,7 +48,7 @@ def test_a_send_offsets_stuck_past_its_timeout_is_given_up_and_the_batch_refolde
     transport = MemoryTransport(broker, CONFIG)
     proc = Processor(CONFIG, metrics=Metrics(), transport=transport)
     proc.txn.offsets_timeout_s = 0.2
-    proc.txn.hang_grace_s = 0.2
+    proc.txn.helper.hang_grace_s = 0.2
     # broker faults spent the budget for fatal errors: a stuck call has its own
     while proc.txn.fatal_budget.allow(KafkaError(KafkaError.INVALID_TXN_STATE)):
         pass

@@ -4,10 +4,10 @@
 checkpoints, dead letters, tombstones), sends the consumer offsets into
 the transaction and commits — all visible together or not at all.  Only
 then are the checkpoint records applied to the local store, with the
-offsets their delivery reports gave (``state.py``): a crash in between
+offsets their delivery reports gave (``checkpoint_store.py``): a crash in between
 leaves the store behind, never ahead.
 
-Errors follow confluent-kafka's model (``kafka_errors.py``): retriable
+Errors follow confluent-kafka's model (``kafka/client_errors.py``): retriable
 steps are retried, abortable ones abort, rewind and back off (bounded,
 ``failures.py``), fatal ones end the run with one line — except a fatal
 producer error a broker fault explains, answered with a new producer
@@ -26,7 +26,7 @@ A failed commit aborts and rewinds both batches' partitions: the open one
 was folded on top of the failed one.
 
 Threads: the helper thread calls only the producer (librdkafka is
-thread-safe) and appends to ``_reports``; the store, the engine, the query
+thread-safe) and appends to the ledger's reports (``output_ledger.py``); the store, the engine, the query
 cache and the metrics are touched on the loop thread only, in
 :meth:`settle`.
 """
@@ -34,7 +34,6 @@ cache and the metrics are touched on the loop thread only, in
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import threading
 import time
@@ -42,12 +41,12 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.config import ServiceConfig
-from processor.core.errors import ProcessorError, Unavailable
+from processor.core.errors import ProcessorError
 from processor.engine import Batch, Engine, Out, Tally
-from processor.kafka import clients, preflight
+from processor.kafka import preflight
 from processor.kafka.client_errors import ClientProblems, KafkaFatal, Kind, error_of
 from processor.kafka.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
 from processor.kafka.retry import FENCED, FatalBudget, retry
@@ -56,25 +55,13 @@ from processor.service.ops.failures import FailureTracker
 from processor.service.queries.query_cache import QueryCache, ViewWrite
 from processor.service.store.checkpoint_store import CheckpointStore
 from processor.service.txn import schedstat, transactions
-from processor.service.txn.txn_helper import Helper
+from processor.service.txn.output_ledger import OutputLedger
+from processor.service.txn.timeline import Timeline, log_timeline
+from processor.service.txn.txn_helper import HelperThread, StuckCall
 from processor.telemetry.metrics import Metrics
 from processor.testing import faultpoints
 
 log = logging.getLogger("processor.runner")
-#: one DEBUG line per transaction with when each step ended (``--log-level
-#: DEBUG``; bench/latency.py ``BENCH_LATENCY_TIMELINE``): where a slow
-#: transaction spent its time (BENCHMARKS §5, ``tail``)
-timeline = logging.getLogger("processor.timeline")
-#: How far past its own timeout a ``send_offsets_to_transaction`` call is
-#: taken as stuck for good (``Committer._await_offsets``).
-HANG_GRACE_S = 15.0
-
-
-class StuckCall(Unavailable, KafkaException):
-    """A transaction call given up past its timeout (``Committer._await_offsets``).
-
-    A ``KafkaException`` so the commit's error handling classifies it as the
-    fatal client error it carries; ``Unavailable`` so it keeps the one error root."""
 
 
 @dataclass
@@ -148,28 +135,17 @@ class Committer:
         self.init_pending = False
         #: views of the owned partitions for queries by session (query_setup.py)
         self.queries: QueryCache | None = None
-        #: per checkpoints partition, its last record of the open transaction (held
-        #: back: produced last, with the delivery report, by ``_release``)
-        self._held: dict[int, tuple[bytes | None, bytes | None]] = {}
-        #: (topic, partition) pairs whose first record of the transaction is out
-        self._reported: set[tuple[str, int]] = set()
+        #: the open transaction's records and the store's delivery reports
+        self.ledger = OutputLedger(config, store, problems)
         #: sends a batch's offsets while the loop produces its output, and commits
         #: a batch while the loop folds the next one (commit)
-        self._helper: Helper | None = None
+        self.helper = HelperThread("txn-helper")
         #: ``send_offsets_to_transaction``'s timeout, and how far past it a call
         #: counts as stuck for good (:meth:`_await_offsets`)
         self.offsets_timeout_s = 30.0
-        self.hang_grace_s = HANG_GRACE_S
-        #: when the helper's current ``send_offsets_to_transaction`` should have
-        #: returned by (its timeout from its start; None: none runs)
-        self._offsets_due: float | None = None
         #: the batch being committed on the helper thread (settle finishes it)
         self._inflight: _InFlight | None = None
-        #: the loop thread's (run, wait) ms at the previous commit (timeline only)
-        self._sched_at = (0.0, 0.0)
-        #: delivery reports of checkpoint records, appended on whichever thread
-        #: served them, applied to the store on the loop thread (settle)
-        self._reports: list[tuple[KafkaError | None, Message]] = []
+        self.timeline = Timeline()
         #: a batch committed since the loop last asked (:meth:`take_committed`)
         self._fresh = False
 
@@ -179,7 +155,7 @@ class Committer:
 
     def start(self, producer: TxnProducer, consumer: GroupConsumer) -> None:
         self.producer, self.consumer = producer, consumer
-        self._sched_at = schedstat.thread_ms()  # the loop thread's, as at every commit
+        self.timeline.start()
         if self.config.exactly_once:
             transactions.init(producer, self.problems, self.txn_id, deadline_s=RETRY_DEADLINE_S)
 
@@ -208,44 +184,6 @@ class Committer:
 
     # ------------------------------------------------------------ commit
 
-    def _produce(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
-        """Produce one output record; checkpoint records go through the store's
-        ledger and only the last one per partition asks for a delivery report."""
-        assert self.producer is not None
-        if topic != self.config.topics.checkpoints:
-            # the first record per topic and transaction reports its failure (which
-            # topic refused: a denial fails them all); the others cost no callback
-            # without transactions nothing else notices a failed record: all report
-            first = (topic, partition) not in self._reported or not self.config.exactly_once
-            if first:
-                self._reported.add((topic, partition))
-            clients.produce(
-                self.producer,
-                topic,
-                key,
-                value,
-                partition=partition,
-                on_delivery=self.problems.on_delivery if first else None,
-            )
-            return
-        held = self._held.get(partition)
-        if held is not None:  # not the partition's last: its offset is derived
-            clients.produce(self.producer, topic, *held, partition=partition)
-        self._held[partition] = (key, value)
-        self.store.produced(partition, key, value)
-
-    def _release(self) -> None:
-        """Produce each partition's held-back last checkpoint record, with the one
-        delivery report the store derives that partition's offsets from."""
-        assert self.producer is not None
-        topic = self.config.topics.checkpoints
-        for partition, (key, value) in self._held.items():
-            clients.produce(
-                self.producer, topic, key, value, partition=partition, on_delivery=self._delivered
-            )
-        self._held.clear()
-        self._reported.clear()
-
     def close(self) -> None:
         """End the helper thread (the loop has ended: nothing is being sent).
 
@@ -254,9 +192,7 @@ class Committer:
         flight, self._inflight = self._inflight, None
         if flight is not None:
             wait((flight.future,), timeout=self.timeout(60))
-        if self._helper is not None:
-            self._helper.shutdown(wait=True)
-            self._helper = None
+        self.helper.shutdown()
 
     def _send_offsets(self, offsets: list[TopicPartition]) -> Future[None]:
         """``send_offsets_to_transaction`` (retried), on the helper thread."""
@@ -266,16 +202,16 @@ class Committer:
 
         def call() -> None:
             timeout_s = self.timeout(self.offsets_timeout_s)
-            self._offsets_due = time.monotonic() + timeout_s
+            self.helper.watch(timeout_s)
             producer.send_offsets_to_transaction(offsets, group, timeout_s)
 
         def send() -> None:
             try:
                 transactions.retrying(call, self.metrics, left=self.left)
             finally:
-                self._offsets_due = None
+                self.helper.unwatch()
 
-        return self._submit(send)
+        return self.helper.submit(send)
 
     def _await_offsets(self, sent: Future[None]) -> None:
         """Wait for the helper's ``send_offsets_to_transaction``; raise a fatal
@@ -288,27 +224,7 @@ class Committer:
         The stuck producer can take no other transaction call (not even an
         abort), so the error is fatal: ``replace_producer`` fences it with a
         new one and the batch is refolded; the stuck helper is left to it."""
-        while not sent.done():
-            wait((sent,), timeout=min(1.0, self.hang_grace_s))
-            due = self._offsets_due
-            if sent.done() or due is None or time.monotonic() < due + self.hang_grace_s:
-                continue
-            helper, self._helper = self._helper, None
-            if helper is not None:
-                helper.shutdown(wait=False)
-            raise StuckCall(
-                KafkaError(
-                    KafkaError._TIMED_OUT,
-                    f"send_offsets_to_transaction did not return {self.hang_grace_s:.0f} s "
-                    "past its timeout (the group coordinator went away)",
-                    fatal=True,
-                )
-            )
-
-    def _submit(self, step: Callable[[], None]) -> Future[None]:
-        if self._helper is None:  # made on first use, ended by close() with the loop
-            self._helper = Helper("txn-helper")
-        return self._helper.submit(step)
+        self.helper.await_watched(sent, "send_offsets_to_transaction")
 
     def committing(self) -> Mapping[tuple[int, str], object] | None:
         """The sessions of the batch whose commit is in flight (None: none is):
@@ -366,33 +282,10 @@ class Committer:
         if failed is not None:
             raise KafkaException(failed[1])
 
-    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        """The last checkpoint record's delivery report: the store's offsets.
-
-        Served on the loop thread or on the helper (inside its flush and
-        ``commit_transaction``): only kept here (list.append is atomic), applied
-        on the loop thread by :meth:`_apply_reports`."""
-        self._reports.append((err, msg))
-
-    def _apply_reports(self) -> None:
-        reports, self._reports = self._reports, []
-        for err, msg in reports:
-            self.store.delivered(err, msg)
-            if err is not None:  # this callback replaces the producer's: pass failures on
-                self.problems.on_delivery(err, msg)
-
-    def _forget(self) -> None:
-        """Nothing of an unfinished transaction may ride along into the next."""
-        self._held.clear()
-        self._reported.clear()
-        self._reports.clear()
-        self.store.aborted()
-
     def commit(self, *, overlap: bool = False) -> None:
         """Commit the open batch.  ``overlap``: leave ``commit_transaction`` on
         the helper thread (the loop's normal commit; a revoke or shutdown waits)."""
-        marks = [("close", time.monotonic())] if timeline.isEnabledFor(logging.DEBUG) else []
-        sched = self._loop_waits(close=True) if marks else []
+        marks, sched = self.timeline.close_marks()
         self.settle()  # never two transactions at once
         pending = self.engine.batch
         if pending.empty() or self.producer is None or self.consumer is None:
@@ -409,7 +302,7 @@ class Committer:
         topics = self.config.topics
         eos = self.config.exactly_once
         views: list[ViewWrite] = []  # for the query cache once committed
-        self._forget()
+        self.ledger.forget()
         try:
             if eos:
                 producer.begin_transaction()
@@ -436,10 +329,10 @@ class Committer:
                     if not eos and out.topic == topics.checkpoints:
                         later.append(out)
                         continue
-                    self._produce(out.topic, out.partition, out.key, out.value)
+                    self.ledger.produce(producer, out.topic, out.partition, out.key, out.value)
                     if self.queries is not None and out.topic == topics.views and out.key:
                         views.append((out.partition, out.key, out.value))
-                self._release()
+                self.ledger.release(producer)
                 if marks:
                     marks.append(("produced", time.monotonic()))
             finally:
@@ -455,7 +348,7 @@ class Committer:
                     sent.result()
                 if marks:
                     marks.append(("offsets", time.monotonic()))
-                    sched += self._loop_waits()
+                    sched += self.timeline.loop_waits()
                 if overlap and not faultpoints.configured(faultpoints.AFTER_COMMIT):
                     self._hand_off(pending, views, t0, opened, marks, sched)
                     return
@@ -467,8 +360,8 @@ class Committer:
             else:
                 self._delivered_all(producer)
                 for out in later:
-                    self._produce(out.topic, out.partition, out.key, out.value)
-                self._release()
+                    self.ledger.produce(producer, out.topic, out.partition, out.key, out.value)
+                self.ledger.release(producer)
                 self._delivered_all(producer)
                 if self.queries is not None:  # delivered = visible without transactions
                     self.queries.committed(views)
@@ -485,17 +378,6 @@ class Committer:
         tally, self.engine.tally = self.engine.tally, Tally()
         self.engine.batch = Batch()
         self._committed(pending, views, tally, time.perf_counter() - t0)
-
-    def _loop_waits(self, *, close: bool = False) -> list[tuple[str, float]]:
-        """The loop thread's CPU figures for the timeline: at the close, its wait
-        for a CPU since the previous close (the batch's window); at the offsets
-        sent, its ms on a CPU and waiting for one since the close."""
-        run, waited = schedstat.thread_ms()
-        at = self._sched_at
-        if close:
-            self._sched_at = (run, waited)
-            return [("window_wait", waited - at[1])]
-        return [("loop_run", run - at[0]), ("loop_wait", waited - at[1])]
 
     def _hand_off(
         self,
@@ -532,9 +414,9 @@ class Committer:
             producer.flush(self.timeout(min(10.0, step_s), in_flight=True))
             if marks:
                 marks.append(("flushed", time.monotonic()))
-                _log_timeline(pending.events, marks, sched)
+                log_timeline(pending.events, marks, sched)
 
-        flight.future = self._submit(finish)
+        flight.future = self.helper.submit(finish)
         self._inflight = flight
         self.engine.batch = Batch()
 
@@ -542,7 +424,7 @@ class Committer:
         self, pending: Batch, views: list[ViewWrite], tally: Tally, seconds: float
     ) -> None:
         """The batch's transaction committed: apply and count it (loop thread)."""
-        self._apply_reports()
+        self.ledger.apply_reports()
         self.store.committed(self.engine.partitions)
         if self.queries is not None:
             self.queries.committed(views)
@@ -574,8 +456,8 @@ class Committer:
         # error, classified just below)
         with contextlib.suppress(KafkaException):
             self.producer.poll(0)
-        self._apply_reports()  # a refused record names its topic (verdict)
-        self._forget()
+        self.ledger.apply_reports()  # a refused record names its topic (verdict)
+        self.ledger.forget()
         eos = self.config.exactly_once
         now = time.monotonic()
         if now - opened >= self.config.effective_transaction_timeout_ms / 1000:
@@ -625,29 +507,15 @@ class Committer:
         (FatalBudget): a cause that persists — missing ACLs — still ends the
         process.
         """
-        timeout_s = self.config.effective_transaction_timeout_ms / 1000
         now = time.monotonic()
-        # a broker fault or our own overrun moments ago explains the fence
-        explained = any(
-            at is not None and now - at < 2 * timeout_s
-            for at in (self.problems.broker_trouble_at, self.overran_at)
-        )
-        if err.code() in FENCED and open_s < timeout_s and not explained:
-            # the evidence, in full: a chaos run saw this verdict under CPU
-            # starvation with no second member, and the line did not say which
-            # broker error it rested on or whether a producer of ours was replaced
-            since = "never" if self.replaced_at is None else f"{now - self.replaced_at:.1f} s ago"
-            log.error(
-                "producer fenced (%s) after %.1f s, within the transaction timeout "
-                "(%.1f s), with every broker answering and no transaction of ours "
-                "overrun (producer last replaced: %s): another member runs with "
-                "instance id %r",
-                err,
-                open_s,
-                timeout_s,
-                since,
-                self.instance_id,
-            )
+        if transactions.fenced_by_another_member(
+            err,
+            open_s,
+            self.config,
+            explained_at=(self.problems.broker_trouble_at, self.overran_at),
+            replaced_at=self.replaced_at,
+            instance_id=self.instance_id,
+        ):
             return False
         if not (budget or self.fatal_budget).allow(err):
             return False
@@ -717,7 +585,7 @@ class Committer:
                     # member" verdict ended members under CPU starvation)
                     self.overran_at = time.monotonic()
                 log.debug("abort_transaction: %s", exc)
-        self._forget()
+        self.ledger.forget()
         self.metrics.aborts.inc()
         touched = self.engine.batch.partitions() | partitions
         self.engine.batch = Batch()
@@ -726,19 +594,3 @@ class Committer:
         numbers = sorted(touched & set(self.engine.partitions) - self.leaving)
         if numbers:  # all revoked (a shutdown): nothing of ours to rewind
             self.rewind(numbers)
-
-
-def _log_timeline(
-    events: int, marks: list[tuple[str, float]], sched: list[tuple[str, float]]
-) -> None:
-    """One line: each step's end in ms after the previous one (``opened``: the
-    batch's first record could have arrived; ``close``: the loop closed it);
-    after ``|``, ms runnable but waiting for a CPU: the loop thread during the
-    batch's window and from close to the offsets sent (with its ms on a CPU
-    then), every thread of the process during ``commit_transaction``."""
-    steps = " ".join(
-        f"{name}={1000 * (at - before):.1f}"
-        for (_, before), (name, at) in itertools.pairwise(marks)
-    )
-    waits = " ".join(f"{name}={ms:.1f}" for name, ms in sched)
-    timeline.debug("txn events=%d %s | sched %s", events, steps, waits)
