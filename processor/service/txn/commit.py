@@ -26,9 +26,9 @@ A failed commit aborts and rewinds both batches' partitions: the open one
 was folded on top of the failed one.
 
 Threads: the helper thread calls only the producer (librdkafka is
-thread-safe) and appends to the ledger's reports (``output_ledger.py``); the store, the engine, the query
-cache and the metrics are touched on the loop thread only, in
-:meth:`settle`.
+thread-safe) and appends to the ledger's reports (``output_ledger.py``);
+the store, the engine, the query cache and the metrics are touched on the
+loop thread only, in :meth:`settle`.
 """
 
 from __future__ import annotations
