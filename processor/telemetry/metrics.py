@@ -23,6 +23,7 @@ from prometheus_client import (
 )
 
 from processor.core.sharing import SharedTable
+from processor.engine import Tally
 from processor.kafka.retry import RetryWatch
 from processor.telemetry.health import Health
 
@@ -263,6 +264,30 @@ class Metrics:
             if table.full > seen:
                 counter.inc(table.full - seen)
                 self._shared_full_seen[table.name] = table.full
+
+    def count_state(self, tally: Tally) -> None:
+        """Count the tally's state changes (loads, evictions) and zero them."""
+        if tally.loads:
+            self.session_loads.inc(tally.loads)
+        if tally.evictions:
+            self.evictions.inc(tally.evictions)
+        tally.loads = tally.evictions = 0
+
+    def count_decisions(self, tally: Tally) -> None:
+        """Count a committed batch's decisions (applied, rejected, dead letters,
+        commands, records published)."""
+        for label, n in tally.events.items():
+            self.events.labels(label).inc(n)
+        for rule, n in tally.dlq.items():
+            self.dlq.labels(rule).inc(n)
+        if tally.dlq_oversized:
+            self.dlq_oversized.inc(tally.dlq_oversized)
+        for label, n in tally.control.items():
+            self.control.labels(label).inc(n)
+        if tally.views_published:
+            self.views_published.inc(tally.views_published)
+        if tally.checkpoints_published:
+            self.checkpoints_published.inc(tally.checkpoints_published)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -66,3 +66,17 @@ def fold_messages(engine: Engine, msgs: Iterable[Msg], consume_error: Callable[[
             engine.fail(part, rec, exc)
         offsets[number] = rec.offset + 1
     return consumed
+
+
+def record_of(msg: Msg) -> Record:
+    """A consumed message as the engine sees it (a broker-less timestamp is now)."""
+    ts = msg.timestamp()[1]
+    offset = msg.offset()
+    return Record(
+        msg.topic() or "",
+        msg.partition() or 0,
+        offset if offset is not None else -1,
+        msg.key(),
+        msg.value(),
+        ts if ts > 0 else int(time.time() * 1000),
+    )

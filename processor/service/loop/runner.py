@@ -59,7 +59,7 @@ from processor.kafka.retry import observing, run_all
 from processor.kafka.schema_registry import codec_for
 from processor.kafka.transport import GroupConsumer, KafkaTransport, Msg, Transport
 from processor.service.loop.control import ControlChannel
-from processor.service.loop.fold_loop import fold_messages
+from processor.service.loop.fold_loop import fold_messages, record_of
 from processor.service.loop.heap import HeapPolicy
 from processor.service.loop.idle import Behind, IdleClock, behind_end
 from processor.service.ops.broker_watch import BrokerWatch
@@ -80,24 +80,6 @@ CONSUME_AT_MOST = 5_000
 
 #: Header name the old protocol read as a command; it is now ignored on events
 #: (kept so tests can prove a forged header does nothing).
-
-
-def _offset(msg: Msg) -> int:
-    offset = msg.offset()
-    return offset if offset is not None else -1
-
-
-def _record(msg: Msg) -> Record:
-    """A consumed message as the engine sees it (a broker-less timestamp is now)."""
-    ts = msg.timestamp()[1]
-    return Record(
-        msg.topic() or "",
-        msg.partition() or 0,
-        _offset(msg),
-        msg.key(),
-        msg.value(),
-        ts if ts > 0 else int(time.time() * 1000),
-    )
 
 
 class Processor:
@@ -471,7 +453,7 @@ class Processor:
         """Operator commands from the control topic (the engine applies them)."""
         if self._pending.empty():
             self._pending.started = time.monotonic()
-        self.engine.apply_commands([_record(m) for m in msgs])
+        self.engine.apply_commands([record_of(m) for m in msgs])
         self._flush_tally(decided=False)
 
     def _flush_tally(self, *, decided: bool = True) -> None:
@@ -483,27 +465,11 @@ class Processor:
         dropped when it aborts, so a refolded batch is not counted twice.
         """
         tally, self.engine.tally = self.engine.tally, Tally()
-        m = self.metrics
-        if tally.loads:
-            m.session_loads.inc(tally.loads)
-        if tally.evictions:
-            m.evictions.inc(tally.evictions)
-        tally.loads = tally.evictions = 0
+        self.metrics.count_state(tally)
         if not decided:
             self.engine.tally = tally
             return
-        for label, n in tally.events.items():
-            m.events.labels(label).inc(n)
-        for rule, n in tally.dlq.items():
-            m.dlq.labels(rule).inc(n)
-        if tally.dlq_oversized:
-            m.dlq_oversized.inc(tally.dlq_oversized)
-        for label, n in tally.control.items():
-            m.control.labels(label).inc(n)
-        if tally.views_published:
-            m.views_published.inc(tally.views_published)
-        if tally.checkpoints_published:
-            m.checkpoints_published.inc(tally.checkpoints_published)
+        self.metrics.count_decisions(tally)
 
     # ------------------------------------------------------------ engine feeds
 
@@ -512,7 +478,7 @@ class Processor:
         event that follows a quarantine is applied before that event."""
         if self._control is None:
             return []
-        return [_record(m) for m in self._control.drain(partition)]
+        return [record_of(m) for m in self._control.drain(partition)]
 
     def session_history(
         self, partition: int, start: int, end: int, key: bytes
@@ -522,7 +488,7 @@ class Processor:
         if reader is None:
             return None
         return [
-            _record(m)
+            record_of(m)
             for m in read_key_range(reader, self.topics.events, partition, start, end, key)
         ]
 
