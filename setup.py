@@ -68,6 +68,7 @@ MYPYC_MODULES = [
     "processor/core/session.py",
     "processor/core/sharing.py",
     "processor/core/surface.py",
+    "processor/core/surface_plans.py",
     "processor/core/builtin/_common.py",
     "processor/core/builtin/inbox.py",
     "processor/core/builtin/request_header.py",
