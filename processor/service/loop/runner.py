@@ -349,7 +349,7 @@ class Processor:
             # the revoke's commit and abort, each of which would wait out its
             # timeout; the uncommitted batch is refolded by the next owner
             self._dead = True
-            self.engine.batch = Batch()
+            self.engine.discard_batch()
             raise
         finally:
             self.heap.stop()

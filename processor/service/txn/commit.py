@@ -375,8 +375,7 @@ class Committer:
         # store is written from
         producer.flush(self.timeout(10))
         faultpoints.hit(faultpoints.AFTER_COMMIT)
-        tally, self.engine.tally = self.engine.tally, Tally()
-        self.engine.batch = Batch()
+        _, tally = self.engine.close_batch()
         self._committed(pending, views, tally, time.perf_counter() - t0)
 
     def _hand_off(
@@ -393,7 +392,7 @@ class Committer:
         assert producer is not None
         # the batch's decisions leave with it (counted when it commits, dropped
         # with the open batch's when it fails)
-        tally, self.engine.tally = self.engine.tally, Tally()
+        _, tally = self.engine.close_batch()
         flight = _InFlight(pending, views, tally, t0, opened, marks=marks, sched=sched)
         waited = schedstat.process_wait_ms() if marks else 0.0
         # a step is at most half the revoke budget: a revoke waits for it and
@@ -418,7 +417,6 @@ class Committer:
 
         flight.future = self.helper.submit(finish)
         self._inflight = flight
-        self.engine.batch = Batch()
 
     def _committed(
         self, pending: Batch, views: list[ViewWrite], tally: Tally, seconds: float
@@ -587,8 +585,7 @@ class Committer:
                 log.debug("abort_transaction: %s", exc)
         self.ledger.forget()
         self.metrics.aborts.inc()
-        touched = self.engine.batch.partitions() | partitions
-        self.engine.batch = Batch()
+        touched = self.engine.discard_batch() | partitions
         if not rewind or self.consumer is None:
             return
         numbers = sorted(touched & set(self.engine.partitions) - self.leaving)
