@@ -21,9 +21,10 @@ from processor.kafka.client_errors import (
     one_line,
 )
 from processor.service.loop.runner import Processor
+from processor.service.ops.http import PathHandler, serve
 from processor.service.partitions.restore import AnchorError
 from processor.service.queries.query_setup import attach_queries, query_endpoint
-from processor.telemetry.metrics import Metrics, PathHandler, serve
+from processor.telemetry.metrics import Metrics
 
 _T = TypeVar("_T")
 

@@ -34,7 +34,7 @@ from processor.kafka.topic_admin import create_topics
 from processor.service.loop.runner import Processor
 from processor.service.partitions.restore import load_checkpoints
 
-log = logging.getLogger("processor.replay")
+log = logging.getLogger(__name__)
 
 
 class ReplayError(Unavailable, RuntimeError):

@@ -26,7 +26,7 @@ from processor.kafka.reads import read_partitions, records, topic_partitions
 
 _partitions = topic_partitions  # the name views_reader imports
 
-log = logging.getLogger("processor.views_reader")
+log = logging.getLogger(__name__)
 
 
 #: Errors of a topic that exists but whose leaders are not known yet (just

@@ -39,7 +39,7 @@ from processor.protocol import (
     transcript_page,
 )
 
-log = logging.getLogger("processor.views_reader")
+log = logging.getLogger(__name__)
 BUNDLE_PREFIX = bundle_view(0)[:-1]
 
 

@@ -90,7 +90,7 @@ __all__ = [
     "view_update_json",
 ]
 
-log = logging.getLogger("processor.views_reader")
+log = logging.getLogger(__name__)
 
 #: Views every session has besides its domain projection units.
 

@@ -80,7 +80,7 @@ _NO_DISPATCH: dict[str, _Targets] = {}  # before the first _prime (never written
 #: Most events an ``apply_all`` unit's queue holds before it is folded in (a
 #: cell's ``pending``): the queue is bounded, and an offline log queued whole
 #: until the first read was a second pass over every event after they had
-#: left the cache (BENCHMARKS §core, core7: -12% last-level misses per event).
+#: left the cache (-12% last-level misses per event).
 PENDING_MAX: Final = 256
 
 

@@ -44,7 +44,7 @@ from processor.engine.ports import NoFeeds as NoFeeds
 from processor.engine.records import Batch, Fate, Out, Outcome, Record, Tally
 from processor.engine.runtime import Quarantine, SessionRuntime, ViewChange
 
-log = logging.getLogger("processor.runner")
+log = logging.getLogger(__name__)
 
 
 class PartitionState:

@@ -65,7 +65,7 @@ from processor.inspect.redact import redact
 from processor.inspect.state import InspectorState
 from processor.protocol import is_transcript_page
 
-log = logging.getLogger("processor.inspect")
+log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 TOKEN_HEADER = "X-Inspector-Token"

@@ -20,7 +20,7 @@ from processor.inspect.app import Inspector, RedriveFn, build_app
 from processor.inspect.history import EventHistory
 from processor.inspect.state import InspectorState
 
-log = logging.getLogger("processor.inspect")
+log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765

@@ -58,7 +58,7 @@ from processor.kafka import clients
 from processor.kafka.reads import records, topic_partitions
 from processor.kafka.schema_registry import codec_for
 
-log = logging.getLogger("processor.inspect")
+log = logging.getLogger(__name__)
 
 MAX_LETTERS_PER_SESSION = 200
 MAX_OFFSETS_PER_SESSION = 100_000

@@ -29,7 +29,7 @@ from confluent_kafka import KafkaError, KafkaException
 from processor.core.errors import Unavailable
 from processor.kafka.retry import GaveUp
 
-log = logging.getLogger("processor.kafka")
+log = logging.getLogger(__name__)
 #: librdkafka's own log lines (syslog levels mapped to Python's); off by default
 #: (``--kafka-log-level``): what matters of them also arrives through
 #: ``error_cb`` and becomes the one clear line the process ends with.

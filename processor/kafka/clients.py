@@ -57,7 +57,7 @@ def produce(
         try:
             if on_delivery is None and headers is None:
                 # most output records: positional, as confluent's produce parses
-                # keywords into a dict per call (1.2 vs 0.6 us a call, BENCHMARKS §1 svc6)
+                # keywords into a dict per call (1.2 vs 0.6 us a call, figure 1)
                 producer.produce(topic, value, key, part)
             else:
                 producer.produce(
@@ -128,7 +128,7 @@ def plain_consumer(
 #: channel): a fetch answered by data returns at once whatever this wait, but an
 #: empty one waits it out.  At 10 ms an idle member's control consumer sent ~100
 #: fetches a second, 6.6% of a core on the broker against 2.3% at 100 ms
-#: (BENCHMARKS §5, ``lat3``): CPU the commit path lacked on a busy box
+#: (figure 5): CPU the commit path lacked on a busy box
 LONG_POLL = {"control": 100}
 
 
@@ -165,7 +165,7 @@ def output_settings(
         # previous commit's markers (its commit_transaction has returned; with
         # the overlapped commit the next batch begins ~I - C later).  Retried
         # after the default 100 ms (then 200, 400: exponential) it held ~10% of
-        # the transactions 110-430 ms under load (BENCHMARKS §5, `lat`); the
+        # the transactions 110-430 ms under load (figure 5); the
         # Java producer retries the first AddPartitionsToTxn of a transaction
         # after 20 ms for this reason (KAFKA-5477).
         "retry.backoff.ms": 20,

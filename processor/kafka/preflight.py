@@ -37,7 +37,7 @@ from processor.kafka.retry import observing, retry
 from processor.kafka.topic_admin import topic_specs
 from processor.telemetry.metrics import Metrics
 
-log = logging.getLogger("processor.preflight")
+log = logging.getLogger(__name__)
 
 
 def missing_permissions(

@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processor.core.errors import Unavailable
 
-log = logging.getLogger("processor.retry")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

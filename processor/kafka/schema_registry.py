@@ -46,7 +46,7 @@ from processor.config import ServiceConfig
 from processor.core.errors import InvalidInput, Unavailable
 from processor.kafka.retry import waiting
 
-log = logging.getLogger("processor.registry")
+log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 RECORD_TYPES = (SESSION_EVENT, VIEW, CHECKPOINT, DEAD_LETTER)

@@ -28,7 +28,7 @@ from processor.kafka.client_errors import ClientProblems
 from processor.kafka.owners import partitions_held
 from processor.telemetry.metrics import Metrics
 
-log = logging.getLogger("processor.transport")
+log = logging.getLogger(__name__)
 
 
 class Msg(Protocol):

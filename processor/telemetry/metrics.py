@@ -1,20 +1,17 @@
-"""Prometheus metrics and the health endpoints of one processor process.
+"""Prometheus metrics and the health report of one processor process.
 
 One registry per :class:`Metrics` (not the global default) so several
-processors can live in one test process.  ``serve`` exposes ``/metrics``,
-``/healthz`` and ``/readyz``, which report :attr:`Metrics.health`
-(``health.py``: a report the run loop writes, never read to decide).
+processors can live in one test process.  The HTTP port that exposes them
+(``/metrics``, ``/healthz``, ``/readyz``, the queries) is
+``processor/service/ops/http.py``; :attr:`Metrics.health` is ``health.py``
+(a report the run loop writes, never read to decide).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from collections.abc import Iterable
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -295,71 +292,3 @@ class Metrics:
 
 def _buckets() -> tuple[float, ...]:
     return (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-
-
-def liveness(m: Metrics, liveness_s: float = 60.0) -> tuple[int, bytes]:
-    """``/healthz``: the loop ticked recently and nothing fatal happened."""
-    return m.health.liveness(liveness_s)
-
-
-def readiness(m: Metrics, liveness_s: float = 60.0) -> tuple[int, bytes]:
-    """``/readyz``: see :class:`processor.telemetry.health.Health`."""
-    return m.health.readiness(liveness_s)
-
-
-#: A path -> (status, body, headers) answerer mounted under ``/sessions/`` (queries.py).
-PathHandler = Callable[[str], tuple[int, bytes, Mapping[str, str]]]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    metrics: Metrics
-    liveness_s: float = 60.0
-    queries: PathHandler | None = None
-
-    def do_GET(self) -> None:
-        m = self.metrics
-        if self.queries is not None and self.path.startswith("/sessions/"):
-            status, body, headers = self.queries(self.path)
-            self._send(status, body, headers=headers)
-        elif self.path.startswith("/metrics"):
-            self._send(200, m.exposition(), CONTENT_TYPE_LATEST)
-        elif self.path.startswith("/healthz"):
-            self._send(*liveness(m, self.liveness_s))
-        elif self.path.startswith("/readyz"):
-            self._send(*readiness(m, self.liveness_s))
-        else:
-            self._send(404, b"not found\n")
-
-    def _send(
-        self,
-        code: int,
-        body: bytes,
-        ctype: str = "text/plain; charset=utf-8",
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self.send_response(code)
-        headers = headers or {}
-        self.send_header("Content-Type", headers.get("Content-Type", ctype))
-        for name, value in headers.items():
-            if name != "Content-Type":
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-
-def serve(
-    metrics: Metrics, host: str, port: int, queries: PathHandler | None = None
-) -> ThreadingHTTPServer:
-    """Start the HTTP endpoint in a daemon thread; ``server.server_port`` is the port."""
-    handler = type(
-        "Handler",
-        (_Handler,),
-        {"metrics": metrics, "queries": staticmethod(queries) if queries else None},
-    )
-    server = ThreadingHTTPServer((host, port), handler)
-    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
-    return server

@@ -1,5 +1,5 @@
-"""What a batch produces: coalesced views, checkpoints, order (SERVICE-DESIGN
-"Processing loop" step 3), without a broker."""
+"""What a batch produces: coalesced views, checkpoints, order (the
+processing loop's output step, docs/architecture.md), without a broker."""
 
 from __future__ import annotations
 

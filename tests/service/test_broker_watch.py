@@ -13,7 +13,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processor.kafka.client_errors import ClientProblems
 from processor.service.ops.broker_watch import BrokerWatch
-from processor.telemetry.metrics import Metrics, readiness
+from processor.service.ops.http import readiness
+from processor.telemetry.metrics import Metrics
 
 
 class Cluster:

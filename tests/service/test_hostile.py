@@ -51,7 +51,8 @@ from processor.offline import fold_events, session_output
 from processor.protocol import CONTROL_HEADER
 from processor.service.loop.control import partition_of, redrive
 from processor.service.loop.runner import Processor
-from processor.telemetry.metrics import Metrics, serve
+from processor.service.ops.http import serve
+from processor.telemetry.metrics import Metrics
 from tests.service.conftest import Stack, as_json, sessions
 from tests.service.running import RunningProcessor
 

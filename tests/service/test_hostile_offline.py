@@ -21,8 +21,9 @@ from processor.engine.dead_letters import MAX_COPIED_VALUE, MAX_KEY_BYTES, bound
 from processor.kafka.client_errors import ClientProblems, KafkaFatal, Kind, classify
 from processor.service.loop.control import Command, CommandError, parse_command, redrive
 from processor.service.ops.failures import FailureTracker
+from processor.service.ops.http import serve
 from processor.service.txn import transactions
-from processor.telemetry.metrics import Metrics, serve
+from processor.telemetry.metrics import Metrics
 
 HEADER = (
     b'{"type":"session","version":4,"id":"deep","createdAt":0,"isSeeded":false,'

@@ -29,7 +29,8 @@ from processor.kafka.topic_admin import create_topics, delete_topics
 from processor.kafka.transport import KafkaTransport, TxnProducer
 from processor.service.loop.control import redrive
 from processor.service.loop.runner import Processor
-from processor.telemetry.metrics import Metrics, serve
+from processor.service.ops.http import serve
+from processor.telemetry.metrics import Metrics
 from tests.service.conftest import Stack, as_json, sessions, wait_until
 
 pytestmark = pytest.mark.kafka

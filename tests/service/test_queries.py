@@ -362,7 +362,8 @@ def test_a_fill_that_fails_is_retried_and_a_revoked_fill_is_discarded(
 def test_the_metrics_port_serves_the_routes_with_their_headers() -> None:
     import http.client
 
-    from processor.telemetry.metrics import Metrics, serve
+    from processor.service.ops.http import serve
+    from processor.telemetry.metrics import Metrics
 
     metrics = Metrics()
     source = Source(_views(), owned=False)

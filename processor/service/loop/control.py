@@ -66,7 +66,7 @@ __all__ = [
     "redrive",
 ]
 
-log = logging.getLogger("processor.control")
+log = logging.getLogger(__name__)
 
 
 class ControlChannel:

@@ -3,7 +3,7 @@
 Compiled with mypyc (setup.py ``MYPYC_MODULES``, figure 2): interpreted,
 this loop's frame -- a ``Record`` built from seven accessor calls and the
 ``fold`` call, per record -- was most of what the interpreter still ran per
-event (BENCHMARKS §2, ``svc4``).  The runner calls it once per poll.
+event (figure 2).  The runner calls it once per poll.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from processor.core.errors import Unavailable
 from processor.engine import Engine, Record
 from processor.kafka.transport import Msg
 
-log = logging.getLogger("processor.runner")
+log = logging.getLogger(__name__)
 
 
 def fold_messages(engine: Engine, msgs: Iterable[Msg], consume_error: Callable[[Msg], None]) -> int:

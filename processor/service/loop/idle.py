@@ -38,7 +38,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from processor.engine import PartitionState
 from processor.kafka.transport import Reader
 
-log = logging.getLogger("processor.runner")
+log = logging.getLogger(__name__)
 
 #: "topic[n]" -> (position, cached high watermark) of each partition short of its end
 Behind = dict[str, tuple[int, int]]

@@ -1,6 +1,6 @@
 """The processor: consume → fold → one transaction per batch.
 
-Loop (SERVICE-DESIGN "Processing loop"):
+Loop:
 
 1. ``consume`` a batch, decode, route each record to its session;
 2. the seq gate and the core fold, per session, in partition order;
@@ -72,7 +72,7 @@ from processor.service.store.checkpoint_store import CheckpointStore
 from processor.service.txn.commit import Committer
 from processor.telemetry.metrics import Metrics
 
-log = logging.getLogger("processor.runner")
+log = logging.getLogger(__name__)
 GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
 #: records one ``consume`` asks for at most (fewer when ``max_batch_events`` is lower);
 #: a call that comes back with this many finds the consumer behind (catch-up)
@@ -270,7 +270,7 @@ class Processor:
                 # records that arrived while the loop was committing have waited
                 # since then, so the batch closes one interval after its oldest
                 # record could have arrived, not one interval after the commit
-                # that made it wait (measured, BENCHMARKS §5: p99 ~ I + 2C -> I + C
+                # that made it wait (measured, figure 5: p99 ~ I + 2C -> I + C
                 # for a transaction time C).  Never older than one interval (a
                 # long restore inside the poll).  A slice ends when the open
                 # batch is due, so it closes on time, not up to a slice late.
@@ -330,7 +330,7 @@ class Processor:
                     # A due batch whose predecessor still commits keeps folding
                     # until that commit ends: it could not begin sooner, and what
                     # arrives meanwhile rides along instead of waiting for the
-                    # next transaction, a whole commit later (BENCHMARKS §5, tail)
+                    # next transaction, a whole commit later (figure 5)
                     or (
                         time.monotonic() - p.started >= interval
                         and not self.txn.busy
@@ -375,8 +375,8 @@ class Processor:
         came back full): those records are late already, and fewer, larger
         transactions catch up sooner -- each produces a session's views and
         checkpoint once, however many of its events it holds (a backlog at the
-        200 ms interval spent half the loop's time producing them, BENCHMARKS §1
-        ``svc5``).  Bounded by ``max_batch_events`` (the close above) and by the
+        200 ms interval spent half the loop's time producing them, figure 1).
+        Bounded by ``max_batch_events`` (the close above) and by the
         state budget (sessions are evicted only after a commit)."""
         budget = self.config.state_budget_bytes
         return behind and (budget <= 0 or self.engine.held.bytes < budget)

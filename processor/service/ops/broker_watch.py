@@ -22,7 +22,7 @@ from confluent_kafka import KafkaException
 from processor.kafka.client_errors import ClientProblems
 from processor.telemetry.metrics import Metrics
 
-log = logging.getLogger("processor.brokers")
+log = logging.getLogger(__name__)
 
 
 class BrokerWatch:

@@ -14,7 +14,7 @@ import logging
 
 from processor.telemetry.metrics import Metrics
 
-log = logging.getLogger("processor.failures")
+log = logging.getLogger(__name__)
 
 
 class FailureTracker:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from processor.kafka.owners import MEMBER_PREFIX
 
-log = logging.getLogger("processor.group")
+log = logging.getLogger(__name__)
 
 #: How often the group is described (one admin call to the group coordinator).
 WATCH_EVERY_S = 30.0

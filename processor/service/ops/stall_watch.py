@@ -37,7 +37,7 @@ from confluent_kafka import KafkaException
 
 from processor.telemetry.metrics import Metrics
 
-log = logging.getLogger("processor.progress")
+log = logging.getLogger(__name__)
 
 
 @dataclass

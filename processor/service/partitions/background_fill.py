@@ -69,7 +69,7 @@ from processor.service.store.local_store import StoredRecord
 from processor.telemetry.metrics import Metrics
 from processor.testing import faultpoints
 
-log = logging.getLogger("processor.fill")
+log = logging.getLogger(__name__)
 
 #: Records read per slice (bounded memory and bounded pause of the loop).
 FILL_SLICE = 20_000

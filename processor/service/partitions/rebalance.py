@@ -64,7 +64,7 @@ from processor.service.txn.commit import Committer
 from processor.telemetry.metrics import Metrics
 from processor.testing import faultpoints
 
-log = logging.getLogger("processor.runner")
+log = logging.getLogger(__name__)
 
 
 class Rebalance:

@@ -53,7 +53,7 @@ from processor.kafka.reads import read_partitions
 from processor.kafka.retry import default_deadline, kafka_error, retry, waiting
 from processor.kafka.transport import OffsetsAdmin, Reader
 
-log = logging.getLogger("processor.restore")
+log = logging.getLogger(__name__)
 
 
 @dataclass

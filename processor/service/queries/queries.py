@@ -45,7 +45,7 @@ from processor.client.views_reader import ViewRecord, assemble_transcript
 from processor.core.errors import Unavailable
 from processor.engine.dead_letters import MAX_KEY_BYTES
 
-log = logging.getLogger("processor.queries")
+log = logging.getLogger(__name__)
 
 #: Largest response body; a bigger transcript must be asked for in slices.
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
@@ -144,7 +144,7 @@ class Queries:
             self.counter.labels(outcome)
 
     def http(self, path: str) -> tuple[int, bytes, dict[str, str]]:
-        """:meth:`handle` as the HTTP server takes it (``metrics.serve``)."""
+        """:meth:`handle` as the HTTP server takes it (``ops/http.py`` serve)."""
         r = self.handle(path)
         return r.status, r.body, r.headers
 

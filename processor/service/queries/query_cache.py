@@ -64,7 +64,7 @@ from processor.codec import Codec
 from processor.kafka.owners import session_partition
 from processor.service.queries.queries import GivenUp, NotRestored
 
-log = logging.getLogger("processor.queries")
+log = logging.getLogger(__name__)
 
 #: Default bound of the live bytes of the cache file.
 DEFAULT_BUDGET_BYTES = 1024 * 1024 * 1024

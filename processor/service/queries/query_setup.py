@@ -22,9 +22,10 @@ from processor.kafka.owners import OwnerDirectory, describe_group
 from processor.kafka.reads import scan, watermarks
 from processor.kafka.transport import Reader
 from processor.service.loop.runner import Processor
+from processor.service.ops.http import PathHandler, serve
 from processor.service.queries.queries import Queries
 from processor.service.queries.query_cache import QueryCache
-from processor.telemetry.metrics import Metrics, PathHandler, serve
+from processor.telemetry.metrics import Metrics
 
 #: Seconds a fill may take to read one views partition before it is retried.
 FILL_TIMEOUT_S = 300.0
@@ -38,7 +39,7 @@ def query_endpoint(
     """The HTTP port with the query routes, and ``config`` advertising its URL.
 
     ``serve_with(handler)``: another server of the port (the inspector's), which
-    must expose ``server_port``; default: ``metrics.serve``.
+    must expose ``server_port``; default: ``ops.http.serve``.
     """
     queries = Queries(None, registry=metrics.registry)
     if serve_with is not None:

@@ -63,7 +63,7 @@ from processor.kafka.transport import Msg, Reader
 from processor.service.store.local_store import LocalStore, StoredRecord
 from processor.service.store.store_writer import StoreWriter
 
-log = logging.getLogger("processor.state")
+log = logging.getLogger(__name__)
 
 #: Records applied per store transaction while filling (bounded memory).
 FILL_BATCH = 20_000

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger("processor.store")
+log = logging.getLogger(__name__)
 
 #: Layout version of the SQLite file; another version is dropped and refilled.
 STORE_VERSION = 3

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from processor.service.store.local_store import StoredRecord
 
-log = logging.getLogger("processor.state")
+log = logging.getLogger(__name__)
 
 Apply = Callable[[int, list[StoredRecord], int], None]
 

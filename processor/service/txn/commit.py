@@ -61,7 +61,7 @@ from processor.service.txn.txn_helper import HelperThread, StuckCall
 from processor.telemetry.metrics import Metrics
 from processor.testing import faultpoints
 
-log = logging.getLogger("processor.runner")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -315,7 +315,7 @@ class Committer:
             # The offsets go into the transaction on a helper thread while this
             # one builds and produces the output: send_offsets_to_transaction
             # waits two broker round trips (AddOffsetsToTxn, TxnOffsetCommit),
-            # 20-25% of a transaction on a loaded box (BENCHMARKS §5).  Both
+            # 20-25% of a transaction on a loaded box (figure 5).  Both
             # are inside the one transaction, so the order does not matter.
             # (Not under the fault point that needs them unsent.)
             early = eos and offsets and not faultpoints.configured(faultpoints.BEFORE_SEND_OFFSETS)

@@ -3,7 +3,7 @@
 For the per-transaction timeline only (commit.py, DEBUG): a slow step whose
 thread was runnable but not running most of the time was starved by the
 box (other processes), not slowed by its own work or by the broker
-(BENCHMARKS §5, ``lat3``).  Elsewhere (no ``/proc``) every figure is 0.
+(figure 5).  Elsewhere (no ``/proc``) every figure is 0.
 """
 
 from __future__ import annotations

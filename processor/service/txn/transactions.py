@@ -32,7 +32,7 @@ from processor.kafka.retry import FENCED, waiting
 from processor.kafka.transport import TxnProducer
 from processor.telemetry.metrics import Metrics
 
-log = logging.getLogger("processor.transactions")
+log = logging.getLogger(__name__)
 
 
 #: one ``init_transactions`` call at most (a failed handshake shows between slices)
