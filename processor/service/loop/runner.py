@@ -24,9 +24,9 @@ stops a partition: any failure interpreting one record is that record's
 dead letter (headers on event records are never commands: commands travel
 on their own topic, ``control.py``).  The clients come from a
 :class:`~processor.kafka.transport.Transport`: Kafka, or the in-memory
-cluster (``memory.py``) the contract suite also runs this loop on.
+cluster (``testing/memory.py``) the contract suite also runs this loop on.
 
-Transaction errors follow confluent-kafka's model (``kafka_errors.py``):
+Transaction errors follow confluent-kafka's model (``kafka/client_errors.py``):
 retriable steps are retried, abortable ones abort and rewind with a
 back-off, and a failure repeating past its bound marks ``/readyz`` 503
 (``failures.py``); missing permissions and failed handshakes end the
