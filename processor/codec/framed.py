@@ -141,7 +141,7 @@ class Codec:
                 writer = _parse(self.resolver.schema_for_id(schema_id))
             except Unavailable:
                 # the registry is out, the record not bad: a CODEC dead letter would
-                # quarantine its session for a transient fault (service/registry.py)
+                # quarantine its session for a transient fault (kafka/schema_registry.py)
                 raise
             except Exception as exc:
                 raise raised_from(CodecError(f"unknown schema id {schema_id}: {exc}"), exc) from exc

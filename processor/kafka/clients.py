@@ -189,7 +189,7 @@ def output_settings(
     if problems is not None:
         conf.update(problems.producer_settings())
     # the local store is written from the offsets checkpoint records got, which
-    # only a successful delivery report carries (state.py); the records that ask
+    # only a successful delivery report carries (checkpoint_store.py); the records that ask
     # for a report name their callback (commit.py): no Python call for the others
     conf["delivery.report.only.error"] = False
     conf.pop("on_delivery", None)

@@ -9,9 +9,9 @@ unreachable); nothing reads a health field to decide what to do next.
 * ``/readyz`` (readiness): assigned partitions restored, nothing fatal,
   transactions not failing past their bound (``failures.py``) and a broker
   answering (``broker_watch.py``), the group taking this member (a join
-  refused: ``group.py``) and no other application's consumer holding events
-  partitions (``group_watch.py``), the local store usable (``state.py``),
-  no partition stalled with lag past its re-seeks (``progress.py``), no
+  refused: ``join_refusal.py``) and no other application's consumer holding events
+  partitions (``group_watch.py``), the local store usable (``checkpoint_store.py``),
+  no partition stalled with lag past its re-seeks (``stall_watch.py``), no
   Kafka call being retried for ``RETRY_REPORT_S`` (``retry.py``: a restore
   waiting out a broker restart inside a rebalance callback) and the loop
   ticking (a loop blocked in a call past ``liveness_s`` moves nothing).
@@ -46,17 +46,17 @@ class Health:
         #: set while no broker has answered past a bound
         self.unreachable: str | None = None
         #: why the group coordinator refuses this member's join (another
-        #: application's consumers in the group), until it is assigned (group.py)
+        #: application's consumers in the group), until it is assigned (join_refusal.py)
         self.group: str | None = None
         #: another application's consumers holding events partitions (group_watch.py)
         self.foreign: str | None = None
-        #: why the local state store cannot be opened or written (state.py)
+        #: why the local state store cannot be opened or written (checkpoint_store.py)
         self.store: str | None = None
         #: partitions whose store fill is still running (background_fill.py)
         self.filling = 0
         #: why fills failed or were put off, while they are retried (one per partition)
         self.fill_problems: tuple[str, ...] = ()
-        #: a partition with lag whose position did not move past its bound (progress.py)
+        #: a partition with lag whose position did not move past its bound (stall_watch.py)
         self.stalled: str | None = None
         #: (seconds failing, line) of the oldest Kafka call being retried (retry.py)
         self.retrying: Callable[[], tuple[float, str] | None] = lambda: None

@@ -71,7 +71,7 @@ class Metrics:
         )
         self.partition_stalls = Counter(
             "processor_partition_stalls_total",
-            "Times a partition with lag did not move for stall_s (progress.py)",
+            "Times a partition with lag did not move for stall_s (stall_watch.py)",
             ["partition"],
             registry=r,
         )

@@ -101,7 +101,7 @@ class Processor:
         the old views; holding each session's views back until it reaches the
         seq it had published keeps ``asOfSeq`` from going backwards.
         ``transport``: where the clients come from (Kafka unless given; the
-        contract suite passes the in-memory one, ``memory.py``).
+        contract suite passes the in-memory one, ``testing/memory.py``).
         """
         self.config = config
         self.transport = transport or KafkaTransport(config)
@@ -134,7 +134,7 @@ class Processor:
         #: where the watchdog last sought a partition (its state then): the client
         #: forgets the position at a seek until it reads again
         self._sought: dict[int, tuple[PartitionState, int]] = {}
-        #: partitions with lag whose position stopped moving (progress.py)
+        #: partitions with lag whose position stopped moving (stall_watch.py)
         self.progress = ProgressWatch(
             self.metrics,
             self._reseek,
@@ -147,7 +147,7 @@ class Processor:
         self.heap = HeapPolicy()
         self.health = self.metrics.health  # the report; never read to decide
         self._group_watch: GroupWatch | None = None
-        #: the checkpoints of the owned partitions on local disk (state.py)
+        #: the checkpoints of the owned partitions on local disk (checkpoint_store.py)
         self.store = CheckpointStore(config, self.codec)
         #: the transaction of the open batch (commit.py)
         self.txn = Committer(
@@ -442,7 +442,7 @@ class Processor:
         if fatal is not None:
             raise self._fail(fatal)
         refused = join_refused(err, self.config.group_id)
-        if refused is not None:  # named on /readyz until assigned, logged once (group.py)
+        if refused is not None:  # named on /readyz until assigned, logged once (join_refusal.py)
             if refused != self.health.group:
                 log.error("%s", refused)
             self.health.group = refused

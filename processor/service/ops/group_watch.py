@@ -2,7 +2,7 @@
 
 A consumer of another application that joins the processor's group with an
 assignor the processor speaks too (``cooperative-sticky``) is given events
-partitions like any member.  Nothing refuses it (``group.py`` covers the
+partitions like any member.  Nothing refuses it (``join_refusal.py`` covers the
 assignors that are refused), so every member reports ready, while the
 partitions it holds are not folded; if it commits offsets, their events are
 skipped for good (the seq gate then quarantines the sessions at the gap).

@@ -365,7 +365,7 @@ class BackgroundFill:
             # sessions would load from a store missing records: never guess.  A
             # full disk (or an I/O error) moves the partition to memory — nothing
             # of it is folded yet — and fills it again from zero; a corrupt file
-            # ends the run, removed (state.py)
+            # ends the run, removed (checkpoint_store.py)
             why = f"write failed while filling: {exc}"
             if is_corrupt(exc) or not self.store.move_to_memory(job.partition, why):
                 raise self.store.unusable(exc, f"filling partition {job.partition}") from exc

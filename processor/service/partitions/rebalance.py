@@ -1,6 +1,6 @@
 """Partitions coming and going: assign (restore), revoke, lost, and rewind after an abort.
 
-On assign, each partition's stored position is verified (``state.py``) and
+On assign, each partition's stored position is verified (``checkpoint_store.py``) and
 the partition is assigned *paused*; the poll loop then fills its store in
 bounded slices (``background_fill.py``) while the other partitions fold.
 When its fill ends, the newest checkpoint proves the events log is still the
@@ -116,9 +116,9 @@ class Rebalance:
         #: committed offset once it ends
         self._reseek: set[int] = set()
         committer.rewind = self.rewind
-        # the store's write queue reports its bound being hit (state.py)
+        # the store's write queue reports its bound being hit (checkpoint_store.py)
         store.on_queue_full = metrics.store_write_queue_full.inc
-        store.on_drop = metrics.store_partitions_dropped.inc  # verify's drops (state.py)
+        store.on_drop = metrics.store_partitions_dropped.inc  # verify's drops (checkpoint_store.py)
 
     # ------------------------------------------------------------ callbacks
 
@@ -139,7 +139,7 @@ class Rebalance:
         with self._observing():
             self._begin(numbers)
         self.health.ready = True  # serving; /readyz names the partitions still filling
-        self.health.group = None  # the group took this member (group.py)
+        self.health.group = None  # the group took this member (join_refusal.py)
 
     def _observing(self) -> contextlib.AbstractContextManager[None]:
         """The restore's retries: counted, named on /readyz, and given up (the
