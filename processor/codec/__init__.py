@@ -140,7 +140,15 @@ from processor.codec.payload import (
     decode_json_payload,
     encode_json_payload,
 )
-from processor.codec.records import (
+from processor.codec.schemas import (
+    InMemorySchemaRegistry,
+    SchemaIdResolver,
+    SchemaInfo,
+    SchemaStore,
+    find_schema_dir,
+    schema_fingerprint,
+)
+from processor.codec.typed_records import (
     Anchor,
     Checkpoint,
     DeadLetter,
@@ -151,14 +159,6 @@ from processor.codec.records import (
     split_view,
     stale_part_keys,
     view_key,
-)
-from processor.codec.schemas import (
-    InMemorySchemaRegistry,
-    SchemaIdResolver,
-    SchemaInfo,
-    SchemaStore,
-    find_schema_dir,
-    schema_fingerprint,
 )
 from processor.core.events import Event
 from processor.protocol import CORE_STATE_VERSION

@@ -41,18 +41,18 @@ from processor.codec.payload import (
     _dumps,
     decode_json_payload,
 )
-from processor.codec.records import (
-    Anchor,
-    Checkpoint,
-    DeadLetter,
-    View,
-    split_view,
-)
 from processor.codec.schemas import (
     SchemaIdResolver,
     SchemaStore,
     _parse,
     _Plan,
+)
+from processor.codec.typed_records import (
+    Anchor,
+    Checkpoint,
+    DeadLetter,
+    View,
+    split_view,
 )
 from processor.core.errors import Unavailable, raised_from
 from processor.core.events import Event

@@ -34,7 +34,6 @@ from processor.engine.commands import (
     partition_of,
 )
 from processor.engine.dead_letters import MAX_KEY_BYTES, bounded
-from processor.engine.errors import AnchorError
 from processor.engine.gate import Gate, judge, refusal
 from processor.engine.held import HeldSessions
 from processor.engine.output import restore_ledgers, session_output, session_tombstones
@@ -42,6 +41,7 @@ from processor.engine.ports import CheckpointSource as CheckpointSource
 from processor.engine.ports import Feeds as Feeds
 from processor.engine.ports import NoFeeds as NoFeeds
 from processor.engine.records import Batch, Fate, Out, Outcome, Record, Tally
+from processor.engine.run_errors import AnchorError
 from processor.engine.runtime import Quarantine, SessionRuntime, ViewChange
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ from processor.config import ServiceConfig
 from processor.core.errors import SessionError
 from processor.core.session import event_digest
 from processor.engine.checkpoints import latest_checkpoints
-from processor.engine.errors import AnchorError as AnchorError  # the CLI catches it here
+from processor.engine.run_errors import AnchorError as AnchorError  # the CLI catches it here
 from processor.kafka.reads import read_partitions
 from processor.kafka.retry import default_deadline, kafka_error, retry, waiting
 from processor.kafka.transport import OffsetsAdmin, Reader
