@@ -55,7 +55,11 @@ class BuildWithSharedData(build_py):
 #: single modules, less the named exclusions, so a new module of the core is
 #: compiled (and tested compiled) without anyone remembering to list it.
 MYPYC_PACKAGES = ("processor/core", "processor/engine", "processor/codec")
-MYPYC_SINGLE = ("processor/files.py", "processor/offline.py", "processor/service/fold_loop.py")
+MYPYC_SINGLE = (
+    "processor/files.py",
+    "processor/offline.py",
+    "processor/service/loop/fold_loop.py",
+)
 #: module -> why it stays interpreted (every entry must exist: a stale one fails the build)
 MYPYC_EXCLUDED = {
     "processor/core/frozen.py": "dict/list subclasses: mypyc cannot compile them",
@@ -67,9 +71,11 @@ MYPYC_EXCLUDED = {
     "processor/engine/checkpoints.py": "decodes checkpoints at restore only",
     "processor/engine/commands.py": "control records: rare, and full of dynamic JSON",
     "processor/engine/dead_letters.py": "dead letters: off the hot path",
-    "processor/engine/errors.py": "exception classes",
+    "processor/engine/run_errors.py": "exception classes",
+    "processor/engine/ports.py": "the Protocols the engine's callers implement: no code",
+    "processor/engine/replay_floor.py": "computed once per session of a replay",
     "processor/codec/names.py": "constants",
-    "processor/codec/records.py": "dataclasses read by every layer; no hot loop",
+    "processor/codec/typed_records.py": "dataclasses read by every layer; no hot loop",
     "processor/codec/schemas.py": "the schema store: loaded once",
 }
 

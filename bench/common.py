@@ -73,8 +73,8 @@ def topics_dropped_after(config: ServiceConfig, keep: Iterable[str] = ()) -> Ite
     than the first (bench/lab/history/5-latency.md: latency sets after peer runs).  ``keep``:
     names created inside the block that must stay (the shared workload).
     """
-    from processor.service import clients
-    from processor.service.topics import delete_topics, internal_topic
+    from processor.kafka import clients
+    from processor.kafka.topic_admin import delete_topics, internal_topic
 
     admin = clients.admin(config)
     before = set(admin.list_topics(timeout=30).topics)

@@ -31,8 +31,8 @@ from bench.common import REPO, Context, measure, python_env, result, unique, wai
 from bench.workload import PARTITIONS, create, interleave, session_logs
 from processor.codec import default_codec
 from processor.config import ServiceConfig
-from processor.service import clients
-from processor.service.topics import delete_topics, topic_specs
+from processor.kafka import clients
+from processor.kafka.topic_admin import delete_topics, topic_specs
 
 SESSIONS = 200
 RATE = 400  # events/s: moderate, a few % of one processor's capacity

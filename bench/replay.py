@@ -1,7 +1,7 @@
 """Figure 4: replay from offset zero into fresh topics vs the ceiling.
 
 Per run, back to back: the ceiling (figure 1's bare consumer), then
-``processor.service.replay.replay(config, into_prefix=<fresh>)`` — the
+``processor.client.replayer.replay(config, into_prefix=<fresh>)`` — the
 blue/green form: a new group folds the whole events topic into
 ``<fresh>.views/.checkpoints/.dlq``.  The replay rate is
 ``ReplayResult.events / ReplayResult.seconds`` (its own clock: the
@@ -15,9 +15,9 @@ from typing import Any
 
 from bench.common import Context, measure, ratio, result, unique, wait_topics_ready
 from bench.throughput import ceiling
-from processor.service import clients
-from processor.service.replay import replay
-from processor.service.topics import create_topics
+from processor.client.replayer import replay
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
 
 
 def run(ctx: Context) -> dict[str, Any]:

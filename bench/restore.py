@@ -29,10 +29,10 @@ from bench.common import Context, group_offsets, measure, ratio, result, unique
 from bench.workload import create, high_watermarks, interleave, produce, session_logs
 from processor.config import ServiceConfig
 from processor.core.events import Event
-from processor.service import clients
-from processor.service.metrics import Metrics
-from processor.service.restore import read_partitions
-from processor.service.runner import Processor
+from processor.kafka import clients
+from processor.kafka.reads import read_partitions
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
 
 SESSIONS = 100
 SHORT = 10

@@ -4,7 +4,7 @@ Each configuration runs in its own child process (``python -m
 bench.state_budget --child N BUDGET``).  The child drives the service's own
 pieces without a broker: an :class:`~processor.engine.Engine` owning one
 partition whose checkpoint source is the member's
-:class:`~processor.service.state.CheckpointStore` (SQLite in a temp dir).
+:class:`~processor.service.store.checkpoint_store.CheckpointStore` (SQLite in a temp dir).
 For each of ``N`` session ids it folds ``EVENTS`` events (decoded afresh,
 as from the consumer), turns the batch into its records (``Engine.output``),
 "commits" them — the checkpoint records reach the store with increasing
@@ -50,7 +50,7 @@ from bench.allocators import breakdown
 from bench.common import Context, result, rss_bytes, run_child_json
 
 if TYPE_CHECKING:
-    from processor.service.local_store import StoredRecord
+    from processor.service.store.local_store import StoredRecord
 
 EVENTS = 12
 ACTIVE = 2_000
@@ -77,8 +77,8 @@ def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
     from processor.config import ServiceConfig
     from processor.engine import PartitionState, Record
     from processor.engine.records import Batch
-    from processor.service.memory import MemoryMessage
-    from processor.service.state import CheckpointStore
+    from processor.service.store.checkpoint_store import CheckpointStore
+    from processor.testing.memory import MemoryMessage
 
     codec = default_codec()
     tmp = Path(tempfile.mkdtemp(prefix="bench-state-"))
@@ -174,7 +174,7 @@ def _growth(now: int | None, then: int | None) -> int | None:
 def _synthetic_batches(prefix: str, n: int) -> Iterator[tuple[list[StoredRecord], int]]:
     """``n`` synthetic sessions (parts ``n.0`` and ``hdr`` of 300 bytes, then the
     head), in batches of 10,000 sessions: ``(records, next offset)``."""
-    from processor.service.local_store import StoredRecord
+    from processor.service.store.local_store import StoredRecord
 
     value = b"v" * 300
     offset = 0
@@ -326,8 +326,8 @@ def fill_child(n: int) -> dict[str, Any]:
     from processor.codec import default_codec
     from processor.config import ServiceConfig
     from processor.engine import PartitionState, Record
-    from processor.service.local_store import LocalStore
-    from processor.service.state import FILL_BATCH, session_key, stored_records
+    from processor.service.store.checkpoint_store import FILL_BATCH, session_key, stored_records
+    from processor.service.store.local_store import LocalStore
 
     codec = default_codec()
     cfg = ServiceConfig(partitions=1)
@@ -385,8 +385,8 @@ def restart_child(n: int) -> dict[str, Any]:
     restart (group join, the tail) does not depend on ``n``."""
     import random
 
-    from processor.service.local_store import LocalStore
-    from processor.service.state import session_key
+    from processor.service.store.checkpoint_store import session_key
+    from processor.service.store.local_store import LocalStore
 
     path = Path(tempfile.mkdtemp(prefix="bench-restart-")) / "s.sqlite"
     store = LocalStore(path, "c", session_key)
@@ -424,9 +424,9 @@ def loop_child(n_sessions: int, state: str) -> dict[str, Any]:
     from bench.workload import session_logs
     from processor.codec import default_codec
     from processor.config import ServiceConfig
-    from processor.service.memory import MemoryBroker, MemoryTransport
-    from processor.service.metrics import Metrics
-    from processor.service.runner import Processor
+    from processor.service.loop.runner import Processor
+    from processor.telemetry.metrics import Metrics
+    from processor.testing.memory import MemoryBroker, MemoryTransport
 
     codec = default_codec()
     if state != "none":

@@ -31,10 +31,10 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from bench.common import Context, measure, ratio, result, rss_bytes, unique, wait_topics_ready
 from processor.codec import default_codec
 from processor.config import ServiceConfig
-from processor.service import clients
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
-from processor.service.topics import create_topics
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
 
 TARGET = 0.5
 

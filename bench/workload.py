@@ -33,8 +33,8 @@ from bench.common import wait_topics_ready
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.core.events import Event
-from processor.service import clients
-from processor.service.topics import create_topics
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
 from processor.workload import generate_session
 
 PARTITIONS = 12

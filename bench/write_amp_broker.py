@@ -20,12 +20,12 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.common import unique, wait_topics_ready
 from bench.write_amp import TopicBytes, compressor, session_logs, simulate
+from processor.client.views_reader import read_committed_records
 from processor.codec import default_codec
 from processor.config import ServiceConfig
-from processor.service import clients
-from processor.service.runner import Processor
-from processor.service.topics import create_topics
-from processor.service.views_reader import read_committed_records
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
+from processor.service.loop.runner import Processor
 
 PARTITIONS = 3
 TICK_TIMEOUT_S = 60.0

@@ -143,7 +143,7 @@ class ServiceConfig:
 
     @property
     def effective_stall_s(self) -> float:
-        """How long a partition with lag may keep its position (``progress.py``).
+        """How long a partition with lag may keep its position (``stall_watch.py``).
 
         Longer than what legitimately holds a position still: a leader election
         (seconds), an open transaction on the events partition (a

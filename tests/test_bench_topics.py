@@ -10,8 +10,8 @@ import pytest
 
 from bench import common
 from processor.config import ServiceConfig
-from processor.service import clients
-from processor.service.topics import delete_topics
+from processor.kafka import clients
+from processor.kafka.topic_admin import delete_topics
 
 
 class _Admin:

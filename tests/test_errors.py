@@ -43,7 +43,7 @@ def test_every_exception_class_is_a_processor_error_of_one_kind() -> None:
 def test_the_kinds_callers_act_on() -> None:
     from processor.codec import CodecError
     from processor.core.errors import SessionError
-    from processor.service.kafka_errors import KafkaFatal
+    from processor.kafka.client_errors import KafkaFatal
 
     assert issubclass(SessionError, InvalidInput) and issubclass(CodecError, InvalidInput)
     assert issubclass(KafkaFatal, Unavailable)

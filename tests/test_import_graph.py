@@ -1,4 +1,4 @@
-"""The shape of the package (LAYOUT.md "Checks of the shape", issue 11).
+"""The shape of the package (docs/architecture.md "Package map", issue 11).
 
 A cycle between two modules means neither can be read, tested or moved
 alone; the pure layers must not reach a Kafka client.
@@ -113,13 +113,17 @@ def test_the_engine_and_the_core_load_no_kafka_client() -> None:
             }, name
 
 
-#: Layers in the order a record travels (LAYOUT.md): a module may import its
+#: Layers in the order a record travels (docs/architecture.md): a module may import its
 #: own layer and those before it, never a later one.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("processor.core", "processor.protocol", "processor.gcpolicy", "processor.kafka_dist"),
     ("processor.agent", "processor.codec", "processor.config", "processor.files"),
     ("processor.engine", "processor.offline", "processor.workload"),
-    ("processor.service", "processor.devbroker", "processor.devcluster"),
+    # the Kafka adapter and the process's report (metrics, health) it feeds
+    ("processor.kafka", "processor.telemetry"),
+    ("processor.testing",),
+    # one group member, and what is not a member (writer, readers, replay)
+    ("processor.service", "processor.client", "processor.devbroker", "processor.devcluster"),
     ("processor.inspect",),
     ("processor.cli", "processor.__main__"),
 )

@@ -151,7 +151,7 @@ def settle_young() -> None:
 
     Cheap (one young collection, nothing walks the frozen heap), but a cycle
     still reachable at the commit and dead later is never reclaimed; the
-    service uses ``processor/service/heap.py`` instead, which has no such leak.
+    service uses ``processor/service/loop/heap.py`` instead, which has no such leak.
     """
     gc.collect(1)
     gc.freeze()

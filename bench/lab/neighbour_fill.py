@@ -24,10 +24,10 @@ from bench.common import broker_bootstrap, unique, wait_topics_ready
 from bench.workload import produce, session_logs
 from processor.config import ServiceConfig
 from processor.engine.commands import partition_of
-from processor.service import clients
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
-from processor.service.topics import create_topics
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
 
 SESSIONS = 20
 EVENTS = 12

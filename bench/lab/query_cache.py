@@ -3,7 +3,7 @@
 The engine (``processor.engine``, the code the Kafka loop drives) folds
 ``--sessions`` sessions of ``--events`` events, ``--batch`` sessions' events
 per transaction; every transaction's views records go to a
-:class:`~processor.service.query_cache.QueryCache` as the runner hands them
+:class:`~processor.service.queries.query_cache.QueryCache` as the runner hands them
 over.  Reported: the engine's fold + output time and the cache's
 ``committed`` time on the loop thread (their quotient is what queries add to
 a batch), the fill rate (records a fill writes per second), the latency of
@@ -39,7 +39,7 @@ from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.events import Event
 from processor.engine import Batch, Engine, PartitionState, Record
-from processor.service.query_cache import QueryCache
+from processor.service.queries.query_cache import QueryCache
 from processor.workload import generate_session
 
 

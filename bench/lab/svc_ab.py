@@ -5,7 +5,7 @@ regenerating the workload each time.
 - ``broker``: per run, the ceiling then one Processor over that topic (as
   figure 1), printing events/s, the ratio and the Processor's CPU seconds;
 - ``mem``: the same events through one Processor on the in-memory transport
-  (``processor/service/memory.py``): engine + service CPU without librdkafka
+  (``processor/testing/memory.py``): engine + service CPU without librdkafka
   or the broker; ``--profile`` prints a cProfile summary of the run;
 - ``engine``: the same events through an :class:`~processor.engine.Engine`
   alone (no runner, no transport; in partition order as the in-memory
@@ -148,9 +148,9 @@ def in_partition_order(data: list[tuple[bytes, bytes]]) -> list[tuple[int, int, 
 
 def cmd_mem_run(args: argparse.Namespace) -> None:
     from processor.config import ServiceConfig
-    from processor.service.memory import MemoryBroker, MemoryTransport
-    from processor.service.metrics import Metrics
-    from processor.service.runner import Processor
+    from processor.service.loop.runner import Processor
+    from processor.telemetry.metrics import Metrics
+    from processor.testing.memory import MemoryBroker, MemoryTransport
 
     data = _events(args.events, args.sessions, args.length)
     for i in range(args.runs):

@@ -31,8 +31,8 @@ BATCH = 1000
 def run(path: str, runs: int) -> None:
     from processor.config import ServiceConfig
     from processor.engine import Batch, PartitionState
-    from processor.service.memory import MemoryBroker, MemoryTransport
-    from processor.service.runner import Processor
+    from processor.service.loop.runner import Processor
+    from processor.testing.memory import MemoryBroker, MemoryTransport
 
     data = _events(path, 200, 60)
     for i in range(runs):

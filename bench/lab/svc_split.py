@@ -42,12 +42,13 @@ from typing import Any
 from bench import throughput
 from bench.common import Context
 from bench.workload import Workload
-from processor.service import clients, schedstat
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
-from processor.service.topics import delete_topics, topic_specs
-from processor.service.transport import KafkaTransport
-from processor.service.views_reader import materialize_views, session_fold_equivalent
+from processor.client.views_reader import materialize_views, session_fold_equivalent
+from processor.kafka import clients
+from processor.kafka.topic_admin import delete_topics, topic_specs
+from processor.kafka.transport import KafkaTransport
+from processor.service.loop.runner import Processor
+from processor.service.txn import schedstat
+from processor.telemetry.metrics import Metrics
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -5,7 +5,7 @@
 slowest 1% of transactions (first record -> commit returned) split by step;
 the CPU waits after ``| sched`` (ms runnable but not running: the loop
 thread in the batch's window and from close to the offsets sent, every
-thread during ``commit_transaction``; ``processor/service/schedstat.py``);
+thread during ``commit_transaction``; ``processor/service/txn/schedstat.py``);
 and, when librdkafka's ``eos`` debug lines are there, how many
 AddPartitionsToTxn requests a transaction sent and how often the coordinator
 answered CONCURRENT_TRANSACTIONS.

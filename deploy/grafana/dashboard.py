@@ -5,7 +5,7 @@
 The JSON is committed so it can be imported without Python; the test
 (tests/deploy/test_grafana.py) regenerates it, requires the committed file to
 match, and checks that every metric and label a query names is one the
-processor exports (processor/service/metrics.py).  Queries use the raw metrics,
+processor exports (processor/telemetry/metrics.py).  Queries use the raw metrics,
 not the recording rules, so the dashboard works without deploy/prometheus/.
 """
 

@@ -75,7 +75,7 @@ def _spawn(config: ServiceConfig, instance: str) -> subprocess.Popen[bytes]:
 
 
 def _summary(sid: str, views: dict[str, Any], ok: bool) -> str:
-    from processor.service.views_reader import session_fold_equivalent
+    from processor.client.views_reader import session_fold_equivalent
 
     doc = session_fold_equivalent(views)
     stats = doc["projections"].get("sessionStats", {})
@@ -152,17 +152,17 @@ def demo(
     inspect_port: int,
 ) -> None:
     """Run the service end to end and check it against the offline fold."""
-    from processor.examples.make_example import scripted_sessions
-    from processor.offline import fold_events, session_output
-    from processor.service import clients
-    from processor.service.registry import codec_for
-    from processor.service.topics import create_topics
-    from processor.service.views_reader import (
+    from processor.client.session_writer import SessionWriter
+    from processor.client.views_reader import (
         materialize_views,
         offline_equivalent,
         session_fold_equivalent,
     )
-    from processor.service.writer import SessionWriter
+    from processor.examples.make_example import scripted_sessions
+    from processor.kafka import clients
+    from processor.kafka.schema_registry import codec_for
+    from processor.kafka.topic_admin import create_topics
+    from processor.offline import fold_events, session_output
 
     explicit = bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")) or config.bootstrap_servers != (
         ServiceConfig().bootstrap_servers

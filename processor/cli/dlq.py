@@ -19,16 +19,16 @@ import orjson
 from confluent_kafka import KafkaException
 
 from processor.cli.common import read_options, service_options
-from processor.codec import DeadLetter
-from processor.config import ServiceConfig
-from processor.service.registry import codec_for
-from processor.service.views_reader import (
+from processor.client.session_writer import DeliveryError, SessionWriter
+from processor.client.views_reader import (
     dead_letter_json,
     follow_dead_letters,
     materialize_views,
     read_dead_letters,
 )
-from processor.service.writer import DeliveryError, SessionWriter
+from processor.codec import DeadLetter
+from processor.config import ServiceConfig
+from processor.kafka.schema_registry import codec_for
 
 
 def summary_line(letter: DeadLetter) -> str:

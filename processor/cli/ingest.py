@@ -31,6 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from processor.cli.common import service_options
 from processor.cli.progress import FileProgress, Progress
+from processor.client.session_writer import producer_name
 from processor.codec import Codec, CodecError, session_key
 from processor.config import ServiceConfig
 from processor.core.defaults import new_session
@@ -45,10 +46,9 @@ from processor.files import (
     read_bytes,
     read_session_file,
 )
-from processor.service import clients
-from processor.service.kafka_errors import ClientProblems
-from processor.service.registry import codec_for
-from processor.service.writer import producer_name
+from processor.kafka import clients
+from processor.kafka.client_errors import ClientProblems
+from processor.kafka.schema_registry import codec_for
 
 
 @dataclass

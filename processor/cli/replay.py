@@ -9,8 +9,8 @@ import click
 
 from processor.cli.common import service_options
 from processor.cli.progress import Progress
+from processor.client.replayer import ReplayError, replay
 from processor.config import ServiceConfig
-from processor.service.replay import ReplayError, replay
 
 
 @click.command("replay")

@@ -15,15 +15,16 @@ from confluent_kafka import KafkaException
 from processor.cli.common import service_options
 from processor.config import ServiceConfig
 from processor.core.errors import Unavailable
-from processor.service.kafka_errors import (
+from processor.kafka.client_errors import (
     KafkaFatal,
     configure_librdkafka_logging,
     one_line,
 )
-from processor.service.metrics import Metrics, PathHandler, serve
-from processor.service.query_setup import attach_queries, query_endpoint
-from processor.service.restore import AnchorError
-from processor.service.runner import Processor
+from processor.service.loop.runner import Processor
+from processor.service.ops.http import PathHandler, serve
+from processor.service.partitions.restore import AnchorError
+from processor.service.queries.query_setup import attach_queries, query_endpoint
+from processor.telemetry.metrics import Metrics
 
 _T = TypeVar("_T")
 

@@ -19,8 +19,8 @@ import click
 
 from processor.cli.common import service_options
 from processor.config import ServiceConfig
-from processor.service import clients
-from processor.service.topics import create_topics, delete_topics, topic_specs, verify_topics
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics, delete_topics, topic_specs, verify_topics
 
 F = TypeVar("F", bound=Callable[..., Any])
 

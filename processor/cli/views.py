@@ -24,11 +24,9 @@ import orjson
 from confluent_kafka import KafkaException
 
 from processor.cli.common import read_options, service_options
-from processor.config import ServiceConfig
-from processor.service.query_client import member_views
-from processor.service.registry import codec_for
-from processor.service.view_assembly import DECODED_CACHE_BYTES
-from processor.service.views_reader import (
+from processor.client.query_client import member_views
+from processor.client.view_assembly import DECODED_CACHE_BYTES
+from processor.client.views_reader import (
     SessionViews,
     ViewRegression,
     ViewsSnapshot,
@@ -38,6 +36,8 @@ from processor.service.views_reader import (
     session_fold_equivalent,
     view_update_json,
 )
+from processor.config import ServiceConfig
+from processor.kafka.schema_registry import codec_for
 
 
 def _dump(value: Any, *, pretty: bool = False) -> str:

@@ -90,7 +90,7 @@ Parted format (format 2, issue 12)
 The core views and the checkpoints are written in parts so a batch writes
 what changed: on the views topic, ``View`` records whose names start with
 ``~`` (``processor.protocol``; assembled by
-``processor.service.view_assembly``); on the checkpoints topic a typed
+``processor.client.view_assembly``); on the checkpoints topic a typed
 ``CheckpointHead`` under the session id plus ``CheckpointPart`` records
 under :func:`part_key` (``0xFF`` + session + ``0x00`` + name; assembled by
 ``processor.engine.checkpoints.latest_checkpoints``).  A format-1
@@ -140,7 +140,15 @@ from processor.codec.payload import (
     decode_json_payload,
     encode_json_payload,
 )
-from processor.codec.records import (
+from processor.codec.schemas import (
+    InMemorySchemaRegistry,
+    SchemaIdResolver,
+    SchemaInfo,
+    SchemaStore,
+    find_schema_dir,
+    schema_fingerprint,
+)
+from processor.codec.typed_records import (
     Anchor,
     Checkpoint,
     DeadLetter,
@@ -151,14 +159,6 @@ from processor.codec.records import (
     split_view,
     stale_part_keys,
     view_key,
-)
-from processor.codec.schemas import (
-    InMemorySchemaRegistry,
-    SchemaIdResolver,
-    SchemaInfo,
-    SchemaStore,
-    find_schema_dir,
-    schema_fingerprint,
 )
 from processor.core.events import Event
 from processor.protocol import CORE_STATE_VERSION

@@ -172,7 +172,7 @@ def read_event_fields(data: bytes, offset: int) -> EventFields | None:
     """:func:`read_event`'s datum as its fields in schema order, or None (fastavro's
     case): the codec builds the envelope from them without a dict per event in
     between (its nine look-ups were ~2.5k instructions of ~17k per decode,
-    BENCHMARKS §1 ``svc6``)."""
+    figure 1)."""
     if type(data) is not bytes:
         return None
     try:

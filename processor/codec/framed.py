@@ -41,18 +41,18 @@ from processor.codec.payload import (
     _dumps,
     decode_json_payload,
 )
-from processor.codec.records import (
-    Anchor,
-    Checkpoint,
-    DeadLetter,
-    View,
-    split_view,
-)
 from processor.codec.schemas import (
     SchemaIdResolver,
     SchemaStore,
     _parse,
     _Plan,
+)
+from processor.codec.typed_records import (
+    Anchor,
+    Checkpoint,
+    DeadLetter,
+    View,
+    split_view,
 )
 from processor.core.errors import Unavailable, library_text, raised_from
 from processor.core.events import Event
@@ -141,7 +141,7 @@ class Codec:
                 writer = _parse(self.resolver.schema_for_id(schema_id))
             except Unavailable:
                 # the registry is out, the record not bad: a CODEC dead letter would
-                # quarantine its session for a transient fault (service/registry.py)
+                # quarantine its session for a transient fault (kafka/schema_registry.py)
                 raise
             except Exception as exc:
                 raise raised_from(

@@ -5,7 +5,7 @@ checkpoint implies.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from processor.core.errors import ProjectionError
@@ -19,10 +19,12 @@ from processor.core.projection_registry import (
     ProjectionRegistry,
     RestoreResult,
     Snapshot,
+    State,
     _fold,
     _row,
     _row_state,
     _row_version_matches,
+    _Unit,
     _validate_view,
 )
 
@@ -126,3 +128,30 @@ def view_checkpoint(registry: ProjectionRegistry, cp: Mapping[str, Any]) -> dict
             continue
         out[definition.key] = view
     return out
+
+
+def usable_rows(
+    units: Sequence[_Unit],
+    rows: Mapping[str, Any],
+    lo: int,
+    hi: int,
+    last_seq: int | None,
+    frozen: Callable[[Any], Any],
+) -> list[tuple[_Unit, State, int]]:
+    """P-7: each unit's checkpoint row as ``(unit, state, seq)``, all usable
+    (version matches, the state validates, ``seq`` in ``lo..hi``) or
+    :class:`ProjectionError`, which asks to re-read from seq 0."""
+    staged: list[tuple[_Unit, State, int]] = []
+    for unit in units:
+        definition = unit.definition
+        row: Any = rows.get(definition.key)
+        state = _row_state(definition, row, lo, hi, frozen)
+        if state is _UNSET:
+            raise ProjectionError(
+                last_seq,
+                "P-7",
+                f"{definition.key}: checkpoint row is missing, of another "
+                f"stateVersion, invalid or outside seq {lo}..{hi}; re-read from seq 0",
+            )
+        staged.append((unit, state, row["seq"]))
+    return staged

@@ -1,4 +1,4 @@
-"""Domain projections — rule P (SESSION-SEMANTICS.md §6, seed 6.4-6.5).
+"""Domain projections — rule P (the session semantics, section 6).
 
 A domain projection folds the log of one session into one typed state
 (inbox, turn boundaries, tool history, UI state) and, optionally, a *wire
@@ -22,64 +22,8 @@ Pieces
 * :func:`restore_floor` (P-6), :func:`restore` (P-7) and
   :func:`view_checkpoint` (P-8): checkpoint arithmetic without a session.
 
-Rules
-=====
-
-P-1  Identity (``is``) is the change gate, not deep equality: ``apply``
-     returns the *same object* for an irrelevant event, and a view is only
-     recomputed when the state object changed; a view that comes back as the
-     same object is unchanged and is never reported or published.  Deep
-     comparison of every state after every event would cost more than the
-     fold itself, and would hide a unit that rebuilds its state needlessly.
-P-2  Several agents (presets) register the same unit; reference counting per
-     key keeps one agent's unload from deleting the key for every session.
-     Only ``state_version`` is compared: a second registration with the same
-     version is trusted to mean the same fold (the first definition stays).
-P-3  Every committed event drives every unit, so a cell's ``observed_seq``
-     watermark always says exactly which prefix it reflects; the watermark
-     advances even when the state does not change, which is what makes a
-     snapshot's ``as_of_seq`` a consistent cut.  A gap can never be folded
-     over: the result would silently miss an event.
-P-4  ``state_of`` and ``snapshot`` materialize (fold to the log end) first;
-     ``cached_snapshot`` never folds and is only a hint.
-P-5  A checkpoint row is a detached deep copy: a live state must never be
-     lent out to a writer that could mutate it.
-P-6  The restore floor backs off one event below the lowest need so that the
-     restore proves the stored log still reaches the checkpoint watermark
-     (a crash repair could have shortened the log).
-P-7  A row that is missing, of another version, outside the given events or
-     invalid cannot be used; with only a suffix of the log (``base_seq > 0``)
-     the unit cannot pretend it saw the prefix, so restore refuses and asks
-     to re-read from seq 0.
-P-8  Rendering stored rows needs no log: rows that do not match are absent.
-P-9  Hydrating a live session never moves a cell back in time.
-P-10 ``state_version`` versions one unit's fold semantics and state shape —
-     the cache key of its checkpoint rows — not the session format.  Bumping
-     it makes old rows unusable and forces a refold from the log.  A
-     checkpoint is a cache: it never replaces the log, which stays the only
-     truth.
-
-Decisions where the spec is silent
-==================================
-
-* Ignorable unknown events (``event.is_known`` false) advance every
-  watermark but are never passed to ``apply``.
-* Change listeners fire after *all* units processed the commit (so a
-  listener reading another unit sees the same cut), for every cell whose
-  state object changed — for a cell folded from ``init``, when the fold
-  returned another object than ``init`` did.  Adopting rows
-  (:meth:`~SessionProjections.install`, :meth:`~SessionProjections.hydrate`)
-  does not fire them: nothing was folded.
-* A key that is released and registered again is a new *incarnation*: the
-  session drops its old cell and folds the new definition from ``init``
-  (which needs the whole log, P-3/P-7), whatever its version.
-* States and views handed out are live objects: treat them as immutable
-  (the built-in units return deep-frozen values, so mutation raises).
-* Errors raised by a unit's ``apply`` propagate; the cell keeps its previous
-  state and watermark (each unit's catch-up is all-or-nothing).
-* Validators may reject malformed checkpoint data with ``ValueError``,
-  ``TypeError``, ``KeyError``, ``IndexError`` or ``AttributeError``; all of
-  them make a row unusable (a stored row is untrusted input).
+The rules P-1..P-10 and the decisions where the spec is silent:
+``docs/projection-rules.md``.
 """
 
 from __future__ import annotations
@@ -106,12 +50,12 @@ from processor.core.projection_registry import (
     WireView,
     _fold,
     _row,
-    _row_state,
     _Unit,
 )
 from processor.core.projection_restore import (
     restore,
     restore_floor,
+    usable_rows,
     view_checkpoint,
 )
 from processor.core.sharing import NewestTable
@@ -136,7 +80,7 @@ _NO_DISPATCH: dict[str, _Targets] = {}  # before the first _prime (never written
 #: Most events an ``apply_all`` unit's queue holds before it is folded in (a
 #: cell's ``pending``): the queue is bounded, and an offline log queued whole
 #: until the first read was a second pass over every event after they had
-#: left the cache (BENCHMARKS §core, core7: -12% last-level misses per event).
+#: left the cache (-12% last-level misses per event).
 PENDING_MAX: Final = 256
 
 
@@ -611,19 +555,7 @@ class SessionProjections:
                     f"retained log covers {lo + 1}..{hi}; re-read from seq 0",
                 )
             lo = hi = last_seq
-        staged: list[tuple[_Unit, State, int]] = []
-        for unit in self.registry._incarnations():
-            definition = unit.definition
-            row: Any = rows.get(definition.key)
-            state = _row_state(definition, row, lo, hi, frozen)
-            if state is _UNSET:
-                raise ProjectionError(
-                    last_seq,
-                    "P-7",
-                    f"{definition.key}: checkpoint row is missing, of another "
-                    f"stateVersion, invalid or outside seq {lo}..{hi}; re-read from seq 0",
-                )
-            staged.append((unit, state, row["seq"]))
+        staged = usable_rows(self.registry._incarnations(), rows, lo, hi, last_seq, frozen)
         for unit, state, seq in staged:
             cell = self._cells.get(unit.definition.key)
             if cell is None or cell.observed_seq < seq:

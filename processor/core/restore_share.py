@@ -3,7 +3,7 @@
 A fresh fold's projection cells hold the frozen message blocks and strings the
 surface's events already hold; a checkpoint stores each row's value apart, so
 restoring froze a second copy of each (~10 KB per 30-event scripted session,
-BENCHMARKS §9 ``rst``).  :class:`SharedValues` indexes the restored surface's
+figure 9).  :class:`SharedValues` indexes the restored surface's
 frozen containers by their JSON text, and :meth:`SharedValues.freeze` reuses an
 equal one where the row holds it.  Equal by JSON text keeps key order and the
 int/float/bool distinction, so the restored state and its next checkpoint are

@@ -28,7 +28,7 @@ import orjson
 from processor.core.errors import InvalidInput
 from processor.protocol import CONTROL_VERSION
 
-log = logging.getLogger("processor.control")
+log = logging.getLogger(__name__)
 
 COMMANDS: Final = frozenset({"redrive"})
 MAX_COMMAND_BYTES: Final = 4096

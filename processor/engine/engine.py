@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Protocol
 
 from processor.codec import Checkpoint, Codec, CodecError, DeadLetter, session_key
 from processor.config import ServiceConfig
@@ -29,64 +28,24 @@ from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import Session, synthetic_header
 from processor.engine.commands import (
-    Command,
     CommandError,
     apply_command,
     parse_command,
     partition_of,
 )
 from processor.engine.dead_letters import MAX_KEY_BYTES, bounded
-from processor.engine.errors import AnchorError
 from processor.engine.gate import Gate, judge, refusal
 from processor.engine.held import HeldSessions
 from processor.engine.output import restore_ledgers, session_output, session_tombstones
+from processor.engine.ports import CheckpointSource as CheckpointSource
+from processor.engine.ports import Feeds as Feeds
+from processor.engine.ports import NoFeeds as NoFeeds
 from processor.engine.records import Batch, Fate, Out, Outcome, Record, Tally
 from processor.engine.replay_floor import PublishFloor
+from processor.engine.run_errors import AnchorError
 from processor.engine.runtime import Quarantine, SessionRuntime, ViewChange
 
-log = logging.getLogger("processor.runner")
-
-
-class Feeds(Protocol):
-    """What the engine may need from the transport in the middle of a fold."""
-
-    def control_backlog(self, partition: int) -> list[Record]:
-        """Every command of ``partition`` committed so far (bounded wait)."""
-        ...
-
-    def session_history(
-        self, partition: int, start: int, end: int, key: bytes
-    ) -> list[Record] | None:
-        """The events of ``key`` in offsets [start, end); None when unreadable."""
-        ...
-
-    def check_route(self, command: Command, partition: int) -> None:
-        """Raise CommandError when a command is in a partition its key does not hash to."""
-        ...
-
-
-class NoFeeds:
-    """No transport behind the engine: no backlog, no history, no route check."""
-
-    def control_backlog(self, partition: int) -> list[Record]:
-        return []
-
-    def session_history(
-        self, partition: int, start: int, end: int, key: bytes
-    ) -> list[Record] | None:
-        return None
-
-    def check_route(self, command: Command, partition: int) -> None:
-        return None
-
-
-class CheckpointSource(Protocol):
-    """Where a session's checkpoint is loaded from when its first event arrives
-    (the local store, ``service/state.py``)."""
-
-    def load(self, partition: int, session_id: str) -> tuple[Checkpoint | None, int]:
-        """The session's newest checkpoint (None: it has none) and its encoded size."""
-        ...
+log = logging.getLogger(__name__)
 
 
 class PartitionState:
@@ -267,6 +226,19 @@ class Engine:
         """
         units = [d.key for d in self.registry.definitions() if d.wire]
         self.batch.tombstones.extend(session_tombstones(partition, sid, cp, units, self.config))
+
+    def close_batch(self) -> tuple[Batch, Tally]:
+        """Hand the open batch and its decisions over to be committed; a new one opens."""
+        closed = self.batch, self.tally
+        self.batch, self.tally = Batch(), Tally()
+        return closed
+
+    def discard_batch(self) -> set[int]:
+        """Drop the open batch (aborted: its sessions are restored from the
+        checkpoints); the partitions it touched."""
+        touched = self.batch.partitions()
+        self.batch = Batch()
+        return touched
 
     def sessions_held(self) -> int:
         return sum(len(p.sessions) + len(p.checkpoints) for p in self.partitions.values())

@@ -22,10 +22,10 @@ from processor.engine.runtime import SessionRuntime
 #: those events, per event a loaded session's checkpoint had folded, and per
 #: encoded byte of that checkpoint.  Fitted to the bytes 100 sessions leave
 #: allocated through the engine (tracemalloc, ``python -m bench.held_fit``;
-#: BENCHMARKS.md §9), 20 shapes: the walker's logs of 4-120 events, 30% 10 KB
+#: figure 9), 20 shapes: the walker's logs of 4-120 events, 30% 10 KB
 #: tool results, the scripted agent runs of 12-30 events, each loaded from
 #: its checkpoint, loaded and folded further.  Held bytes grow with the event
-#: count (~750 B per event fresh or loaded: since branch ``rst`` a restored
+#: count (~750 B per event fresh or loaded: a restored
 #: session's projection rows reuse its surface's frozen blocks, as the fresh
 #: fold's cells do; before, ~1,050 B per loaded scripted event and a loaded
 #: constant of 1,140), not with the events' bytes: a 10 KB tool result leaves

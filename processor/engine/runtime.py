@@ -34,7 +34,7 @@ _UNITS: Final[NewestTable[tuple[str, ...], tuple[str, ...]]] = NewestTable("publ
 
 #: an empty blake2b with the digest's parameters: a copy of it per event skips
 #: the constructor's keyword parsing and parameter block (~1.2k of the ~9k
-#: instructions of a hash, BENCHMARKS.md §1 ``svc3``); the same digest
+#: instructions of a hash, figure 1); the same digest
 _DIGEST_SEED: Final = blake2b(digest_size=16)
 
 

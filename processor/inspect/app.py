@@ -47,6 +47,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from processor.client.views_reader import (
+    CORE_VIEWS,
+    assemble_transcript,
+    dead_letter_json,
+    session_fold_equivalent,
+)
 from processor.inspect.history import (
     EventHistory,
     HistoryError,
@@ -58,14 +64,8 @@ from processor.inspect.history import (
 from processor.inspect.redact import redact
 from processor.inspect.state import InspectorState
 from processor.protocol import is_transcript_page
-from processor.service.views_reader import (
-    CORE_VIEWS,
-    assemble_transcript,
-    dead_letter_json,
-    session_fold_equivalent,
-)
 
-log = logging.getLogger("processor.inspect")
+log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 TOKEN_HEADER = "X-Inspector-Token"

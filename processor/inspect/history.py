@@ -24,23 +24,23 @@ each — past that the page says the session is too long to travel).
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaException
 
+from processor.client.views_reader import offline_equivalent
 from processor.codec import CodecError, DecodedEvent
 from processor.config import ServiceConfig
 from processor.core.defaults import new_session
 from processor.core.errors import SessionError, Unavailable
 from processor.core.session import Session, synthetic_header
+from processor.kafka import clients
+from processor.kafka.reads import read_key_range, watermarks
+from processor.kafka.schema_registry import codec_for
 from processor.offline import session_output
-from processor.service import clients
-from processor.service.registry import codec_for
-from processor.service.views_reader import offline_equivalent
 
 MAX_CACHED_SESSIONS = 16
 MAX_EVENTS = 200_000
@@ -102,38 +102,34 @@ class EventHistory:
             return list(cached.records)
 
     def _read_new(self, sid: str, cached: _Cached) -> None:
-        topic = self.config.topics.events
-        key = sid.encode()
+        topic, partition = self.config.topics.events, cached.partition
+        room = MAX_EVENTS - len(cached.records)
         consumer = clients.plain_consumer(self.config, "inspector-history")
         try:
-            _low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, cached.partition), timeout=READ_TIMEOUT_S
-            )
+            _low, high = watermarks(consumer, topic, partition, timeout=READ_TIMEOUT_S)
             if high <= cached.next_offset:
                 return
-            consumer.assign([TopicPartition(topic, cached.partition, cached.next_offset)])
-            deadline = time.monotonic() + READ_TIMEOUT_S
-            while cached.next_offset < high:
-                if time.monotonic() > deadline:
-                    raise HistoryError(f"reading {topic}[{cached.partition}] timed out")
-                msgs = consumer.consume(10_000, timeout=0.1)
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            return
-                        raise HistoryError(f"reading {topic}[{cached.partition}]: {err}")
-                    cached.next_offset = int(m.offset() or 0) + 1
-                    if m.key() != key:
-                        continue
-                    if len(cached.records) >= MAX_EVENTS:
-                        raise HistoryError(
-                            f"session {sid} has more than {MAX_EVENTS} records; "
-                            "too long to fold in the inspector"
-                        )
-                    cached.records.append(self._record(m))
+            msgs = read_key_range(
+                consumer,
+                topic,
+                partition,
+                cached.next_offset,
+                high,
+                sid.encode(),
+                deadline_s=READ_TIMEOUT_S,
+                limit=room,
+            )
+        except KafkaException as exc:
+            raise HistoryError(f"reading {topic}[{partition}]: {exc}") from None
         finally:
             consumer.close()
+        if len(msgs) > room:
+            raise HistoryError(
+                f"session {sid} has more than {MAX_EVENTS} records; "
+                "too long to fold in the inspector"
+            )
+        cached.records.extend(self._record(m) for m in msgs)
+        cached.next_offset = high
 
     def _record(self, m: Any) -> LoggedRecord:
         headers = dict(m.headers() or [])
@@ -176,7 +172,7 @@ def fold_records(
 
 
 def fold_document(fold: Fold) -> dict[str, Any]:
-    """The fold shaped like :func:`~processor.service.views_reader.session_fold_equivalent`."""
+    """The fold shaped like :func:`~processor.client.views_reader.session_fold_equivalent`."""
     return offline_equivalent(session_output(fold.session))
 
 

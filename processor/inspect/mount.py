@@ -1,14 +1,15 @@
 """The inspector on the processor's own HTTP port (``processor run --inspect``).
 
-The stdlib server of :mod:`processor.service.metrics` cannot host an ASGI
+The stdlib server of :mod:`processor.service.ops.http` cannot host an ASGI
 app, so when the inspector is enabled the whole port is served by uvicorn:
-``/metrics``, ``/healthz`` and ``/readyz`` answer exactly as before (same
-functions) and the inspector lives under ``/inspect/``.  Off by default.
+``/metrics``, ``/healthz`` and ``/readyz`` answer exactly as before (the
+same route table) and the inspector lives under ``/inspect/``.  Off by default.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST
+from collections.abc import Callable
+
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,7 +17,9 @@ from starlette.routing import Route
 
 from processor.config import ServiceConfig
 from processor.inspect.server import InspectorServer
-from processor.service.metrics import Metrics, PathHandler, liveness, readiness
+from processor.service.ops.http import SESSIONS, Answer, PathHandler
+from processor.service.ops.http import routes as ops_routes
+from processor.telemetry.metrics import Metrics
 
 
 class MountedInspector:
@@ -52,28 +55,21 @@ def query_route(queries: PathHandler) -> Route:
         status, body, headers = await run_in_threadpool(queries, path)
         return Response(body, status, headers=dict(headers))
 
-    return Route("/sessions/{rest:path}", sessions)
+    return Route(SESSIONS + "{rest:path}", sessions)
+
+
+def _route(path: str, answer: Callable[[], Answer]) -> Route:
+    async def endpoint(request: Request) -> Response:
+        code, body, media_type = answer()
+        return Response(body, code, media_type=media_type)
+
+    return Route(path, endpoint)
 
 
 def serve_with_inspector(
     metrics: Metrics, config: ServiceConfig, queries: PathHandler | None = None
 ) -> MountedInspector:
-    async def metrics_route(request: Request) -> Response:
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
-
-    async def healthz(request: Request) -> Response:
-        code, body = liveness(metrics)
-        return Response(body, code, media_type="text/plain; charset=utf-8")
-
-    async def readyz(request: Request) -> Response:
-        code, body = readiness(metrics)
-        return Response(body, code, media_type="text/plain; charset=utf-8")
-
-    routes = [
-        Route("/metrics", metrics_route),
-        Route("/healthz", healthz),
-        Route("/readyz", readyz),
-    ]
+    routes = [_route(path, answer) for path, answer in ops_routes(metrics).items()]
     if queries is not None:
         routes.append(query_route(queries))
     server = InspectorServer(

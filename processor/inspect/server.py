@@ -20,7 +20,7 @@ from processor.inspect.app import Inspector, RedriveFn, build_app
 from processor.inspect.history import EventHistory
 from processor.inspect.state import InspectorState
 
-log = logging.getLogger("processor.inspect")
+log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -33,7 +33,7 @@ def writer_redrive(config: ServiceConfig) -> RedriveFn:
     ``seq`` is where the session is quarantined: the control-topic command
     names it, so a stale page cannot lift a newer quarantine.
     """
-    from processor.service.writer import SessionWriter
+    from processor.client.session_writer import SessionWriter
 
     holder: list[SessionWriter] = []
     lock = threading.Lock()

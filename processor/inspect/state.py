@@ -40,6 +40,12 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from processor.client.views_reader import (
+    Materializer,
+    SessionViews,
+    ViewRecord,
+    ViewUpdate,
+)
 from processor.codec import (
     CodecError,
     DeadLetter,
@@ -48,17 +54,11 @@ from processor.codec import (
     decode_json_payload,
 )
 from processor.config import ServiceConfig
-from processor.service import clients
-from processor.service.registry import codec_for
-from processor.service.views_reader import (
-    SessionViews,
-    ViewRecord,
-    ViewUpdate,
-    _Materializer,
-    _partitions,
-)
+from processor.kafka import clients
+from processor.kafka.reads import records, topic_partitions
+from processor.kafka.schema_registry import codec_for
 
-log = logging.getLogger("processor.inspect")
+log = logging.getLogger(__name__)
 
 MAX_LETTERS_PER_SESSION = 200
 MAX_OFFSETS_PER_SESSION = 100_000
@@ -170,6 +170,12 @@ def _unpack(rec: ViewRecord) -> ViewRecord:
     return ViewRecord(rec.name, rec.as_of_seq, rec.state_version, value)
 
 
+def _fatal_or_logged(m: Any, err: KafkaError) -> None:
+    if err.fatal():
+        raise RuntimeError(f"{m.topic()}: {err}")
+    log.warning("inspector: %s: %s", m.topic(), err)
+
+
 class _Capturing(ViewAssembler):
     """The views reader's assembler, remembering the last whole view it returned."""
 
@@ -229,8 +235,8 @@ class InspectorState:
         self.error: str | None = None
         self.records = 0
 
-    def _materializer(self) -> tuple[_Materializer, _Capturing]:
-        mat = _Materializer(self.codec, None, None)
+    def _materializer(self) -> tuple[Materializer, _Capturing]:
+        mat = Materializer(self.codec, None, None)
         mat.assembler = _Capturing()
         return mat, mat.assembler
 
@@ -276,7 +282,7 @@ class InspectorState:
             starts = [
                 TopicPartition(t, p, OFFSET_BEGINNING)
                 for t in (topics.views, topics.dlq)
-                for p in _partitions(consumer, t, 60.0)
+                for p in topic_partitions(consumer, t, 60.0)
             ]
             loading = {(tp.topic, tp.partition) for tp in starts}
             consumer.assign(starts)
@@ -291,16 +297,8 @@ class InspectorState:
             msgs = consumer.consume(500, timeout=self.poll_timeout)
             views: list[Any] = []
             letters: list[Any] = []
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        loading.discard((m.topic(), m.partition()))
-                        continue
-                    if err.fatal():
-                        raise RuntimeError(f"{m.topic()}: {err}")
-                    log.warning("inspector: %s: %s", m.topic(), err)
-                    continue
+            on_end = lambda m: loading.discard((m.topic(), m.partition()))  # noqa: E731
+            for m in records(msgs, on_end=on_end, on_error=_fatal_or_logged):
                 (views if m.topic() == views_topic else letters).append(m)
             changed: set[str] = set()
             self._views(views, changed)

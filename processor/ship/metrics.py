@@ -1,6 +1,6 @@
 """``/metrics``, ``/healthz`` and ``/readyz`` of ``processor ship``.
 
-Health is :class:`processor.service.health.Health`, as for ``run``: the loop
+Health is :class:`processor.telemetry.health.Health`, as for ``run``: the loop
 ticks it, and says what keeps it from being ready (the broker not taking
 records, a fatal producer error).
 """
@@ -19,7 +19,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from processor.service.health import Health
+from processor.telemetry.health import Health
 
 #: sessions named by ``ship_lag_bytes{session}``; the rest are summed only
 MAX_LAG_LABELS = 200

@@ -16,7 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from processor.codec import CodecError, decode_events_batch
 from processor.config import ServiceConfig
-from processor.service import clients
+from processor.kafka import clients
 
 
 def topic_floor(

@@ -15,14 +15,14 @@ from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from processor.client.session_writer import producer_name
 from processor.codec import Codec, session_key
 from processor.config import ServiceConfig
 from processor.core.errors import InvalidInput
 from processor.core.events import Event
-from processor.service import clients
-from processor.service.kafka_errors import ClientProblems
-from processor.service.registry import codec_for
-from processor.service.writer import producer_name
+from processor.kafka import clients
+from processor.kafka.client_errors import ClientProblems
+from processor.kafka.schema_registry import codec_for
 
 #: called with None when acknowledged, else the error text
 OnAck = Callable[[str | None], None]

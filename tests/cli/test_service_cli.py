@@ -17,19 +17,19 @@ from click.testing import CliRunner, Result
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from processor.cli.main import cli
-from processor.config import ServiceConfig
-from processor.core.events import Event
-from processor.core.session import synthetic_header
-from processor.files import write_session_file
-from processor.offline import fold_events, session_output
-from processor.service import clients
-from processor.service.runner import Processor
-from processor.service.views_reader import (
+from processor.client.session_writer import SessionWriter
+from processor.client.views_reader import (
     ViewUpdate,
     follow_views,
     offline_equivalent,
 )
-from processor.service.writer import SessionWriter
+from processor.config import ServiceConfig
+from processor.core.events import Event
+from processor.core.session import synthetic_header
+from processor.files import write_session_file
+from processor.kafka import clients
+from processor.offline import fold_events, session_output
+from processor.service.loop.runner import Processor
 from processor.workload import generate_session
 from tests.kafka_fixtures import unique_prefix
 from tests.service.test_writer import events_of

@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
+from processor.client.views_reader import SessionViews, _Materializer
 from processor.codec import Codec, CodecError, default_codec
 from processor.codec.schemas import InMemorySchemaRegistry
 from processor.protocol import VIEW_HEAD
-from processor.service.views_reader import SessionViews, _Materializer
 
 CORPUS_VERSION = 1
 

@@ -22,13 +22,13 @@ from typing import Any
 
 import orjson
 
+from processor.client.views_reader import session_fold_equivalent
 from processor.codec import Codec
 from processor.codec.schemas import InMemorySchemaRegistry
 from processor.core.events import Event
 from processor.core.projection_registry import ProjectionDefinition, WireView
 from processor.engine import Out
 from processor.engine.replay_floor import replay_floor
-from processor.service.views_reader import session_fold_equivalent
 from processor.workload import generate_session
 from tests.conformance.corpus import Rec, build_case, compact, number
 from tests.engine import kit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from processor.service.views_reader import _Materializer
+from processor.client.views_reader import _Materializer
 from tests.engine.kit import CODEC, CONFIG, Harness, compacted, session_log
 
 VIEWS = CONFIG.topics.views

@@ -1,7 +1,7 @@
 """deploy/grafana and deploy/prometheus only query what the processor exports.
 
 The exported series come from the processor's own registry
-(:class:`processor.service.metrics.Metrics`): counter ``x`` exports
+(:class:`processor.telemetry.metrics.Metrics`): counter ``x`` exports
 ``x_total``, histogram ``x`` exports ``x_bucket``/``x_sum``/``x_count``.  Each
 PromQL expression of the dashboard and of the rules is reduced to the metric
 names and label names it uses; a renamed metric or label fails here, not on
@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from processor.service.metrics import Metrics
+from processor.telemetry.metrics import Metrics
 from tests.deploy.conftest import REPO
 
 GRAFANA = REPO / "deploy" / "grafana"

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from processor.client.views_reader import _Materializer, session_fold_equivalent
 from processor.codec import Checkpoint, DeadLetter, default_codec
 from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
@@ -16,7 +17,6 @@ from processor.engine import Batch, Engine, Out, PartitionState, Record
 from processor.engine.checkpoints import latest_checkpoints
 from processor.engine.commands import Command, redrive
 from processor.engine.replay_floor import PublishFloor
-from processor.service.views_reader import _Materializer, session_fold_equivalent
 from processor.workload import generate_session
 
 CODEC = default_codec()
@@ -170,8 +170,8 @@ def compacted(outs: list[Out]) -> list[Out]:
 
 def offline_fold(events: list[Event]) -> dict[str, Any]:
     """What a healthy session's assembled views must equal (``processor fold``)."""
+    from processor.client.views_reader import offline_equivalent
     from processor.offline import fold_events, session_output
-    from processor.service.views_reader import offline_equivalent
 
     doc: dict[str, Any] = plain(offline_equivalent(session_output(fold_events(events))))
     return doc

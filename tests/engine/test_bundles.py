@@ -13,10 +13,10 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processor.client.views_reader import session_fold_equivalent
 from processor.codec import decode_part, split_part_key
 from processor.engine import Out
 from processor.engine.checkpoints import latest_checkpoints
-from processor.service.views_reader import session_fold_equivalent
 from processor.workload import generate_session
 from tests.engine.format2 import format2
 from tests.engine.kit import (

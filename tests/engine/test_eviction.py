@@ -3,10 +3,10 @@ session reloaded from its checkpoint folds on exactly as if it had stayed."""
 
 from __future__ import annotations
 
+from processor.client.views_reader import offline_equivalent
 from processor.codec import Checkpoint
 from processor.engine import PartitionState
 from processor.offline import fold_events, session_output
-from processor.service.views_reader import offline_equivalent
 from tests.engine.kit import Harness, session_log
 from tests.service.conftest import as_json
 

@@ -1,4 +1,4 @@
-"""The seq gate (S-1, SERVICE-DESIGN "Seq gate per session") without a broker."""
+"""The seq gate (S-1, the seq gate per session) without a broker."""
 
 from __future__ import annotations
 

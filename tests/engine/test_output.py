@@ -1,14 +1,14 @@
-"""What a batch produces: coalesced views, checkpoints, order (SERVICE-DESIGN
-"Processing loop" step 3), without a broker."""
+"""What a batch produces: coalesced views, checkpoints, order (the
+processing loop's output step, docs/architecture.md), without a broker."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
 
+from processor.client.views_reader import offline_equivalent
 from processor.engine import Fate
 from processor.offline import fold_events, session_output
-from processor.service.views_reader import offline_equivalent
 from tests.engine.kit import CONFIG, Harness, changed, keys, session_log
 
 

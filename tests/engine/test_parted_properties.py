@@ -28,11 +28,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processor.client.view_assembly import DECODED_CACHE_BYTES
+from processor.client.views_reader import _Materializer, session_fold_equivalent
 from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.engine import Fate, Out
-from processor.service.view_assembly import DECODED_CACHE_BYTES
-from processor.service.views_reader import _Materializer, session_fold_equivalent
 from processor.workload import generate_session
 from tests.engine.kit import (
     CODEC,
@@ -212,7 +212,7 @@ def test_the_views_reader_bounds_its_decoded_cache_and_reports_the_bound(
     for o in records:
         roomy.apply(o.key, o.value)
     assert roomy.parted.cache.evictions == 0 and roomy.parted.cache.bytes > 20_000
-    caplog.set_level("WARNING", logger="processor.views_reader")
+    caplog.set_level("WARNING", logger="processor.client")
     small = _Materializer(CODEC, None, None, cache_bytes=20_000)
     for o in records:
         small.apply(o.key, o.value)

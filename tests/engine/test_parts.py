@@ -16,6 +16,11 @@ import fastavro
 import orjson
 import pytest
 
+from processor.client.views_reader import (
+    _Materializer,
+    offline_equivalent,
+    session_fold_equivalent,
+)
 from processor.codec import (
     Anchor,
     Checkpoint,
@@ -33,11 +38,6 @@ from processor.engine import Out
 from processor.engine.checkpoint_parts import decode_leaves, encode_leaves
 from processor.engine.checkpoints import latest_checkpoints
 from processor.offline import fold_events, session_output
-from processor.service.views_reader import (
-    _Materializer,
-    offline_equivalent,
-    session_fold_equivalent,
-)
 from tests.engine.format2 import format2
 from tests.engine.kit import CODEC, CONFIG, Harness, session_log
 

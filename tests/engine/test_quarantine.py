@@ -1,5 +1,5 @@
-"""Bad input: dead letters and quarantine (SERVICE-DESIGN "Bad input never stops the
-partition and is never lost"), without a broker."""
+"""Bad input: dead letters and quarantine (bad input never stops the
+partition and is never lost), without a broker."""
 
 from __future__ import annotations
 

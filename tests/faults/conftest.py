@@ -67,16 +67,16 @@ import orjson
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from processor.client.session_writer import DeliveryError, SessionWriter
+from processor.client.views_reader import offline_equivalent, read_views, session_fold_equivalent
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.devcluster import LocalCluster
+from processor.kafka import clients
+from processor.kafka.reads import watermarks
+from processor.kafka.topic_admin import create_topics
 from processor.offline import fold_events, session_output
-from processor.service import clients
-from processor.service.restore import watermarks
-from processor.service.topics import create_topics
-from processor.service.views_reader import offline_equivalent, read_views, session_fold_equivalent
-from processor.service.writer import DeliveryError, SessionWriter
 from processor.workload import generate_session
 from tests.kafka_fixtures import unique_prefix
 

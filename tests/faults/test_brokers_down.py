@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from processor.client.session_writer import SessionWriter
 from processor.devcluster import LocalCluster
-from processor.service.writer import SessionWriter
 from tests.faults.conftest import SEED, make_stack, session_plan, wait_until
 from tests.local_http import free_port, get
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.service import clients
+from processor.kafka import clients
 from tests.faults.conftest import (
     DOWN_ALL,
     DOWN_S,

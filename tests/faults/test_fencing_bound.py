@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from processor.cli import views as views_cli
+from processor.client.views_reader import ViewRecord, ViewUpdate
 from processor.config import ServiceConfig
-from processor.service.restore import stable_bound_s
-from processor.service.views_reader import ViewRecord, ViewUpdate
+from processor.service.partitions.restore import stable_bound_s
 
 
 def test_transaction_timeout_is_sized_to_the_commit_interval_and_revoke_budget() -> None:
@@ -55,7 +55,7 @@ def test_a_fence_within_the_transaction_timeout_is_another_member_not_a_fault() 
     turns until both budgets ran out): a fence within the timeout ends the process."""
     from confluent_kafka import KafkaError
 
-    from processor.service.runner import Processor
+    from processor.service.loop.runner import Processor
 
     proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1"))
     timeout_s = proc.config.effective_transaction_timeout_ms / 1000
@@ -78,7 +78,7 @@ def test_the_duplicate_verdict_names_the_broker_error_it_rests_on(
     producer of ours was replaced) so the next such run tells what fenced it."""
     from confluent_kafka import KafkaError
 
-    from processor.service.runner import Processor
+    from processor.service.loop.runner import Processor
 
     proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1"))
     err = KafkaError(
@@ -96,7 +96,7 @@ def test_a_revoke_commits_within_the_revoke_budget_the_timeout_was_sized_for() -
     revoke_budget_ms; its steps' timeouts shrink to what is left of it."""
     import time
 
-    from processor.service.runner import Processor
+    from processor.service.loop.runner import Processor
 
     proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1", revoke_budget_ms=2_000))
     assert proc.txn.timeout(60) == 60  # not revoking: the step's own timeout
@@ -118,9 +118,9 @@ def test_a_fence_after_an_abort_that_never_ended_is_not_taken_for_another_member
 
     from confluent_kafka import KafkaError, KafkaException
 
-    from processor.service.retry import FatalBudget, RetryWatch, observing
-    from processor.service.runner import Processor
-    from processor.service.transport import TxnProducer
+    from processor.kafka.retry import FatalBudget, RetryWatch, observing
+    from processor.kafka.transport import TxnProducer
+    from processor.service.loop.runner import Processor
 
     class Starved:
         def abort_transaction(self, timeout: float = -1) -> None:

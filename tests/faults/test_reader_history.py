@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from processor.client.views_reader import _Materializer, view_update_json
 from processor.codec import View, default_codec, split_view, view_key
-from processor.service.retry import FatalBudget, is_transient, retry, run_all
-from processor.service.views_reader import _Materializer, view_update_json
+from processor.kafka.retry import FatalBudget, is_transient, retry, run_all
 
 
 def _records(

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from processor.client.session_writer import SessionWriter
 from processor.devcluster import LocalCluster
-from processor.service.writer import SessionWriter
 from tests.faults.conftest import (
     SEED,
     FaultStack,

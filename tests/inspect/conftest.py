@@ -21,9 +21,9 @@ import pytest
 
 from processor.config import ServiceConfig
 from processor.inspect.server import InspectorServer
-from processor.service import clients
-from processor.service.runner import Processor
-from processor.service.topics import create_topics
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
+from processor.service.loop.runner import Processor
 
 CHROMIUM = os.environ.get("PROCESSOR_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("PROCESSOR_CHROMEDRIVER", "/usr/bin/chromedriver")

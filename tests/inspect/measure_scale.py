@@ -15,15 +15,15 @@ import resource
 import sys
 import time
 
+from processor.client.session_writer import SessionWriter
+from processor.client.views_reader import materialize_views
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.examples.make_example import scripted_sessions
 from processor.inspect.state import InspectorState
-from processor.service import clients
-from processor.service.runner import Processor
-from processor.service.topics import create_topics
-from processor.service.views_reader import materialize_views
-from processor.service.writer import SessionWriter
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
+from processor.service.loop.runner import Processor
 
 
 def main(n: int) -> None:

@@ -11,15 +11,15 @@ from typing import Any
 import orjson
 import pytest
 
+from processor.client.session_writer import SessionWriter
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.examples.make_example import EXAMPLE_PATH
 from processor.files import read_session_file
 from processor.inspect.server import InspectorServer
-from processor.service import clients
-from processor.service.runner import Processor
-from processor.service.topics import create_topics
-from processor.service.writer import SessionWriter
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
+from processor.service.loop.runner import Processor
 from tests.inspect.conftest import wait_for
 
 pytestmark = pytest.mark.kafka

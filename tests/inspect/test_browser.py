@@ -18,14 +18,14 @@ import orjson
 import pytest
 from selenium.webdriver.common.by import By
 
+from processor.client.session_writer import SessionWriter
+from processor.client.views_reader import read_committed_records
 from processor.codec import default_codec
 from processor.core.events import make_event
 from processor.examples.make_example import EXAMPLE_PATH
 from processor.files import read_session_file
+from processor.kafka import clients
 from processor.offline import fold_events
-from processor.service import clients
-from processor.service.views_reader import read_committed_records
-from processor.service.writer import SessionWriter
 from tests.inspect.conftest import TOKEN, InspectStack, save_failure_screenshot, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.browser]

@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from processor.config import ServiceConfig
-from processor.service import clients
-from processor.service.topics import create_topics
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
 from tests.inspect.conftest import wait_for
 from tests.local_http import free_port
 

@@ -21,8 +21,8 @@ from selenium.webdriver.support.ui import Select
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.inspect.server import InspectorServer
-from processor.service import clients
-from processor.service.topics import create_topics
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
 from tests.inspect.conftest import save_failure_screenshot, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.browser]

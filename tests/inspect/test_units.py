@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from processor.client.views_reader import offline_equivalent
 from processor.codec import default_codec
 from processor.core.events import make_event
 from processor.examples.make_example import EXAMPLE_PATH
@@ -11,7 +12,6 @@ from processor.files import read_session_file
 from processor.inspect.history import LoggedRecord, diff, fold_document, fold_records
 from processor.inspect.redact import REDACTED, redact
 from processor.offline import fold_events, session_output
-from processor.service.views_reader import offline_equivalent
 
 
 def test_redact_hides_secret_named_keys_and_keeps_counts() -> None:

@@ -18,14 +18,14 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from processor.client.views_reader import offline_equivalent
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.core.events import Event
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
 from processor.offline import fold_events, session_output
-from processor.service import clients
-from processor.service.runner import Processor
-from processor.service.topics import create_topics
-from processor.service.views_reader import offline_equivalent
+from processor.service.loop.runner import Processor
 from processor.workload import generate_session
 
 REPO = Path(__file__).parents[2]

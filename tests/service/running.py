@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from processor.service.runner import Processor
+from processor.service.loop.runner import Processor
 
 
 class RunningProcessor:

@@ -24,11 +24,11 @@ from typing import Any, ClassVar, cast
 import pytest
 from confluent_kafka import TopicPartition
 
-from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.restore import committed_behind
-from processor.service.retry import observing
-from processor.service.transport import Reader
+from processor.kafka.retry import observing
+from processor.kafka.transport import Reader
+from processor.service.partitions.restore import committed_behind
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryTransport
 from tests.service.test_memory_transport import Loop, _committed, _wait
 from tests.service.test_state_store import LOGS, _assert_folded, _config, _produce, _run
 

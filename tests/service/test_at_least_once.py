@@ -17,8 +17,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
 )
 
-from processor.service import clients
-from processor.service.runner import Processor
+from processor.kafka import clients
+from processor.service.loop.runner import Processor
 from tests.service.conftest import Stack, sessions, wait_until
 from tests.service.test_processor import dead_letters, wait_for_views
 

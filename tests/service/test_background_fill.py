@@ -17,10 +17,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.config import ServiceConfig
-from processor.service import background_fill
-from processor.service.background_fill import BackgroundFill
-from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTransport
-from processor.service.state import CheckpointStore, Filled
+from processor.service.partitions import background_fill
+from processor.service.partitions.background_fill import BackgroundFill
+from processor.service.store.checkpoint_store import CheckpointStore, Filled
+from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryTransport
 from tests.service.test_memory_transport import Loop, _committed, _wait
 from tests.service.test_state_store import _assert_folded, _config, _produce
 
@@ -261,7 +261,7 @@ def test_a_partition_revoked_and_assigned_again_mid_fill_reads_each_record_once(
     """The same member's fill consumer: cancel (revoke) after some slices, then a
     second assignment of the same partition resumes at the store's position; the
     store ends with the last value of every key (nothing applied out of order)."""
-    from processor.service.metrics import Metrics
+    from processor.telemetry.metrics import Metrics
 
     monkeypatch.setattr(background_fill, "FILL_SLICE", 50)
     broker, store = _one_partition(tmp_path)
@@ -301,7 +301,7 @@ def test_a_full_disk_while_filling_moves_the_partition_to_memory_and_refills_it(
     run goes on (a restart would fail the same way: a crash loop), the filling
     partition is held in memory, filled again from zero, reported on /readyz and
     in processor_fill_failures_total, and the views equal the offline fold."""
-    from processor.service.local_store import LocalStore
+    from processor.service.store.local_store import LocalStore
 
     broker, _, config = _fresh_host(tmp_path)
     for i in range(50):  # records that take room while filling, then deleted
@@ -364,8 +364,8 @@ def test_a_rewind_during_a_fill_does_not_reset_the_fills_restore_time(
     The rebalance module's clock jumps 1000 s at the rewind (no wall time)."""
     import time as real_time
 
-    from processor.service import rebalance
-    from processor.service.rebalance import Rebalance
+    from processor.service.partitions import rebalance
+    from processor.service.partitions.rebalance import Rebalance
 
     class Clock:
         extra = 0.0

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from processor.service.broker_watch import BrokerWatch
-from processor.service.kafka_errors import ClientProblems
-from processor.service.metrics import Metrics, readiness
+from processor.kafka.client_errors import ClientProblems
+from processor.service.ops.broker_watch import BrokerWatch
+from processor.service.ops.http import readiness
+from processor.telemetry.metrics import Metrics
 
 
 class Cluster:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from processor.config import ServiceConfig
-from processor.service import clients
-from processor.service.kafka_errors import LIBRDKAFKA_LOGGER
+from processor.kafka import clients
+from processor.kafka.client_errors import LIBRDKAFKA_LOGGER
 
 
 def test_produce_waits_for_a_full_local_queue_instead_of_failing() -> None:
@@ -38,7 +38,7 @@ def test_produce_waits_for_a_full_local_queue_instead_of_failing() -> None:
 def test_the_output_producer_retries_a_busy_transaction_coordinator_after_20_ms() -> None:
     # CONCURRENT_TRANSACTIONS (the previous commit's markers still being
     # written) retried after librdkafka's default 100 ms held ~10% of the
-    # transactions 110-430 ms under load (BENCHMARKS §5, branch `lat`)
+    # transactions 110-430 ms under load (figure 5)
     conf = clients.output_settings(ServiceConfig(), "unit")
     assert conf["retry.backoff.ms"] == 20
     Producer(conf)  # librdkafka takes it
@@ -48,7 +48,7 @@ def test_the_output_producer_retries_a_busy_transaction_coordinator_after_20_ms(
 
 def test_the_control_consumer_long_polls_while_read_to_end_readers_do_not() -> None:
     # the control channel stays assigned all run: at a 10 ms fetch wait an idle
-    # member's empty fetches cost the broker 6.6% of a core (BENCHMARKS §5, lat3)
+    # member's empty fetches cost the broker 6.6% of a core (figure 5)
     config = ServiceConfig()
     control = clients.plain_settings(config, "control")
     assert control["fetch.wait.max.ms"] == 100

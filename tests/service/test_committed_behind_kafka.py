@@ -29,11 +29,11 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from processor.client.views_reader import materialize_views, session_fold_equivalent
 from processor.engine.commands import partition_of
-from processor.service import clients
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
-from processor.service.views_reader import materialize_views, session_fold_equivalent
+from processor.kafka import clients
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
 from tests.kafka_fixtures import unique_prefix
 from tests.service.conftest import Stack, as_json, sessions, wait_until
 from tests.service.running import RunningProcessor

@@ -5,7 +5,7 @@ raw bytes, redrive commands — and what must come out: per session its
 ``status`` (state, last seq), views equal to the offline fold of the events
 it applied, and its dead letters by rule.  The scenarios run through the
 engine alone; through the ``Processor`` loop on the in-memory transport
-(``processor/service/memory.py``: no broker, part of the fast run); and
+(``processor/testing/memory.py``: no broker, part of the fast run); and
 through the same loop on the local broker (marker ``kafka``).  A scenario
 that passes on the engine and fails on the loop is a bug in the loop; one
 that passes in memory and fails on the broker is a difference between the
@@ -25,21 +25,21 @@ from typing import Any, Protocol
 import pytest
 from confluent_kafka import TopicPartition
 
-from processor.codec import DeadLetter, default_codec
-from processor.config import ServiceConfig
-from processor.core.events import Event
-from processor.engine.commands import partition_of, redrive
-from processor.offline import fold_events, session_output
-from processor.service import clients
-from processor.service.memory import MemoryBroker, MemoryTransport
-from processor.service.runner import Processor
-from processor.service.views_reader import (
+from processor.client.views_reader import (
     _Materializer,
     materialize_views,
     offline_equivalent,
     read_dead_letters,
     session_fold_equivalent,
 )
+from processor.codec import DeadLetter, default_codec
+from processor.config import ServiceConfig
+from processor.core.events import Event
+from processor.engine.commands import partition_of, redrive
+from processor.kafka import clients
+from processor.offline import fold_events, session_output
+from processor.service.loop.runner import Processor
+from processor.testing.memory import MemoryBroker, MemoryTransport
 from tests.engine.kit import Harness, changed, session_log
 from tests.service.conftest import Stack, as_json
 from tests.service.running import RunningProcessor
@@ -194,7 +194,7 @@ class Side(Protocol):
 
 
 class MemorySide:
-    """The same loop on ``processor.service.memory``: no broker, part of the fast run."""
+    """The same loop on ``processor.testing.memory``: no broker, part of the fast run."""
 
     def __init__(self) -> None:
         self.config = ServiceConfig(partitions=PARTITIONS, topic_prefix="contract")

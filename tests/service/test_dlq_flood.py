@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from processor.service import runner
-from processor.service.runner import Processor
-from processor.service.views_reader import materialize_views, session_fold_equivalent
+from processor.client.views_reader import materialize_views, session_fold_equivalent
+from processor.service.loop import runner
+from processor.service.loop.runner import Processor
 from tests.service.conftest import Stack, as_json, sessions, wait_until
 from tests.service.running import RunningProcessor
 from tests.service.test_hostile import dead_letters

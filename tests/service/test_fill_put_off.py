@@ -22,11 +22,11 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.config import ServiceConfig
-from processor.service import background_fill
-from processor.service.background_fill import STALL_S, BackgroundFill, FillJob
-from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
+from processor.service.loop.runner import Processor
+from processor.service.partitions import background_fill
+from processor.service.partitions.background_fill import STALL_S, BackgroundFill, FillJob
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryTransport
 from tests.service.running import RunningProcessor
 from tests.service.test_background_fill import (
     BIG,

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from processor.service import background_fill
-from processor.service.background_fill import BackgroundFill
-from processor.service.memory import MemoryConsumer, MemoryMessage
-from processor.service.metrics import Metrics
-from processor.service.state import Filled
+from processor.service.partitions import background_fill
+from processor.service.partitions.background_fill import BackgroundFill
+from processor.service.store.checkpoint_store import Filled
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryConsumer, MemoryMessage
 from tests.service.test_background_fill import _one_partition
 
 

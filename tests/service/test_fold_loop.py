@@ -6,8 +6,8 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, Message
 
 from processor.engine import Out
-from processor.service.fold_loop import fold_messages
-from processor.service.transport import Msg
+from processor.kafka.transport import Msg
+from processor.service.loop.fold_loop import fold_messages
 from tests.engine.kit import EVENTS, Harness, session_log
 
 

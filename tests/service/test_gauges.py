@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from processor.service.runner import Processor
+from processor.service.loop.runner import Processor
 from tests.service.conftest import Stack, sessions, wait_until
 
 pytestmark = pytest.mark.kafka

@@ -15,9 +15,9 @@ import threading
 import pytest
 from confluent_kafka import Consumer
 
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
-from processor.service.views_reader import materialize_views, session_fold_equivalent
+from processor.client.views_reader import materialize_views, session_fold_equivalent
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
 from tests.service.conftest import Stack, as_json, sessions, wait_until
 from tests.service.running import RunningProcessor
 

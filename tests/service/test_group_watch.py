@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from processor.service.group_watch import NAMED_AT_MOST, GroupWatch, Member, foreign_members
-from processor.service.metrics import Metrics
-from processor.service.owners import member_client_id
+from processor.kafka.owners import member_client_id
+from processor.service.ops.group_watch import NAMED_AT_MOST, GroupWatch, Member, foreign_members
+from processor.telemetry.metrics import Metrics
 
 
 def test_members_of_the_processor_are_not_foreign_whatever_they_advertise() -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Consumer
 
-from processor.service import group_watch
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
+from processor.service.loop.runner import Processor
+from processor.service.ops import group_watch
+from processor.telemetry.metrics import Metrics
 from tests.service.conftest import Stack, sessions, wait_until
 from tests.service.running import RunningProcessor
 

@@ -9,7 +9,7 @@ reports, no loop and no broker.
 
 from __future__ import annotations
 
-from processor.service.health import MAX_CAUSES, Health
+from processor.telemetry.health import MAX_CAUSES, Health
 
 
 def _health() -> Health:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from processor.service.heap import THRESHOLDS, HeapPolicy
+from processor.service.loop.heap import THRESHOLDS, HeapPolicy
 
 
 @pytest.fixture

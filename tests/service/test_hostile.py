@@ -35,23 +35,24 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
 )
 
-from processor.codec import View, default_codec
-from processor.core.builder import LogBuilder
-from processor.core.events import Event, parse_event
-from processor.engine.dead_letters import MAX_COPIED_VALUE
-from processor.offline import fold_events, session_output
-from processor.protocol import CONTROL_HEADER
-from processor.service import clients
-from processor.service.control import partition_of, redrive
-from processor.service.kafka_errors import KafkaFatal
-from processor.service.metrics import Metrics, serve
-from processor.service.restore import read_partitions
-from processor.service.runner import Processor
-from processor.service.views_reader import (
+from processor.client.views_reader import (
     materialize_views,
     offline_equivalent,
     session_fold_equivalent,
 )
+from processor.codec import View, default_codec
+from processor.core.builder import LogBuilder
+from processor.core.events import Event, parse_event
+from processor.engine.dead_letters import MAX_COPIED_VALUE
+from processor.kafka import clients
+from processor.kafka.client_errors import KafkaFatal
+from processor.kafka.reads import read_partitions
+from processor.offline import fold_events, session_output
+from processor.protocol import CONTROL_HEADER
+from processor.service.loop.control import partition_of, redrive
+from processor.service.loop.runner import Processor
+from processor.service.ops.http import serve
+from processor.telemetry.metrics import Metrics
 from tests.service.conftest import Stack, as_json, sessions
 from tests.service.running import RunningProcessor
 

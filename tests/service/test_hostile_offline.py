@@ -18,11 +18,12 @@ from processor.core.errors import SessionError
 from processor.core.events import parse_event_bytes
 from processor.core.frozen import MAX_DEPTH, JsonDepthError, freeze, json_problem
 from processor.engine.dead_letters import MAX_COPIED_VALUE, MAX_KEY_BYTES, bounded
-from processor.service import transactions
-from processor.service.control import Command, CommandError, parse_command, redrive
-from processor.service.failures import FailureTracker
-from processor.service.kafka_errors import ClientProblems, KafkaFatal, Kind, classify
-from processor.service.metrics import Metrics, serve
+from processor.kafka.client_errors import ClientProblems, KafkaFatal, Kind, classify
+from processor.service.loop.control import Command, CommandError, parse_command, redrive
+from processor.service.ops.failures import FailureTracker
+from processor.service.ops.http import serve
+from processor.service.txn import transactions
+from processor.telemetry.metrics import Metrics
 
 HEADER = (
     b'{"type":"session","version":4,"id":"deep","createdAt":0,"isSeeded":false,'

@@ -18,10 +18,10 @@ from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.engine import PartitionState
 from processor.engine.commands import partition_of, redrive
-from processor.service.idle import IdleClock, behind_end, default_max_wait_s
-from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
+from processor.service.loop.idle import IdleClock, behind_end, default_max_wait_s
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
 from tests.engine.kit import session_log
 
 CODEC = default_codec()
@@ -117,7 +117,7 @@ def test_a_partition_that_never_reaches_its_end_ends_the_run_with_a_warning(
     _produce(broker, 0)
     other = _produce(broker, 1)
     broker.stall(EVENTS, 0)  # never released: a partition the broker cannot serve
-    with caplog.at_level(logging.WARNING, "processor.runner"):
+    with caplog.at_level(logging.WARNING, "processor.service.loop"):
         proc = _run(broker, max_idle_s=0.05, max_wait_s=0.3)
     assert _consumed(proc) == other  # the servable partition was folded
     warned = [r.getMessage() for r in caplog.records if "never reached its end" in r.getMessage()]
@@ -136,7 +136,7 @@ def test_a_committed_transaction_marker_and_an_empty_partition_count_as_at_end(
     for event in LOG:
         producer.produce(EVENTS, CODEC.encode_parsed_event(sid, event), sid.encode())
     producer.commit_transaction()  # the log ends with the commit marker; partition 1 is empty
-    with caplog.at_level(logging.WARNING, "processor.runner"):
+    with caplog.at_level(logging.WARNING, "processor.service.loop"):
         first = _run(broker, max_idle_s=0.05, max_wait_s=600)  # a wait would outlast the join
         # a restart resumes at the marker (the offset after the last record): its
         # fetch steps over it without a record, as librdkafka's does

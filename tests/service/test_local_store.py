@@ -6,7 +6,12 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from processor.service.local_store import GAP_MAX_AGE_S, LocalStore, StoredRecord, record_digest
+from processor.service.store.local_store import (
+    GAP_MAX_AGE_S,
+    LocalStore,
+    StoredRecord,
+    record_digest,
+)
 
 TOPIC = "p.checkpoints"
 
@@ -153,7 +158,7 @@ def test_a_late_writer_never_moves_the_store_back(tmp_path: Path) -> None:
 
 
 def test_newest_keys_and_quarantined_sessions(tmp_path: Path) -> None:
-    from processor.service.state import session_key as checkpoint_session
+    from processor.service.store.checkpoint_store import session_key as checkpoint_session
 
     s, t = LocalStore(tmp_path / "s.sqlite", "c1", checkpoint_session), Topic()
     recs = [
@@ -177,7 +182,7 @@ def test_an_in_memory_store_needs_no_file(tmp_path: Path) -> None:
 
 def test_the_head_count_follows_new_and_tombstoned_heads(tmp_path: Path) -> None:
     """The restore reports sessions without counting the partition (O(1) at a million)."""
-    from processor.service.state import session_key as checkpoint_session
+    from processor.service.store.checkpoint_store import session_key as checkpoint_session
 
     s, t = LocalStore(tmp_path / "s.sqlite", "c1", checkpoint_session), Topic()
     s.apply(TOPIC, 0, "id1", [t.append(b"a", b"1"), t.append(b"\xffa\x00p", b"x")], t.end)
@@ -192,7 +197,7 @@ def test_the_head_count_follows_new_and_tombstoned_heads(tmp_path: Path) -> None
 def test_a_fill_applies_tombstones_in_offset_order_and_recounts_heads(tmp_path: Path) -> None:
     """The fill streams records (no per-batch dict): a tombstone between two
     writes of a key must leave the later write, one after them none."""
-    from processor.service.state import session_key as checkpoint_session
+    from processor.service.store.checkpoint_store import session_key as checkpoint_session
 
     s, t = LocalStore(tmp_path / "s.sqlite", "c1", checkpoint_session), Topic()
     recs = [
@@ -237,7 +242,7 @@ def test_overlapping_fills_keep_the_larger_cache_until_the_last_ends(tmp_path: P
     """A rewind's fill from zero ending while the background fill of another
     partition still runs must not shrink the page cache under it; the cache is
     back to its bound once both ended."""
-    from processor.service.local_store import CACHE_KIB, FILL_CACHE_KIB
+    from processor.service.store.local_store import CACHE_KIB, FILL_CACHE_KIB
 
     store = LocalStore(tmp_path / "s.sqlite", "c1", lambda k: k)
 

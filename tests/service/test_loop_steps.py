@@ -16,12 +16,12 @@ import pytest
 
 from processor.codec import default_codec
 from processor.config import ServiceConfig
-from processor.service import commit as commit_mod
-from processor.service import rebalance as rebalance_mod
-from processor.service import runner as runner_mod
-from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
+from processor.service.loop import runner as runner_mod
+from processor.service.loop.runner import Processor
+from processor.service.partitions import rebalance as rebalance_mod
+from processor.service.txn import commit as commit_mod
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
 from tests.engine.kit import session_log
 from tests.service.running import RunningProcessor
 
@@ -81,8 +81,8 @@ def test_the_heap_settle_does_not_walk_the_folded_batch_s_messages() -> None:
     walks and freezes every one (5,000 per batch: a fifth of the settle)."""
     import gc
 
-    from processor.service.heap import HeapPolicy
-    from processor.service.memory import MemoryMessage
+    from processor.service.loop.heap import HeapPolicy
+    from processor.testing.memory import MemoryMessage
 
     broker = MemoryBroker()
     broker.create_topics(CONFIG)

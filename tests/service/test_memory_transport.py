@@ -24,18 +24,18 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from processor.codec import default_codec
-from processor.config import ServiceConfig
-from processor.offline import fold_events, session_output
-from processor.service.kafka_errors import KafkaFatal
-from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
-from processor.service.views_reader import (
+from processor.client.views_reader import (
     _Materializer,
     offline_equivalent,
     session_fold_equivalent,
 )
+from processor.codec import default_codec
+from processor.config import ServiceConfig
+from processor.kafka.client_errors import KafkaFatal
+from processor.offline import fold_events, session_output
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryProducer, MemoryTransport
 from tests.engine.kit import session_log
 from tests.service.conftest import as_json
 from tests.service.running import RunningProcessor

@@ -22,15 +22,15 @@ import pytest
 from confluent_kafka import KafkaError, Message
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
+from processor.client.views_reader import materialize_views, session_fold_equivalent
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.engine.commands import partition_of
-from processor.service import clients
-from processor.service.kafka_errors import KafkaFatal
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
-from processor.service.topics import delete_topics, topic_specs
-from processor.service.views_reader import materialize_views, session_fold_equivalent
+from processor.kafka import clients
+from processor.kafka.client_errors import KafkaFatal
+from processor.kafka.topic_admin import delete_topics, topic_specs
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
 from tests.kafka_fixtures import unique_prefix
 from tests.service.conftest import Stack, as_json, sessions
 from tests.service.running import RunningProcessor

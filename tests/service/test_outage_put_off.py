@@ -30,12 +30,13 @@ from pathlib import Path
 
 import pytest
 
+from processor.client.views_reader import read_views, session_fold_equivalent
 from processor.config import ServiceConfig
 from processor.core.events import Event
 from processor.devbroker import LocalBroker
-from processor.service import clients, faultpoints
-from processor.service.topics import create_topics
-from processor.service.views_reader import read_views, session_fold_equivalent
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
+from processor.testing import faultpoints
 from tests.kafka_fixtures import unique_prefix
 from tests.local_http import free_port, get
 from tests.service.conftest import Stack, as_json, sessions, wait_until

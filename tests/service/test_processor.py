@@ -15,21 +15,22 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
 
-from processor.codec import default_codec
-from processor.core.builder import LogBuilder
-from processor.service import clients
-from processor.service.control import redrive
-from processor.service.kafka_errors import ClientProblems
-from processor.service.metrics import Metrics, serve
-from processor.service.restore import read_partitions
-from processor.service.runner import Processor
-from processor.service.topics import create_topics, delete_topics
-from processor.service.transport import KafkaTransport, TxnProducer
-from processor.service.views_reader import (
+from processor.client.views_reader import (
     materialize_views,
     offline_equivalent,
     session_fold_equivalent,
 )
+from processor.codec import default_codec
+from processor.core.builder import LogBuilder
+from processor.kafka import clients
+from processor.kafka.client_errors import ClientProblems
+from processor.kafka.reads import read_partitions
+from processor.kafka.topic_admin import create_topics, delete_topics
+from processor.kafka.transport import KafkaTransport, TxnProducer
+from processor.service.loop.control import redrive
+from processor.service.loop.runner import Processor
+from processor.service.ops.http import serve
+from processor.telemetry.metrics import Metrics
 from tests.service.conftest import Stack, as_json, sessions, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -430,10 +431,10 @@ def _registry_v1() -> Any:
 
 
 def test_replay_after_a_state_version_bump_rebuilds_the_offline_views(stack: Stack) -> None:
+    from processor.client.replayer import replay
     from processor.core.defaults import default_message_projections
     from processor.core.session import Session
     from processor.offline import session_output
-    from processor.service.replay import replay
 
     logs = sessions(5, 120, seed=19)
     for sid, events in logs.items():
@@ -466,7 +467,7 @@ def test_replay_after_a_state_version_bump_rebuilds_the_offline_views(stack: Sta
 
 
 def test_replay_into_fresh_topics_leaves_the_old_ones(stack: Stack) -> None:
-    from processor.service.replay import replay
+    from processor.client.replayer import replay
 
     logs = sessions(3, 80, seed=20)
     for sid, events in logs.items():

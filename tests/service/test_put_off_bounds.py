@@ -15,12 +15,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.config import ServiceConfig, load_config
-from processor.service import retry as retry_mod
-from processor.service.background_fill import STALL_S, BackgroundFill
-from processor.service.memory import MemoryConsumer
-from processor.service.metrics import Metrics
-from processor.service.restore import wait_stable
-from processor.service.retry import GaveUp, RetryWatch, is_transient, observing, retry
+from processor.kafka import retry as retry_mod
+from processor.kafka.retry import GaveUp, RetryWatch, is_transient, observing, retry
+from processor.service.partitions.background_fill import STALL_S, BackgroundFill
+from processor.service.partitions.restore import wait_stable
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryConsumer
 from tests.service.test_background_fill import _one_partition
 from tests.service.test_fill_put_off import Stalling, stalling
 
@@ -58,7 +58,7 @@ class _Clock:
 
 def _gave_up_after(monkeypatch: pytest.MonkeyPatch, deadline_s: float | None) -> float:
     clock = _Clock()
-    monkeypatch.setattr("processor.service.retry.time.sleep", clock.sleep)
+    monkeypatch.setattr("processor.kafka.retry.time.sleep", clock.sleep)
     watch = RetryWatch(clock=clock)
 
     def down() -> None:
@@ -81,7 +81,7 @@ def test_the_restore_deadline_bounds_every_retry_of_the_observed_block(
     assert retry_mod.DEFAULT_DEADLINE_S - 2.0 <= default <= retry_mod.DEFAULT_DEADLINE_S
     # an explicit deadline still wins over the block's
     clock = _Clock()
-    monkeypatch.setattr("processor.service.retry.time.sleep", clock.sleep)
+    monkeypatch.setattr("processor.kafka.retry.time.sleep", clock.sleep)
 
     def down() -> None:
         raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
@@ -134,7 +134,7 @@ def test_a_restore_waiting_for_stable_offsets_gives_up_within_the_restore_deadli
     retries past the restore's deadline nor sends one request longer than it:
     a request of 10 s made a 3 s deadline a 10 s one (seen on a real broker)."""
     clock = _Clock()
-    monkeypatch.setattr("processor.service.retry.time.sleep", clock.sleep)
+    monkeypatch.setattr("processor.kafka.retry.time.sleep", clock.sleep)
     asked: list[float] = []
     with observing(RetryWatch(clock=clock), 3.0), pytest.raises(GaveUp) as gave_up:
         wait_stable(lambda: _SilentAdmin(asked), "t.checkpoints", [0], bound_s=50.0)
@@ -178,7 +178,7 @@ def test_no_leader_found_by_the_stable_offset_query_is_waited_out_not_the_end_of
     ended a restoring member in a chaos run.  Now it is retried like a leader
     election and, past the deadline, puts the restore off (a transient GaveUp)."""
     clock = _Clock()
-    monkeypatch.setattr("processor.service.retry.time.sleep", clock.sleep)
+    monkeypatch.setattr("processor.kafka.retry.time.sleep", clock.sleep)
     misses = [3]
     with observing(RetryWatch(clock=clock), 30.0):
         assert wait_stable(lambda: _LeaderlessAdmin(misses), "t.checkpoints", [0], 50.0) == []

@@ -15,12 +15,12 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
+from processor.client.views_reader import ViewRecord, assemble_transcript
 from processor.engine.dead_letters import MAX_KEY_BYTES
 from processor.engine.records import Out
-from processor.service.owners import advertised_url, member_client_id, session_partition
-from processor.service.queries import GivenUp, NotRestored, Queries
-from processor.service.query_cache import QueryCache
-from processor.service.views_reader import ViewRecord, assemble_transcript
+from processor.kafka.owners import advertised_url, member_client_id, session_partition
+from processor.service.queries.queries import GivenUp, NotRestored, Queries
+from processor.service.queries.query_cache import QueryCache
 from tests.engine.kit import CODEC, CONFIG, Harness, materialize, session_log
 
 VIEWS = CONFIG.topics.views
@@ -327,7 +327,7 @@ def test_the_inspector_port_passes_the_raw_path_to_the_queries() -> None:
 def test_a_fill_that_fails_is_retried_and_a_revoked_fill_is_discarded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("processor.service.query_cache.FILL_RETRY_S", 0.05)
+    monkeypatch.setattr("processor.service.queries.query_cache.FILL_RETRY_S", 0.05)
     h, batches, sids = _batches()
     topic = [(o.key, o.value) for b in batches for o in b if o.topic == VIEWS]
     calls: list[int] = []
@@ -362,7 +362,8 @@ def test_a_fill_that_fails_is_retried_and_a_revoked_fill_is_discarded(
 def test_the_metrics_port_serves_the_routes_with_their_headers() -> None:
     import http.client
 
-    from processor.service.metrics import Metrics, serve
+    from processor.service.ops.http import serve
+    from processor.telemetry.metrics import Metrics
 
     metrics = Metrics()
     source = Source(_views(), owned=False)
@@ -396,7 +397,7 @@ def test_a_full_commit_queue_makes_the_loop_wait_and_is_counted(
 ) -> None:
     """The cache's write queue (MAX_QUEUED_COMMITS) reports when hit; the loop
     waits for room and no commit is lost."""
-    from processor.service import query_cache
+    from processor.service.queries import query_cache
 
     monkeypatch.setattr(query_cache, "MAX_QUEUED_COMMITS", 1)
     h, batches, sids = _batches()

@@ -21,15 +21,15 @@ from urllib.parse import quote
 import orjson
 import pytest
 
-from processor.service.metrics import Metrics
-from processor.service.queries import Queries
-from processor.service.query_setup import attach_queries, query_endpoint
-from processor.service.runner import Processor
-from processor.service.views_reader import (
+from processor.client.views_reader import (
     SessionViews,
     assemble_transcript,
     materialize_views,
 )
+from processor.service.loop.runner import Processor
+from processor.service.queries.queries import Queries
+from processor.service.queries.query_setup import attach_queries, query_endpoint
+from processor.telemetry.metrics import Metrics
 from tests.cli.test_service_cli import invoke
 from tests.local_http import free_port
 from tests.service.conftest import Stack, as_json, sessions, wait_until

@@ -22,21 +22,21 @@ from typing import Any
 
 import pytest
 
-from processor.codec import InMemorySchemaRegistry, default_codec
-from processor.codec.names import CONFLUENT_MAGIC, SINGLE_OBJECT_MARKER, CodecError
-from processor.config import ServiceConfig
-from processor.offline import fold_events, session_output
-from processor.service import registry as registry_module
-from processor.service.memory import MemoryBroker
-from processor.service.metrics import Metrics
-from processor.service.registry import RegistryError, codec_for
-from processor.service.retry import observing
-from processor.service.runner import Processor
-from processor.service.views_reader import (
+from processor.client.views_reader import (
     _Materializer,
     offline_equivalent,
     session_fold_equivalent,
 )
+from processor.codec import InMemorySchemaRegistry, default_codec
+from processor.codec.names import CONFLUENT_MAGIC, SINGLE_OBJECT_MARKER, CodecError
+from processor.config import ServiceConfig
+from processor.kafka import schema_registry as registry_module
+from processor.kafka.retry import observing
+from processor.kafka.schema_registry import RegistryError, codec_for
+from processor.offline import fold_events, session_output
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker
 from tests.engine.kit import session_log
 from tests.service.conftest import as_json
 from tests.service.test_memory_transport import Loop, _committed, _wait

@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processor.config import ServiceConfig
-from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryTransport
 from tests.service.running import RunningProcessor
 from tests.service.test_memory_transport import _committed, _wait
 from tests.service.test_state_store import _assert_folded, _config, _produce

@@ -1,4 +1,4 @@
-"""The restore's watermark query after a broker restart (restore.watermarks).
+"""The restore's watermark query after a broker restart (reads.watermarks).
 
 A chaos run saw a member's restore client answer ``_UNKNOWN_PARTITION`` for
 ~2.5 minutes after a broker restart, longer than the retry deadline, and the
@@ -18,12 +18,12 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from processor.service.health import Health
-from processor.service.kafka_errors import one_line
-from processor.service.metrics import Metrics
-from processor.service.restore import watermarks
-from processor.service.retry import GaveUp, RetryWatch, is_transient, observing
-from processor.service.transport import Reader
+from processor.kafka.client_errors import one_line
+from processor.kafka.reads import watermarks
+from processor.kafka.retry import GaveUp, RetryWatch, is_transient, observing
+from processor.kafka.transport import Reader
+from processor.telemetry.health import Health
+from processor.telemetry.metrics import Metrics
 
 
 class StaleMetadata:

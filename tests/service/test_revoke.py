@@ -20,8 +20,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
 )
 
-from processor.service import clients
-from processor.service.runner import Processor
+from processor.kafka import clients
+from processor.service.loop.runner import Processor
 from tests.service.conftest import Stack, sessions
 
 pytestmark = pytest.mark.kafka

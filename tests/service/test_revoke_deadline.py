@@ -17,15 +17,15 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.config import ServiceConfig
-from processor.service import commit as commit_mod
-from processor.service import rebalance as rebalance_mod
-from processor.service import retry as retry_mod
-from processor.service import runner as runner_mod
-from processor.service import transactions as transactions_mod
-from processor.service.kafka_errors import KafkaFatal
-from processor.service.memory import MemoryBroker, MemoryProducer, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
+from processor.kafka import retry as retry_mod
+from processor.kafka.client_errors import KafkaFatal
+from processor.service.loop import runner as runner_mod
+from processor.service.loop.runner import Processor
+from processor.service.partitions import rebalance as rebalance_mod
+from processor.service.txn import commit as commit_mod
+from processor.service.txn import transactions as transactions_mod
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryProducer, MemoryTransport
 from tests.service.running import RunningProcessor
 from tests.service.test_loop_steps import CODEC, LOG, _Clock, _wait
 from tests.service.test_loop_steps import _Transport as _LoopTransport

@@ -21,15 +21,15 @@ from typing import Any
 import orjson
 import pytest
 
-from processor.codec import CodecError, default_codec
-from processor.core.errors import SessionError
-from processor.core.events import parse_event
-from processor.offline import fold_events, fold_file, session_output
-from processor.service.views_reader import (
+from processor.client.views_reader import (
     materialize_views,
     offline_equivalent,
     session_fold_equivalent,
 )
+from processor.codec import CodecError, default_codec
+from processor.core.errors import SessionError
+from processor.core.events import parse_event
+from processor.offline import fold_events, fold_file, session_output
 from tests.corpus.make_corpus import V3_CASES
 from tests.service.conftest import Stack, as_json
 from tests.service.test_processor import dead_letters, wait_for_views

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from processor.service import schedstat
+from processor.service.txn import schedstat
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc schedstat is Linux's")

@@ -1,7 +1,7 @@
 """A secured broker (SASL_SSL + SCRAM-SHA-512, TLS, StandardAuthorizer, no allow-everyone).
 
 - processor, writer, reader and operator run with exactly the ACLs of
-  ``processor.service.acls`` (the README's table) — the whole path works,
+  ``processor.kafka.acls`` (the README's table) — the whole path works,
   and a writer cannot forge an operator command;
 - each ACL of the processor is needed: without it ``processor run`` ends
   within seconds with one line naming it and exit status 1;
@@ -30,21 +30,21 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from processor.codec import default_codec
-from processor.config import ServiceConfig
-from processor.core.builder import LogBuilder
-from processor.core.events import Event
-from processor.offline import fold_events, session_output
-from processor.service import clients
-from processor.service.acls import Acl, Role, required_acls
-from processor.service.topics import create_topics
-from processor.service.views_reader import (
+from processor.client.session_writer import DeliveryError, SessionWriter
+from processor.client.views_reader import (
     materialize_views,
     offline_equivalent,
     read_dead_letters,
     session_fold_equivalent,
 )
-from processor.service.writer import DeliveryError, SessionWriter
+from processor.codec import default_codec
+from processor.config import ServiceConfig
+from processor.core.builder import LogBuilder
+from processor.core.events import Event
+from processor.kafka import clients
+from processor.kafka.acls import Acl, Role, required_acls
+from processor.kafka.topic_admin import create_topics
+from processor.offline import fold_events, session_output
 from tests.kafka_fixtures import unique_prefix
 from tests.secure_broker import SecureBroker
 

@@ -9,8 +9,8 @@ as ``processor_shared_values{table}``.
 from __future__ import annotations
 
 from processor.core.sharing import BoundedTable, tables
-from processor.service.memory import MemoryBroker
-from processor.service.metrics import Metrics
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker
 from tests.service.test_memory_transport import CONFIG, Loop, _committed, _produce, _wait
 
 

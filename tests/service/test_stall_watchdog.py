@@ -22,12 +22,12 @@ import pytest
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.engine.commands import partition_of
-from processor.service import progress as progress_mod
-from processor.service import runner as runner_mod
-from processor.service.memory import MemoryBroker, MemoryConsumer, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.progress import ProgressWatch
-from processor.service.runner import Processor
+from processor.service.loop import runner as runner_mod
+from processor.service.loop.runner import Processor
+from processor.service.ops import stall_watch as progress_mod
+from processor.service.ops.stall_watch import ProgressWatch
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryTransport
 from tests.engine.kit import session_log
 from tests.service.running import RunningProcessor
 from tests.service.test_loop_steps import _Clock  # a fake clock the test advances
@@ -256,8 +256,8 @@ def test_the_watch_counts_only_looks_with_lag_at_one_position(
 def test_a_loop_that_stops_ticking_is_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loop blocked in a call moves nothing either: /readyz says so once it has
     not ticked for ``liveness_s`` (the watch runs in the loop and cannot)."""
-    from processor.service import health as health_mod
-    from processor.service.health import Health
+    from processor.telemetry import health as health_mod
+    from processor.telemetry.health import Health
 
     clock = _Clock()
     monkeypatch.setattr(health_mod, "time", SimpleNamespace(monotonic=clock.monotonic))

@@ -22,8 +22,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from processor.core.builder import LogBuilder
-from processor.service import clients
-from processor.service.topics import create_topics, delete_topics
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics, delete_topics
 from tests.service.conftest import Stack, sessions, wait_until
 from tests.service.test_processor import topic_records, wait_for_views
 
@@ -156,7 +156,7 @@ def test_a_member_joining_during_a_fill_takes_partitions_mid_fill(
     equal the offline fold."""
     import threading
 
-    from processor.service.background_fill import BackgroundFill
+    from processor.service.partitions.background_fill import BackgroundFill
 
     logs = sessions(8, 60, seed=44)
     _produce(stack, logs, 0, 30)

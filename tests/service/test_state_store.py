@@ -16,15 +16,16 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from processor.client.views_reader import offline_equivalent, session_fold_equivalent
 from processor.codec import default_codec
 from processor.config import ServiceConfig
+from processor.kafka.reads import stream as _stream
+from processor.kafka.retry import is_transient
+from processor.kafka.transport import Reader
 from processor.offline import fold_events, session_output
-from processor.service.local_store import StoredRecord
-from processor.service.memory import MemoryBroker, MemoryMessage
-from processor.service.retry import is_transient
-from processor.service.state import _first_held, _stream
-from processor.service.transport import Reader
-from processor.service.views_reader import offline_equivalent, session_fold_equivalent
+from processor.service.store.checkpoint_store import FILL_BATCH, _first_held
+from processor.service.store.local_store import StoredRecord
+from processor.testing.memory import MemoryBroker, MemoryMessage
 from tests.engine.kit import session_log
 from tests.service.conftest import as_json
 from tests.service.test_memory_transport import Loop, _committed, _views, _wait
@@ -233,9 +234,9 @@ def test_one_delivery_report_per_partition_gives_every_offset(tmp_path: Path) ->
     the order and the last offset exact, which is what the next assignment
     verifies; a missing report breaks the partition, never guesses."""
     from processor.engine import PartitionState
-    from processor.service.local_store import record_digest
-    from processor.service.memory import MemoryMessage
-    from processor.service.state import CheckpointStore
+    from processor.service.store.checkpoint_store import CheckpointStore
+    from processor.service.store.local_store import record_digest
+    from processor.testing.memory import MemoryMessage
 
     config = _config(tmp_path)
     store = CheckpointStore(config, CODEC)
@@ -307,7 +308,7 @@ def test_a_store_failing_a_session_load_ends_the_run_never_a_dead_letter(
     config = _config(tmp_path)
     broker.create_topics(config)
     _run(broker, config, 0, 6)
-    from processor.service.local_store import LocalStore
+    from processor.service.store.local_store import LocalStore
 
     def damaged(self: LocalStore, topic: str, partition: int, session: str) -> Any:
         raise sqlite3.DatabaseError("database disk image is malformed")
@@ -332,8 +333,8 @@ def test_a_store_failing_a_session_load_ends_the_run_never_a_dead_letter(
 def test_a_full_disk_in_a_rewinds_fill_holds_the_partition_in_memory(tmp_path: Path) -> None:
     """The synchronous fill (the rewind after an abort) meets a full disk: the
     partition is refilled from zero in memory, every record there, reported."""
-    from processor.service.memory import MemoryConsumer
-    from processor.service.state import CheckpointStore
+    from processor.service.store.checkpoint_store import CheckpointStore
+    from processor.testing.memory import MemoryConsumer
 
     config = _config(tmp_path)
     broker = MemoryBroker()
@@ -445,7 +446,7 @@ def test_a_fill_reads_past_an_end_below_the_committed_one() -> None:
     )
     got = [
         (p, [m.offset() for m in batch], end)
-        for p, batch, end in _stream(cast(Reader, answers), "t", {0: 3}, {0: 6})
+        for p, batch, end in _stream(cast(Reader, answers), "t", {0: 3}, {0: 6}, batch=FILL_BATCH)
     ]
     assert got == [(0, [3, 5], 6)]
 
@@ -456,8 +457,8 @@ def test_the_synchronous_fill_gives_up_after_fill_stall_s(
     """The rewind's fill (after an abort) stalls after the service's
     ``fill_stall_s``, as the background fill does, not a fixed 120 s: a drill
     with short bounds puts both off alike."""
-    from processor.service import state
-    from processor.service.state import CheckpointStore
+    from processor.service.store import checkpoint_store as state
+    from processor.service.store.checkpoint_store import CheckpointStore
 
     config = _config(tmp_path, fill_stall_s=7)
     store = CheckpointStore(config, CODEC)
@@ -471,7 +472,7 @@ def test_the_synchronous_fill_gives_up_after_fill_stall_s(
         bounds.append(timeout_s)
         return iter(())
 
-    monkeypatch.setattr(state, "_stream", stream)
+    monkeypatch.setattr(state, "stream", stream)
     store.fill(cast(Reader, _Answers([])), [0, 1])
     assert bounds == [7.0]
     store.close()

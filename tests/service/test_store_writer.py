@@ -8,10 +8,10 @@ from pathlib import Path
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.engine import PartitionState
-from processor.service.local_store import StoredRecord
-from processor.service.memory import MemoryMessage
-from processor.service.state import CheckpointStore
-from processor.service.store_writer import StoreWriter
+from processor.service.store.checkpoint_store import CheckpointStore
+from processor.service.store.local_store import StoredRecord
+from processor.service.store.store_writer import StoreWriter
+from processor.testing.memory import MemoryMessage
 
 
 def _key(key: bytes) -> bytes:
@@ -74,9 +74,9 @@ def test_a_session_with_queued_records_is_loaded_after_they_are_written(tmp_path
 
 def test_a_full_write_queue_is_counted_in_the_metric(tmp_path: Path) -> None:
     """The bound ``store_write_queue`` reports when hit: the processor's metric."""
-    from processor.service.memory import MemoryBroker, MemoryTransport
-    from processor.service.metrics import Metrics
-    from processor.service.runner import Processor
+    from processor.service.loop.runner import Processor
+    from processor.telemetry.metrics import Metrics
+    from processor.testing.memory import MemoryBroker, MemoryTransport
 
     config = ServiceConfig(partitions=1, topic_prefix="wq", state_dir=str(tmp_path))
     config = config.with_overrides(store_write_queue=1)

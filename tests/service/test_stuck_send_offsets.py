@@ -21,9 +21,9 @@ from confluent_kafka import KafkaError
 
 from processor.codec import default_codec
 from processor.config import ServiceConfig
-from processor.service.memory import MemoryBroker, MemoryTransport
-from processor.service.metrics import Metrics
-from processor.service.runner import Processor
+from processor.service.loop.runner import Processor
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryBroker, MemoryTransport
 from tests.engine.kit import session_log
 from tests.service.running import RunningProcessor
 
@@ -48,7 +48,7 @@ def test_a_send_offsets_stuck_past_its_timeout_is_given_up_and_the_batch_refolde
     transport = MemoryTransport(broker, CONFIG)
     proc = Processor(CONFIG, metrics=Metrics(), transport=transport)
     proc.txn.offsets_timeout_s = 0.2
-    proc.txn.hang_grace_s = 0.2
+    proc.txn.helper.hang_grace_s = 0.2
     # broker faults spent the budget for fatal errors: a stuck call has its own
     while proc.txn.fatal_budget.allow(KafkaError(KafkaError.INVALID_TXN_STATE)):
         pass
@@ -81,7 +81,7 @@ def test_a_process_with_a_given_up_helper_still_exits() -> None:
     ending at shutdown (a ``ThreadPoolExecutor`` worker is joined at exit)."""
     script = (
         "import threading\n"
-        "from processor.service.txn_helper import Helper\n"
+        "from processor.service.txn.txn_helper import Helper\n"
         "helper = Helper('txn-helper')\n"
         "helper.submit(threading.Event().wait)\n"
         "helper.shutdown(wait=False)\n"

@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
+from processor.client.views_reader import follow_views, session_fold_equivalent
 from processor.core.events import Event
-from processor.service.runner import Processor
-from processor.service.views_reader import follow_views, session_fold_equivalent
+from processor.service.loop.runner import Processor
 from processor.workload import generate_session
 from tests.engine.kit import offline_fold, plain
 from tests.service.conftest import Stack

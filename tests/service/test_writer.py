@@ -15,23 +15,23 @@ from typing import Any
 import pytest
 from confluent_kafka import Message
 
-from processor.codec import default_codec
-from processor.config import ServiceConfig
-from processor.core.builder import LogBuilder
-from processor.core.errors import SessionError
-from processor.core.events import Event
-from processor.offline import fold_events, session_output
-from processor.service import clients
-from processor.service.control import Command, parse_command
-from processor.service.runner import Processor
-from processor.service.topics import create_topics
-from processor.service.views_reader import (
+from processor.client.session_writer import DeliveryError, SessionWriter, producer_name
+from processor.client.views_reader import (
     materialize_views,
     offline_equivalent,
     read_committed_records,
     session_fold_equivalent,
 )
-from processor.service.writer import DeliveryError, SessionWriter, producer_name
+from processor.codec import default_codec
+from processor.config import ServiceConfig
+from processor.core.builder import LogBuilder
+from processor.core.errors import SessionError
+from processor.core.events import Event
+from processor.kafka import clients
+from processor.kafka.topic_admin import create_topics
+from processor.offline import fold_events, session_output
+from processor.service.loop.control import Command, parse_command
+from processor.service.loop.runner import Processor
 from processor.workload import generate_session
 from tests.kafka_fixtures import unique_prefix
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from processor.client.views_reader import materialize_views, offline_equivalent
 from processor.offline import fold_events, fold_file, session_output
-from processor.service.views_reader import materialize_views, offline_equivalent
 from tests.service.conftest import REPO, Stack, as_json
 from tests.service.test_processor import dead_letters, wait_for_views
 from tests.ship.helpers import events

@@ -1,0 +1,221 @@
+"""Thin factories for the confluent-kafka clients the service uses.
+
+The settings that exactly-once and the seq gate rely on are applied after
+the user's ``-X`` overrides, so a pass-through setting cannot silently turn
+them off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
+
+from processor.config import ServiceConfig
+from processor.kafka.client_errors import LIBRDKAFKA_LOGGER, ClientProblems
+from processor.kafka.owners import member_client_id
+
+
+class Producing(Protocol):
+    """What :func:`produce` needs: confluent's ``Producer`` or the in-memory one."""
+
+    def produce(
+        self,
+        topic: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        partition: int = -1,
+        *,
+        on_delivery: Any = None,
+        headers: Any = None,
+    ) -> None: ...
+    def poll(self, timeout: float = -1) -> int: ...
+
+
+def produce(
+    producer: Producing,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    partition: int | None = None,
+    headers: Any = None,
+    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+) -> None:
+    """Produce one record, waiting while librdkafka's local queue is full.
+
+    ``BufferError`` means the queue (``queue.buffering.max.*``) is full:
+    polling serves delivery reports, which frees it; every queued record is
+    delivered or failed within ``message.timeout.ms``, so the wait ends.
+    ``partition`` None and -1 both mean the partitioner's choice; ``headers``
+    None, none; ``on_delivery`` None, the producer's own callback (as confluent's).
+    """
+    part = -1 if partition is None else partition
+    while True:
+        try:
+            if on_delivery is None and headers is None:
+                # most output records: positional, as confluent's produce parses
+                # keywords into a dict per call (1.2 vs 0.6 us a call, figure 1)
+                producer.produce(topic, value, key, part)
+            else:
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=part,
+                    on_delivery=on_delivery,
+                    headers=headers,
+                )
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def _observed(
+    conf: dict[str, Any], problems: ClientProblems | None, operation: str = "READ"
+) -> dict[str, Any]:
+    """librdkafka logs through Python logging; global errors to ``problems``."""
+    conf["logger"] = LIBRDKAFKA_LOGGER
+    if problems is not None:
+        conf.update(problems.client_settings(operation))
+    return conf
+
+
+def group_consumer(
+    config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
+) -> Consumer:
+    conf: dict[str, Any] = {
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 1_000,
+        "max.poll.interval.ms": 300_000,
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "queued.max.messages.kbytes": 256 * 1024,
+        **config.common(),
+        "group.id": config.group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "partition.assignment.strategy": "cooperative-sticky",
+        # carries the member's query URL: other members redirect to it (owners.py)
+        "client.id": member_client_id(instance_id, config.query_advertise or None),
+    }
+    if config.static_membership:
+        conf["group.instance.id"] = instance_id
+    return Consumer(_observed(conf, problems))
+
+
+def plain_consumer(
+    config: ServiceConfig,
+    purpose: str,
+    problems: ClientProblems | None = None,
+    *,
+    group: str | None = None,
+) -> Consumer:
+    """A group-less consumer for restores, views and verification reads.
+
+    It never joins or commits, but librdkafka still looks up the coordinator
+    of its ``group.id`` (DESCRIBE on that group): the processor passes its
+    own group (``group``), so its ACLs need no extra group; readers use
+    ``<group>-<purpose>-unused``.
+    """
+    return Consumer(_observed(plain_settings(config, purpose, group=group), problems))
+
+
+#: plain consumers that stay assigned all run, waiting for records (the control
+#: channel): a fetch answered by data returns at once whatever this wait, but an
+#: empty one waits it out.  At 10 ms an idle member's control consumer sent ~100
+#: fetches a second, 6.6% of a core on the broker against 2.3% at 100 ms
+#: (figure 5): CPU the commit path lacked on a busy box
+LONG_POLL = {"control": 100}
+
+
+def plain_settings(
+    config: ServiceConfig, purpose: str, *, group: str | None = None
+) -> dict[str, Any]:
+    """A plain consumer's librdkafka settings (without the observers)."""
+    conf: dict[str, Any] = {
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        # read-to-end jobs: do not long-poll 500 ms at every partition end
+        "fetch.wait.max.ms": LONG_POLL.get(purpose, 10),
+        **config.common(),
+        "group.id": group or f"{config.group_id}-{purpose}-unused",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+    }
+    return conf
+
+
+def output_producer(
+    config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
+) -> Producer:
+    return Producer(output_settings(config, instance_id, problems))
+
+
+def output_settings(
+    config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
+) -> dict[str, Any]:
+    """The output producer's librdkafka settings."""
+    conf: dict[str, Any] = {
+        # A transaction's first AddPartitionsToTxn / AddOffsetsToTxn meets
+        # CONCURRENT_TRANSACTIONS while the coordinator still writes the
+        # previous commit's markers (its commit_transaction has returned; with
+        # the overlapped commit the next batch begins ~I - C later).  Retried
+        # after the default 100 ms (then 200, 400: exponential) it held ~10% of
+        # the transactions 110-430 ms under load (figure 5); the
+        # Java producer retries the first AddPartitionsToTxn of a transaction
+        # after 20 ms for this reason (KAFKA-5477).
+        "retry.backoff.ms": 20,
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        **config.common(),
+        "enable.idempotence": True,
+        "acks": "all",
+        "client.id": f"processor-{instance_id}",
+    }
+    if config.exactly_once:
+        # One transactional id per processor instance: a restarted instance
+        # with the same id fences its predecessor and aborts its open
+        # transaction at once instead of waiting for the transaction timeout.
+        conf["transactional.id"] = f"{config.group_id}-{instance_id}"
+        conf["transaction.timeout.ms"] = config.effective_transaction_timeout_ms
+    conf = _observed(conf, problems, "WRITE")
+    if problems is not None:
+        conf.update(problems.producer_settings())
+    # the local store is written from the offsets checkpoint records got, which
+    # only a successful delivery report carries (checkpoint_store.py); the records that ask
+    # for a report name their callback (commit.py): no Python call for the others
+    conf["delivery.report.only.error"] = False
+    conf.pop("on_delivery", None)
+    return conf
+
+
+def event_producer(
+    config: ServiceConfig,
+    client_id: str = "processor-writer",
+    problems: ClientProblems | None = None,
+) -> Producer:
+    """Idempotent producer with the Java-compatible partitioner (murmur2)."""
+    conf: dict[str, Any] = {
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        **config.common(),
+        "enable.idempotence": True,
+        "acks": "all",
+        "partitioner": "murmur2_random",
+        "client.id": client_id,
+    }
+    return Producer(_observed(conf, problems, "WRITE"))
+
+
+def admin(config: ServiceConfig, problems: ClientProblems | None = None) -> AdminClient:
+    conf = config.common()
+    if problems is not None:  # an admin client forwards logs and errors only when polled
+        conf.update(problems.client_settings())
+    return AdminClient(conf)

@@ -1,0 +1,453 @@
+"""Partitions coming and going: assign (restore), revoke, lost, and rewind after an abort.
+
+On assign, each partition's stored position is verified (``checkpoint_store.py``) and
+the partition is assigned *paused*; the poll loop then fills its store in
+bounded slices (``background_fill.py``) while the other partitions fold.
+When its fill ends, the newest checkpoint proves the events log is still the
+one they were folded from (``restore.check_anchor``), the partition is
+handed to the engine with the store as its checkpoint source (no session is
+materialised until its first event arrives) and resumed.  The events are
+consumed from the group's committed offset (committed in the same
+transaction as those checkpoints), or from offset zero when the anchor
+check asks for a rebuild.
+
+A restore that cannot read the broker within the retry deadline
+(``retry.GaveUp``, or a read timing out) does not end the run: its
+partitions stay assigned and paused, ``/readyz`` names the partition and the
+error, and the restore is tried again from the start after a back-off
+(``BackgroundFill.wait``); a permanent error still ends the run with its one
+line.  Every Kafka retry of the restore is counted and, while one lasts,
+named by ``/readyz`` (``retry.RetryWatch``).  A background fill that stalls
+(or whose read fails with a transient error) is put off the same way by
+``BackgroundFill.step``; :meth:`Rebalance.fill_step` restores it again once
+due, as a put-off restore.
+
+A revoke first commits the open batch while the member still owns the
+partitions (within ``revoke_budget_ms``); a failing commit aborts and
+rewinds only the partitions being kept.  A lost partition is dropped
+without a commit: its new owner refolds the batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+from processor.codec import Codec
+from processor.config import ServiceConfig
+from processor.core.errors import ProcessorError
+from processor.engine import Engine, PartitionState
+from processor.gcpolicy import settle_heap
+from processor.kafka.client_errors import ClientProblems
+from processor.kafka.reads import watermarks
+from processor.kafka.retry import GaveUp, is_transient, observing, retry, run_all
+from processor.kafka.transport import GroupConsumer, Reader, Transport
+from processor.service.loop.control import ControlChannel
+from processor.service.partitions.background_fill import BackgroundFill
+from processor.service.partitions.restore import (
+    AnchorError,
+    PartitionRestore,
+    check_anchor,
+    committed_behind,
+    committed_offsets,
+    fetch_events,
+    stable_bound_s,
+    wait_stable,
+)
+from processor.service.store.checkpoint_store import CheckpointStore, Filled, session_of
+from processor.service.txn.commit import Committer
+from processor.telemetry.metrics import Metrics
+from processor.testing import faultpoints
+
+log = logging.getLogger(__name__)
+
+
+class Rebalance:
+    """The rebalance callbacks and the restore of newly owned partitions."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        transport: Transport,
+        codec: Codec,
+        engine: Engine,
+        store: CheckpointStore,
+        committer: Committer,
+        metrics: Metrics,
+        *,
+        fail: Callable[[ProcessorError], ProcessorError],
+        control: Callable[[], ControlChannel | None],
+        dead: Callable[[], bool],
+        changed: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.topics = config.topics
+        self.transport = transport
+        self.codec = codec
+        self.engine = engine
+        self.store = store
+        self.committer = committer
+        self.metrics = metrics
+        self.health = metrics.health
+        self._fail = fail
+        self._control = control
+        self._dead = dead
+        self._changed = changed  # gauges to refresh
+        self.consumer: GroupConsumer | None = None
+        self.reader: Reader | None = None  # the restore consumer
+        #: the fills of newly assigned partitions, run in slices by the loop
+        self.fill = BackgroundFill(
+            store, metrics, self._fill_reader, stall_s=float(config.fill_stall_s)
+        )
+        self.problems: ClientProblems | None = None  # the fill consumer's reporter
+        self.assigned_at = 0.0
+        #: partitions of the events topic (co-partitioned with the checkpoints)
+        self.partition_count = 0
+        #: when each partition's restore began (restore_seconds): per partition, as a
+        #: rewind or another assignment during a background fill must not reset it
+        self._started: dict[int, float] = {}
+        self._unstable: set[int] = set()  # restored behind an unknown open transaction
+        #: rewound partitions whose restore was put off: seeked back to the
+        #: committed offset once it ends
+        self._reseek: set[int] = set()
+        committer.rewind = self.rewind
+        # the store's write queue reports its bound being hit (checkpoint_store.py)
+        store.on_queue_full = metrics.store_write_queue_full.inc
+        store.on_drop = metrics.store_partitions_dropped.inc  # verify's drops (checkpoint_store.py)
+
+    # ------------------------------------------------------------ callbacks
+
+    def on_assign(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
+        """Verify the new partitions' stores and assign them paused; the loop fills
+        them in slices (:meth:`fill_step`) while the other partitions fold."""
+        self.metrics.rebalances.labels("assign").inc()
+        numbers = [tp.partition for tp in partitions]
+        assignment = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        consumer.incremental_assign(assignment)
+        # nothing of theirs is folded before the fill and the anchor check end
+        # (assigned first: a store failing its verification ends the run with
+        # the partitions assigned, so the close's revoke finds them, and a
+        # restore put off keeps them paused)
+        consumer.pause(assignment)
+        if numbers:  # (a cooperative rebalance may assign nothing)
+            faultpoints.hit(faultpoints.BEFORE_RESTORE)
+        with self._observing():
+            self._begin(numbers)
+        self.health.ready = True  # serving; /readyz names the partitions still filling
+        self.health.group = None  # the group took this member (join_refusal.py)
+
+    def _observing(self) -> contextlib.AbstractContextManager[None]:
+        """The restore's retries: counted, named on /readyz, and given up (the
+        restore put off) after ``restore_deadline_s``."""
+        return observing(self.metrics.retries, float(self.config.restore_deadline_s))
+
+    def _begin(self, numbers: list[int]) -> None:
+        """Prepare the partitions and open their fills, or put them off."""
+        try:
+            self._prepare(numbers)
+            assert self.reader is not None
+            self.fill.start(self.reader, numbers)
+        except KafkaException as exc:
+            self._put_off(numbers, exc)
+
+    def _put_off(self, numbers: list[int], exc: KafkaException) -> None:
+        """A restore step failed: a transient error (the broker did not answer
+        within the retry deadline) holds the partitions paused and tries them
+        again later; anything else ends the run as before."""
+        if not is_transient(exc):
+            raise exc
+        why = exc.line() if isinstance(exc, GaveUp) else str(exc)
+        for number in numbers:
+            self.engine.drop_partition(number)
+        self.fill.wait(numbers, why)
+        # a new restore consumer for the next try: one whose metadata went
+        # stale in a broker restart kept failing past the deadline (chaos run)
+        old, self.reader = self.reader, self._new_reader()
+        run_all([("restore consumer close", old.close if old is not None else None)])
+
+    def _new_reader(self) -> Reader:
+        assert self.problems is not None
+        return self.transport.plain_consumer("restore", self.problems, self.config.group_id)
+
+    def fill_step(self) -> None:
+        """One slice of the open fills (the poll loop calls this); resume the filled."""
+        with self._observing():
+            due = self.fill.due()
+            if due:
+                self._begin(due)
+            filled = self.fill.step()
+            if not filled:
+                return
+            numbers = sorted(filled)
+            try:
+                starts = self._finish(numbers, filled)
+            except KafkaException as exc:
+                self._put_off(numbers, exc)
+                return
+            self._resume(numbers, starts)
+
+    def _resume(self, numbers: list[int], starts: dict[int, int | None]) -> None:
+        assert self.consumer is not None
+        consumer = self.consumer
+        reseek = sorted(self._reseek & set(numbers))
+        self._reseek -= set(numbers)
+        committed = committed_offsets(consumer, self.topics.events, reseek) if reseek else {}
+        tps = []
+        for number in numbers:
+            start = starts.get(number)
+            tp = TopicPartition(self.topics.events, number)
+            if start is None and number in committed:  # a rewind put off: back to the commit
+                at = committed[number]
+                start = at if at is not None else OFFSET_BEGINNING
+            if start is not None:  # the anchor check asks for a rebuild from zero
+                at_tp = TopicPartition(self.topics.events, number, start)
+                retry(functools.partial(consumer.seek, at_tp), f"seek {tp.topic}[{number}]")
+            tps.append(tp)
+        consumer.resume(tps)
+        fresh = [n for n in numbers if n not in reseek]
+        if self.committer.queries is not None and fresh:
+            self.committer.queries.assigned(fresh)
+        control = self._control()
+        if control is not None:
+            if fresh:
+                control.assign(consumer, fresh)
+            if reseek:
+                control.rewind(consumer, set(reseek))
+        self.assigned_at = time.monotonic()
+        # the restored sessions are long-lived and cycle-free: keep the cyclic
+        # collector from walking them again (a full pass over 100k sessions
+        # stalls every partition ~6 s; gcpolicy.py, BENCHMARKS.md)
+        settle_heap()
+        self._changed()
+
+    def _fill_reader(self) -> Reader:
+        assert self.problems is not None
+        return self.transport.plain_consumer("fill", self.problems, self.config.group_id)
+
+    def on_revoke(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
+        self.metrics.rebalances.labels("revoke").inc()
+        # a fill in progress stops here: the store keeps its applied slices
+        self.fill.cancel(tp.partition for tp in partitions)
+        for tp in partitions:
+            self._started.pop(tp.partition, None)
+            self._reseek.discard(tp.partition)
+        # A failing commit here aborts the batch and rewinds only the partitions
+        # we keep: the revoked ones are the next owner's to restore, and a
+        # back-off would only delay the whole group's rebalance.
+        c = self.committer
+        c.leaving = {tp.partition for tp in partitions}
+        c.deadline = time.monotonic() + self.config.revoke_budget_ms / 1000
+        try:
+            if not self._dead():
+                c.commit()  # finish the open batch while we still own the partitions
+        except KafkaException as exc:
+            log.warning("commit on revoke failed (%s); aborting the batch", exc)
+            c.abort(set())
+        finally:
+            # the store's queued writes, within what is left of the revoke budget
+            # (what misses it is caught up if the partitions come back)
+            self.store.flush(max(0.0, c.deadline - time.monotonic()) if c.deadline else 0.0)
+            c.leaving = set()
+            c.deadline = None
+        for tp in partitions:
+            self.engine.drop_partition(tp.partition)
+        if self.committer.queries is not None:
+            self.committer.queries.revoked(tp.partition for tp in partitions)
+        consumer.incremental_unassign(partitions)
+        control = self._control()
+        if control is not None:
+            control.unassign({tp.partition for tp in partitions})
+        self._changed()
+
+    def on_lost(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
+        self.metrics.rebalances.labels("lost").inc()
+        lost = {tp.partition for tp in partitions}
+        self.fill.cancel(lost)
+        for p in lost:
+            self._started.pop(p, None)
+        self._reseek -= lost
+        self.committer.abort(lost, rewind=False)
+        for p in lost:
+            self.engine.drop_partition(p)
+        if self.committer.queries is not None:
+            self.committer.queries.revoked(lost)
+        consumer.incremental_unassign(partitions)
+        control = self._control()
+        if control is not None:
+            control.unassign(lost)
+        self._changed()
+
+    def rewind(self, numbers: list[int]) -> None:
+        """After an abort: restore these partitions and seek back to the committed offsets."""
+        assert self.consumer is not None
+        # a partition still filling folded nothing: its fill ends in its own seek
+        numbers = [n for n in numbers if n not in self.fill.jobs]
+        with self._observing():
+            try:
+                starts = self.restore(numbers)
+                committed = committed_offsets(self.consumer, self.topics.events, numbers)
+            except KafkaException as exc:
+                # held paused like a new partition's restore put off; seeked back
+                # to the committed offset once it ends (_resume)
+                self.consumer.pause([TopicPartition(self.topics.events, n) for n in numbers])
+                self._put_off(numbers, exc)
+                self._reseek.update(numbers)
+                return
+        for number in numbers:
+            start = starts.get(number)
+            at = committed[number]
+            offset = start if start is not None else (at if at is not None else OFFSET_BEGINNING)
+            tp = TopicPartition(self.topics.events, number, offset)
+            retry(functools.partial(self.consumer.seek, tp), f"seek {tp.topic}[{number}]")
+        control = self._control()
+        if control is not None:
+            control.rewind(self.consumer, set(numbers))
+
+    # ------------------------------------------------------------ restore
+
+    def restore(self, numbers: list[int]) -> dict[int, int | None]:
+        """Bring partitions' checkpoints into the store at once (after an abort);
+        their start-offset overrides.
+
+        All partitions are read in one assignment of the restore consumer,
+        from where the store stands — never the events behind them.
+        """
+        assert self.reader is not None
+        if not numbers:
+            return {}
+        self._prepare(numbers)
+        filled = self.store.fill(self.reader, numbers)
+        self.metrics.store_records_read.inc(sum(f.records_read for f in filled.values()))
+        return self._finish(numbers, filled)
+
+    def _prepare(self, numbers: list[int]) -> None:
+        """Before a fill: no zombie transaction open, the store open, the partitions dropped."""
+        assert self.reader is not None
+        now = time.monotonic()
+        for number in numbers:  # a restore put off and tried again: from its first try
+            self._started.setdefault(number, now)
+        rc, store = self.reader, self.store
+        if self.config.exactly_once:
+            # never restore behind a zombie's open transaction (see restore.py)
+            unstable = set(
+                wait_stable(
+                    self.transport.admin,
+                    self.topics.checkpoints,
+                    numbers,
+                    stable_bound_s(self.config),
+                )
+            )
+        else:
+            unstable = set()
+        self._unstable |= unstable
+        # the restore consumer's metadata, not the group consumer's: a call on the
+        # group consumer inside its own rebalance callback clears its call state
+        # and librdkafka's next callback aborts the process (seen in test_revoke)
+        checkpoints = self.topics.checkpoints
+        cluster = retry(lambda: rc.list_topics(checkpoints, timeout=10), "cluster metadata")
+        cluster_id = str(getattr(cluster, "cluster_id", "") or "")
+        meta = cluster.topics.get(checkpoints) if hasattr(cluster, "topics") else None
+        if meta is not None and meta.partitions:
+            self.partition_count = len(meta.partitions)
+            # co-partitioned with events (preflight.py checks it at start): the
+            # engine refuses records outside their key's partition by this count
+            self.engine.partition_count = self.partition_count
+        store.open(cluster_id, self.transport.topic_id(checkpoints))
+        for number in numbers:
+            self.engine.drop_partition(number)
+
+    def _finish(self, numbers: list[int], filled: dict[int, Filled]) -> dict[int, int | None]:
+        """After the fill: the anchor check, the partitions handed to the engine."""
+        assert self.consumer is not None and self.reader is not None
+        rc, events, store = self.reader, self.topics.events, self.store
+        unstable, self._unstable = self._unstable & set(numbers), self._unstable - set(numbers)
+        committed = committed_offsets(self.consumer, events, numbers)
+        newest = {p: store.newest(p) for p in numbers}
+        anchors = {p: cp.anchor.offset for p, cp in newest.items() if cp is not None}
+        # checkpoints ahead of the committed offsets: with transactions a commit
+        # not shown yet, waited for (past the wait: go on after the anchor);
+        # without them normal (the gate drops the re-read events)
+        after: dict[int, int] = {}
+        if self.config.exactly_once:
+            committed, after = committed_behind(
+                self.consumer,
+                events,
+                anchors,
+                committed,
+                stable_bound_s(self.config),
+                counted=lambda outcome: self.metrics.committed_behind.labels(outcome).inc(),
+            )
+        found = fetch_events(rc, self.codec, events, anchors) if anchors else {}
+        # every read before the first change: a restore put off here changed nothing
+        marks = {p: watermarks(rc, events, p) for p in numbers}
+        starts: dict[int, int | None] = {}
+        for number in numbers:
+            cp = newest[number]
+            restore = PartitionRestore(number, {cp.session_id: cp} if cp is not None else {})
+            problem = check_anchor(
+                events,
+                restore,
+                committed[number],
+                found.get(number),
+                marks[number],
+            ) or self.engine.unusable_rows(restore.checkpoints.values())
+            starts[number] = after.get(number)
+            quarantined = store.quarantined(number)
+            if problem is not None:
+                if self.config.anchor_policy == "fail":
+                    error = self._fail(AnchorError(f"anchor check failed: {problem}"))
+                    log.error("%s", error)
+                    raise error
+                log.warning(
+                    "anchor check failed (%s); rebuilding partition %d from offset zero",
+                    problem,
+                    number,
+                )
+                self._tombstone_all(number)
+                quarantined = set()
+                starts[number] = OFFSET_BEGINNING
+            part = PartitionState(number, source=store, quarantined=quarantined)
+            self.engine.partitions[number] = part
+            going_on = number in after and starts[number] == after[number]
+            part.maybe_stale = number in unstable and (starts[number] is None or going_on)
+            part.resumed_at = starts[number] if going_on else committed[number]
+            held = store.sessions(number)
+            self.metrics.restored_checkpoints.inc(held)
+            f = filled[number]
+            log.info(
+                "restored partition %d: %d sessions in the store (%s, %d records read), "
+                "resuming at %s",
+                number,
+                held,
+                "filled from offset 0" if f.kept_from is None else f"kept to offset {f.kept_from}",
+                f.records_read,
+                f"offset {starts[number]} (after the newest checkpoint's anchor)"
+                if going_on
+                else "offset 0"
+                if starts[number] is not None
+                else f"committed offset {committed[number]}",
+            )
+        now = time.monotonic()
+        began = min((self._started.pop(n, now) for n in numbers), default=now)
+        self.metrics.restore_seconds.observe(now - began)
+        return starts
+
+    def _tombstone_all(self, number: int) -> None:
+        """Before a rebuild from zero: tombstone every session's checkpoint and views,
+        and empty the store's partition (its records are about to be tombstoned)."""
+        topic = self.topics.checkpoints
+        keys = list(self.store.keys(number))
+        for sid in sorted({session_of(k) for k in keys}):
+            cp, _ = self.store.load(number, sid)
+            if cp is not None:
+                self.engine.tombstone_session(number, sid, cp)
+        done = {k for t, p, k in self.engine.batch.tombstones if t == topic and p == number}
+        # what no readable head names (an orphaned or unreadable part) goes too
+        self.engine.batch.tombstones.extend((topic, number, k) for k in keys if k not in done)
+        if self.store.store is not None:
+            self.store.db(number).drop(self.topics.checkpoints, number)

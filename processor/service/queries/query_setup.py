@@ -1,0 +1,133 @@
+"""Wiring of queries by session into a member (issue 13).
+
+``processor run --queries`` (and the tests) start the HTTP port first, so
+the member can advertise the bound URL in its ``client.id`` (owners.py),
+then build the :class:`~processor.service.loop.runner.Processor` with that config
+and attach a :class:`~processor.service.queries.query_cache.QueryCache` to it: the
+runner feeds the cache, the cache answers the :class:`Queries`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING
+
+from processor.config import ServiceConfig
+from processor.kafka import clients
+from processor.kafka.owners import OwnerDirectory, describe_group
+from processor.kafka.reads import scan, watermarks
+from processor.kafka.transport import Reader
+from processor.service.loop.runner import Processor
+from processor.service.ops.http import PathHandler, serve
+from processor.service.queries.queries import Queries
+from processor.service.queries.query_cache import QueryCache
+from processor.telemetry.metrics import Metrics
+
+#: Seconds a fill may take to read one views partition before it is retried.
+FILL_TIMEOUT_S = 300.0
+
+
+def query_endpoint(
+    config: ServiceConfig,
+    metrics: Metrics,
+    serve_with: Callable[[PathHandler], Any] | None = None,
+) -> tuple[Any, Queries, ServiceConfig]:
+    """The HTTP port with the query routes, and ``config`` advertising its URL.
+
+    ``serve_with(handler)``: another server of the port (the inspector's), which
+    must expose ``server_port``; default: ``ops.http.serve``.
+    """
+    queries = Queries(None, registry=metrics.registry)
+    if serve_with is not None:
+        server = serve_with(queries.http)
+    else:
+        server = serve(metrics, config.metrics_host, config.metrics_port, queries=queries.http)
+    url = config.query_advertise or f"http://{config.metrics_host}:{server.server_port}"
+    queries.self_url = url
+    return server, queries, config.with_overrides(query_advertise=url, queries=True)
+
+
+def attach_queries(processor: Processor, queries: Queries) -> QueryCache:
+    """Let ``processor`` feed a query cache and ``queries`` answer from it."""
+    config = processor.config
+    topics = config.topics
+    reader = _ViewsReader(processor)
+    cache = QueryCache(
+        processor.codec,
+        read_partition=reader.read,
+        partition_count=reader.partition_count,
+        budget_bytes=config.query_cache_bytes,
+        directory=config.query_cache_dir or None,
+        registry=processor.metrics.registry,
+        on_close=reader.close,
+    )
+    processor.queries = cache
+    queries.source = cache
+    admin = clients.admin(config)
+    directory = OwnerDirectory(lambda: describe_group(admin, config.group_id, topics.events))
+
+    def owner(sid: str) -> tuple[int, str | None] | None:
+        try:
+            partition, url, _ = directory.view().owner_of(sid)
+            if url is None or url == queries.self_url:  # a stale description: ask again
+                partition, url, _ = directory.view(fresh=True).owner_of(sid)
+        except Exception:  # the coordinator is moving: the client retries
+            return None
+        return partition, url
+
+    queries.owner = owner
+    return cache
+
+
+class _ViewsReader:
+    """The fill thread's consumer of the views topic (created on that thread)."""
+
+    def __init__(self, processor: Processor) -> None:
+        self._processor = processor
+        self._consumer: Reader | None = None
+        self._lock = threading.Lock()
+
+    def _reader(self) -> Reader:
+        with self._lock:
+            if self._consumer is None:
+                p = self._processor
+                self._consumer = p.transport.plain_consumer("query", p.problems, p.config.group_id)
+            return self._consumer
+
+    def partition_count(self) -> int:
+        topic = self._processor.topics.events
+        meta: Any = self._reader().list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise RuntimeError(f"topic {topic} does not exist")
+        return len(meta.partitions)
+
+    def read(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
+        """Committed records of views partition ``partition`` from its start to its
+        end as the read began, streamed (the cache writes them in chunks)."""
+        consumer, topic = self._reader(), self._processor.topics.views
+        low, high = watermarks(consumer, topic, partition)  # high: the stable end
+        if high <= max(low, 0):
+            return
+        reads = scan(
+            consumer,
+            topic,
+            {partition: OFFSET_BEGINNING},
+            {partition: high},
+            timeout_s=FILL_TIMEOUT_S,
+            batch=1_000,
+            poll_s=0.1,
+        )
+        with contextlib.closing(reads):  # unassigns the consumer when the fill stops early
+            for _, m in reads:
+                if m is not None:
+                    yield m.key(), m.value()
+
+    def close(self) -> None:
+        with self._lock:
+            consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()

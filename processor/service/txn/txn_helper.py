@@ -1,0 +1,115 @@
+"""The commit's helper thread: one daemon thread running submitted steps in order.
+
+Not a ``ThreadPoolExecutor``: its workers are joined at interpreter exit, so
+a step stuck inside librdkafka for good (``send_offsets_to_transaction``
+waiting for a group coordinator that went away, ``commit.py``) would keep the
+process from ever exiting after it was given up.  A given-up helper is left
+to its step; a new one takes the next.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, wait
+
+from confluent_kafka import KafkaError, KafkaException
+
+from processor.core.errors import Unavailable
+
+_Item = tuple[Future[None], Callable[[], None]] | None
+
+
+class Helper:
+    """Runs steps one at a time on a daemon thread; each gets a ``Future``."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, step: Callable[[], None]) -> Future[None]:
+        future: Future[None] = Future()
+        self._queue.put((future, step))
+        return future
+
+    def shutdown(self, *, wait: bool) -> None:
+        """End after the steps already submitted (``wait``: until then)."""
+        self._queue.put(None)
+        if wait:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, step = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                step()
+            except BaseException as exc:  # handed to whoever waits for it
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+
+
+#: How far past its own timeout a watched call (``send_offsets_to_transaction``)
+#: is taken as stuck for good (:meth:`HelperThread.await_watched`).
+HANG_GRACE_S = 15.0
+
+
+class StuckCall(Unavailable, KafkaException):
+    """A transaction call given up past its timeout (:meth:`HelperThread.await_watched`).
+
+    A ``KafkaException`` so the commit's error handling classifies it as the
+    fatal client error it carries; ``Unavailable`` so it keeps the one error root."""
+
+
+class HelperThread:
+    """The commit's helper, made on first use; given up (and replaced by the
+    next use) when a watched call is stuck for good."""
+
+    def __init__(self, name: str = "txn-helper") -> None:
+        self.name = name
+        self.hang_grace_s = HANG_GRACE_S
+        self._helper: Helper | None = None
+        #: when the watched call running now should have returned by (None: none runs)
+        self._due: float | None = None
+
+    def submit(self, step: Callable[[], None]) -> Future[None]:
+        if self._helper is None:  # made on first use, ended by shutdown() with the loop
+            self._helper = Helper(self.name)
+        return self._helper.submit(step)
+
+    def watch(self, timeout_s: float) -> None:
+        """The call about to run on the helper should return within ``timeout_s``."""
+        self._due = time.monotonic() + timeout_s
+
+    def unwatch(self) -> None:
+        self._due = None
+
+    def await_watched(self, sent: Future[None], what: str) -> None:
+        """Wait for ``sent``; raise a fatal error if its watched call runs
+        ``hang_grace_s`` past its own timeout (the helper is left to it)."""
+        while not sent.done():
+            wait((sent,), timeout=min(1.0, self.hang_grace_s))
+            due = self._due
+            if sent.done() or due is None or time.monotonic() < due + self.hang_grace_s:
+                continue
+            helper, self._helper = self._helper, None
+            if helper is not None:
+                helper.shutdown(wait=False)
+            raise StuckCall(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"{what} did not return {self.hang_grace_s:.0f} s past its timeout "
+                    "(the group coordinator went away)",
+                    fatal=True,
+                )
+            )
+
+    def shutdown(self) -> None:
+        if self._helper is not None:
+            self._helper.shutdown(wait=True)
+            self._helper = None
