@@ -105,7 +105,13 @@ def refuse(
         part.sessions[sid] = rt
         engine.held.add(rt, 0)
     at = back.last_seq
-    where = "its last committed state" if back is not rt else "in memory only"
+    where = (
+        "in memory only"
+        if back is rt
+        else "its last committed state"
+        if at >= 0
+        else "before its first event (nothing of it committed)"
+    )
     reason = (
         f"seq {seq}: derived record {name} of {record_size(big):,} bytes exceeds the "
         f"record bound of {bound:,} bytes ({RULE}); the session's records of this "
@@ -125,12 +131,14 @@ def refuse(
     back.quarantine = Quarantine(at, RULE, reason, offset)
     back.redrive_at = None
     part.quarantined.add(sid)
-    if back is rt or back.last_seq < 0:
-        # nothing committed to write a quarantine onto (an event-less session
-        # gets no checkpoint), or its own state cannot be written: it stays
-        # quarantined in memory, its later events dead-lettered
+    if back is rt:  # its own state cannot be written: quarantined in memory only
         return outs
     records = engine.session_records(part, back)
+    if back.last_seq < 0:
+        # refused in its first batch: its status says so, but an event-less
+        # session gets no checkpoint (it would have no anchor to check)
+        checkpoints = engine.topics.checkpoints
+        records = [o for o in records if o.topic != checkpoints]
     again = oversized(records, bound)
     if again is not None:  # its committed state fitted once; never write a misfit
         log.error("session %s: its committed state no longer fits (%s)", sid, _describe(again))

@@ -31,17 +31,32 @@ from processor.workload import generate_session
 from tests.engine.kit import CODEC, CONFIG, Harness, offline_fold, plain, session_log
 
 
-def hostile_log(seed: int, n: int, description: int = 350_000, tools: int = 2) -> list[Event]:
-    """A valid session whose request headers carry big incompressible tool text."""
+def hostile_log(
+    seed: int, n: int, description: int = 350_000, tools: int = 2, every_result: int = 0
+) -> list[Event]:
+    """A valid session whose request headers carry big incompressible tool text
+    (``tools`` of each header), and every ``every_result``-th tool result too."""
     rng = random.Random(seed)
     out = []
+    results = 0
     for event in generate_session(random.Random(seed), n):
         raw = orjson.loads(orjson.dumps(event.to_json()))
         if event.type == "request/header":
             for tool in raw["data"]["header"].get("tools", [])[:tools]:
-                tool["description"] = base64.b64encode(rng.randbytes(description)).decode()
+                tool["description"] = noise(rng, description)
+        elif event.type == "tool/result" and every_result:
+            results += 1
+            if results % every_result == 0:
+                for block in raw["data"]["message"]["content"]:
+                    if block.get("type") == "text":
+                        block["text"] = noise(rng, description)
         out.append(parse_event(raw))
     return out
+
+
+def noise(rng: random.Random, size: int) -> str:
+    """``size`` random bytes as base64: text no compression shrinks much."""
+    return base64.b64encode(rng.randbytes(size)).decode()
 
 
 class Committed:
