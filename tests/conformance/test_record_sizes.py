@@ -121,3 +121,26 @@ def test_VF7_the_producer_and_the_topics_agree_on_the_bound() -> None:
     small = ServiceConfig(kafka={"message.max.bytes": "1000000"})
     assert output_settings(small, "x")["message.max.bytes"] == "1000000"
     assert record_bound(small) == 1_000_000 - FRAMING_MARGIN
+
+
+def test_VF7_a_session_refused_in_its_first_batch_shows_its_quarantine() -> None:
+    """Nothing committed to go back to: its status says so, it gets no checkpoint."""
+    events = hostile_log(22, 400)
+    good = session_log(60, seed=5)
+    h = Harness()
+    h.engine.partitions[0].source = Committed(h)
+    h.fold_events("s", events)
+    h.fold_events("g", good)
+    h.commit()
+    h.fold_events("s", hostile_log(22, 410)[400:])
+    h.commit()
+    bound = record_bound(CONFIG)
+    assert all(record_size(o) <= bound for o in h.produced)
+    rules = [(d.rule, d.seq) for d in h.dead_letters() if d.session_id == "s"]
+    assert rules[0] == ("VF-7", events[-1].seq) and len(rules) == 11
+    assert all(rule == "QUARANTINED" for rule, _ in rules[1:])
+    status = h.views()["s"]["status"].value
+    assert status["state"] == "quarantined" and status["lastSeq"] == -1
+    assert status["quarantine"]["rule"] == "VF-7"
+    assert "s" not in h.checkpoints()
+    assert plain(h.fold_equivalent("g")) == offline_fold(good)
