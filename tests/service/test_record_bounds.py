@@ -12,7 +12,9 @@ aborted and refolded for ever.
 
 from __future__ import annotations
 
+import random
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING
@@ -21,6 +23,7 @@ from processor.codec import default_codec
 from processor.core.events import Event
 from processor.engine.commands import partition_of
 from processor.engine.record_bounds import record_bound
+from processor.offline import fold_events, session_output
 from processor.service import clients
 from processor.service.restore import read_partitions
 from processor.service.runner import Processor
@@ -53,8 +56,6 @@ def same_partition(prefix: str, partition: int, n: int, partitions: int) -> list
 
 
 def test_VF7_a_hostile_session_is_refused_and_its_partition_keeps_flowing(stack: Stack) -> None:
-    import random
-
     cfg = stack.config
     partition = partition_of(b"hostile", cfg.partitions)
     hostile = hostile_log(22, 400, every_result=5)
@@ -124,7 +125,5 @@ def test_VF7_a_hostile_session_is_refused_and_its_partition_keeps_flowing(stack:
         consumer.close()
 
 
-def session_output_upto(events: list[Event], seq: int) -> object:
-    from processor.offline import fold_events, session_output
-
+def session_output_upto(events: list[Event], seq: int) -> dict[str, Any]:
     return session_output(fold_events([e for e in events if e.seq <= seq]))
