@@ -144,3 +144,24 @@ def test_VF7_a_session_refused_in_its_first_batch_shows_its_quarantine() -> None
     assert status["quarantine"]["rule"] == "VF-7"
     assert "s" not in h.checkpoints()
     assert plain(h.fold_equivalent("g")) == offline_fold(good)
+
+
+def test_VF7_without_a_store_the_refused_session_is_quarantined_in_memory() -> None:
+    """No committed state to go back to (no source, or its store failing): the
+    session writes nothing more, its later events are dead-lettered."""
+    events = hostile_log(22, 400)
+    h = Harness()
+    h.fold_events("s", events[:100])
+    h.commit()
+    published = len(h.produced)
+    h.fold_events("s", events[100:])
+    h.commit()
+    h.fold_events("s", hostile_log(22, 405)[400:])
+    h.commit()
+    bound = record_bound(CONFIG)
+    assert all(record_size(o) <= bound for o in h.produced)
+    later = h.produced[published:]
+    assert {o.topic for o in later} == {CONFIG.topics.dlq}
+    rules = [d.rule for d in h.dead_letters()]
+    assert rules == ["VF-7"] + ["QUARANTINED"] * 5
+    assert "in memory only" in h.dead_letters()[0].reason
