@@ -40,6 +40,7 @@ from processor.engine.output import restore_ledgers, session_output, session_tom
 from processor.engine.ports import CheckpointSource as CheckpointSource
 from processor.engine.ports import Feeds as Feeds
 from processor.engine.ports import NoFeeds as NoFeeds
+from processor.engine.record_bounds import fitted, record_bound
 from processor.engine.records import Batch, Fate, Out, Outcome, Record, Tally
 from processor.engine.replay_floor import PublishFloor
 from processor.engine.run_errors import AnchorError
@@ -571,17 +572,24 @@ class Engine:
         for partition, letter in batch.dead_letters:
             dlq_key = session_key(letter.session_id) if letter.session_id is not None else None
             yield Out(self.topics.dlq, partition, dlq_key, self.codec.encode_dead_letter(letter))
+        bound = record_bound(self.config)
         for rt in batch.dirty.values():
             part = self.partitions.get(rt.partition)
             if part is not None:
-                yield from session_output(
-                    rt,
-                    self._changes(rt),
-                    part.view_parts,
-                    config=self.config,
-                    codec=self.codec,
-                    tally=self.tally,
-                )
+                yield from fitted(self, part, rt, bound)  # VF-7
+
+    def session_records(self, part: PartitionState, rt: SessionRuntime) -> list[Out]:
+        """A changed session's records of the open batch (marks its views published)."""
+        return list(
+            session_output(
+                rt,
+                self._changes(rt),
+                part.view_parts,
+                config=self.config,
+                codec=self.codec,
+                tally=self.tally,
+            )
+        )
 
     def _changes(self, rt: SessionRuntime) -> Iterable[ViewChange] | None:
         floor = self._publish_floor.get(rt.session_id)

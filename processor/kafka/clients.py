@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.config import ServiceConfig
+from processor.engine.record_bounds import PRODUCER_MAX_MESSAGE_BYTES
 from processor.kafka.client_errors import LIBRDKAFKA_LOGGER, ClientProblems
 from processor.kafka.owners import member_client_id
 
@@ -172,6 +173,9 @@ def output_settings(
         "linger.ms": 5,
         "compression.type": "lz4",
         "batch.size": 1_000_000,
+        # VF-7: up to the output topics' max.message.bytes; the engine refuses
+        # a session whose record would exceed it (engine/record_bounds.py)
+        "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
         "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 1_048_576,
         **config.common(),

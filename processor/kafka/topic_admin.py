@@ -28,6 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from processor.config import ServiceConfig
+from processor.engine.record_bounds import TOPIC_MAX_MESSAGE_BYTES
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def topic_specs(
         "cleanup.policy": "compact",
         "min.cleanable.dirty.ratio": "0.1",
         "segment.ms": str(600_000),
-        "max.message.bytes": str(4 * 1024 * 1024),
+        "max.message.bytes": str(TOPIC_MAX_MESSAGE_BYTES),  # VF-7's bound
         **(compaction_overrides or {}),
     }
     checkpoints = {**compacted, "segment.ms": str(60_000), **(compaction_overrides or {})}
