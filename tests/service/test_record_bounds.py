@@ -29,9 +29,9 @@ from processor.core.events import Event
 from processor.engine.commands import partition_of
 from processor.engine.record_bounds import record_bound
 from processor.kafka import clients
+from processor.kafka.reads import read_partitions
 from processor.offline import fold_events, session_output
 from processor.service.loop.runner import Processor
-from processor.service.partitions.restore import read_partitions
 from processor.workload import generate_session
 from tests.conformance.test_record_sizes import hostile_log
 from tests.service.conftest import Stack, as_json
