@@ -580,16 +580,11 @@ class Engine:
 
     def session_records(self, part: PartitionState, rt: SessionRuntime) -> list[Out]:
         """A changed session's records of the open batch (marks its views published)."""
-        return list(
-            session_output(
-                rt,
-                self._changes(rt),
-                part.view_parts,
-                config=self.config,
-                codec=self.codec,
-                tally=self.tally,
-            )
+        changes = self._changes(rt)
+        out = session_output(
+            rt, changes, part.view_parts, config=self.config, codec=self.codec, tally=self.tally
         )
+        return list(out)
 
     def _changes(self, rt: SessionRuntime) -> Iterable[ViewChange] | None:
         floor = self._publish_floor.get(rt.session_id)
