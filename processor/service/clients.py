@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.config import ServiceConfig
+from processor.service import client_count
 from processor.service.kafka_errors import LIBRDKAFKA_LOGGER, ClientProblems
 from processor.service.owners import member_client_id
 
@@ -104,6 +105,7 @@ def group_consumer(
     }
     if config.static_membership:
         conf["group.instance.id"] = instance_id
+    client_count.created("group_consumer")
     return Consumer(_observed(conf, problems))
 
 
@@ -121,6 +123,7 @@ def plain_consumer(
     own group (``group``), so its ACLs need no extra group; readers use
     ``<group>-<purpose>-unused``.
     """
+    client_count.created("plain_consumer")
     return Consumer(_observed(plain_settings(config, purpose, group=group), problems))
 
 
@@ -152,6 +155,7 @@ def plain_settings(
 def output_producer(
     config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
 ) -> Producer:
+    client_count.created("output_producer")
     return Producer(output_settings(config, instance_id, problems))
 
 
@@ -211,11 +215,16 @@ def event_producer(
         "partitioner": "murmur2_random",
         "client.id": client_id,
     }
+    client_count.created("event_producer")
     return Producer(_observed(conf, problems, "WRITE"))
 
 
 def admin(config: ServiceConfig, problems: ClientProblems | None = None) -> AdminClient:
+    """An admin client whose librdkafka lines go through Python logging too: without
+    a ``logger`` librdkafka prints them raw on stderr (``%3|...|FAIL|...``)."""
     conf = config.common()
+    conf["logger"] = LIBRDKAFKA_LOGGER
     if problems is not None:  # an admin client forwards logs and errors only when polled
         conf.update(problems.client_settings())
+    client_count.created("admin")
     return AdminClient(conf)

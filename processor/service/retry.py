@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.core.errors import Unavailable
+from processor.service.stopping import STOPPING
 
 log = logging.getLogger("processor.retry")
 
@@ -237,7 +238,7 @@ def retry(
                 attempt += 1
                 if not is_transient(exc):
                     raise
-                if clock() + delay > deadline:
+                if clock() + delay > deadline or STOPPING.is_set():  # a stop waits for no broker
                     if isinstance(exc, GaveUp):
                         raise  # an inner retry's: it names the call already
                     gave_up = GaveUp(*exc.args)

@@ -29,6 +29,7 @@ from processor.service.kafka_errors import (
 )
 from processor.service.metrics import Metrics
 from processor.service.retry import waiting
+from processor.service.stopping import STOPPING
 from processor.service.transport import TxnProducer
 
 log = logging.getLogger("processor.transactions")
@@ -71,7 +72,7 @@ def init(
                 err = error_of(exc)
                 timed_out = err is not None and err.code() == KafkaError._TIMED_OUT
                 transient = timed_out or verdict.kind is Kind.RETRY
-                if transient and time.monotonic() <= deadline:
+                if transient and time.monotonic() <= deadline and not STOPPING.is_set():
                     continue
                 with contextlib.suppress(KafkaException):
                     producer.poll(0)
