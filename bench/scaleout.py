@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.common import REPO, Context, measure, python_env, ratio, result
 from bench.throughput import fresh_output
+from processor.children import popen_tied
 
 
 def one_run(ctx: Context, processes: int) -> tuple[float, float]:
@@ -33,7 +34,7 @@ def one_run(ctx: Context, processes: int) -> tuple[float, float]:
     tps = [TopicPartition(wl.events_topic, p) for p in wl.highs]
     t0 = time.perf_counter()
     procs = [
-        subprocess.Popen(
+        popen_tied(  # die with the bench (children.py)
             [
                 sys.executable,
                 "-m",
