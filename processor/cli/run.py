@@ -193,6 +193,10 @@ def run(
         click.echo(f"processor: {exc}", err=True)
         sys.exit(3)
     except (KafkaFatal, KafkaException, RuntimeError) as exc:
+        if STOPPING.is_set():  # a wait for a broker given up for the stop
+            events = processor.engine.batch.events
+            click.echo(uncommitted_line(events, f"while waiting ({one_line(exc)})"), err=True)
+            sys.exit(EXIT_UNCOMMITTED)
         # one line naming the cause (a missing ACL, a failed handshake), no traceback
         click.echo(f"processor: {one_line(exc)}", err=True)
         sys.exit(1)
