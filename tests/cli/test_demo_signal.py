@@ -12,6 +12,7 @@ its members end by their parent-death signal.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -81,9 +82,7 @@ def test_issue39_demo_killed_alone_leaves_no_process(
         )
     finally:
         for kid in kids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(kid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         demo.kill()
         demo.wait()
