@@ -23,6 +23,7 @@ from bench.write_amp import TopicBytes, compressor, session_logs, simulate
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.service import clients
+from processor.service.kafka_errors import LIBRDKAFKA_LOGGER
 from processor.service.runner import Processor
 from processor.service.topics import create_topics
 from processor.service.views_reader import read_committed_records
@@ -63,7 +64,9 @@ def cross_check(
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     producer = clients.event_producer(config)
-    offsets = Consumer({**config.common(), "group.id": config.group_id})
+    offsets = Consumer(
+        {**config.common(), "logger": LIBRDKAFKA_LOGGER, "group.id": config.group_id}
+    )
     event_bytes = produced = 0
     started = time.perf_counter()
     try:
