@@ -37,7 +37,7 @@ def _tie_to(parent: int) -> Callable[[], None] | None:
     return hook
 
 
-def popen_tied(cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+def popen_tied(cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(cmd, **kwargs)`` whose child gets SIGTERM when this
     process (precisely: the thread that starts it) ends."""
     hook = _tie_to(os.getpid())
