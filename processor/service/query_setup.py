@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from processor.config import ServiceConfig
 from processor.service import clients
 from processor.service.metrics import Metrics, PathHandler, serve
-from processor.service.owners import OwnerDirectory, describe_group
+from processor.service.owners import GroupView, OwnerDirectory, describe_group
 from processor.service.queries import Queries
 from processor.service.query_cache import QueryCache
 from processor.service.restore import watermarks
@@ -67,8 +67,17 @@ def attach_queries(processor: Processor, queries: Queries) -> QueryCache:
     )
     processor.queries = cache
     queries.source = cache
-    admin = clients.admin(config)
-    directory = OwnerDirectory(lambda: describe_group(admin, config.group_id, topics.events))
+    admin = clients.admin(config)  # one for the member's life
+
+    def describe() -> GroupView:
+        try:
+            return describe_group(admin, config.group_id, topics.events)
+        finally:
+            admin.poll(
+                0
+            )  # its queued librdkafka log lines, to logging (a broker down: one a second)
+
+    directory = OwnerDirectory(describe)
 
     def owner(sid: str) -> tuple[int, str | None] | None:
         try:
