@@ -72,7 +72,9 @@ class Watchdog:
         signal.set_wakeup_fd(w, warn_on_full_buffer=False)
 
         def wait() -> None:
-            os.read(r, 1)
+            # the fd gets every signal with a Python handler: only a stop arms
+            while os.read(r, 1)[0] not in (signal.SIGTERM, signal.SIGINT):
+                pass
             STOPPING.set()
             self.arm()
 
