@@ -66,6 +66,10 @@ timeline = logging.getLogger("processor.timeline")
 #: How far past its own timeout a ``send_offsets_to_transaction`` call is
 #: taken as stuck for good (``Committer._await_offsets``).
 HANG_GRACE_S = 15.0
+#: One ``abort_transaction`` call at most; a timed-out one is resumed by the
+#: retry (librdkafka: "retry call to resume"), which gives up on a stop
+#: (stopping.py): a 30 s call kept a stopped member waiting for it
+ABORT_SLICE_S = 5.0
 
 
 class StuckCall(Unavailable, KafkaException):
@@ -701,7 +705,7 @@ class Committer:
             until = RETRY_DEADLINE_S if left is None else max(0.0, left)
             try:
                 retry(
-                    lambda: producer.abort_transaction(self.timeout(30)),
+                    lambda: producer.abort_transaction(self.timeout(ABORT_SLICE_S)),
                     "abort_transaction",
                     deadline_s=until,
                 )

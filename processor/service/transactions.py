@@ -112,6 +112,7 @@ def retrying(
                 or err.fatal()
                 or attempt == attempts - 1
                 or (budget is not None and pause >= budget)
+                or STOPPING.is_set()  # a stop waits for no broker (stopping.py)
             ):
                 raise
             metrics.txn_failures.labels("retriable").inc()
