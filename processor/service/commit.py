@@ -55,6 +55,7 @@ from processor.service.query_cache import QueryCache, ViewWrite
 from processor.service.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
 from processor.service.retry import FENCED, FatalBudget, retry
 from processor.service.state import CheckpointStore
+from processor.service.stopping import STOPPING
 from processor.service.transport import GroupConsumer, Transport, TxnProducer
 from processor.service.txn_helper import Helper
 
@@ -66,10 +67,6 @@ timeline = logging.getLogger("processor.timeline")
 #: How far past its own timeout a ``send_offsets_to_transaction`` call is
 #: taken as stuck for good (``Committer._await_offsets``).
 HANG_GRACE_S = 15.0
-#: One ``abort_transaction`` call at most; a timed-out one is resumed by the
-#: retry (librdkafka: "retry call to resume"), which gives up on a stop
-#: (stopping.py): a 30 s call kept a stopped member waiting for it
-ABORT_SLICE_S = 5.0
 
 
 class StuckCall(Unavailable, KafkaException):
@@ -696,7 +693,11 @@ class Committer:
                 self.settle()
             finally:
                 self.leaving = kept
-        if self.config.exactly_once and self.producer is not None and not self.init_pending:
+        # a process stopping while no broker answers leaves the abort to the
+        # coordinator (its timeout): the call would only wait (stopping.py)
+        if STOPPING.is_set() and self.problems.brokers_down_at is not None:
+            self.overran_at = time.monotonic()
+        elif self.config.exactly_once and self.producer is not None and not self.init_pending:
             producer = self.producer
             # while revoking, within what is left of the budget (spent: one
             # short attempt; an abort that misses it is the coordinator's at
@@ -705,7 +706,7 @@ class Committer:
             until = RETRY_DEADLINE_S if left is None else max(0.0, left)
             try:
                 retry(
-                    lambda: producer.abort_transaction(self.timeout(ABORT_SLICE_S)),
+                    lambda: producer.abort_transaction(self.timeout(30)),
                     "abort_transaction",
                     deadline_s=until,
                 )
