@@ -7,7 +7,7 @@ import threading
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from processor.service import client_count
+from processor.service import client_count, transactions
 from processor.service.metrics import Metrics
 from processor.service.retry import GaveUp, retry
 from processor.service.stopping import EXIT_UNCOMMITTED, STOPPING, Watchdog
@@ -53,3 +53,20 @@ def test_issue39_clients_created_are_a_metric() -> None:
     client_count.created("test_kind")
     text = Metrics().exposition().decode()
     assert f'processor_kafka_clients_created_total{{kind="test_kind"}} {before + 1}.0' in text
+
+
+def test_issue39_a_transaction_step_is_not_retried_when_stopping() -> None:
+    calls = 0
+
+    def step() -> None:
+        nonlocal calls
+        calls += 1
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "coordinator gone", retriable=True))
+
+    STOPPING.set()
+    try:
+        with pytest.raises(KafkaException):
+            transactions.retrying(step, Metrics())
+    finally:
+        STOPPING.clear()
+    assert calls == 1
