@@ -1,6 +1,7 @@
 """A member whose broker goes away: CPU, clients and raw log lines over the outage, then SIGTERM.
 
-    python -m bench.stop_outage [OUTAGE_S]     # default 60
+    python -m bench.stop_outage [OUTAGE_S] [busy]    # default 60; busy: a writer
+                                                     # feeds it until the broker goes
 
 Starts its own broker (never the shared one), a ``processor run`` member on
 it, writes two sessions, stops the broker, samples the member every 15 s
@@ -12,11 +13,13 @@ how long the member took to exit and with which status (docs/stopping.md).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import signal
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -46,7 +49,20 @@ def rdkafka_instances(pid: int) -> int:
     return count
 
 
-def main(outage_s: float) -> None:
+def _feed(config: ServiceConfig) -> None:
+    """New sessions until the broker is gone (the writer then fails)."""
+    with SessionWriter(config) as writer:
+        for n in itertools.count():
+            for _, events in scripted_sessions(1):
+                for event in events:
+                    try:
+                        writer.append_event(f"busy{n}", event)
+                    except Exception:  # the broker went: done
+                        return
+            time.sleep(0.05)
+
+
+def main(outage_s: float, busy: bool = False) -> None:
     broker = LocalBroker()
     boot = broker.start()
     config = ServiceConfig(
@@ -66,6 +82,9 @@ def main(outage_s: float) -> None:
                 writer.append_event(sid, event)
         writer.flush()
     time.sleep(15)
+    if busy:  # a transaction in flight when the broker goes
+        threading.Thread(target=_feed, args=(config,), daemon=True).start()
+        time.sleep(5)
     broker.stop()
     t0, cpu0 = time.monotonic(), cpu_s(member.pid)
     while time.monotonic() - t0 < outage_s:
@@ -88,4 +107,4 @@ def main(outage_s: float) -> None:
 
 
 if __name__ == "__main__":
-    main(float(sys.argv[1]) if len(sys.argv) > 1 else 60.0)
+    main(float(sys.argv[1]) if len(sys.argv) > 1 else 60.0, "busy" in sys.argv[2:])
