@@ -35,6 +35,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from bench.build import child_pythonpath, running_build
 from processor.config import ServiceConfig
 from processor.files import SessionFile, read_session_file, write_session_file
+from processor.kafka.client_errors import LIBRDKAFKA_LOGGER
 from processor.workload import generate_session
 
 REPO = Path(__file__).resolve().parent.parent
@@ -163,7 +164,14 @@ def group_offsets(
     config: ServiceConfig, group: str, topic: str, partitions: Iterable[int]
 ) -> dict[int, int]:
     """Committed offsets of ``group`` (the consumer is created with that group id)."""
-    consumer = Consumer({**config.common(), "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            **config.common(),
+            "logger": LIBRDKAFKA_LOGGER,
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
+    )
     try:
         tps = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
     finally:
@@ -181,7 +189,9 @@ def wait_topics_ready(
     A just-created topic answers NOT_LEADER_FOR_PARTITION for a moment; the
     processor's restore does not retry that, so the benches wait first.
     """
-    consumer = Consumer({**config.common(), "group.id": "bench-ready-probe"})
+    consumer = Consumer(
+        {**config.common(), "logger": LIBRDKAFKA_LOGGER, "group.id": "bench-ready-probe"}
+    )
     deadline = time.monotonic() + timeout
     try:
         for topic in topics:

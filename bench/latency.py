@@ -29,6 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from bench.common import REPO, Context, measure, python_env, result, unique, wait_for
 from bench.workload import PARTITIONS, create, interleave, session_logs
+from processor.children import popen_tied
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.kafka import clients
@@ -187,7 +188,7 @@ def _one_run(ctx: Context, commit_interval_ms: int | None) -> dict[str, float]:
             argv += ["-X", f"debug={KAFKA_DEBUG}", "--kafka-log-level", "DEBUG"]
         os.makedirs(TIMELINE, exist_ok=True)
         keep = os.path.join(TIMELINE, f"{prefix}.log")
-    proc = subprocess.Popen(
+    proc = popen_tied(  # dies with the bench (children.py)
         argv, cwd=REPO, env=python_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     stderr = _Drain(proc, keep)

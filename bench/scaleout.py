@@ -22,6 +22,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.common import REPO, Context, measure, python_env, ratio, result
 from bench.throughput import fresh_output
+from processor.children import popen_tied
+from processor.kafka.client_errors import LIBRDKAFKA_LOGGER
 
 
 def one_run(ctx: Context, processes: int) -> tuple[float, float]:
@@ -29,11 +31,18 @@ def one_run(ctx: Context, processes: int) -> tuple[float, float]:
     config = fresh_output(ctx, f"scale{processes}")
     env = python_env()
     env["PROCESSOR_EVENTS_TOPIC"] = wl.events_topic
-    poller = Consumer({**config.common(), "group.id": config.group_id, "enable.auto.commit": False})
+    poller = Consumer(
+        {
+            **config.common(),
+            "logger": LIBRDKAFKA_LOGGER,
+            "group.id": config.group_id,
+            "enable.auto.commit": False,
+        }
+    )
     tps = [TopicPartition(wl.events_topic, p) for p in wl.highs]
     t0 = time.perf_counter()
     procs = [
-        subprocess.Popen(
+        popen_tied(  # die with the bench (children.py)
             [
                 sys.executable,
                 "-m",

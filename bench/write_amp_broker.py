@@ -24,6 +24,7 @@ from processor.client.views_reader import read_committed_records
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.kafka import clients
+from processor.kafka.client_errors import LIBRDKAFKA_LOGGER
 from processor.kafka.topic_admin import create_topics
 from processor.service.loop.runner import Processor
 
@@ -63,7 +64,9 @@ def cross_check(
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     producer = clients.event_producer(config)
-    offsets = Consumer({**config.common(), "group.id": config.group_id})
+    offsets = Consumer(
+        {**config.common(), "logger": LIBRDKAFKA_LOGGER, "group.id": config.group_id}
+    )
     event_bytes = produced = 0
     started = time.perf_counter()
     try:

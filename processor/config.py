@@ -107,6 +107,12 @@ class ServiceConfig:
     #: assignment, and the rewind's after an abort) may go without progress
     #: before it is put off the same way; default ``background_fill.STALL_S``.
     fill_stall_s: int = 120
+    #: Seconds between the group watch's descriptions of the group (group_watch.py).
+    group_watch_s: float = 30.0
+    #: Seconds between probes of the cluster while no broker answers (broker_watch.py).
+    broker_probe_s: float = 5.0
+    #: Seconds a stopped member (SIGTERM) takes at most to exit (stopping.py).
+    stop_bound_s: float = 30.0
     #: librdkafka settings; never in repr (it may hold sasl.password).
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -185,6 +191,8 @@ def _coerce(name: str, raw: Any) -> Any:
     if isinstance(raw, str):
         if "int" in kind:
             return int(raw)
+        if "float" in kind:
+            return float(raw)
         if "bool" in kind:
             return raw.strip().lower() in ("1", "true", "yes", "on")
     return raw

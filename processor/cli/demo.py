@@ -25,6 +25,7 @@ from typing import Any
 import click
 import orjson
 
+from processor.children import popen_tied, stop
 from processor.cli.common import service_options
 from processor.config import ServiceConfig
 
@@ -71,7 +72,18 @@ def _spawn(config: ServiceConfig, instance: str) -> subprocess.Popen[bytes]:
         "PYTHONPATH": str(Path(__file__).parents[2]),
         "PROCESSOR_STATE_DIR": config.state_dir,
     }
-    return subprocess.Popen(cmd, env=env)
+    return popen_tied(cmd, env=env)  # SIGTERM when the demo ends, however it ends
+
+
+def _on_stop_signals() -> None:
+    """SIGTERM and SIGHUP end the demo as Ctrl-C does: its ``finally`` blocks stop
+    the processors and the broker (``kill <pid>`` signals the demo alone)."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_term)
 
 
 def _summary(sid: str, views: dict[str, Any], ok: bool) -> str:
@@ -105,20 +117,21 @@ def _inspector_end(config: ServiceConfig, inspector: Any, keep: bool) -> None:
         return
     proc = _spawn(config, f"{config.topic_prefix}-a")  # live again: new events, redrive
     click.echo("open it in a browser; Ctrl-C stops the inspector, the processor and the broker")
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt  # SIGTERM ends the demo as cleanly as Ctrl-C
-
-    signal.signal(signal.SIGTERM, on_term)
     try:
         while proc.poll() is None:
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        _stop_processors([proc])
         inspector.stop()
+
+
+def _stop_processors(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM, and SIGKILL past the members' stop bound (children.py)."""
+    for proc, code in zip(procs, stop(procs), strict=True):
+        if code == -signal.SIGKILL:
+            click.echo(f"· a processor did not stop in time; killed (pid {proc.pid})", err=True)
 
 
 @click.command()
@@ -164,6 +177,7 @@ def demo(
     from processor.kafka.topic_admin import create_topics
     from processor.offline import fold_events, session_output
 
+    _on_stop_signals()
     explicit = bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")) or config.bootstrap_servers != (
         ServiceConfig().bootstrap_servers
     )
@@ -211,17 +225,7 @@ def demo(
                     break
                 time.sleep(0.5)
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(60)
-                except subprocess.TimeoutExpired:
-                    click.echo(
-                        f"· a processor did not stop within 60 s; killed (pid {p.pid})", err=True
-                    )
-                    p.kill()
-                    p.wait(10)
+            _stop_processors(procs)
         click.echo("\nviews (read_committed) vs offline fold of the same logs:")
         bad = 0
         for sid in logs:

@@ -21,6 +21,7 @@ from processor.kafka.client_errors import (
     one_line,
 )
 from processor.service.loop.runner import Processor
+from processor.service.loop.stopping import EXIT_UNCOMMITTED, STOPPING, Watchdog, uncommitted_line
 from processor.service.ops.http import PathHandler, serve
 from processor.service.partitions.restore import AnchorError
 from processor.service.queries.query_setup import attach_queries, query_endpoint
@@ -133,7 +134,9 @@ def run(
 
     Exit status: 0 after a stop, 1 when Kafka refuses (a missing ACL, a failed
     handshake, a fatal producer error: one line on stderr names it), 3 when
-    the events log no longer matches the checkpoints.
+    the events log no longer matches the checkpoints, 4 when a stop left the
+    open batch uncommitted (no broker answered, or the stop bound passed:
+    ``stop_bound_s``, default 30 s; docs/operations.md).
     """
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -169,17 +172,32 @@ def run(
             f"metrics on http://{config.metrics_host}:{server.server_port}/metrics", err=True
         )
 
+    # a stop ends within stop_bound_s, however long the brokers have been gone
+    watchdog = Watchdog(config.stop_bound_s, lambda: processor.engine.batch.events)
+
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        STOPPING.set()
+        watchdog.arm()
         processor.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    watchdog.listen()
     try:
         processor.run(max_idle_s=max_idle_s)
+        if processor.uncommitted is not None:
+            click.echo(
+                uncommitted_line(processor.uncommitted, "while no broker answered"), err=True
+            )
+            sys.exit(EXIT_UNCOMMITTED)
     except AnchorError as exc:
         click.echo(f"processor: {exc}", err=True)
         sys.exit(3)
     except (KafkaFatal, KafkaException, RuntimeError) as exc:
+        if STOPPING.is_set():  # a wait for a broker given up for the stop
+            events = processor.engine.batch.events
+            click.echo(uncommitted_line(events, f"while waiting ({one_line(exc)})"), err=True)
+            sys.exit(EXIT_UNCOMMITTED)
         # one line naming the cause (a missing ACL, a failed handshake), no traceback
         click.echo(f"processor: {one_line(exc)}", err=True)
         sys.exit(1)

@@ -22,17 +22,62 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol, TypeVar
 
-from processor.codec import session_key
-from processor.config import ServiceConfig
-from processor.engine.records import Out, Record
+from processor.codec import Codec, session_key
+from processor.config import ServiceConfig, TopicNames
+from processor.engine.held import HeldSessions
+from processor.engine.records import Batch, Out, Record
 from processor.engine.runtime import Quarantine, SessionRuntime
 
-if TYPE_CHECKING:
-    from processor.engine.engine import Engine, PartitionState
 
-log = logging.getLogger("processor.runner")
+class Partition(Protocol):
+    """What a refusal touches of an events partition (``engine.PartitionState``)."""
+
+    @property
+    def number(self) -> int: ...
+    @property
+    def pinned(self) -> bool: ...
+    @property
+    def source(self) -> object | None: ...
+    @property
+    def sessions(self) -> dict[str, SessionRuntime]: ...
+    @property
+    def view_parts(self) -> dict[tuple[str, str], int]: ...
+    @property
+    def quarantined(self) -> set[str]: ...
+
+
+P = TypeVar("P", bound=Partition)
+P_contra = TypeVar("P_contra", bound=Partition, contravariant=True)
+
+
+class Host(Protocol[P_contra]):
+    """What a refusal asks of the engine (``engine.Engine``); a protocol, so
+    that this module and the engine do not import each other."""
+
+    @property
+    def batch(self) -> Batch: ...
+    @property
+    def codec(self) -> Codec: ...
+    @property
+    def topics(self) -> TopicNames: ...
+    @property
+    def held(self) -> HeldSessions: ...
+    def session_records(self, part: P_contra, rt: SessionRuntime) -> list[Out]: ...
+    def runtime(self, part: P_contra, sid: str) -> SessionRuntime: ...
+    def dead_letter(
+        self,
+        part: P_contra,
+        sid: str | None,
+        rec: Record,
+        seq: int | None,
+        rule: str,
+        reason: str,
+    ) -> None: ...
+
+
+log = logging.getLogger(__name__)
 
 RULE: Final = "VF-7"
 #: ``max.message.bytes`` of the compacted output topics (views, checkpoints)
@@ -73,7 +118,7 @@ def oversized(outs: list[Out], bound: int) -> Out | None:
     return None
 
 
-def fitted(engine: Engine, part: PartitionState, rt: SessionRuntime, bound: int) -> list[Out]:
+def fitted(engine: Host[P], part: P, rt: SessionRuntime, bound: int) -> list[Out]:
     """The records of one changed session if every one fits, else its refusal's."""
     outs = engine.session_records(part, rt)
     big = oversized(outs, bound)
@@ -82,9 +127,7 @@ def fitted(engine: Engine, part: PartitionState, rt: SessionRuntime, bound: int)
     return refuse(engine, part, rt, big, bound)
 
 
-def refuse(
-    engine: Engine, part: PartitionState, rt: SessionRuntime, big: Out, bound: int
-) -> list[Out]:
+def refuse(engine: Host[P], part: P, rt: SessionRuntime, big: Out, bound: int) -> list[Out]:
     """Refuse ``rt``'s batch: a ``VF-7`` dead letter, the session back at its
     last committed checkpoint and quarantined there; the records to write."""
     sid, seq, offset = rt.session_id, rt.last_seq, rt.last_offset

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.config import ServiceConfig
 from processor.engine.record_bounds import PRODUCER_MAX_MESSAGE_BYTES
+from processor.kafka import client_count
 from processor.kafka.client_errors import LIBRDKAFKA_LOGGER, ClientProblems
 from processor.kafka.owners import member_client_id
 
@@ -74,6 +75,13 @@ def produce(
             producer.poll(0.05)
 
 
+#: Before the user's settings (``-X`` overrides it).  librdkafka's default, 100 ms,
+#: kept each consumer of a member reconnecting to a broker that was gone at ~1%
+#: of a core (4-5% for a member); at 1 s, 0.1% each (docs/stopping.md), and a
+#: broker back from a restart is reconnected to at most ~1.5 s later.
+QUIET_RECONNECT: dict[str, Any] = {"reconnect.backoff.ms": 1000}
+
+
 def _observed(
     conf: dict[str, Any], problems: ClientProblems | None, operation: str = "READ"
 ) -> dict[str, Any]:
@@ -94,6 +102,7 @@ def group_consumer(
         "max.poll.interval.ms": 300_000,
         "fetch.max.bytes": 64 * 1024 * 1024,
         "queued.max.messages.kbytes": 256 * 1024,
+        **QUIET_RECONNECT,
         **config.common(),
         "group.id": config.group_id,
         "enable.auto.commit": False,
@@ -105,6 +114,7 @@ def group_consumer(
     }
     if config.static_membership:
         conf["group.instance.id"] = instance_id
+    client_count.created("group_consumer")
     return Consumer(_observed(conf, problems))
 
 
@@ -122,6 +132,7 @@ def plain_consumer(
     own group (``group``), so its ACLs need no extra group; readers use
     ``<group>-<purpose>-unused``.
     """
+    client_count.created("plain_consumer")
     return Consumer(_observed(plain_settings(config, purpose, group=group), problems))
 
 
@@ -141,6 +152,7 @@ def plain_settings(
         "fetch.max.bytes": 64 * 1024 * 1024,
         # read-to-end jobs: do not long-poll 500 ms at every partition end
         "fetch.wait.max.ms": LONG_POLL.get(purpose, 10),
+        **QUIET_RECONNECT,
         **config.common(),
         "group.id": group or f"{config.group_id}-{purpose}-unused",
         "enable.auto.commit": False,
@@ -153,6 +165,7 @@ def plain_settings(
 def output_producer(
     config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
 ) -> Producer:
+    client_count.created("output_producer")
     return Producer(output_settings(config, instance_id, problems))
 
 
@@ -178,6 +191,7 @@ def output_settings(
         "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
         "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 1_048_576,
+        **QUIET_RECONNECT,
         **config.common(),
         "enable.idempotence": True,
         "acks": "all",
@@ -209,17 +223,23 @@ def event_producer(
     conf: dict[str, Any] = {
         "linger.ms": 5,
         "compression.type": "lz4",
+        **QUIET_RECONNECT,
         **config.common(),
         "enable.idempotence": True,
         "acks": "all",
         "partitioner": "murmur2_random",
         "client.id": client_id,
     }
+    client_count.created("event_producer")
     return Producer(_observed(conf, problems, "WRITE"))
 
 
 def admin(config: ServiceConfig, problems: ClientProblems | None = None) -> AdminClient:
-    conf = config.common()
+    """An admin client whose librdkafka lines go through Python logging too: without
+    a ``logger`` librdkafka prints them raw on stderr (``%3|...|FAIL|...``)."""
+    conf = {**QUIET_RECONNECT, **config.common()}
+    conf["logger"] = LIBRDKAFKA_LOGGER
     if problems is not None:  # an admin client forwards logs and errors only when polled
         conf.update(problems.client_settings())
+    client_count.created("admin")
     return AdminClient(conf)

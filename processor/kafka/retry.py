@@ -25,6 +25,10 @@ from confluent_kafka import KafkaError, KafkaException
 from processor.core.errors import Unavailable
 
 log = logging.getLogger(__name__)
+#: Set once the process is stopping (``processor run``'s signal handler,
+#: service/loop/stopping.py): retries give up at once instead of riding out
+#: their deadline for brokers that may never answer.
+STOPPING = threading.Event()
 
 T = TypeVar("T")
 
@@ -237,7 +241,7 @@ def retry(
                 attempt += 1
                 if not is_transient(exc):
                     raise
-                if clock() + delay > deadline:
+                if clock() + delay > deadline or STOPPING.is_set():  # a stop waits for no broker
                     if isinstance(exc, GaveUp):
                         raise  # an inner retry's: it names the call already
                     gave_up = GaveUp(*exc.args)

@@ -121,6 +121,9 @@ class KafkaTransport:
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
+        #: the group watch's admin client: one for the watch's life, not one per
+        #: description (a member out of brokers for 45 minutes had made 78)
+        self._members_admin: Any = None
 
     def group_consumer(self, instance_id: str, problems: ClientProblems) -> GroupConsumer:
         return clients.group_consumer(self.config, instance_id, problems)
@@ -137,11 +140,22 @@ class KafkaTransport:
     def group_members(self) -> list[tuple[str, tuple[int, ...]]]:
         """Each member's client id and the events partitions it holds (group_watch.py).
 
-        Not part of :class:`Transport`: a transport without it has no watch."""
+        Not part of :class:`Transport`: a transport without it has no watch.
+        Called from the watch's thread only, which ends with :meth:`release_members`."""
         group, topic = self.config.group_id, self.config.topics.events
-        admin = clients.admin(self.config)  # per call, released in the calling thread
-        desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+        if self._members_admin is None:
+            self._members_admin = clients.admin(self.config)
+        admin = self._members_admin
+        try:
+            futures = admin.describe_consumer_groups([group], request_timeout=10)
+            desc = futures[group].result(timeout=15)
+        finally:
+            admin.poll(0)  # serves its queued log lines (a broker down logs each second)
         return partitions_held(desc, topic)
+
+    def release_members(self) -> None:
+        """Drop the group watch's admin client (in the watch's thread, its answers served)."""
+        self._members_admin = None
 
     def topic_id(self, topic: str) -> str:
         """From DescribeTopics; "" when the broker does not say (the local store

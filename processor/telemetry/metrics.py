@@ -21,6 +21,7 @@ from prometheus_client import (
 
 from processor.core.sharing import SharedTable
 from processor.engine import Tally
+from processor.kafka.client_count import CreatedCollector
 from processor.kafka.retry import RetryWatch
 from processor.telemetry.health import Health
 
@@ -248,6 +249,7 @@ class Metrics:
         )
         #: what /healthz and /readyz report (``health.py``); the degraded gauge follows it
         self.health = Health(on_degraded=self.degraded_gauge.set)
+        r.register(CreatedCollector())  # processor_kafka_clients_created_total (client_count.py)
         self.health.retrying = self.retries.oldest
         self.health.waiting = self.retries.waits
 

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from processor.children import popen_tied
 from tests.local_http import free_port, get
 
 REPO = Path(__file__).parents[2]
@@ -27,7 +28,7 @@ def test_readyz_names_the_broker_nobody_answers_for_during_the_start() -> None:
     cmd = [sys.executable, "-m", "processor", "run", "-b", "127.0.0.1:1"]
     cmd += ["--topic-prefix", "x", "--metrics-host", "127.0.0.1", "--metrics-port", str(port)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = popen_tied(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seen: list[tuple[int, str]] = []
     try:
         deadline = time.monotonic() + 40

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
+from processor.children import popen_tied
 from processor.config import ServiceConfig
 from processor.kafka import clients
 from processor.kafka.topic_admin import create_topics
@@ -35,7 +36,7 @@ def spawn(*args: str) -> tuple[subprocess.Popen[bytes], Path]:
     log = Path(tempfile.mkstemp(prefix="inspect-cli-", suffix=".log")[1])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with log.open("wb") as sink:  # a file, not a pipe: a chatty child never blocks
-        proc = subprocess.Popen(
+        proc = popen_tied(
             [sys.executable, "-m", "processor", *args], env=env, stdout=sink, stderr=sink
         )
     return proc, log

@@ -18,6 +18,7 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from processor.children import popen_tied
 from processor.client.views_reader import offline_equivalent
 from processor.codec import default_codec
 from processor.config import ServiceConfig
@@ -120,7 +121,8 @@ class Stack:
         if log is None:
             log = Path(tempfile.gettempdir()) / f"{self.config.topic_prefix}-{instance_id}.log"
         with log.open("ab") as sink:  # a file, not a pipe: a chatty child never blocks
-            return subprocess.Popen(cmd, env=full_env, stdout=sink, stderr=sink)
+            # dies with the test run, however it ends (children.py)
+            return popen_tied(cmd, env=full_env, stdout=sink, stderr=sink)
 
 
 def as_json(value: Any) -> Any:

@@ -28,3 +28,5 @@ class RunningProcessor:
         """Ask the loop to stop and wait for it (the caller asserts on ``errors``)."""
         self.proc.stop()
         self.thread.join(timeout)
+        if self.thread.is_alive():  # a stop must be bounded (issue 39): the test names it
+            self.errors.append(TimeoutError(f"the loop did not stop within {timeout:g} s"))

@@ -30,6 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from processor.children import popen_tied
 from processor.client.session_writer import DeliveryError, SessionWriter
 from processor.client.views_reader import (
     materialize_views,
@@ -171,7 +172,7 @@ def spawn(
         str(secret),
         *extra,
     ]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return popen_tied(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def ends_with_one_line(proc: subprocess.Popen[str], timeout: float = 60) -> str:

@@ -124,6 +124,8 @@ class Processor:
             feeds=self,
         )
         self._stop = threading.Event()
+        #: events of the open batch a stop left uncommitted (no broker answered)
+        self.uncommitted: int | None = None
         self._consumer: GroupConsumer | None = None
         self.problems = ClientProblems()
         self._control: ControlChannel | None = None
@@ -236,14 +238,16 @@ class Processor:
         with observing(self.metrics.retries):  # /readyz names a broker nobody answers for
             self.txn.start(producer, consumer)
         transport.require_permissions(self.problems, self.metrics)
-        brokers = BrokerWatch(
-            problems, self.metrics, lambda: consumer.list_topics(self.topics.events, timeout=2)
-        )
+        probe = lambda: consumer.list_topics(self.topics.events, timeout=2)  # noqa: E731
+        brokers = BrokerWatch(problems, self.metrics, probe, every_s=cfg.broker_probe_s)
         # another application's consumers in the group (group_watch.py); only a
         # transport that can describe the group has the watch
         describe = getattr(transport, "group_members", None)
         if describe is not None:
-            self._group_watch = GroupWatch(cfg.group_id, describe, self._report_foreign)
+            release = getattr(transport, "release_members", lambda: None)
+            self._group_watch = GroupWatch(
+                cfg.group_id, describe, self._report_foreign, cfg.group_watch_s, release
+            )
             self._group_watch.start()
         consumer.subscribe(
             [self.topics.events],
@@ -344,7 +348,13 @@ class Processor:
                     self._commit(overlap=True)
                 if until_offsets is not None and self._reached(until_offsets):
                     break
-            self._commit()
+            if self._stop.is_set() and problems.brokers_down_at is not None:
+                # no broker answers: a commit could only wait out its timeouts;
+                # the next owner folds the open batch again (stopping.py)
+                self.uncommitted, self._dead = self._pending.events, True
+                self.engine.discard_batch()
+            else:
+                self._commit()
         except Exception:
             # the run failed (a refusing broker, a failed restore): leave without
             # the revoke's commit and abort, each of which would wait out its

@@ -63,11 +63,14 @@ class GroupWatch:
         describe: Callable[[], Sequence[Member]],
         report: Callable[[int, str | None], None],
         every_s: float | None = None,
+        release: Callable[[], None] = lambda: None,
     ) -> None:
+        """``release``: called by the watch's thread as it ends (drops its client)."""
         self.group = group
         self.describe = describe
         self.report = report
         self.every_s = WATCH_EVERY_S if every_s is None else every_s
+        self.release = release
         self.line: str | None = None
         self._failed = False
         self._stop = threading.Event()
@@ -85,8 +88,11 @@ class GroupWatch:
             self._thread.join(2)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.check()
+        try:
+            while not self._stop.wait(self.every_s):
+                self.check()
+        finally:
+            self.release()
 
     def check(self) -> None:
         """One description, and its report."""

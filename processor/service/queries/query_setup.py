@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING
 
 from processor.config import ServiceConfig
 from processor.kafka import clients
-from processor.kafka.owners import OwnerDirectory, describe_group
+from processor.kafka.owners import GroupView, OwnerDirectory, describe_group
 from processor.kafka.reads import scan, watermarks
 from processor.kafka.transport import Reader
 from processor.service.loop.runner import Processor
@@ -67,8 +67,17 @@ def attach_queries(processor: Processor, queries: Queries) -> QueryCache:
     )
     processor.queries = cache
     queries.source = cache
-    admin = clients.admin(config)
-    directory = OwnerDirectory(lambda: describe_group(admin, config.group_id, topics.events))
+    admin = clients.admin(config)  # one for the member's life
+
+    def describe() -> GroupView:
+        try:
+            return describe_group(admin, config.group_id, topics.events)
+        finally:
+            admin.poll(
+                0
+            )  # its queued librdkafka log lines, to logging (a broker down: one a second)
+
+    directory = OwnerDirectory(describe)
 
     def owner(sid: str) -> tuple[int, str | None] | None:
         try:

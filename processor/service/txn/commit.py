@@ -49,7 +49,7 @@ from processor.engine import Batch, Engine, Out, Tally
 from processor.kafka import preflight
 from processor.kafka.client_errors import ClientProblems, KafkaFatal, Kind, error_of
 from processor.kafka.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
-from processor.kafka.retry import FENCED, FatalBudget, retry
+from processor.kafka.retry import FENCED, STOPPING, FatalBudget, retry
 from processor.kafka.transport import GroupConsumer, Transport, TxnProducer
 from processor.service.ops.failures import FailureTracker
 from processor.service.queries.query_cache import QueryCache, ViewWrite
@@ -560,7 +560,11 @@ class Committer:
                 self.settle()
             finally:
                 self.leaving = kept
-        if self.config.exactly_once and self.producer is not None and not self.init_pending:
+        # a process stopping while no broker answers leaves the abort to the
+        # coordinator (its timeout): the call would only wait (stopping.py)
+        if STOPPING.is_set() and self.problems.brokers_down_at is not None:
+            self.overran_at = time.monotonic()
+        elif self.config.exactly_once and self.producer is not None and not self.init_pending:
             producer = self.producer
             # while revoking, within what is left of the budget (spent: one
             # short attempt; an abort that misses it is the coordinator's at

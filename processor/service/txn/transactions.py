@@ -28,7 +28,7 @@ from processor.kafka.client_errors import (
     error_of,
     is_denied,
 )
-from processor.kafka.retry import FENCED, waiting
+from processor.kafka.retry import FENCED, STOPPING, waiting
 from processor.kafka.transport import TxnProducer
 from processor.telemetry.metrics import Metrics
 
@@ -72,7 +72,7 @@ def init(
                 err = error_of(exc)
                 timed_out = err is not None and err.code() == KafkaError._TIMED_OUT
                 transient = timed_out or verdict.kind is Kind.RETRY
-                if transient and time.monotonic() <= deadline:
+                if transient and time.monotonic() <= deadline and not STOPPING.is_set():
                     continue
                 with contextlib.suppress(KafkaException):
                     producer.poll(0)
@@ -112,6 +112,7 @@ def retrying(
                 or err.fatal()
                 or attempt == attempts - 1
                 or (budget is not None and pause >= budget)
+                or STOPPING.is_set()  # a stop waits for no broker (stopping.py)
             ):
                 raise
             metrics.txn_failures.labels("retriable").inc()
