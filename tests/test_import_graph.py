@@ -116,16 +116,28 @@ def test_the_engine_and_the_core_load_no_kafka_client() -> None:
 #: Layers in the order a record travels (docs/architecture.md): a module may import its
 #: own layer and those before it, never a later one.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("processor.core", "processor.protocol", "processor.gcpolicy", "processor.kafka_dist"),
+    (
+        "processor.core",
+        "processor.protocol",
+        "processor.gcpolicy",
+        "processor.kafka_dist",
+        "processor.children",
+    ),
     ("processor.agent", "processor.codec", "processor.config", "processor.files"),
     ("processor.engine", "processor.offline", "processor.workload"),
     # the Kafka adapter and the process's report (metrics, health) it feeds
     ("processor.kafka", "processor.telemetry"),
     ("processor.testing",),
-    # one group member, and what is not a member (writer, readers, replay)
-    ("processor.service", "processor.client", "processor.devbroker", "processor.devcluster"),
+    # one group member, and what is not a member (writer, readers, replay, shipper)
+    (
+        "processor.service",
+        "processor.client",
+        "processor.ship",
+        "processor.devbroker",
+        "processor.devcluster",
+    ),
     ("processor.inspect",),
-    ("processor.cli", "processor.__main__"),
+    ("processor.cli", "processor.__main__", "processor.examples"),
 )
 
 
@@ -134,6 +146,12 @@ def _layer(module: str) -> int | None:
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return rank
     return None
+
+
+def test_every_module_has_a_layer() -> None:
+    """A new package is placed in LAYERS, so its imports are checked too."""
+    unplaced = [m for m in _module_graph() if m != "processor" and _layer(m) is None]
+    assert unplaced == []
 
 
 def test_imports_point_one_way_from_core_to_cli() -> None:
