@@ -94,7 +94,9 @@ def compiled_modules() -> list[str]:
     assert spec is not None and spec.loader is not None
     setup_py = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(setup_py)  # setup() runs only as __main__
-    files: list[str] = setup_py.mypyc_modules(REPO)
+    # the package's files: the checkout's (the compiled run's folder has none)
+    source = Path(os.environ.get("PROCESSOR_PURE_SOURCE") or REPO)
+    files: list[str] = setup_py.mypyc_modules(source)
     assert len(files) >= 40, files
     return [f.removesuffix(".py").replace("/", ".") for f in files]
 
