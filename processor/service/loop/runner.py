@@ -245,6 +245,9 @@ class Processor:
         if describe is not None:
             self._group_watch = GroupWatch(cfg.group_id, describe, self._report_foreign)
             self._group_watch.start()
+        fence = getattr(transport, "zombie_fence", None)
+        if fence is not None and cfg.exactly_once and cfg.fence_zombies:
+            self.rebalance.fence = fence(self.instance_id, self.metrics)
         consumer.subscribe(
             [self.topics.events],
             on_assign=self.rebalance.on_assign,

@@ -48,6 +48,7 @@ from processor.core.errors import ProcessorError
 from processor.engine import Batch, Engine, Out, Tally
 from processor.kafka import preflight
 from processor.kafka.client_errors import ClientProblems, KafkaFatal, Kind, error_of
+from processor.kafka.fencing import writer_metadata
 from processor.kafka.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
 from processor.kafka.retry import FENCED, FatalBudget, retry
 from processor.kafka.transport import GroupConsumer, Transport, TxnProducer
@@ -308,9 +309,14 @@ class Committer:
                 producer.begin_transaction()
             if marks:
                 marks.append(("begun", time.monotonic()))
-            offsets = [TopicPartition(topics.events, p, o) for p, o in pending.offsets.items()]
+            meta = writer_metadata(self.instance_id)  # who to fence if we die (fencing.py)
+            offsets = [
+                TopicPartition(topics.events, p, o, metadata=meta)
+                for p, o in pending.offsets.items()
+            ]
             offsets += [
-                TopicPartition(topics.control, p, o) for p, o in pending.control_offsets.items()
+                TopicPartition(topics.control, p, o, metadata=meta)
+                for p, o in pending.control_offsets.items()
             ]
             # The offsets go into the transaction on a helper thread while this
             # one builds and produces the output: send_offsets_to_transaction
