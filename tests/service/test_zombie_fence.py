@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,7 +25,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import OffsetSpec
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from processor.kafka import clients
 from processor.kafka.fencing import ZombieFence, member_instances, writer_metadata, writer_of
@@ -49,7 +50,8 @@ def _committed(stack: Stack) -> dict[int, int]:
 
 def _ends(stack: Stack, topic: str, level: IsolationLevel) -> dict[int, int]:
     admin = clients.admin(stack.config)
-    spec = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(stack.config.partitions)}
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    spec = {TopicPartition(topic, p): latest for p in range(stack.config.partitions)}
     futures = admin.list_offsets(spec, isolation_level=level)
     return {tp.partition: f.result().offset for tp, f in futures.items()}
 
@@ -192,12 +194,17 @@ def test_wait_stable_fences_once_then_waits(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(restore, "_stable_offsets", lambda *a: next(states))
     monkeypatch.setattr(restore, "FENCE_AFTER_S", 0.0)
     calls: list[list[int]] = []
+
+    def on_open(parts: list[int], still: Callable[[], bool]) -> None:
+        calls.append(list(parts))
+        assert still()
+
     left = restore.wait_stable(
         lambda: None,  # type: ignore[arg-type,return-value]
         "t",
         [0],
         30,
         poll_s=0.0,
-        on_open=lambda parts, still: calls.append(list(parts)) or still(),
+        on_open=on_open,
     )
     assert left == [] and calls == [[0]]
