@@ -1,10 +1,13 @@
 """Failover latency under steady load (issue 37, item 1).
 
 Three members, two writers appending continuously; one member is SIGKILLed
-and replaced under a new instance id, later another is SIGKILLed and
-restarted under its own id.  Per appended event: the time from its produce
-being acknowledged (``SessionWriter.append_event`` returned) to the session's
-committed ``status`` head showing its seq on a ``read_committed`` follower
+with a transaction open (it kills itself at the ``before-send-offsets``
+crash point once armed: a kill -9 that always finds a transaction open, the
+case subscribers wait for) and replaced under a new instance id; later
+another is killed the same way and restarted under its own id.  Per appended
+event: the time from its produce being acknowledged
+(``SessionWriter.append_event`` returned) to the session's committed
+``status`` head showing its seq on a ``read_committed`` follower
 (one clock, one process).  Figures: p50/p99/max of the events acknowledged
 in the 30 s after each fault, and of those before the first (steady).
 
@@ -36,6 +39,8 @@ from tests.faults.conftest import FaultStack, Follower, Writer, session_plan, wa
 WINDOW_S = 30.0
 #: seconds of steady load measured before the first fault
 STEADY_S = 8.0
+#: seconds after every session is visible before the steady window opens
+SETTLE_S = 10.0
 WRITERS = 2
 SESSIONS_PER_WRITER = 8
 PACE_S = 0.005  # between appends of one writer
@@ -80,17 +85,22 @@ class HeadWatch(threading.Thread):
             parts = range(self.config.partitions)
             consumer.assign([TopicPartition(t.views, p, OFFSET_BEGINNING) for p in parts])
             while not self.stop.is_set():
-                for m in consumer.consume(500, timeout=0.1):
-                    now = time.monotonic()
+                # poll, then what is already fetched: consume(n, t) waits t out
+                first = consumer.poll(0.05)
+                if first is None:
+                    continue
+                now = time.monotonic()
+                for m in [first, *consumer.consume(1000, timeout=0)]:
                     value = m.value()
                     if m.error() is not None or value is None:
                         continue
-                    view = codec.decode_view(value)
-                    if view.part != 0 or view.view != "status":
+                    sid, _, view = (m.key() or b"").decode().partition("/")
+                    if view not in ("status", "~h"):  # the head carries the status
                         continue
-                    seqs, times = self.heads.setdefault(view.session_id, ([], []))
-                    if not seqs or view.as_of_seq > seqs[-1]:
-                        seqs.append(view.as_of_seq)
+                    as_of = codec.decode_view(value).as_of_seq
+                    seqs, times = self.heads.setdefault(sid, ([], []))
+                    if not seqs or as_of > seqs[-1]:
+                        seqs.append(as_of)
                         times.append(now)
         except BaseException as exc:
             self.error = exc
@@ -165,9 +175,21 @@ def run_failover(
     violation, every member alive) and returns the latency figures."""
     run = FailoverRun()
     members = {"fo-a", "fo-b", "fo-c"}
+    victims = {f.victim for f in run.faults}
     for name in sorted(members):
+        # a victim kills itself (SIGKILL) at its next transaction once armed, with
+        # the transaction's records produced: a kill -9 that always finds a
+        # transaction open, the case readers wait for
+        crash = {
+            "PROCESSOR_FAULTPOINT": "before-send-offsets",
+            "PROCESSOR_FAULTPOINT_ARM": str(stack.workdir / f"arm-{name}"),
+        }
         # the service's own transaction timeout (0: derived), not the suite's 10 s
-        stack.spawn(name, env=env, transaction_timeout_ms=0)
+        stack.spawn(
+            name,
+            env={**(env or {}), **(crash if name in victims else {})},
+            transaction_timeout_ms=0,
+        )
     heads, follower = HeadWatch(stack.config), Follower(stack.config)
     heads.start()
     follower.start()
@@ -183,15 +205,18 @@ def run_failover(
             lambda: len(heads.heads) >= WRITERS * SESSIONS_PER_WRITER,
             180,
             "every session's status view",
-            stack.member_report,
+            lambda: f"head watch error: {heads.error!r}\n{stack.member_report()}",
         )
+        time.sleep(SETTLE_S)  # the members' first rebalances are not steady load
         steady_from = time.monotonic()
         time.sleep(STEADY_S)
         for fault in run.faults:
             say(f"fault: {fault.label}")
+            (stack.workdir / f"arm-{fault.victim}").touch()
+            victim = stack.members[fault.victim]
+            wait_until(lambda v=victim: not v.alive(), 30, f"{fault.victim} to die mid-transaction")
             fault.at = time.monotonic()
-            stack.members[fault.victim].signal(signal.SIGKILL)
-            stack.members[fault.victim].proc.wait(30)
+            assert victim.proc.returncode == -signal.SIGKILL, victim.tail()
             stack.spawn(fault.replacement, env=env, transaction_timeout_ms=0)
             members = (members - {fault.victim}) | {fault.replacement}
             time.sleep(WINDOW_S)
