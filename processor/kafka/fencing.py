@@ -43,6 +43,8 @@ WRITER_PREFIX = "writer:"
 REQUEST_TIMEOUT_S = 10.0
 #: Writers fenced at most per call (each is one round trip to its coordinator).
 MAX_FENCES = 16
+#: Seconds one call may spend fencing; the writers left wait for the broker.
+FENCE_BUDGET_S = 30.0
 
 
 def writer_metadata(instance_id: str) -> str:
@@ -127,7 +129,12 @@ class ZombieFence:
             log.warning("%d dead writers named; fencing %d of them", len(dead), MAX_FENCES)
             self._counted("bounded")
         fenced: list[str] = []
+        deadline = time.monotonic() + FENCE_BUDGET_S
         for instance in sorted(dead)[:MAX_FENCES]:
+            if time.monotonic() > deadline:
+                log.warning("fencing ran out of its %.0fs; the rest wait", FENCE_BUDGET_S)
+                self._counted("bounded")
+                break
             # a member restarting under this id fenced its predecessor itself
             if not still_open():
                 break
