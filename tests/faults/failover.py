@@ -19,6 +19,7 @@ fence of dead members' transactions).
 from __future__ import annotations
 
 import bisect
+import functools
 import signal
 import statistics
 import threading
@@ -33,10 +34,19 @@ from processor.client.session_writer import SessionWriter
 from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.core.events import Event
-from tests.faults.conftest import FaultStack, Follower, Writer, session_plan, wait_until
+from tests.faults.conftest import (
+    FaultStack,
+    Follower,
+    Member,
+    Writer,
+    session_plan,
+    wait_until,
+)
 
 #: seconds after each fault whose acknowledged events are measured
 WINDOW_S = 30.0
+#: seconds before a fault is armed that count as its window (its transaction's events)
+LEAD_S = 1.0
 #: seconds of steady load measured before the first fault
 STEADY_S = 8.0
 #: seconds after every session is visible before the steady window opens
@@ -148,7 +158,8 @@ class Fault:
     label: str
     victim: str
     replacement: str
-    at: float = 0.0
+    armed: float = 0.0  # the victim dies at its next transaction
+    at: float = 0.0  # it was seen dead
 
 
 @dataclass
@@ -212,9 +223,10 @@ def run_failover(
         time.sleep(STEADY_S)
         for fault in run.faults:
             say(f"fault: {fault.label}")
+            fault.armed = time.monotonic()
             (stack.workdir / f"arm-{fault.victim}").touch()
             victim = stack.members[fault.victim]
-            wait_until(lambda v=victim: not v.alive(), 30, f"{fault.victim} to die mid-transaction")
+            wait_until(functools.partial(_dead, victim), 30, f"{fault.victim} to die")
             fault.at = time.monotonic()
             assert victim.proc.returncode == -signal.SIGKILL, victim.tail()
             stack.spawn(fault.replacement, env=env, transaction_timeout_ms=0)
@@ -238,10 +250,18 @@ def run_failover(
     follower.check()
     assert heads.error is None, f"head watch failed: {heads.error!r}"
     acked = [a for w in writers for a in w.acked]
-    run.figures["steady"] = latencies(acked, heads, steady_from, run.faults[0].at)
+    # the events of the transaction the victim dies in were acknowledged just
+    # before: a fault's window opens LEAD_S before it was armed
+    run.figures["steady"] = latencies(acked, heads, steady_from, run.faults[0].armed - LEAD_S)
     for fault in run.faults:
-        run.figures[fault.label] = latencies(acked, heads, fault.at, fault.at + WINDOW_S)
+        run.figures[fault.label] = latencies(
+            acked, heads, fault.armed - LEAD_S, fault.at + WINDOW_S
+        )
     return run
+
+
+def _dead(member: Member) -> bool:
+    return not member.alive()
 
 
 def _all_visible(writers: list[AckWriter], heads: HeadWatch) -> bool:
