@@ -208,3 +208,24 @@ def test_wait_stable_fences_once_then_waits(monkeypatch: pytest.MonkeyPatch) -> 
         on_open=on_open,
     )
     assert left == [] and calls == [[0]]
+
+
+def test_a_fence_after_the_session_timeout_is_a_new_owners_not_a_second_member() -> None:
+    """Paused past the session timeout (not yet the transaction timeout), a member
+    may have been fenced as dead by its partitions' new owner: it goes on."""
+    from confluent_kafka import KafkaError
+
+    from processor.config import ServiceConfig
+    from processor.service.txn.transactions import fenced_by_another_member
+
+    cfg = ServiceConfig()
+    fenced = KafkaError(KafkaError._FENCED)
+
+    def verdict(open_s: float) -> bool:
+        return fenced_by_another_member(
+            fenced, open_s, cfg, explained_at=(), replaced_at=None, instance_id="m"
+        )
+
+    assert cfg.effective_transaction_timeout_ms > 11_000
+    assert verdict(1.0)  # fenced while in the group: another member has our id
+    assert not verdict(11.0)  # past the 10 s session timeout
