@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import Context, result
+from bench.common import Context, measure, ratio, result
 from processor.devcluster import LocalCluster
 from tests.faults.conftest import make_stack
 from tests.faults.failover import FailoverRun, run_failover, table
@@ -72,10 +72,24 @@ def run(ctx: Context) -> dict[str, Any]:
     figures = {"without fence": _medians(before), "with fence": _medians(after)}
     for name, rows in figures.items():
         print(f"{name}:\n{table(rows)}")
+    new_id = before[0].faults[0].label
+    on = [r.figures[new_id]["p99_s"] for r in after]
+    off = [r.figures[new_id]["p99_s"] for r in before]
     return result(
         ctx,
         "failover",
         "Failover: produce acknowledged -> visible (read_committed), 30 s after each fault",
+        value=measure(f"p99, {new_id}, with fence", "s", on, 2),
+        baseline=measure(f"p99, {new_id}, without fence", "s", off, 2),
+        ratio=ratio("with / without", on, off),
+        rows=[
+            (
+                f"{name}: {label}",
+                f"p50 {f.get('p50_s')} s, p99 {f.get('p99_s')} s, max {f.get('max_s')} s",
+            )
+            for name, rows in figures.items()
+            for label, f in rows.items()
+        ],
         abort_check_ms=int(ABORT_CHECK_MS),
         figures=figures,
     )
