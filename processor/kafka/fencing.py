@@ -136,7 +136,14 @@ class ZombieFence:
                 self._counted("bounded")
                 break
             # a member restarting under this id fenced its predecessor itself
-            if not still_open():
+            try:
+                if not still_open():
+                    break
+            except KafkaException as exc:
+                log.warning(
+                    "could not tell whether %s are still open (%s); not fencing", parts, exc
+                )
+                self._counted("failed")
                 break
             t0 = time.monotonic()
             try:

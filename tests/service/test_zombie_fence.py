@@ -229,3 +229,49 @@ def test_a_fence_after_the_session_timeout_is_a_new_owners_not_a_second_member()
     assert cfg.effective_transaction_timeout_ms > 11_000
     assert verdict(1.0)  # fenced while in the group: another member has our id
     assert not verdict(11.0)  # past the 10 s session timeout
+
+
+class _Admin:
+    """An admin client's answers: the offsets' metadata and the group's members."""
+
+    def __init__(self, named: list[str | None], members: list[str]) -> None:
+        self.named, self.member_ids = named, members
+
+    def list_consumer_group_offsets(self, request: Any, **kw: Any) -> dict[str, Any]:
+        assert kw["require_stable"] is False  # a dead member's pending offsets hide none
+        tps = [
+            SimpleNamespace(topic="processor.events", metadata=m and writer_metadata(m))
+            for m in self.named
+        ]
+        return {"processor": _Done(SimpleNamespace(topic_partitions=tps))}
+
+    def describe_consumer_groups(self, groups: list[str], **kw: Any) -> dict[str, Any]:
+        members = [SimpleNamespace(client_id=f"processor-{m}") for m in self.member_ids]
+        return {"processor": _Done(SimpleNamespace(members=members))}
+
+
+class _Done:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.value
+
+
+def test_only_writers_gone_from_the_group_are_fenced_while_the_partition_is_open() -> None:
+    from processor.config import ServiceConfig
+
+    fenced: list[str] = []
+    counts: list[str] = []
+    fence = ZombieFence(
+        ServiceConfig(),
+        "me",
+        admin=lambda: _Admin(["gone", "live", "me", None], ["live", "me"]),
+        fencer=fenced.append,
+        counted=counts.append,
+    )
+    assert fence.fence([0], lambda: True) == ["gone"]
+    assert fenced == ["processor-gone"] and counts == ["fenced"]
+    # ended meanwhile (a member restarted under that id fenced it itself): no fence
+    assert fence.fence([0], lambda: False) == []
+    assert fenced == ["processor-gone"]
