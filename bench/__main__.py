@@ -55,6 +55,7 @@ FIGURES: dict[str, tuple[str, bool]] = {
     "write_amp": ("bench.write_amp", False),
     "state_budget": ("bench.state_budget", False),
     "ship": ("bench.ship", False),
+    "failover": ("bench.failover", False),
 }
 
 

@@ -26,6 +26,7 @@ ORDER = (
     "write_amp",
     "fold_speed",
     "ship",
+    "failover",
 )
 NUMBER = {
     "throughput": "1",
@@ -37,6 +38,7 @@ NUMBER = {
     "scaleout": "7",
     "write_amp": "8",
     "fold_speed": "core",
+    "failover": "failover",
 }
 PROFILE_ROWS = 15
 

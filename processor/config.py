@@ -62,6 +62,10 @@ class ServiceConfig:
     #: How long a restore waits for an open transaction on the checkpoints
     #: partition to end; -1: derived from the transaction timeout, 0: never.
     restore_stable_wait_ms: int = -1
+    #: Fence a dead member's transactional id when its open transaction holds
+    #: up a newly assigned partition (fencing.py), instead of waiting for the
+    #: broker to expire it.
+    fence_zombies: bool = True
     anchor_policy: AnchorPolicy = "fail"
     max_view_bytes: int = 512 * 1024
     transcript_page_size: int = 256

@@ -92,12 +92,21 @@ def _observed(
     return conf
 
 
+#: The group consumer's default ``session.timeout.ms``.
+SESSION_TIMEOUT_MS = 10_000
+
+
+def session_timeout_s(config: ServiceConfig) -> float:
+    """How long a silent member stays in the group (a ``-X`` override counts)."""
+    return int(config.kafka.get("session.timeout.ms", SESSION_TIMEOUT_MS)) / 1000
+
+
 def group_consumer(
     config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
 ) -> Consumer:
     conf: dict[str, Any] = {
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": 10_000,
+        "session.timeout.ms": SESSION_TIMEOUT_MS,
         "heartbeat.interval.ms": 1_000,
         "max.poll.interval.ms": 300_000,
         "fetch.max.bytes": 64 * 1024 * 1024,
@@ -201,7 +210,7 @@ def output_settings(
         # One transactional id per processor instance: a restarted instance
         # with the same id fences its predecessor and aborts its open
         # transaction at once instead of waiting for the transaction timeout.
-        conf["transactional.id"] = f"{config.group_id}-{instance_id}"
+        conf["transactional.id"] = transactional_id(config, instance_id)
         conf["transaction.timeout.ms"] = config.effective_transaction_timeout_ms
     conf = _observed(conf, problems, "WRITE")
     if problems is not None:
@@ -232,6 +241,22 @@ def event_producer(
     }
     client_count.created("event_producer")
     return Producer(_observed(conf, problems, "WRITE"))
+
+
+def transactional_id(config: ServiceConfig, instance_id: str) -> str:
+    """The output producer's ``transactional.id``: one per instance of the group."""
+    return f"{config.group_id}-{instance_id}"
+
+
+def fence_settings(config: ServiceConfig, txn_id: str) -> dict[str, Any]:
+    """A short-lived producer whose ``init_transactions`` fences ``txn_id``
+    (a dead member's, fencing.py): it never produces."""
+    conf: dict[str, Any] = {
+        **config.common(),
+        "transactional.id": txn_id,
+        "client.id": f"processor-fence-{txn_id}",
+    }
+    return _observed(conf, None, "WRITE")
 
 
 def admin(config: ServiceConfig, problems: ClientProblems | None = None) -> AdminClient:

@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPa
 from processor.config import ServiceConfig
 from processor.kafka import clients, preflight
 from processor.kafka.client_errors import ClientProblems
+from processor.kafka.fencing import ZombieFence
 from processor.kafka.owners import partitions_held
 from processor.telemetry.metrics import Metrics
 
@@ -156,6 +157,15 @@ class KafkaTransport:
     def release_members(self) -> None:
         """Drop the group watch's admin client (in the watch's thread, its answers served)."""
         self._members_admin = None
+
+    def zombie_fence(self, instance_id: str, metrics: Metrics) -> ZombieFence:
+        """Fences dead members' transactions on assignment (fencing.py); not part
+        of :class:`Transport`: a transport without it waits for the broker."""
+        return ZombieFence(
+            self.config,
+            instance_id,
+            counted=lambda outcome: metrics.zombie_fences.labels(outcome).inc(),
+        )
 
     def topic_id(self, topic: str) -> str:
         """From DescribeTopics; "" when the broker does not say (the local store

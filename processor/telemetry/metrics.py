@@ -146,6 +146,14 @@ class Metrics:
         )
         for kind in ("assign", "revoke", "lost"):
             self.rebalances.labels(kind)
+        self.zombie_fences = Counter(
+            "processor_zombie_fences_total",
+            "Dead members' transactional ids fenced on assignment (fenced, failed, bounded)",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("fenced", "failed", "bounded"):
+            self.zombie_fences.labels(outcome)
         self.txn_failures = Counter(
             "processor_transaction_failures_total",
             "Failed transaction steps by kind (retriable, abortable, fatal, denied)",

@@ -249,6 +249,9 @@ class Processor:
                 cfg.group_id, describe, self._report_foreign, cfg.group_watch_s, release
             )
             self._group_watch.start()
+        fence = getattr(transport, "zombie_fence", None)
+        if fence is not None and cfg.exactly_once and cfg.fence_zombies:
+            self.rebalance.fence = fence(self.instance_id, self.metrics)
         consumer.subscribe(
             [self.topics.events],
             on_assign=self.rebalance.on_assign,

@@ -44,6 +44,7 @@ from processor.core.errors import ProcessorError
 from processor.engine import Engine, PartitionState
 from processor.gcpolicy import settle_heap
 from processor.kafka.client_errors import ClientProblems
+from processor.kafka.fencing import ZombieFence
 from processor.kafka.reads import watermarks
 from processor.kafka.retry import GaveUp, is_transient, observing, retry, run_all
 from processor.kafka.transport import GroupConsumer, Reader, Transport
@@ -112,6 +113,8 @@ class Rebalance:
         #: rewind or another assignment during a background fill must not reset it
         self._started: dict[int, float] = {}
         self._unstable: set[int] = set()  # restored behind an unknown open transaction
+        #: fences a dead member's open transaction on an assigned partition (fencing.py)
+        self.fence: ZombieFence | None = None
         #: rewound partitions whose restore was put off: seeked back to the
         #: committed offset once it ends
         self._reseek: set[int] = set()
@@ -340,6 +343,7 @@ class Rebalance:
                     self.topics.checkpoints,
                     numbers,
                     stable_bound_s(self.config),
+                    on_open=self.fence.fence if self.fence is not None else None,
                 )
             )
         else:

@@ -28,6 +28,7 @@ served as current.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -179,6 +180,7 @@ def wait_stable(
     partitions: Iterable[int],
     bound_s: float,
     poll_s: float = 0.25,
+    on_open: Callable[[list[int], Callable[[], bool]], object] | None = None,
 ) -> list[int]:
     """Wait until no transaction is open on these partitions; return those still open.
 
@@ -189,7 +191,9 @@ def wait_stable(
     transaction once ``transaction.timeout.ms`` has passed — or at once when
     its generation-checked ``send_offsets_to_transaction`` is refused.  The
     bound is reported by the caller; waiting beyond it would stall forever
-    on a broker that never resolves the transaction.
+    on a broker that never resolves the transaction.  ``on_open`` (fencing.py)
+    is called once with the partitions still open after ``FENCE_AFTER_S`` and a
+    check that they still are; it may end a dead member's transaction at once.
     """
     todo = sorted(set(partitions))
     t0 = time.monotonic()
@@ -201,6 +205,10 @@ def wait_stable(
         todo = [p for p in todo if not stable[p]]
         if not todo:
             break
+        if on_open is not None and time.monotonic() - t0 >= FENCE_AFTER_S:
+            on_open(todo, functools.partial(_any_open, admin, topic, list(todo), deadline))
+            on_open = None
+            continue  # checked again at once: the fence may have ended it
         if time.monotonic() >= deadline:
             log.error(
                 "%s partitions %s still hold an open transaction after %.0fs; restoring "
@@ -224,6 +232,12 @@ def wait_stable(
     if warned:
         log.info("%s stable after %.1fs", topic, time.monotonic() - t0)
     return []
+
+
+#: How long an open transaction may last on a newly assigned partition before
+#: its writer is fenced if it left the group: the previous owner's commit
+#: markers take milliseconds, a dead member's transaction up to its timeout.
+FENCE_AFTER_S = 1.0
 
 
 class _FreshAdmin:
@@ -261,6 +275,10 @@ class _FreshAdmin:
                     KafkaError(KafkaError.LEADER_NOT_AVAILABLE, err.str())
                 ) from exc
             raise
+
+
+def _any_open(admin: _FreshAdmin, topic: str, partitions: list[int], deadline: float) -> bool:
+    return not all(_stable_offsets(admin, topic, partitions, deadline).values())
 
 
 def _stable_offsets(

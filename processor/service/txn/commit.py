@@ -1,11 +1,10 @@
 """The commit protocol: one transaction per batch, or its abort and rewind.
 
-``commit`` produces what the engine's open batch turned into (views,
-checkpoints, dead letters, tombstones), sends the consumer offsets into
-the transaction and commits — all visible together or not at all.  Only
-then are the checkpoint records applied to the local store, with the
-offsets their delivery reports gave (``checkpoint_store.py``): a crash in between
-leaves the store behind, never ahead.
+``commit`` produces what the engine's open batch turned into (views, checkpoints,
+dead letters, tombstones), sends the consumer offsets (naming their writer, for
+``kafka/fencing.py``) into the transaction and commits — all visible together
+or not at all.  Only then are the checkpoint records applied to the local store
+(``checkpoint_store.py``): a crash in between leaves the store behind, never ahead.
 
 Errors follow confluent-kafka's model (``kafka/client_errors.py``): retriable
 steps are retried, abortable ones abort, rewind and back off (bounded,
@@ -48,6 +47,7 @@ from processor.core.errors import ProcessorError
 from processor.engine import Batch, Engine, Out, Tally
 from processor.kafka import preflight
 from processor.kafka.client_errors import ClientProblems, KafkaFatal, Kind, error_of
+from processor.kafka.fencing import writer_metadata
 from processor.kafka.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
 from processor.kafka.retry import FENCED, STOPPING, FatalBudget, retry
 from processor.kafka.transport import GroupConsumer, Transport, TxnProducer
@@ -308,9 +308,12 @@ class Committer:
                 producer.begin_transaction()
             if marks:
                 marks.append(("begun", time.monotonic()))
-            offsets = [TopicPartition(topics.events, p, o) for p, o in pending.offsets.items()]
-            offsets += [
-                TopicPartition(topics.control, p, o) for p, o in pending.control_offsets.items()
+            meta = writer_metadata(self.instance_id)
+            given = ((topics.events, pending.offsets), (topics.control, pending.control_offsets))
+            offsets = [
+                TopicPartition(topic, p, o, metadata=meta)
+                for topic, at in given
+                for p, o in at.items()
             ]
             # The offsets go into the transaction on a helper thread while this
             # one builds and produces the output: send_offsets_to_transaction

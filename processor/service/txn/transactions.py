@@ -28,6 +28,7 @@ from processor.kafka.client_errors import (
     error_of,
     is_denied,
 )
+from processor.kafka.clients import session_timeout_s
 from processor.kafka.retry import FENCED, STOPPING, waiting
 from processor.kafka.transport import TxnProducer
 from processor.telemetry.metrics import Metrics
@@ -157,6 +158,9 @@ def fenced_by_another_member(
     now = time.monotonic()
     # a broker fault or our own overrun moments ago explains the fence
     explained = any(at is not None and now - at < 2 * timeout_s for at in explained_at)
+    # open past the session timeout: the group may have dropped us and our
+    # partitions' new owner fenced our id as a dead member's (fencing.py)
+    timeout_s = min(timeout_s, session_timeout_s(config))
     if err.code() not in FENCED or open_s >= timeout_s or explained:
         return False
     # the evidence, in full: a chaos run saw this verdict under CPU
