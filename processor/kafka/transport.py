@@ -124,7 +124,6 @@ class KafkaTransport:
         self.config = config
         #: the group watch's admin client: one for the watch's life, not one per
         #: description (a member out of brokers for 45 minutes had made 78)
-        self._members_admin: Any = None
 
     def group_consumer(self, instance_id: str, problems: ClientProblems) -> GroupConsumer:
         return clients.group_consumer(self.config, instance_id, problems)
@@ -142,21 +141,20 @@ class KafkaTransport:
         """Each member's client id and the events partitions it holds (group_watch.py).
 
         Not part of :class:`Transport`: a transport without it has no watch.
-        Called from the watch's thread only, which ends with :meth:`release_members`."""
+        An admin client per call, released in the calling thread once its
+        answer is served: one kept across calls aborted a member in the fault
+        suite (librdkafka's ``rd_kafka_enq_once_del_source_return`` assertion,
+        a coordinator request failing as its connection drops; librdkafka
+        issue 4605).  The watch makes no call while no broker answers
+        (``GroupWatch.paused``), so an outage creates no clients."""
         group, topic = self.config.group_id, self.config.topics.events
-        if self._members_admin is None:
-            self._members_admin = clients.admin(self.config)
-        admin = self._members_admin
+        admin = clients.admin(self.config)
         try:
             futures = admin.describe_consumer_groups([group], request_timeout=10)
             desc = futures[group].result(timeout=15)
         finally:
-            admin.poll(0)  # serves its queued log lines (a broker down logs each second)
+            admin.poll(0)  # serves its queued log lines
         return partitions_held(desc, topic)
-
-    def release_members(self) -> None:
-        """Drop the group watch's admin client (in the watch's thread, its answers served)."""
-        self._members_admin = None
 
     def zombie_fence(self, instance_id: str, metrics: Metrics) -> ZombieFence:
         """Fences dead members' transactions on assignment (fencing.py); not part

@@ -98,3 +98,29 @@ def test_the_watch_thread_describes_every_interval_and_stops() -> None:
     after = len(seen)
     time.sleep(0.05)
     assert len(seen) == after  # stopped
+
+
+def test_the_watch_describes_nothing_while_no_broker_answers() -> None:
+    """A description during an outage cannot be answered, creates a client, and a
+    coordinator request failing as its connection drops aborts librdkafka."""
+    group = _Group()
+    seen: list[int] = []
+    down = [True]
+    watch = GroupWatch(
+        "g",
+        group.describe,
+        lambda count, _: seen.append(count),
+        every_s=0.01,
+        paused=lambda: down[0],
+    )
+    watch.start()
+    try:
+        time.sleep(0.1)
+        assert seen == []
+        down[0] = False
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        watch.stop()
+    assert seen

@@ -244,9 +244,9 @@ class Processor:
         # transport that can describe the group has the watch
         describe = getattr(transport, "group_members", None)
         if describe is not None:
-            release = getattr(transport, "release_members", lambda: None)
+            down = lambda: problems.brokers_down_at is not None  # noqa: E731
             self._group_watch = GroupWatch(
-                cfg.group_id, describe, self._report_foreign, cfg.group_watch_s, release
+                cfg.group_id, describe, self._report_foreign, cfg.group_watch_s, down
             )
             self._group_watch.start()
         fence = getattr(transport, "zombie_fence", None)

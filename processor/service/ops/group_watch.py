@@ -63,14 +63,16 @@ class GroupWatch:
         describe: Callable[[], Sequence[Member]],
         report: Callable[[int, str | None], None],
         every_s: float | None = None,
-        release: Callable[[], None] = lambda: None,
+        paused: Callable[[], bool] = lambda: False,
     ) -> None:
-        """``release``: called by the watch's thread as it ends (drops its client)."""
+        """``paused``: true while no broker answers; the watch then describes
+        nothing (a description could not be answered, and a coordinator
+        request failing as its connection drops is what aborts librdkafka)."""
         self.group = group
         self.describe = describe
         self.report = report
         self.every_s = WATCH_EVERY_S if every_s is None else every_s
-        self.release = release
+        self.paused = paused
         self.line: str | None = None
         self._failed = False
         self._stop = threading.Event()
@@ -88,11 +90,9 @@ class GroupWatch:
             self._thread.join(2)
 
     def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.every_s):
+        while not self._stop.wait(self.every_s):
+            if not self.paused():
                 self.check()
-        finally:
-            self.release()
 
     def check(self) -> None:
         """One description, and its report."""
