@@ -1,4 +1,4 @@
-"""Session files written by the agent harness (SESSION-SEMANTICS §11).
+"""Session files written by the agent harness (docs/session-semantics.md §11).
 
 JSON Lines: an optional header line ``{"type": "session", ...}`` then one
 event envelope per line in seq order; plain or zstd-compressed (``.zst`` /

@@ -1,4 +1,4 @@
-"""Runtime-context and system-prompt projections (SESSION-SEMANTICS.md §8, rule R).
+"""Runtime-context and system-prompt projections (docs/session-semantics.md §8, rule R).
 
 Both projections answer one question for the step loop: *which surface
 events, if any, must be logged so that the model sees the current prompt and

@@ -1,4 +1,4 @@
-"""The reference step loop (SESSION-SEMANTICS.md §10, rules F-1..F-3).
+"""The reference step loop (docs/session-semantics.md §10, rules F-1..F-3).
 
 The loop writes what the runtime's ``ReactLoopAgent`` writes for the same
 script.  Every event goes through :meth:`Session.validate` and

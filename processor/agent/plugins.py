@@ -1,4 +1,4 @@
-"""Retry policy and step-loop plugins (SESSION-SEMANTICS.md §10, F-1..F-3).
+"""Retry policy and step-loop plugins (docs/session-semantics.md §10, F-1..F-3).
 
 A plugin sees the running step through :class:`StepContext` and writes only
 through :meth:`StepContext.commit`, so everything it does is in the log.

@@ -1,4 +1,4 @@
-"""System prompt assembly and rendering (SESSION-SEMANTICS.md section 7, rule Y).
+"""System prompt assembly and rendering (docs/session-semantics.md section 7, rule Y).
 
 This module is pure: no I/O, no clock, no Kafka.  It turns registered
 contributions into an immutable :class:`Assembly` and renders that into the
@@ -45,8 +45,8 @@ Rendering (Y-4, Y-5)
 malformed references are errors (:class:`PromptError`), never silently empty,
 because a silently blank identity or directory line is worse than a failure.
 
-Decisions where the spec and seed are silent
---------------------------------------------
+Decisions where the semantics and the runtime are silent
+----------------------------------------------------------
 * Unknown scope passed to ``assemble`` -> ``PromptError`` (rule ``Y-1``); a
   typo must not silently assemble the global layer only.  A scope's parent must
   already be declared (so the tree has no cycles); redeclaring a scope with a
@@ -67,7 +67,7 @@ Decisions where the spec and seed are silent
   ``contexts == ()``; when a complete section is active every section is still
   evaluated and hooks see them all (as in the runtime), then the complete
   section is restored as the only one.  Both are restored after the hooks
-  (the seed says "restore").  If no complete section was registered but a hook
+  (the design says "restore").  If no complete section was registered but a hook
   returns sections flagged ``complete``, the same policy is applied to the
   hook's output (one -> it becomes the only section, more -> Y-3 error), so an
   :class:`Assembly` from ``assemble`` never mixes a complete section with

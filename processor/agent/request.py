@@ -1,4 +1,4 @@
-"""Building the next request from the log (SESSION-SEMANTICS.md §9 H-2..H-4, §10 F-2).
+"""Building the next request from the log (docs/session-semantics.md §9 H-2..H-4, §10 F-2).
 
 :func:`build_request` is the last thing an attempt does before dispatch.  It
 logs what the model is about to be told that is not already in the log —

@@ -37,7 +37,7 @@ class Unavailable(ProcessorError):
 
 
 class SessionError(InvalidInput):
-    """An event (or a read) violated a rule of SESSION-SEMANTICS.md.
+    """An event (or a read) violated a rule of docs/session-semantics.md.
 
     ``str(err)`` is ``"seq N: <reason> (RULE)"``; ``reason`` alone is the
     spec-phrased text.

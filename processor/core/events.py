@@ -1,4 +1,4 @@
-"""Event envelope and event types (SESSION-SEMANTICS §0–2).
+"""Event envelope and event types (docs/session-semantics.md §0–2).
 
 These are the agent runtime's own load checks (``assertSessionEventEnvelope``,
 ``validateSessionEventData``, ``assertCurrentLlmShape`` and its message shape

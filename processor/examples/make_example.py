@@ -14,7 +14,7 @@ so every log is what a real agent run would write (and valid input for
   demo and benches; pass ``sink`` to :func:`run_script` to stream events live.
 * :func:`example_session` / ``python -m processor.examples.make_example`` —
   regenerate ``processor/examples/session.jsonl``, which holds every event
-  type the step loop writes (SESSION-SEMANTICS §1), ``session/end-seed``,
+  type the step loop writes (docs/session-semantics.md §1), ``session/end-seed``,
   ``image/offload`` and one ignorable unknown event, in the runtime's newest
   format (v4 header and shapes).
 """

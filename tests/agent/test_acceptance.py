@@ -1,4 +1,4 @@
-"""The acceptance experiment of the seed (06 §6.11, SESSION-SEMANTICS F-3).
+"""The acceptance experiment of the design (docs/session-semantics.md F-3).
 
 Scripted multi-turn sessions run through the step loop and the mock adapter,
 which records every request it received.  For each request, the log prefix up

@@ -1,4 +1,4 @@
-"""Rule R: runtime-context and system-prompt projections (SESSION-SEMANTICS.md §8)."""
+"""Rule R: runtime-context and system-prompt projections (docs/session-semantics.md §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of the system prompt assembly and rendering (SESSION-SEMANTICS.md rule Y)."""
+"""Tests of the system prompt assembly and rendering (docs/session-semantics.md rule Y)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The built-in units (SESSION-SEMANTICS §6) and rules H-1 and H-5 (§9)."""
+"""The built-in units (docs/session-semantics.md §6) and rules H-1 and H-5 (§9)."""
 
 from __future__ import annotations
 

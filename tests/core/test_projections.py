@@ -1,4 +1,4 @@
-"""Rule P (domain projections, SESSION-SEMANTICS §6): registry, cells, checkpoints.
+"""Rule P (domain projections, docs/session-semantics.md §6): registry, cells, checkpoints.
 
 Each test is named after the rule it pins and asserts against what a broken
 implementation would plausibly do (deep-equality gates, trusting rows,

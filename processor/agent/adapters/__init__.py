@@ -1,4 +1,4 @@
-"""The model-adapter contract of the step loop (SESSION-SEMANTICS.md §10, F-2).
+"""The model-adapter contract of the step loop (docs/session-semantics.md §10, F-2).
 
 An adapter is called in two phases per attempt:
 

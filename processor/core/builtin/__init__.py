@@ -1,4 +1,4 @@
-"""The built-in domain projection units the service ships (SESSION-SEMANTICS §6).
+"""The built-in domain projection units the service ships (docs/session-semantics.md §6).
 
 Each module documents its exact state and view shape:
 

@@ -2,7 +2,7 @@
 
 A provider that keeps a cached request prefix needs the tools of the request
 that *started* the series (the baseline) plus every later addition/removal,
-in log order — not just the current tool set (seed 6.10: the history and
+in log order — not just the current tool set (the history and
 ``request.tools`` are not interchangeable).
 
 State (deep-frozen JSON)::
