@@ -149,9 +149,11 @@ def build() -> Builder[Any]:
                             (f"sum by (outcome) (increase(processor_control_commands_total"
                              f"{SEL}{RATE}))", "{{outcome}}")))
         .with_panel(_series("Rebalance callbacks", "short", "assign / revoke / lost per "
-                            "member",
+                            "member, and dead members' transactions fenced on takeover",
                             (f"sum by (kind) (increase(processor_rebalances_total{SEL}"
-                             f"{RATE}))", "{{kind}}")))
+                             f"{RATE}))", "{{kind}}"),
+                            (f"sum by (outcome) (increase(processor_zombie_fences_total{SEL}"
+                             f"{RATE}))", "fences {{outcome}}")))
         .with_panel(_series("Restore time per partition", "s", "Checkpoint restore of a "
                             "newly assigned partition",
                             *_quantiles("processor_restore_seconds")))
