@@ -33,7 +33,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Produc
 
 from processor.config import ServiceConfig
 from processor.kafka import clients
-from processor.kafka.owners import ADVERTISE_SEP, MEMBER_PREFIX
+from processor.kafka.owners import member_instance
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +67,9 @@ def member_instances(desc: Any) -> set[str]:
         static = getattr(member, "group_instance_id", None)
         if static:
             live.add(str(static))
-        client_id = str(member.client_id or "")
-        if client_id.startswith(MEMBER_PREFIX):
-            name = client_id[len(MEMBER_PREFIX) :]
-            base, sep, url = name.rpartition(ADVERTISE_SEP)
-            live.add(base if sep and url.startswith(("http://", "https://")) else name)
+        instance = member_instance(str(member.client_id or ""))
+        if instance is not None:
+            live.add(instance)
     return live
 
 

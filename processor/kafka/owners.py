@@ -47,6 +47,16 @@ def advertised_url(client_id: str) -> str | None:
     return url if sep and url.startswith(("http://", "https://")) else None
 
 
+def member_instance(client_id: str) -> str | None:
+    """The instance id a member's ``client.id`` names (:func:`member_client_id`
+    read back), or None for a client that is not a member."""
+    if not client_id.startswith(MEMBER_PREFIX):
+        return None
+    name = client_id[len(MEMBER_PREFIX) :]
+    url = advertised_url(name)
+    return name.rpartition(ADVERTISE_SEP)[0] if url is not None else name
+
+
 def session_partition(session_id: str, partitions: int) -> int:
     """The events partition of a session: murmur2 of its key, as the producers do."""
     return partition_of(session_key(session_id), partitions)
