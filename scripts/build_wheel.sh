@@ -15,7 +15,12 @@ cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 OUT [--pure] [--no-deps]" >&2; exit 2; }
 OUT=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
-PY=${PYTHON:-python3}
+# the compiler type-checks against the dependencies of the environment it runs
+# in: the project environment (scripts/venv.sh) when there is one
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  if [ -x "$PWD/.venv/bin/python" ]; then PY=$PWD/.venv/bin/python; else PY=python3; fi
+fi
 MYPYC=1
 deps=()
 for arg in "$@"; do
