@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -74,7 +75,17 @@ def ensure_compiled(say: Callable[[str], None]) -> Path:
         return py
     say(f"building the compiled wheel into {VENV} (sources changed or first use) ...")
     shutil.rmtree(VENV, ignore_errors=True)
-    _check([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)])
+    _check([sys.executable, "-m", "venv", str(VENV)])
+    # the dependencies come from this interpreter's environment (the project's
+    # .venv) through a .pth line, as scripts/test_compiled.sh does: a venv made
+    # from a venv sees the base interpreter's site, not this one's
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(site, "processor-bench-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     _check(["bash", str(REPO / "scripts" / "build_wheel.sh"), str(wheelhouse()), "--no-deps"])
     pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "-I"]
     _check([*pip, "--no-index", "--find-links", str(wheelhouse()), "processor"])
