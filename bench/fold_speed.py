@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         # shared box's other load is least in the way; steadiest of the three
         "ratio_fold_to_envelope_cpu_best": round(max(cpu["fold"]) / max(cpu["envelope"]), 3),
         "cpu_us_per_event_best": {k: round(1e6 / max(v), 2) for k, v in cpu.items()},
+        "cpu_us_per_event_median": {k: round(1e6 / cpu_med[k], 2) for k in cpu_med},
         "python": sys.version.split()[0],
         "gc": args.gc,
     }

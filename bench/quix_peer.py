@@ -37,7 +37,8 @@ VENV = REPO / "bench" / ".venv-quix"
 VENV_COMPILED = REPO / "bench" / "results" / "tmp" / "venv-quix-compiled"
 QUIX_VERSION = "3.28.1"
 PROCESSOR_DEPS = ("fastavro", "orjson", "zstandard", "click", "tqdm", "prometheus-client")
-TARGET = 4.0  # issue 15
+#: The Processor is at least this many times as fast as Quix in every run.
+TARGET = 5.0
 _PROBE = "import quixstreams, fastavro, zstandard, processor.core.session as s; print(s.__file__)"
 
 
@@ -173,8 +174,9 @@ def run(ctx: Context) -> dict[str, Any]:
         ratio=r,
         targets=[
             {
-                "text": f"Processor >= {TARGET} x Quix (median ratio {r['median']:.3f})",
-                "met": r["median"] >= TARGET,
+                "text": f"Processor >= {TARGET:g} x Quix in every run "
+                f"(lowest ratio {r['min']:.3f})",
+                "met": r["min"] >= TARGET,
             }
         ],
         rows=[
