@@ -5,64 +5,67 @@ session.  The shipper then sends only what is past it, instead of every
 session from seq 0: resends older than the processor's duplicate window
 could not be proven duplicates and would be dead-lettered.  Memory: one int
 per session id.
+
+The read is the one read path (:func:`processor.kafka.reads.stream`): its
+retry of transient errors, its end of a partition, its time bound.  A record
+that does not decode cannot raise the floor; it is counted and said (the
+processor dead-letters it), never passed over in silence.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException
 
 from processor.codec import CodecError, decode_events_batch
 from processor.config import ServiceConfig
-from processor.kafka import clients
+from processor.core.errors import library_text
+from processor.kafka import clients, reads
+
+#: Records per batch handed to the decoder.
+BATCH = 1_000
 
 
 def topic_floor(
     config: ServiceConfig, *, say: Callable[[str], None], timeout: float = 300.0
 ) -> dict[str, int]:
-    """session id -> highest seq on ``config.topics.events`` (empty if it has none)."""
+    """session id -> highest seq on ``config.topics.events`` (empty if it has none).
+
+    ``timeout``: the longest wait for a record; past it the floor is what
+    was read, and it is said.
+    """
     topic = config.topics.events
     consumer = clients.plain_consumer(config, "ship-recover")
     floor: dict[str, int] = {}
+    read = undecodable = 0
     try:
-        meta = consumer.list_topics(topic, timeout=30)
-        parts = meta.topics.get(topic)
-        if parts is None or parts.error is not None:
-            say(f"no registry and topic {topic} not readable ({parts and parts.error}); from seq 0")
+        try:
+            partitions = reads.topic_partitions(consumer, topic, timeout=30)
+        except (RuntimeError, KafkaException) as exc:
+            say(f"no registry and topic {topic} not readable ({library_text(exc)}); from seq 0")
             return floor
-        todo: dict[int, int] = {}
-        for p in parts.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            if high > low:
-                todo[p] = high
-        if not todo:
-            return floor
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
-        deadline = time.monotonic() + timeout
-        read = 0
-        while todo and time.monotonic() < deadline:
-            batch = consumer.consume(1000, 0.5)
-            values = []
-            for msg in batch:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        todo.pop(msg.partition() or 0, None)
-                    continue
-                values.append(msg.value())
-                if (msg.offset() or 0) + 1 >= todo.get(msg.partition() or 0, 1 << 62):
-                    todo.pop(msg.partition() or 0, None)
-            read += len(values)
-            for decoded in decode_events_batch(values):
-                if isinstance(decoded, CodecError):
-                    continue
-                sid = decoded.session_id
-                if decoded.seq > floor.get(sid, -1):
-                    floor[sid] = decoded.seq
-        if todo:
-            say(f"no registry: {topic} not read to its end in {timeout:.0f}s; from what was read")
+        starts = dict.fromkeys(partitions, OFFSET_BEGINNING)
+        try:
+            for _, msgs, _ in reads.stream(
+                consumer, topic, starts, None, batch=BATCH, timeout_s=timeout
+            ):
+                read += len(msgs)
+                for decoded in decode_events_batch([m.value() for m in msgs]):
+                    if isinstance(decoded, CodecError):
+                        undecodable += 1
+                    elif decoded.seq > floor.get(decoded.session_id, -1):
+                        floor[decoded.session_id] = decoded.seq
+        except KafkaException as exc:
+            say(
+                f"no registry: {topic} not read to its end ({library_text(exc)}); "
+                "from what was read"
+            )
+        if undecodable:
+            say(
+                f"no registry: {undecodable} record(s) of {topic} do not decode "
+                "(the processor dead-letters them); they raise no floor"
+            )
         say(f"no registry: {topic} holds {len(floor)} session(s) ({read} record(s) read)")
         return floor
     finally:
