@@ -9,6 +9,7 @@ Each module documents its exact state and view shape:
 * :mod:`~processor.core.builtin.inbox` — ``inbox``
 * :mod:`~processor.core.builtin.runtime_units` — the runtime's own units
   ``title``, ``titleInput`` (not a wire unit), ``todos`` and ``plan``
+* :mod:`~processor.core.builtin.goal` — the runtime's ``goal`` unit (GL-1..GL-7)
 
 All but ``titleInput`` are wire units; states are deep-frozen plain JSON and ``apply`` returns
 the same object for an irrelevant event (P-1).
@@ -16,6 +17,7 @@ the same object for an irrelevant event (P-1).
 
 from __future__ import annotations
 
+from processor.core.builtin.goal import GOAL
 from processor.core.builtin.inbox import INBOX
 from processor.core.builtin.request_header import REQUEST_HEADER
 from processor.core.builtin.runtime_units import RUNTIME_UNITS
@@ -26,6 +28,7 @@ from processor.core.projections import ProjectionDefinition, ProjectionRegistry,
 
 __all__ = [
     "BUILTIN_UNITS",
+    "GOAL",
     "INBOX",
     "REQUEST_HEADER",
     "SESSION_STATS",
@@ -42,6 +45,7 @@ BUILTIN_UNITS: tuple[ProjectionDefinition, ...] = (
     SESSION_STATS,
     INBOX,
     *RUNTIME_UNITS,
+    GOAL,
 )
 
 
