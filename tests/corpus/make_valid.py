@@ -43,10 +43,20 @@ LOG_ONLY_SAMPLES: dict[str, Any] = {
     "feedback/message-delete": {"messageId": "asst-1"},
     "feedback/message-put": {"messageId": "asst-1", "rating": "up"},
     "feedback/record": {"rating": "up"},
-    "goal/change": {
+    "goal/change": {  # the runtime goal service's create (the goal unit folds it)
+        "kind": "goal/change",
+        "version": 1,
         "operation": "create",
-        "goal": {"id": "g1", "revision": 1, "objective": "ship it", "phase": "active"},
+        "goal": {
+            "id": "g1",
+            "revision": 1,
+            "objective": "ship it",
+            "phase": "active",
+            "maxGoalRounds": 8,
+        },
         "roundsStarted": 0,
+        "createdAt": 1700000000000,
+        "updatedAt": 1700000000000,
     },
     "hook/invoked": {"turn": 1, "point": "pre-tool", "dialect": "claude-code", "handlerId": "h1"},
     "hook/result": {
