@@ -180,4 +180,4 @@ def test_TU1_checkpoint_rows_are_validated() -> None:
     with pytest.raises(ValueError):
         TOKEN_USAGE.validate_state({**state, "totals": {**ZERO, "outputTokens": -1}})
     with pytest.raises(ValueError):
-        TOKEN_USAGE.validate_state({**state, "last": {"turn": 1, "step": 1, "buckets": {}}})
+        TOKEN_USAGE.validate_state({**state, "last": [1, 1, 0]})

@@ -11,10 +11,13 @@ adds to the totals.  Rules TU-1..TU-3 (docs/projection-rules.md).
 
 State::
 
-    {"totals": buckets, "last": {"turn", "step", "buckets"} | None}
+    {"totals": buckets, "last": [turn, step, *bucket values] | None}
     buckets = {"uncachedInputTokens", "outputTokens", "cacheReadTokens",
                "cacheWriteTokens"}   # usage inputTokens, outputTokens,
                                      # cacheReadTokens ?? 0, cacheWriteTokens ?? 0
+
+(The runtime's ``last`` is ``{turn, step, buckets}``; ours is the same six
+numbers in one list: a held session keeps one list instead of two objects.)
 
 View: ``totals``.  A sample that is not the runtime's usage shape (token
 counts that are not non-negative integers) or an event without integer
@@ -86,11 +89,7 @@ def apply(state: Any, event: Event) -> Any:
         return state
     last = state["last"]
     if event.type == "llm/retry-started":  # TU-2: the retried request adds
-        if (
-            last is not None
-            and last["turn"] == data.get("turn")
-            and last["step"] == data.get("step")
-        ):
+        if last is not None and last[0] == data.get("turn") and last[1] == data.get("step"):
             return freeze({**state, "last": None})
         return state
     if event.type not in ("assistant/message", "assistant/attempt"):
@@ -99,16 +98,18 @@ def apply(state: Any, event: Event) -> Any:
     buckets = _buckets(_sample(data, event.type == "assistant/message"))
     if buckets is None or turn is None or step is None:
         return state
-    previous = None
-    if last is not None and last["turn"] == turn and last["step"] == step:
-        previous = last["buckets"]  # TU-3: a same-step sample replaces the earlier one
-        if previous == buckets:
-            return state
+    values = [buckets[k] for k in BUCKETS]
     totals = state["totals"]
-    new_totals = {
-        k: totals[k] - (previous[k] if previous is not None else 0) + buckets[k] for k in BUCKETS
-    }
-    return freeze({"totals": new_totals, "last": {"turn": turn, "step": step, "buckets": buckets}})
+    if last is not None and last[0] == turn and last[1] == step:
+        previous = last[2:]  # TU-3: a same-step sample replaces the earlier one
+        if previous == values:
+            return state
+        new_totals = {
+            k: totals[k] - p + v for k, p, v in zip(BUCKETS, previous, values, strict=True)
+        }
+    else:
+        new_totals = {k: totals[k] + v for k, v in zip(BUCKETS, values, strict=True)}
+    return freeze({"totals": new_totals, "last": [turn, step, *values]})
 
 
 def _validate_buckets(value: Any, what: str) -> None:
@@ -125,11 +126,12 @@ def validate_state(state: Any) -> None:
     require_dict(state, ("totals", "last"), "tokenUsage state")
     validate_view(state["totals"])
     last = state["last"]
-    if last is not None:
-        require_dict(last, ("turn", "step", "buckets"), "tokenUsage.last")
-        if _count(last["turn"]) is None or _count(last["step"]) is None:
-            raise ValueError("tokenUsage.last needs integer turn and step")
-        _validate_buckets(last["buckets"], "tokenUsage.last.buckets")
+    if last is not None and not (
+        isinstance(last, list)
+        and len(last) == 2 + len(BUCKETS)
+        and all(_count(v) is not None for v in last)
+    ):
+        raise ValueError("tokenUsage.last must be [turn, step, four buckets] or null")
 
 
 def view(state: Any) -> Any:
