@@ -181,3 +181,14 @@ def test_TU1_checkpoint_rows_are_validated() -> None:
         TOKEN_USAGE.validate_state({**state, "totals": {**ZERO, "outputTokens": -1}})
     with pytest.raises(ValueError):
         TOKEN_USAGE.validate_state({**state, "last": [1, 1, 0]})
+
+
+def test_TU1_a_message_s_own_usage_wins_over_its_stream() -> None:
+    log = Log()
+    log.final(
+        {"inputTokens": 5, "outputTokens": 5},
+        1,
+        1,
+        stream=[usage_record({"inputTokens": 1, "outputTokens": 1})],
+    )
+    assert log.view() == {**ZERO, "uncachedInputTokens": 5, "outputTokens": 5}
