@@ -34,6 +34,7 @@ import re
 from typing import Any, Final
 
 from processor.core.builtin._common import require_dict
+from processor.core.errors import InvalidInput
 from processor.core.events import MAX_SAFE_INT, Event
 from processor.core.frozen import freeze
 from processor.core.log import SessionHeader
@@ -59,8 +60,9 @@ _JS_SPACE: Final = (
 _INIT: Final[Any] = freeze({"current": None, "seenGoalIds": [], "failure": None})
 
 
-class GoalReplayError(ValueError):
-    """One event breaks the goal stream's rules (kept in the state's ``failure``)."""
+class GoalReplayError(InvalidInput, ValueError):
+    """One event breaks the goal stream's rules (kept in the state's ``failure``, never raised
+    out of the unit)."""
 
 
 def _js_trim(text: str) -> str:
