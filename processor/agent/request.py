@@ -96,10 +96,15 @@ Commit = Callable[[EventDraft], Event]
 
 
 def tool_names(header: Mapping[str, Any] | None) -> list[str]:
-    """Tool names of a header in header order (``[]`` for none)."""
-    if header is None:
+    """Tool names of a header in header order (``[]`` for none).
+
+    A persisted header's ``tools`` may be any value but ``[]`` (D-4, as the
+    runtime loads it): only the named tools of a list count.
+    """
+    tools = header.get("tools") if header is not None else None
+    if not isinstance(tools, list | tuple):
         return []
-    return [t["name"] for t in header.get("tools") or ()]
+    return [t["name"] for t in tools if isinstance(t, Mapping) and isinstance(t.get("name"), str)]
 
 
 def header_of(route: PreparedRoute, tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

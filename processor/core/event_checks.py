@@ -256,7 +256,9 @@ def _check_header_seq(event: Event, added: list[str], lookup: EventLookup) -> No
     target = lookup(header_seq)
     if target is None or target.type != "request/header":
         raise SessionError(seq, "D-3", f"headerSeq {header_seq} is not a request/header")
-    tools = target.data["header"].get("tools") or []
+    tools = target.data["header"].get("tools")
+    if not isinstance(tools, list):
+        tools = []  # a header whose tools are not a list declares none (as the runtime reads it)
     for name in added:
         matches = [t for t in tools if isinstance(t, dict) and t.get("name") == name]
         if len(matches) != 1:
@@ -296,14 +298,14 @@ def _check_header(event: Event) -> None:
             "header.system is refused: the prompt lives on the surface as system/message",
         )
     if "tools" in header:
+        # The runtime's load path refuses only ``tools: []``; any other value
+        # loads (its D-3 lookup then finds no tool in a non-list).  ``null``
+        # breaks the runtime's canonicalHeader (``tools.length``), so it is refused.
         tools = header["tools"]
-        if not isinstance(tools, list):
-            raise SessionError(seq, "D-4", "header.tools must be a list")
-        if not tools:
+        if tools is None:
+            raise SessionError(seq, "D-4", "header.tools: null is refused (omit it instead)")
+        if isinstance(tools, list) and not tools:
             raise SessionError(seq, "D-4", "header.tools: [] is refused (omit it instead)")
-        for tool in tools:
-            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-                raise SessionError(seq, "D-4", "every header tool must be an object with a name")
     defaults = header.get("adapterDefaults")
     if isinstance(defaults, dict) and not defaults:
         raise SessionError(seq, "D-4", "header.adapterDefaults: {} is refused (omit it instead)")

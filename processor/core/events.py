@@ -287,16 +287,45 @@ def _frozen_event(
 ) -> Event:
     """The Event of a checked envelope: its JSON frozen, the event untracked by
     the collector where the build can (leaf.py)."""
+    op = raw["surfaceOp"] if has_op else ABSENT
+    if type(op) is dict:
+        op = _integral_seqs(op, ("startSeq", "endSeq"))
+    src = raw["sourceEventSeqs"] if has_src else ABSENT
+    if type(src) is list:
+        src = _integral_list(src)
     event = _new_event(
         _SHARED.get(etype, etype),
         seq,
         time,
         freeze(raw["data"]),
-        freeze(raw["surfaceOp"]) if has_op else ABSENT,
-        freeze(raw["sourceEventSeqs"]) if has_src else ABSENT,
+        freeze(op) if has_op else ABSENT,
+        freeze(src) if has_src else ABSENT,
         ignorable,
     )
     return event if _SETTLE is None else _SETTLE(event)
+
+
+def _integral(value: Any) -> Any:
+    """An integral float seq (JSON ``3.0``) as the integer it is to the runtime.
+
+    The runtime reads every JSON number as a double, so ``3.0`` and ``3`` are
+    the same seq there (S-2, S-3); anything else is left for the checks to refuse.
+    """
+    n = safe_int(value) if type(value) is float else None
+    return value if n is None or n < 0 else n
+
+
+def _integral_seqs(op: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    if not any(type(op.get(k)) is float for k in keys):
+        return op
+    return {k: _integral(v) if k in keys else v for k, v in op.items()}
+
+
+def _integral_list(values: list[Any]) -> list[Any]:
+    for v in values:
+        if type(v) is float:
+            return [_integral(x) for x in values]
+    return values
 
 
 def _is_int(value: Any) -> bool:

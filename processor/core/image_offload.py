@@ -32,7 +32,8 @@ _TARGET_TYPES = frozenset({"user/message", "tool/result"})
 
 
 def _is_index(value: Any) -> bool:
-    return type(value) is int and is_seq(value)
+    # a JSON number: ``3.0`` is the integer 3 to the runtime (its JSON.parse)
+    return is_seq(value)
 
 
 class _Offloader:
@@ -108,7 +109,7 @@ class ImageOffload:
                     "M-5",
                     "image/offload: each target must contain a seq and nonempty imageIndexes",
                 )
-            tseq = target["seq"]
+            tseq = int(target["seq"])
             if tseq in out:
                 raise SessionError(seq, "M-5", f"image/offload: duplicate target seq {tseq}")
             if tseq not in nodes:
@@ -125,16 +126,16 @@ class ImageOffload:
             indexes = target["imageIndexes"]
             previous = -1
             for index in indexes:
-                if not _is_index(index) or index <= previous:
+                if not _is_index(index) or int(index) <= previous:
                     raise SessionError(
                         seq,
                         "M-5",
                         "image/offload: imageIndexes must be strictly increasing "
                         "non-negative safe integers",
                     )
-                previous = index
+                previous = int(index)
             message = ctx.message_of(tseq)
-            walker = _Offloader(seq, list(indexes))
+            walker = _Offloader(seq, [int(i) for i in indexes])
             content = walker.visit(message["content"])
             if walker.selected != len(indexes):
                 raise SessionError(

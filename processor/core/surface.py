@@ -134,7 +134,7 @@ class SurfaceState:
 
 
 def _is_seq(value: Any) -> bool:
-    # Integers only: a float seq (3.0) in surface metadata would key nothing.
+    # Integers only: parse_event already made an integral float (3.0) the int.
     return type(value) is int and 0 <= value <= MAX_SAFE_INT
 
 

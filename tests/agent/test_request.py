@@ -277,3 +277,15 @@ def test_requests_match_the_log_after_retries_and_route_switches() -> None:
     h.turn(Fail(), Say("one", route="other"))
     h.turn(Say("two", route="incapable"))
     assert request_mismatches(h.adapter.requests, list(h.session.log)) == []
+
+
+def test_D4_a_persisted_header_with_tools_of_any_shape_names_only_its_named_tools() -> None:
+    # the fold loads such a header (as the runtime does); the agent resuming on
+    # it diffs names without failing
+    from processor.agent.request import tool_names
+
+    config = {"provider": "p", "model": "m"}
+    for tools in ("x", {"read": {}}, [1, {"description": "no name"}, {"name": 3}]):
+        assert tool_names({"config": config, "tools": tools}) == []
+    assert tool_names({"config": config, "tools": [{"name": "read"}, "x"]}) == ["read"]
+    assert tool_names(None) == []

@@ -181,6 +181,7 @@ def test_every_type_log_folds_to_the_runtime_units() -> None:
     assert units["title"] == "Fix the config loader"
     assert units["todos"] is None  # the second turn/start cleared the list
     assert units["plan"] == {"active": True, "pending": False}
+    assert units["goal"]["goal"]["id"] == "g1"  # GL-1: the runtime's create folds
     assert "titleInput" not in units  # not a wire unit
     offloaded = [b for m in doc["messages"] for b in m["content"] if b.get("type") == "image"]
     assert offloaded == [] or all(b["offloaded"] is True for b in offloaded)

@@ -63,6 +63,8 @@ def test_builtin_units_have_valid_init_states() -> None:
         "titleInput",
         "todos",
         "plan",
+        "goal",
+        "tokenUsage",
     ]
     for unit in BUILTIN_UNITS:
         assert (unit.wire is None) == (unit.key == "titleInput")

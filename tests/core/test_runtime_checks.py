@@ -221,3 +221,64 @@ def test_D7_ignorable_attempt_is_opaque() -> None:
         b.add_raw("assistant/attempt", data)
         with pytest.raises(SessionError, match="D-7"):
             fold(b.events)
+
+
+def test_S2_S3_integral_float_seqs_are_the_integers_the_runtime_reads() -> None:
+    # JSON 0.0 is the seq 0 to the runtime (a double): replace and source seqs
+    # load, and the event holds the integers, as the runtime would write them
+    b = base(4)
+    b.user("one")
+    first = b.events[-1].seq
+    raw = {
+        "type": "user/message",
+        "seq": b.next_seq,
+        "time": 1,
+        "data": b.message("user", [text("summary")], source={"kind": "compaction"}),
+        "surfaceOp": {"op": "replace", "startSeq": float(first), "endSeq": float(first)},
+        "sourceEventSeqs": [float(first)],
+    }
+    event = parse_event(raw)
+    assert event.surface_op == {"op": "replace", "startSeq": first, "endSeq": first}
+    assert type(event.surface_op["startSeq"]) is int
+    assert event.source_event_seqs == [first] and type(event.source_event_seqs[0]) is int
+    b.add(raw)
+    s = Session.fold(b.events)
+    assert [m["content"][0]["text"] for m in s.derive_messages()][-1] == "summary"
+    for bad in (1.5, -1.0):
+        with pytest.raises(SessionError, match="S-2"):
+            Session.fold(
+                [
+                    *b.events[:-1],
+                    parse_event({**raw, "surfaceOp": {**raw["surfaceOp"], "startSeq": bad}}),
+                ]
+            )
+
+
+@pytest.mark.parametrize(
+    "tools", ["x", {"read": {}}, [1], [{"description": "no name"}], [{"name": 3}]]
+)
+def test_D4_header_tools_of_any_shape_but_empty_or_null_load(tools: Any) -> None:
+    # the runtime's load path (assertCurrentLlmShape) does not look at tools;
+    # only [] is refused (and null breaks its canonicalHeader)
+    from processor.core.builtin import default_registry
+    from processor.core.defaults import default_message_projections
+
+    b = base(4)
+    header = {"config": {"provider": "mock", "model": "m"}, "tools": tools}
+    b.add_raw("request/header", {"header": header, "reason": "initial"})
+    s = Session.fold(
+        b.events, projections=default_registry(), message_projections=default_message_projections()
+    )
+    assert s.projections.view_of("toolHistory")["tools"] == []  # only named tools are declared
+    # an addition against such a header finds no tool (D-3), as the runtime's does
+    b.tool_update(b.events[-1].seq, added=["read"])
+    with pytest.raises(SessionError, match="D-3"):
+        Session.fold(b.events)
+    for refused in ([], None):
+        c = base(4)
+        c.add_raw(
+            "request/header",
+            {"header": {**header, "tools": refused}, "reason": "initial"},
+        )
+        with pytest.raises(SessionError, match="D-4"):
+            Session.fold(c.events)

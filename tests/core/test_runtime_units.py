@@ -154,3 +154,14 @@ def test_M5_offload_counts_images_depth_first_including_offloaded_ones() -> None
     b.add_raw("image/offload", {"targets": [{"seq": 1, "imageIndexes": [0, 2]}]})
     content = session(b).derive_messages()[-1]["content"]
     assert [c.get("offloaded") for c in content] == [True, None, True, True]
+
+
+def test_M5_integral_float_seqs_and_indexes_are_integers() -> None:
+    # the runtime reads JSON numbers as doubles: 1.0 is the seq and index 1
+    b = LogBuilder()
+    b.system("s")
+    img = {"type": "image", "data": "AA"}
+    b.add_raw("user/message", b.message("user", [img, img]), surfaceOp="append")
+    b.add_raw("image/offload", {"targets": [{"seq": 1.0, "imageIndexes": [0, 1.0]}]})
+    content = session(b).derive_messages()[-1]["content"]
+    assert [c.get("offloaded") for c in content] == [True, True]

@@ -341,7 +341,7 @@ def test_S2_surface_event_without_op_is_an_error() -> None:
         # the planner's one-pass check must refuse what the rule-ordered checks refuse
         ([True], "non-negative integers"),
         ([-1], "non-negative integers"),
-        ([1.0], "non-negative integers"),
+        ([1.5], "non-negative integers"),  # 1.0 is the seq 1 (S-3 test in test_runtime_checks)
         ([0, 2**53], "non-negative integers"),
         ([0, 1, 0], "must not repeat"),
         ([0, 2, 1, 2], "must not repeat"),

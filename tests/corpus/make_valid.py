@@ -21,6 +21,49 @@ def raws(b: LogBuilder) -> list[Raw]:
 
 VALID = Path(__file__).parent / "valid"
 
+
+def number_forms_session() -> list[Raw]:
+    """Issue 36: what the runtime's load path accepts and we used to refuse.
+
+    Integral float seqs (JSON ``1.0``) in a replace, its sources and an
+    image/offload target; a request/header whose tools are not a list; a goal
+    created, run one round, then a goal/change breaking its rules (the goal
+    view keeps the last valid goal, the session loads).
+    """
+    b = LogBuilder()
+    b.system("s")
+    img = {"type": "image", "data": "AA"}
+    b.add_raw("user/message", b.message("user", [img, text("look")]), surfaceOp="append")
+    b.add_raw("image/offload", {"targets": [{"seq": 1, "imageIndexes": [0]}]})
+    b.summary("summary", 1, 1, [1])
+    b.add_raw(
+        "request/header",
+        {
+            "header": {"config": {"provider": "mock", "model": "m"}, "tools": "x"},
+            "reason": "initial",
+        },
+    )
+    goal = {"id": "g1", "revision": 1, "objective": "ship", "phase": "active", "maxGoalRounds": 2}
+    change = {
+        "kind": "goal/change",
+        "version": 1,
+        "operation": "create",
+        "goal": goal,
+        "roundsStarted": 0,
+        "createdAt": 5,
+        "updatedAt": 5,
+    }
+    b.add_raw("goal/change", change)
+    b.user("round 1", source={"kind": "goal", "goalId": "g1", "revision": 1, "round": 1})
+    b.add_raw("goal/change", {**change, "operation": "edit", "createdAt": 6})  # GL-4: breaks
+    out = [orjson.loads(orjson.dumps(e)) for e in raws(b)]  # thawed: the floats go in
+    out[2]["data"]["targets"][0]["seq"] = 1.0
+    out[2]["data"]["targets"][0]["imageIndexes"] = [0.0]
+    out[3]["surfaceOp"] = {"op": "replace", "startSeq": 1.0, "endSeq": 1.0}
+    out[3]["sourceEventSeqs"] = [1.0]
+    return out
+
+
 #: A payload for every log-only type of the runtime's vocabulary: the plugin's
 #: own shape where we know it, otherwise a small object (log-only data is
 #: opaque to the runtime's load path).
@@ -43,10 +86,20 @@ LOG_ONLY_SAMPLES: dict[str, Any] = {
     "feedback/message-delete": {"messageId": "asst-1"},
     "feedback/message-put": {"messageId": "asst-1", "rating": "up"},
     "feedback/record": {"rating": "up"},
-    "goal/change": {
+    "goal/change": {  # the runtime goal service's create (the goal unit folds it)
+        "kind": "goal/change",
+        "version": 1,
         "operation": "create",
-        "goal": {"id": "g1", "revision": 1, "objective": "ship it", "phase": "active"},
+        "goal": {
+            "id": "g1",
+            "revision": 1,
+            "objective": "ship it",
+            "phase": "active",
+            "maxGoalRounds": 8,
+        },
         "roundsStarted": 0,
+        "createdAt": 1700000000000,
+        "updatedAt": 1700000000000,
     },
     "hook/invoked": {"turn": 1, "point": "pre-tool", "dialect": "claude-code", "handlerId": "h1"},
     "hook/result": {
@@ -318,6 +371,7 @@ def write_valid() -> int:
     loose.step_end()
     loose.turn_end()
     write("headerless-v3-system-role-and-ignorable-attempt", None, raws(loose))
+    write("headerless-number-forms-tools-and-goal", None, number_forms_session())
     fork = every_type_session(4)
     cut = next(i for i, e in enumerate(fork) if e["type"] == "turn/start" and i > 2)
     seed = {

@@ -30,8 +30,9 @@ EVENTS = 12
 #: at 623a8c7.  The margin (3% over the compiled figure) allows small honest
 #: growth; a new per-session structure of ~0.6 KB (a second index, an empty
 #: container in every session) fails it.  Raise it only with the reason
-#: written in bench/lab/history/6-memory.md.
-BOUND = 19_800
+#: written in bench/lab/history/6-memory.md.  Raised from 19,800 for the
+#: runtime's goal and tokenUsage units (issue 36): 20,411 pure.
+BOUND = 21_100
 
 
 def _traced_per_session(hold: Callable[[], object]) -> float:
@@ -77,8 +78,9 @@ def test_a_held_session_stays_under_its_memory_bound() -> None:
 #: keeps the decoded copy of its part's value beside the cell's, +1.9 KB when
 #: the restored names are not interned.  19,573 pure after helper rst's
 #: restore-side sharing (projection rows reuse the surface's frozen blocks);
-#: 3% over it, so the 20,418 before fails.
-RESTORED_BOUND = 20_150
+#: 3% over it, so the 20,418 before fails.  21,409 pure with the runtime's
+#: goal and tokenUsage units (issue 36), bound 3% over it.
+RESTORED_BOUND = 22_050
 
 
 def _restored_bytes_per_session() -> float:

@@ -414,7 +414,9 @@ def test_rows_that_change_every_batch_ride_in_the_head_and_restore() -> None:
     hot = [u for u in datum["units"] if u["leaves"] is not None]  # e.g. the session's counters
     assert hot and all(u["row"] is None for u in datum["units"])
     written, gone = entry_names(out, h.produced, CHECKPOINTS)
-    assert not any(n.startswith("u.") for n in written | gone)  # the base part stays
+    # the hot row's base part stays (tokenUsage, which changes only on some
+    # replies, writes its part when it changes after settling)
+    assert "u.sessionStats" not in written | gone
     keys = h.engine.partitions[0].sessions["s"].session.projections.checkpoint(detached=False)
     stats = encode_leaves({"ver": 0, "val": keys["sessionStats"]["val"]}, keys["sessionStats"])
     assert stats is not None and len(stats) < len(orjson.dumps(keys["sessionStats"]["val"])) / 2

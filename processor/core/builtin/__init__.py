@@ -9,6 +9,8 @@ Each module documents its exact state and view shape:
 * :mod:`~processor.core.builtin.inbox` — ``inbox``
 * :mod:`~processor.core.builtin.runtime_units` — the runtime's own units
   ``title``, ``titleInput`` (not a wire unit), ``todos`` and ``plan``
+* :mod:`~processor.core.builtin.goal` — the runtime's ``goal`` unit (GL-1..GL-7)
+* :mod:`~processor.core.builtin.token_usage` — the runtime's ``tokenUsage`` unit (TU-1..TU-3)
 
 All but ``titleInput`` are wire units; states are deep-frozen plain JSON and ``apply`` returns
 the same object for an irrelevant event (P-1).
@@ -16,19 +18,23 @@ the same object for an irrelevant event (P-1).
 
 from __future__ import annotations
 
+from processor.core.builtin.goal import GOAL
 from processor.core.builtin.inbox import INBOX
 from processor.core.builtin.request_header import REQUEST_HEADER
 from processor.core.builtin.runtime_units import RUNTIME_UNITS
 from processor.core.builtin.session_stats import SESSION_STATS
+from processor.core.builtin.token_usage import TOKEN_USAGE
 from processor.core.builtin.tool_history import TOOL_HISTORY
 from processor.core.builtin.turn_boundary import TURN_BOUNDARY
 from processor.core.projections import ProjectionDefinition, ProjectionRegistry, Registration
 
 __all__ = [
     "BUILTIN_UNITS",
+    "GOAL",
     "INBOX",
     "REQUEST_HEADER",
     "SESSION_STATS",
+    "TOKEN_USAGE",
     "TOOL_HISTORY",
     "TURN_BOUNDARY",
     "default_registry",
@@ -42,6 +48,8 @@ BUILTIN_UNITS: tuple[ProjectionDefinition, ...] = (
     SESSION_STATS,
     INBOX,
     *RUNTIME_UNITS,
+    GOAL,
+    TOKEN_USAGE,
 )
 
 

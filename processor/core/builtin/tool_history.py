@@ -156,7 +156,13 @@ def _same_tool(old: Any, new: Any) -> bool:
 def _on_header(state: Any, event: Event) -> Any:
     header = event.data.get("header")
     raw = header.get("tools") if isinstance(header, dict) else None
-    tools = freeze([t for t in raw if isinstance(t, dict)] if isinstance(raw, list) else [])
+    # only named tools count: a header may carry anything else (D-4 lets it
+    # load, as the runtime does) and a nameless entry cannot be declared
+    tools = freeze(
+        [t for t in raw if isinstance(t, dict) and isinstance(t.get("name"), str)]
+        if isinstance(raw, list)
+        else []
+    )
     headers = state["headers"]
     if tools:
         # One frozen copy of the map with the new entry written in: the
