@@ -72,6 +72,7 @@ def ensure_compiled(say: Callable[[str], None]) -> Path:
     stamp = VENV / "source.sha256"
     digest = source_digest()
     if py.exists() and stamp.exists() and stamp.read_text() == digest:
+        _link_sources()
         return py
     say(f"building the compiled wheel into {VENV} (sources changed or first use) ...")
     shutil.rmtree(VENV, ignore_errors=True)
@@ -89,10 +90,24 @@ def ensure_compiled(say: Callable[[str], None]) -> Path:
     _check(["bash", str(REPO / "scripts" / "build_wheel.sh"), str(wheelhouse()), "--no-deps"])
     pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "-I"]
     _check([*pip, "--no-index", "--find-links", str(wheelhouse()), "processor"])
-    (VENV / "benchpath").mkdir()
-    (VENV / "benchpath" / "bench").symlink_to(REPO / "bench")
+    _link_sources()
     stamp.write_text(digest)
     return py
+
+
+#: What the re-run bench imports from the checkout besides the installed build:
+#: the bench itself, and the fault suite's scenarios the ship and failover
+#: figures drive (``tests/`` imports ``processor`` as an installed package).
+LINKED = ("bench", "tests")
+
+
+def _link_sources() -> None:
+    """``benchpath/`` holds links to :data:`LINKED` only, never to ``processor/``."""
+    (VENV / "benchpath").mkdir(exist_ok=True)
+    for name in LINKED:
+        link = VENV / "benchpath" / name
+        if not link.is_symlink():
+            link.symlink_to(REPO / name)
 
 
 def rerun_compiled(argv: Sequence[str], say: Callable[[str], None]) -> NoReturn:
