@@ -3,8 +3,9 @@
 ``processor run --queries`` (and the tests) start the HTTP port first, so
 the member can advertise the bound URL in its ``client.id`` (owners.py),
 then build the :class:`~processor.service.loop.runner.Processor` with that config
-and attach a :class:`~processor.service.queries.query_cache.QueryCache` to it: the
-runner feeds the cache, the cache answers the :class:`Queries`.
+and the :class:`Queries` (``Processor(config, queries=...)``): it makes its
+:class:`~processor.service.queries.query_cache.QueryCache` with
+:func:`member_cache`; the member feeds the cache, the cache answers the queries.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING
+from prometheus_client import CollectorRegistry
 
+from processor.codec import Codec
 from processor.config import ServiceConfig
 from processor.kafka import clients
 from processor.kafka.owners import GroupView, OwnerDirectory, describe_group
 from processor.kafka.reads import scan, watermarks
 from processor.kafka.transport import Reader
-from processor.service.loop.runner import Processor
 from processor.service.ops.http import PathHandler, serve
 from processor.service.queries.queries import Queries
 from processor.service.queries.query_cache import QueryCache
@@ -51,22 +53,26 @@ def query_endpoint(
     return server, queries, config.with_overrides(query_advertise=url, queries=True)
 
 
-def attach_queries(processor: Processor, queries: Queries) -> QueryCache:
-    """Let ``processor`` feed a query cache and ``queries`` answer from it."""
-    config = processor.config
+def member_cache(
+    config: ServiceConfig,
+    codec: Codec,
+    plain: Callable[[str], Reader],
+    registry: CollectorRegistry,
+    queries: Queries,
+) -> QueryCache:
+    """A member's query cache, which ``queries`` answers from; ``plain(purpose)``:
+    a consumer without a group (the cache's fill reads the views topic with one)."""
     topics = config.topics
-    reader = _ViewsReader(processor)
+    reader = _ViewsReader(config, plain)
     cache = QueryCache(
-        processor.codec,
+        codec,
         read_partition=reader.read,
         partition_count=reader.partition_count,
         budget_bytes=config.query_cache_bytes,
         directory=config.query_cache_dir or None,
-        registry=processor.metrics.registry,
+        registry=registry,
         on_close=reader.close,
     )
-    processor.queries = cache
-    queries.source = cache
     admin = clients.admin(config)  # one for the member's life
 
     def describe() -> GroupView:
@@ -88,27 +94,27 @@ def attach_queries(processor: Processor, queries: Queries) -> QueryCache:
             return None
         return partition, url
 
-    queries.owner = owner
+    queries.serve(cache, owner)
     return cache
 
 
 class _ViewsReader:
     """The fill thread's consumer of the views topic (created on that thread)."""
 
-    def __init__(self, processor: Processor) -> None:
-        self._processor = processor
+    def __init__(self, config: ServiceConfig, plain: Callable[[str], Reader]) -> None:
+        self._topics = config.topics
+        self._plain = plain
         self._consumer: Reader | None = None
         self._lock = threading.Lock()
 
     def _reader(self) -> Reader:
         with self._lock:
             if self._consumer is None:
-                p = self._processor
-                self._consumer = p.transport.plain_consumer("query", p.problems, p.config.group_id)
+                self._consumer = self._plain("query")
             return self._consumer
 
     def partition_count(self) -> int:
-        topic = self._processor.topics.events
+        topic = self._topics.events
         meta: Any = self._reader().list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
             raise RuntimeError(f"topic {topic} does not exist")
@@ -117,7 +123,7 @@ class _ViewsReader:
     def read(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
         """Committed records of views partition ``partition`` from its start to its
         end as the read began, streamed (the cache writes them in chunks)."""
-        consumer, topic = self._reader(), self._processor.topics.views
+        consumer, topic = self._reader(), self._topics.views
         low, high = watermarks(consumer, topic, partition)  # high: the stable end
         if high <= max(low, 0):
             return

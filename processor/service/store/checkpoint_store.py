@@ -128,7 +128,17 @@ class Filled:
 class CheckpointStore:
     """The member's local store of its checkpoints partitions; see the module docstring."""
 
-    def __init__(self, config: ServiceConfig, codec: Codec) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        codec: Codec,
+        *,
+        on_queue_full: Callable[[], None] | None = None,
+        on_drop: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_queue_full``: a commit waits on the writer's full queue (the
+        metric); ``on_drop``: an assignment drops a stored partition the topic
+        did not prove (the metric; the reason is in the log)."""
         self.config = config
         self.codec = codec
         self.topic = config.topics.checkpoints
@@ -153,11 +163,8 @@ class CheckpointStore:
         self._memory: LocalStore | None = None
         #: applies committed records off the loop thread (a store file only)
         self.writer: StoreWriter | None = None
-        #: called when a commit waits on the writer's full queue (the metric)
-        self.on_queue_full: Callable[[], None] | None = None
-        #: called when an assignment drops a stored partition the topic did not
-        #: prove (the metric; the reason is in the log)
-        self.on_drop: Callable[[], None] | None = None
+        self.on_queue_full = on_queue_full
+        self.on_drop = on_drop
 
     # ------------------------------------------------------------ open
 
