@@ -10,11 +10,11 @@ what the compacted topic holds — and a query feeds the session's records,
 in the order they were written, to the readers' own assembly
 (``views_reader``): the same code, the same records, the same value.
 
-Where: a SQLite file (standard library; WAL, so queries read while the
-loop writes; a fixed page cache, so memory does not grow with the sessions
-held — only the file does, like the compacted topic).  It is rebuilt on
-every start and every assignment, never trusted across runs: nothing here
-needs the store's proof against the topic.
+Where: a mirror's SQLite file (``store/mirror_db.py``: WAL, so queries
+read while the writer writes; a fixed page cache, so memory does not grow
+with the sessions held).  It is rebuilt on every start and every
+assignment, never trusted across runs: nothing here needs the store's
+proof against the topic.
 
 Filled per assigned partition in a background thread from the views topic
 (the session's views live in its events partition number), then kept
@@ -25,16 +25,18 @@ already read is harmless, since a key's latest write wins and moves it to
 the end (``seq``).  Until its fill is done a partition answers "restoring".
 
 Threads: the loop thread calls :meth:`assigned`, :meth:`revoked` and
-:meth:`committed`, which only queues the records (measured: a SQLite write
-per commit on the loop cost 8.5% of fold + output; bench/query_cache.py);
-the writer thread applies them, several commits per transaction; the fill
+:meth:`committed`, which only queues the records for the mirror's writer
+thread (``store/mirror_writer.py``; measured: a SQLite write per commit on
+the loop cost 8.5% of fold + output, bench/lab/query_cache.py), which
+applies them, up to 64 commits per transaction; the fill
 thread writes its partition in small chunks; both write under the lock
 (the states and the rows change together); HTTP threads read on their own
 connections, outside it (WAL: a reader sees whole write transactions).  So
 a query sees a committed state, at most the writer's queue behind the
 newest commit.
 
-Bounded: the live bytes of the file are capped at ``budget_bytes``; a
+Bounded: the live bytes of the file are capped at ``budget_bytes``
+(``mirror_db.ByteBudget``, reported in ``processor_query_cache_bytes``); a
 partition whose write would pass it is given up (deleted, counted,
 answered 503 naming the bound) rather than served partially — a partial
 session would assemble a wrong value.  A session's records are the keys
@@ -44,7 +46,6 @@ decoded record says whose it is).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import queue
@@ -63,6 +64,9 @@ from processor.client.views_reader import Materializer, ViewRecord
 from processor.codec import Codec
 from processor.kafka.owners import session_partition
 from processor.service.queries.queries import GivenUp, NotRestored
+from processor.service.store import mirror_db
+from processor.service.store.mirror_db import transaction
+from processor.service.store.mirror_writer import MirrorWriter
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +80,15 @@ FILL_CHUNK = 500
 CACHE_KIB = 4 * 1024
 #: Commits queued for the writer thread before the loop waits for it.
 MAX_QUEUED_COMMITS = 1_000
+#: Commits the writer thread applies in one SQLite transaction at most.
+COMMITS_PER_WRITE = 64
 #: Records buffered per partition while its fill runs (past it: given up).
 MAX_BUFFERED = 200_000
 
 #: (partition, key, value) of one committed views record (value None: tombstone).
 ViewWrite = tuple[int, bytes, bytes | None]
+#: (partition, its assignment epoch, key, value): a committed record as queued.
+_Tagged = tuple[int, int, bytes, bytes | None]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS record (
@@ -130,19 +138,17 @@ class QueryCache:
         self._seq = itertools.count()  # next() is atomic: fill and loop both draw
         self._db = self._connect()  # writes of the writer and loop threads (under the lock)
         self._db.executescript(_SCHEMA)
-        self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
         self._readers = threading.local()
         self._jobs: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
-        self._writer: threading.Thread | None = None
-        self._commits: queue.Queue[list[tuple[int, int, bytes, bytes | None]] | None] = queue.Queue(
-            maxsize=MAX_QUEUED_COMMITS
-        )
+        #: the committed records' writer (started with the first assignment)
+        self._writer: MirrorWriter[list[_Tagged]] | None = None
         self._closed = False
         r = registry if registry is not None else CollectorRegistry()
         self.held_bytes = Gauge(
             "processor_query_cache_bytes", "Live bytes of the query cache file", registry=r
         )
+        self._budget = mirror_db.ByteBudget(budget_bytes, self.held_bytes)
         self.dropped = Counter(
             "processor_query_cache_dropped_total",
             "Partitions given up by the query cache over its byte budget",
@@ -161,12 +167,10 @@ class QueryCache:
         )
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=OFF")  # rebuilt on every start: no fsync needed
-        db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-        db.execute("PRAGMA busy_timeout=60000")
-        return db
+        # not durable: rebuilt on every start, no fsync needed
+        return mirror_db.connect(
+            self.path, cache_kib=CACHE_KIB, durable=False, autocommit=True, busy_timeout_ms=60000
+        )
 
     # ------------------------------------------------------------ loop thread
 
@@ -180,10 +184,14 @@ class QueryCache:
         if self._worker is None:
             self._worker = threading.Thread(target=self._fill_loop, name="query-fill", daemon=True)
             self._worker.start()
-            self._writer = threading.Thread(
-                target=self._write_loop, name="query-writer", daemon=True
+            self._writer = MirrorWriter(
+                "query cache",
+                self._write_queued,
+                depth=MAX_QUEUED_COMMITS,
+                batch=COMMITS_PER_WRITE,
+                on_full=self.queue_full.inc,
+                on_error=self._write_failed,
             )
-            self._writer.start()
 
     def revoked(self, partitions: Iterable[int]) -> None:
         with self._lock:
@@ -201,58 +209,41 @@ class QueryCache:
         """
         parts = self._parts  # changed by this (the loop) thread only
         tagged = [(p, parts[p].epoch, key, value) for p, key, value in writes if p in parts]
-        if tagged:
-            try:
-                self._commits.put_nowait(tagged)
-            except queue.Full:  # the bound is hit: reported, then the loop waits
-                self.queue_full.inc()
-                log.warning(
-                    "query cache: write queue full (%d commits); the loop waits for it",
-                    MAX_QUEUED_COMMITS,
-                )
-                self._commits.put(tagged)
+        if tagged and self._writer is not None:
+            # a full queue: reported, then the loop waits (back-pressure, mirror_writer.py)
+            self._writer.put(tagged)
 
     def sync(self) -> None:
         """Wait until every queued commit is applied (tests, benches)."""
-        self._commits.join()
+        if self._writer is not None:
+            self._writer.flush()
 
     def close(self) -> None:
         """Stop the threads, release the reader and remove the file."""
         self._closed = True
         self._jobs.put(None)
-        self._commits.put(None)
-        for thread in (self._worker, self._writer):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(10)  # a fill in its middle ends at its next chunk
+        if self._writer is not None:
+            self._writer.close(10)  # what is queued first, as before a stop
+        if self._worker is not None and self._worker is not threading.current_thread():
+            self._worker.join(10)  # a fill in its middle ends at its next chunk
         if self._worker is None and self._on_close is not None:
             self._on_close()
         self._remove()
 
-    def _write_loop(self) -> None:
-        """Apply queued commits in order, several per SQLite transaction."""
-        while True:
-            jobs = [self._commits.get()]
-            while jobs[-1] is not None and len(jobs) < 64:
-                try:
-                    jobs.append(self._commits.get_nowait())
-                except queue.Empty:
-                    break
-            try:
-                with self._lock:
-                    self._apply_commits([r for job in jobs if job is not None for r in job])
-            except Exception:  # a cache failure must never end the member
-                log.exception("query cache: applying a commit failed; giving the partitions up")
-                with self._lock:
-                    for p, part in list(self._parts.items()):
-                        if part.dropped is None:
-                            self._give_up(p, part, "a write to the cache file failed")
-            finally:
-                for _ in jobs:
-                    self._commits.task_done()
-            if jobs[-1] is None:
-                return
+    def _write_queued(self, commits: list[list[_Tagged]]) -> None:
+        """The writer thread: queued commits in order, in one SQLite transaction."""
+        with self._lock:
+            self._apply_commits([r for commit in commits for r in commit])
 
-    def _apply_commits(self, records: list[tuple[int, int, bytes, bytes | None]]) -> None:
+    def _write_failed(self, exc: Exception) -> None:
+        """A cache failure must never end the member: its partitions are given up."""
+        log.error("query cache: applying a commit failed; giving the partitions up", exc_info=exc)
+        with self._lock:
+            for p, part in list(self._parts.items()):
+                if part.dropped is None:
+                    self._give_up(p, part, "a write to the cache file failed")
+
+    def _apply_commits(self, records: list[_Tagged]) -> None:
         """Write the records of ready partitions, buffer the filling ones (lock held)."""
         ready: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
         for p, epoch, key, value in records:
@@ -395,26 +386,17 @@ class QueryCache:
                 final[key] = (value, next(self._seq))
         upserts = [(p, k, v, s) for k, (v, s) in final.items() if v is not None]
         deletes = [(p, k) for k, (v, _) in final.items() if v is None]
-        with _transaction(db):
+        with transaction(db):
             db.executemany("DELETE FROM record WHERE partition = ? AND key = ?", deletes)
             db.executemany(
                 "INSERT OR REPLACE INTO record (partition, key, value, seq) VALUES (?, ?, ?, ?)",
                 upserts,
             )
 
-    def _live_bytes(self) -> int:
-        pages, free = (
-            int(self._db.execute(f"PRAGMA {name}").fetchone()[0])
-            for name in ("page_count", "freelist_count")
-        )
-        return (pages - free) * self._page_size
-
     def _check_budget(self, p: int) -> None:
         """Give ``p`` up when the file's live bytes pass the budget (lock held)."""
-        live = self._live_bytes()
-        self.held_bytes.set(live)
         part = self._parts.get(p)
-        if live > self.budget_bytes and part is not None and part.dropped is None:
+        if self._budget.passed(self._db) and part is not None and part.dropped is None:
             self._give_up(p, part, f"the cache passed its budget of {self.budget_bytes} bytes")
 
     def _give_up(self, p: int, part: _Partition, why: str) -> None:
@@ -426,7 +408,7 @@ class QueryCache:
         self.dropped.inc()
         part.buffer = []
         self._delete(self._db, p)
-        self.held_bytes.set(self._live_bytes())
+        self._budget.measure(self._db)
 
     def _forget(self, p: int) -> None:
         """Forget partition ``p`` (lock held)."""
@@ -434,25 +416,13 @@ class QueryCache:
             self._delete(self._db, p)
 
     def _delete(self, db: sqlite3.Connection, p: int) -> None:
-        with _transaction(db):
+        with transaction(db):
             db.execute("DELETE FROM record WHERE partition = ?", (p,))
 
     def _remove(self) -> None:
         with self._lock:
             self._db.close()
         shutil.rmtree(self._dir, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """``BEGIN IMMEDIATE`` .. ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
 
 
 def _chunks(

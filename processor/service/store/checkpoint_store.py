@@ -14,8 +14,10 @@ Three moments:
   first event arrives (:meth:`load`).
 - **commit** (:meth:`produced`, :meth:`committed`): every checkpoint record
   the transaction produced is applied, only after the commit succeeded (an
-  abort discards them), by the writer thread (``store_writer.py``) so the
-  loop does not wait for SQLite.  Only each partition's last record asks
+  abort discards them), by the mirror's writer thread (``mirror_writer.py``)
+  so the loop does not wait for SQLite; the position moves in the same SQLite
+  transaction as the records (``LocalStore.apply``), so writes still queued
+  at a crash leave the store behind the topic, never ahead.  Only each partition's last record asks
   for a delivery report; the others' offsets are derived from it
   (:meth:`committed`).  A crash between the commit and the store write
   leaves the store behind the topic, which the next assign catches up;
@@ -61,7 +63,7 @@ from processor.engine.checkpoints import latest_checkpoints
 from processor.kafka.reads import stream, watermarks
 from processor.kafka.transport import Msg, Reader
 from processor.service.store.local_store import LocalStore, StoredRecord
-from processor.service.store.store_writer import StoreWriter
+from processor.service.store.mirror_writer import MirrorWriter
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,16 @@ def stored_records(
             yield StoredRecord(offset, key, value, head_quarantined(codec, key, value))
 
 
+#: One committed transaction's records of a partition: (partition, records, next offset).
+_Write = tuple[int, list[StoredRecord], int]
+
+
+def _write_keys(write: _Write) -> Iterator[tuple[int, bytes]]:
+    """The (partition, session) pairs a queued write holds (loads wait for them)."""
+    partition, records, _ = write
+    return ((partition, session_key(r.key)) for r in records)
+
+
 class StoreUnusable(Unavailable):
     """The local store failed while filling: its sessions cannot be trusted."""
 
@@ -162,7 +174,7 @@ class CheckpointStore:
         self.in_memory: dict[int, str] = {}
         self._memory: LocalStore | None = None
         #: applies committed records off the loop thread (a store file only)
-        self.writer: StoreWriter | None = None
+        self.writer: MirrorWriter[_Write] | None = None
         self.on_queue_full = on_queue_full
         self.on_drop = on_drop
 
@@ -186,8 +198,12 @@ class CheckpointStore:
         if self.store.reset_reason is not None:
             log.warning("local store %s emptied: %s", path, self.store.reset_reason)
         if self.store.path is not None:
-            self.writer = StoreWriter(
-                self._write, session_key, self.config.store_write_queue, self._queue_full
+            self.writer = MirrorWriter(
+                "local store writer",
+                self._write_all,
+                depth=self.config.store_write_queue,
+                keys=_write_keys,
+                on_full=self._queue_full,
             )
 
     def _queue_full(self) -> None:
@@ -354,7 +370,7 @@ class CheckpointStore:
         """CheckpointSource: a session's newest checkpoint from the store, and its size."""
         writer = self.writer
         # its newest records still queued: a load now would be stale
-        stale = writer is not None and writer.pending(partition, session_id.encode())
+        stale = writer is not None and writer.pending((partition, session_id.encode()))
         if stale and writer is not None and not writer.flush(FLUSH_S):
             raise StoreUnusable(f"local store writer stuck for {FLUSH_S:.0f} s")
         try:
@@ -459,16 +475,17 @@ class CheckpointStore:
                 for i, (key, value) in enumerate(written)
             ]
             if self.writer is not None:
-                self.writer.put(p, records, last + 1)
+                self.writer.put((p, records, last + 1))
             else:
                 self._apply(p, records, last + 1)
 
-    def _write(self, partition: int, records: list[StoredRecord], next_offset: int) -> None:
+    def _write_all(self, writes: list[_Write]) -> None:
         """The writer thread's apply: any failure stops the partition's writes."""
-        try:
-            self._apply(partition, records, next_offset)
-        except Exception as exc:
-            self._break(partition, f"write failed: {exc!r}")
+        for partition, records, next_offset in writes:
+            try:
+                self._apply(partition, records, next_offset)
+            except Exception as exc:
+                self._break(partition, f"write failed: {exc!r}")
 
     def _apply(self, partition: int, records: list[StoredRecord], next_offset: int) -> None:
         if partition in self.broken:
