@@ -16,13 +16,18 @@ with the sessions held).  It is rebuilt on every start and every
 assignment, never trusted across runs: nothing here needs the store's
 proof against the topic.
 
-Filled per assigned partition in a background thread from the views topic
-(the session's views live in its events partition number), then kept
-current by the runner handing over the view records of each committed
-transaction (:meth:`QueryCache.committed`).  Commits arriving while a fill
-runs are buffered and applied after it; re-applying records the fill
-already read is harmless, since a key's latest write wins and moves it to
-the end (``seq``).  Until its fill is done a partition answers "restoring".
+Filled per assigned partition by a background thread from the views topic
+(the session's views live in its events partition number) with the
+mirror's fill (``store/mirror_fill.py``: bounded slices, a stalled or
+failing read put off and tried again after a back-off, counted in
+``processor_query_cache_fill_failures_total``), then kept current by the
+runner handing over the view records of each committed transaction
+(:meth:`QueryCache.committed`).  A thread, not the loop's slices as the
+checkpoint store's fill: nothing waits for this fill — the partition folds
+at once and only its queries answer "restoring" — so it need not cost the
+loop a slice.  Commits arriving while a fill runs are buffered and applied
+after it; re-applying records the fill already read is harmless, since a
+key's latest write wins and moves it to the end (``seq``).
 
 Threads: the loop thread calls :meth:`assigned`, :meth:`revoked` and
 :meth:`committed`, which only queues the records for the mirror's writer
@@ -54,7 +59,7 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,19 +68,22 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from processor.client.views_reader import Materializer, ViewRecord
 from processor.codec import Codec
 from processor.kafka.owners import session_partition
+from processor.kafka.reads import watermarks
+from processor.kafka.transport import Msg, Reader
 from processor.service.queries.queries import GivenUp, NotRestored
 from processor.service.store import mirror_db
 from processor.service.store.mirror_db import transaction
+from processor.service.store.mirror_fill import FillJob, MirrorFill
 from processor.service.store.mirror_writer import MirrorWriter
 
 log = logging.getLogger(__name__)
 
 #: Default bound of the live bytes of the cache file.
 DEFAULT_BUDGET_BYTES = 1024 * 1024 * 1024
-#: Seconds between attempts to fill a partition whose read failed.
-FILL_RETRY_S = 2.0
-#: Records per fill transaction: the loop's commit waits at most one of them.
+#: Records per fill transaction: a commit's write waits at most one of them.
 FILL_CHUNK = 500
+#: Longest wait of the fill thread for work while every fill is put off.
+IDLE_S = 0.2
 #: SQLite page cache per connection (negative: KiB): the memory bound.
 CACHE_KIB = 4 * 1024
 #: Commits queued for the writer thread before the loop waits for it.
@@ -113,21 +121,25 @@ class QueryCache:
         self,
         codec: Codec,
         *,
-        read_partition: Callable[[int], Iterable[tuple[bytes | None, bytes | None]]],
-        partition_count: Callable[[], int],
+        topic: str,
+        reader: Callable[[], Reader],
+        partition_count: Callable[[Reader], int],
         budget_bytes: int = DEFAULT_BUDGET_BYTES,
         directory: str | Path | None = None,
         registry: CollectorRegistry | None = None,
-        on_close: Callable[[], None] | None = None,
+        stall_s: float | None = None,
     ) -> None:
-        """``read_partition(p)``: every committed (key, value) of views partition ``p``
-        in offset order (streamed); ``partition_count()``: partitions of the events
-        topic; ``on_close``: release what they hold.  All run on the fill thread.
-        ``directory``: where the file lives (default: the system's temp dir)."""
+        """``topic``: the views topic; ``reader()``: a new consumer without a group
+        (the fill's, and one for the partitions' ends); ``partition_count(r)``:
+        partitions of the events topic, asked with such a consumer.  All run on
+        the fill thread.  ``directory``: where the file lives (default: the
+        system's temp dir); ``stall_s``: a fill without progress this long is
+        put off (default: the mirror's)."""
         self.codec = codec
-        self._read = read_partition
+        self.topic = topic
+        self._new_reader = reader
         self._count_of = partition_count
-        self._on_close = on_close
+        self._stall_s = stall_s
         self._count: int | None = None
         self.budget_bytes = budget_bytes
         self._dir = tempfile.mkdtemp(prefix="processor-queries-", dir=directory)
@@ -226,8 +238,6 @@ class QueryCache:
             self._writer.close(10)  # what is queued first, as before a stop
         if self._worker is not None and self._worker is not threading.current_thread():
             self._worker.join(10)  # a fill in its middle ends at its next chunk
-        if self._worker is None and self._on_close is not None:
-            self._on_close()
         self._remove()
 
     def _write_queued(self, commits: list[list[_Tagged]]) -> None:
@@ -315,49 +325,49 @@ class QueryCache:
     # ------------------------------------------------------------ fill thread
 
     def _fill_loop(self) -> None:
+        """Open the assigned partitions' fills, drive them slice by slice."""
         db = self._connect()
+        fill = _ViewsFill(self, db)
         try:
-            while True:
-                job = self._jobs.get()
-                if job is None:
+            while not self._closed:
+                if not self._take_jobs(fill):
                     return
-                self._fill(db, *job)
+                for p in fill.due():
+                    fill.add(p, fill.epochs[p])
+                fill.drop_stale()
+                for p, job in fill.step().items():
+                    self._filled(db, p, fill.epochs.pop(p, -1), job)
+                fill.drop_stale()
         finally:
+            fill.close()
             db.close()
-            if self._on_close is not None:
-                self._on_close()
+
+    def _take_jobs(self, fill: _ViewsFill) -> bool:
+        """Open the newly assigned partitions' fills; waits while there is nothing
+        to read.  False: the cache is closing."""
+        live = [j for j in fill.jobs.values() if j.retry_at is None]
+        wait: float | None = None  # nothing to fill: until a partition is assigned
+        if live:
+            wait = 0.0
+        elif fill.jobs:  # every fill put off: until the first is due
+            due = min(j.retry_at or 0.0 for j in fill.jobs.values()) - fill.clock()
+            wait = min(IDLE_S, max(0.0, due))
+        while True:
+            try:
+                job = self._jobs.get(timeout=wait) if wait != 0.0 else self._jobs.get_nowait()
+            except queue.Empty:
+                return True
+            if job is None:
+                return False
+            fill.add(*job)
+            wait = 0.0
 
     def _current(self, p: int, epoch: int) -> _Partition | None:
         part = self._parts.get(p)
         return part if part is not None and part.epoch == epoch else None
 
-    def _fill(self, db: sqlite3.Connection, p: int, epoch: int) -> None:
-        with self._lock:
-            if self._current(p, epoch) is None:
-                return  # revoked (or reassigned) before its turn
-        read, started = 0, time.monotonic()
-        try:
-            if self._count is None:
-                self._count = self._count_of()
-            for chunk in _chunks(self._read(p), FILL_CHUNK):
-                read += len(chunk)
-                # under the lock, so a revoke cannot land between the check and
-                # the write (stale rows); a chunk is small, the loop waits little
-                with self._lock:
-                    part = self._current(p, epoch)
-                    if part is None or part.dropped is not None or self._closed:
-                        return
-                    self._write(db, p, chunk)
-                    self._check_budget(p)
-        except Exception as exc:
-            self.fill_failures.inc()
-            log.warning("query cache: reading views partition %d failed: %s", p, exc)
-            with self._lock:
-                if self._current(p, epoch) is not None:
-                    self._delete(db, p)
-            if not self._closed:
-                threading.Timer(FILL_RETRY_S, self._jobs.put, ((p, epoch),)).start()
-            return
+    def _filled(self, db: sqlite3.Connection, p: int, epoch: int, job: FillJob) -> None:
+        """The fill reached the end: the commits buffered meanwhile, then ready."""
         with self._lock:
             part = self._current(p, epoch)
             if part is None or part.dropped is not None:
@@ -369,8 +379,8 @@ class QueryCache:
         log.info(
             "query cache: views partition %d loaded (%d records read in %.2f s)",
             p,
-            read,
-            time.monotonic() - started,
+            job.read,
+            time.monotonic() - job.started,
         )
 
     # ------------------------------------------------------------ storage
@@ -425,14 +435,89 @@ class QueryCache:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-def _chunks(
-    records: Iterable[tuple[bytes | None, bytes | None]], size: int
-) -> Iterator[list[tuple[bytes | None, bytes | None]]]:
-    chunk: list[tuple[bytes | None, bytes | None]] = []
-    for record in records:
-        chunk.append(record)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+class _ViewsFill(MirrorFill):
+    """The cache's fill of its assigned views partitions (the fill thread's)."""
+
+    def __init__(self, cache: QueryCache, db: sqlite3.Connection) -> None:
+        stall = cache._stall_s
+        if stall is None:
+            super().__init__(cache.topic, cache._new_reader)
+        else:
+            super().__init__(cache.topic, cache._new_reader, stall_s=stall)
+        self.cache = cache
+        self.db = db
+        self.epochs: dict[int, int] = {}  # each job's assignment epoch
+        self._meta: Reader | None = None  # the partitions' ends, the partition count
+
+    def add(self, p: int, epoch: int) -> None:
+        """Open ``p``'s fill from the start of the views partition to its end now."""
+        cache = self.cache
+        if self.epochs.get(p, epoch) != epoch:
+            self.cancel([p])  # reassigned: the new assignment's fill from the start
+        self.epochs[p] = epoch
+        with cache._lock:
+            if cache._current(p, epoch) is None:
+                self.epochs.pop(p, None)
+                return  # revoked (or reassigned) before its turn
+        now = self.clock()
+        try:
+            if self._meta is None:
+                self._meta = cache._new_reader()
+            if cache._count is None:
+                cache._count = cache._count_of(self._meta)
+            low, high = watermarks(self._meta, self.topic, p)  # high: the stable end
+        except Exception as exc:  # a cache failure never ends the member: tried again
+            log.warning("query cache: reading views partition %d failed: %s", p, exc)
+            self.wait([p], f"its end could not be read: {exc}", kind="fill")
+            return
+        self.open([FillJob(p, max(low, 0), high, None, started=now, progress_at=now)])
+
+    def drop_stale(self) -> None:
+        """Cancel the fills of partitions revoked, reassigned or given up meanwhile."""
+        cache = self.cache
+        with cache._lock:
+            stale = [
+                p
+                for p, epoch in self.epochs.items()
+                if (part := cache._current(p, epoch)) is None or part.dropped is not None
+            ]
+        for p in stale:
+            self.epochs.pop(p, None)
+        self.cancel(stale)
+        for p in stale:
+            self.jobs.pop(p, None)  # a put-off one too
+
+    def _write(self, job: FillJob, batch: list[Msg], next_offset: int) -> bool:
+        cache, p = self.cache, job.partition
+        epoch = self.epochs.get(p, -1)
+        pairs = [(m.key(), m.value()) for m in batch]
+        for i in range(0, len(pairs), FILL_CHUNK):
+            # under the lock, so a revoke cannot land between the check and the
+            # write (stale rows); a chunk is small, a commit's write waits little
+            with cache._lock:
+                part = cache._current(p, epoch)
+                if part is None or part.dropped is not None or cache._closed:
+                    return True  # dropped after the slice (drop_stale)
+                cache._write(self.db, p, pairs[i : i + FILL_CHUNK])
+                cache._check_budget(p)
+        return True
+
+    def _counted_waits(self, count: int) -> None:
+        self.cache.fill_failures.inc(count)
+
+    def _counted_failure(self) -> None:
+        self.cache.fill_failures.inc()
+
+    def _failed_for_good(self, partition: int, why: str) -> None:
+        cache = self.cache
+        with cache._lock:
+            part = cache._parts.get(partition)
+            if part is not None and part.dropped is None:
+                cache._give_up(partition, part, why)
+        self.cancel([partition])
+
+    def close(self) -> None:
+        super().close()
+        meta, self._meta = self._meta, None
+        if meta is not None:
+            meta.close()

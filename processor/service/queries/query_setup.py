@@ -10,27 +10,21 @@ and the :class:`Queries` (``Processor(config, queries=...)``): it makes its
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING
 from prometheus_client import CollectorRegistry
 
 from processor.codec import Codec
 from processor.config import ServiceConfig
 from processor.kafka import clients
 from processor.kafka.owners import GroupView, OwnerDirectory, describe_group
-from processor.kafka.reads import scan, watermarks
+from processor.kafka.reads import topic_partitions
 from processor.kafka.transport import Reader
 from processor.service.ops.http import PathHandler, serve
 from processor.service.queries.queries import Queries
 from processor.service.queries.query_cache import QueryCache
 from processor.telemetry.metrics import Metrics
-
-#: Seconds a fill may take to read one views partition before it is retried.
-FILL_TIMEOUT_S = 300.0
 
 
 def query_endpoint(
@@ -63,15 +57,15 @@ def member_cache(
     """A member's query cache, which ``queries`` answers from; ``plain(purpose)``:
     a consumer without a group (the cache's fill reads the views topic with one)."""
     topics = config.topics
-    reader = _ViewsReader(config, plain)
     cache = QueryCache(
         codec,
-        read_partition=reader.read,
-        partition_count=reader.partition_count,
+        topic=topics.views,
+        reader=lambda: plain("query"),
+        partition_count=lambda reader: len(topic_partitions(reader, topics.events, 10)),
         budget_bytes=config.query_cache_bytes,
         directory=config.query_cache_dir or None,
         registry=registry,
-        on_close=reader.close,
+        stall_s=float(config.fill_stall_s),
     )
     admin = clients.admin(config)  # one for the member's life
 
@@ -96,53 +90,3 @@ def member_cache(
 
     queries.serve(cache, owner)
     return cache
-
-
-class _ViewsReader:
-    """The fill thread's consumer of the views topic (created on that thread)."""
-
-    def __init__(self, config: ServiceConfig, plain: Callable[[str], Reader]) -> None:
-        self._topics = config.topics
-        self._plain = plain
-        self._consumer: Reader | None = None
-        self._lock = threading.Lock()
-
-    def _reader(self) -> Reader:
-        with self._lock:
-            if self._consumer is None:
-                self._consumer = self._plain("query")
-            return self._consumer
-
-    def partition_count(self) -> int:
-        topic = self._topics.events
-        meta: Any = self._reader().list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            raise RuntimeError(f"topic {topic} does not exist")
-        return len(meta.partitions)
-
-    def read(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
-        """Committed records of views partition ``partition`` from its start to its
-        end as the read began, streamed (the cache writes them in chunks)."""
-        consumer, topic = self._reader(), self._topics.views
-        low, high = watermarks(consumer, topic, partition)  # high: the stable end
-        if high <= max(low, 0):
-            return
-        reads = scan(
-            consumer,
-            topic,
-            {partition: OFFSET_BEGINNING},
-            {partition: high},
-            timeout_s=FILL_TIMEOUT_S,
-            batch=1_000,
-            poll_s=0.1,
-        )
-        with contextlib.closing(reads):  # unassigns the consumer when the fill stops early
-            for _, m in reads:
-                if m is not None:
-                    yield m.key(), m.value()
-
-    def close(self) -> None:
-        with self._lock:
-            consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()
