@@ -82,9 +82,6 @@ GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
 #: a call that comes back with this many finds the consumer behind (catch-up)
 CONSUME_AT_MOST = 5_000
 
-#: Header name the old protocol read as a command; it is now ignored on events
-#: (kept so tests can prove a forged header does nothing).
-
 
 class Processor:
     """One member of the processor consumer group."""

@@ -38,8 +38,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, wait
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -57,6 +55,8 @@ from processor.service.ops.failures import FailureTracker
 from processor.service.queries.query_cache import QueryCache, ViewWrite
 from processor.service.store.checkpoint_store import CheckpointStore
 from processor.service.txn import schedstat, transactions
+from processor.service.txn.inflight import InFlight as _InFlight
+from processor.service.txn.inflight import Rewinder
 from processor.service.txn.output_ledger import OutputLedger
 from processor.service.txn.timeline import Timeline, log_timeline
 from processor.service.txn.txn_helper import HelperThread, StuckCall
@@ -64,31 +64,6 @@ from processor.telemetry.metrics import Metrics
 from processor.testing import faultpoints
 
 log = logging.getLogger(__name__)
-
-
-class Rewinder(Protocol):
-    """Who restores partitions after an abort (the rebalance, through the processor)."""
-
-    def rewind(self, numbers: list[int]) -> None:
-        """Restore these partitions and seek them back to the committed offsets."""
-        ...
-
-
-@dataclass
-class _InFlight:
-    """A batch whose ``commit_transaction`` runs on the helper thread."""
-
-    batch: Batch
-    views: list[ViewWrite]
-    tally: Tally  # the batch's decisions: counted once it committed
-    t0: float  # perf_counter at the commit's start
-    opened: float  # monotonic time the transaction began
-    future: Future[None] = field(default_factory=Future)
-    done_at: float = 0.0  # perf_counter when commit_transaction returned (helper thread)
-    #: monotonic times of the commit's steps, when ``timeline`` logs (else empty)
-    marks: list[tuple[str, float]] = field(default_factory=list)
-    #: ms the threads were runnable but not running (``schedstat``), with ``marks``
-    sched: list[tuple[str, float]] = field(default_factory=list)
 
 
 class Committer:
@@ -178,8 +153,7 @@ class Committer:
 
     @contextlib.contextmanager
     def revoking(self, partitions: Iterable[int]) -> Iterator[None]:
-        """While ``partitions`` are revoked: their commit within ``revoke_budget_ms``
-        (:meth:`left`), a failure rewinding only the partitions kept."""
+        """Revoking ``partitions``: within ``revoke_budget_ms``, rewinding only the kept."""
         self.leaving = set(partitions)
         self.deadline = time.monotonic() + self.config.revoke_budget_ms / 1000
         try:
@@ -214,10 +188,8 @@ class Committer:
     # ------------------------------------------------------------ commit
 
     def close(self) -> None:
-        """End the helper thread (the loop has ended: nothing is being sent).
-
-        An in-flight commit is waited for but not applied (the run died: the
-        store stays behind the topic, which the next assignment catches up)."""
+        """End the helper thread (the loop has ended); an in-flight commit is waited
+        for, not applied (the store stays behind, caught up on the next assignment)."""
         flight, self._inflight = self._inflight, None
         if flight is not None:
             wait((flight.future,), timeout=self.timeout(60))
