@@ -483,9 +483,7 @@ class _ViewsFill(MirrorFill):
             ]
         for p in stale:
             self.epochs.pop(p, None)
-        self.cancel(stale)
-        for p in stale:
-            self.jobs.pop(p, None)  # a put-off one too
+        self.cancel(stale)  # a put-off one too
 
     def _write(self, job: FillJob, batch: list[Msg], next_offset: int) -> bool:
         cache, p = self.cache, job.partition

@@ -135,7 +135,10 @@ class MirrorFill:
     def open(self, jobs: Iterable[FillJob]) -> None:
         """Start these jobs (a job put off before keeps its back-off and why)."""
         opened = []
+        now = self.clock()
         for job in jobs:
+            if not job.progress_at:  # its stall is measured from now
+                job.started = job.progress_at = now
             before = self.jobs.get(job.partition)
             if before is not None and before.put_off is not None:
                 # its back-off goes on, and the problem is named until the new
