@@ -203,6 +203,7 @@ class QueryCache:
                 batch=COMMITS_PER_WRITE,
                 on_full=self.queue_full.inc,
                 on_error=self._write_failed,
+                thread="query-writer",
             )
 
     def revoked(self, partitions: Iterable[int]) -> None:

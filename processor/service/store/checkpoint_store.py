@@ -204,6 +204,7 @@ class CheckpointStore:
                 depth=self.config.store_write_queue,
                 keys=_write_keys,
                 on_full=self._queue_full,
+                thread="store-writer",
             )
 
     def _queue_full(self) -> None:

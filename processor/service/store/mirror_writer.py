@@ -57,8 +57,9 @@ class MirrorWriter(Generic[Item]):
         keys: Callable[[Item], Iterable[Hashable]] = lambda item: (),
         on_full: Callable[[], object] | None = None,
         on_error: Callable[[Exception], None] = _logged,
+        thread: str = "mirror-writer",
     ) -> None:
-        """``name``: what the log lines and the thread are called; ``apply(items)``:
+        """``name``: what the log lines call it, ``thread`` its thread; ``apply(items)``:
         write items in order (on the writer thread); ``keys(item)``: what
         :meth:`pending` answers for while the item is queued."""
         self.name = name
@@ -75,7 +76,7 @@ class MirrorWriter(Generic[Item]):
         self._closed = False
         #: times a putter waited on a full queue (the bound was hit)
         self.full = 0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=thread, daemon=True)
         self._thread.start()
 
     def put(self, item: Item) -> None:
