@@ -51,6 +51,8 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable
 
+from confluent_kafka import KafkaError, KafkaException
+
 from processor.kafka.transport import Msg, Reader
 from processor.service.store.checkpoint_store import (
     CheckpointStore,
@@ -79,10 +81,15 @@ class BackgroundFill(MirrorFill):
         reader: Callable[[], Reader],
         clock: Callable[[], float] = time.monotonic,
         stall_s: float = STALL_S,
+        *,
+        reports: bool = True,
     ) -> None:
+        """``reports``: the jobs are the member's background fill, named on
+        ``/readyz`` and in the gauges (not a rewind's fill, :meth:`run`)."""
         super().__init__(store.topic, reader, clock, stall_s)
         self.store = store
         self.metrics = metrics
+        self.reports = reports
         self._big_cache = False  # the store's larger page cache while filling from zero
 
     def start(self, verify_reader: Reader, partitions: list[int]) -> None:
@@ -97,6 +104,23 @@ class BackgroundFill(MirrorFill):
                 self.store.store.filling(True)
                 self._big_cache = True
         self.open(jobs)
+
+    def run(self, verify_reader: Reader, partitions: list[int]) -> dict[int, Filled]:
+        """Fill ``partitions`` to the end at once: the rewind after an abort (its
+        partitions fold nothing meanwhile), with a fill of its own.  A stall or a
+        transient read error raises the transient error the rewind puts its
+        restore off with (``rebalance.py``), as a restore the broker did not answer."""
+        try:
+            self.start(verify_reader, partitions)
+            done: dict[int, Filled] = {}
+            while self.jobs:
+                done.update(self.step())
+                off = [j.put_off for j in self.jobs.values() if j.retry_at is not None]
+                if off:
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, off[0]))
+            return done
+        finally:
+            self.close()
 
     def step(self) -> dict[int, Filled]:  # type: ignore[override]
         """One bounded slice of every open job; the jobs that reached the end."""
@@ -130,7 +154,8 @@ class BackgroundFill(MirrorFill):
         return True
 
     def _counted_waits(self, count: int) -> None:
-        self.metrics.restore_waits.inc(count)
+        if self.reports:  # a rewind's is counted once, when the restore is put off
+            self.metrics.restore_waits.inc(count)
 
     def _counted_failure(self) -> None:
         self.metrics.fill_failures.inc()
@@ -142,13 +167,14 @@ class BackgroundFill(MirrorFill):
         raise StoreUnusable(why)
 
     def _report(self) -> None:
-        self.metrics.partitions_filling.set(len(self.jobs))
-        health = self.metrics.health
-        # every partition's, not the first: /readyz names each (bounded there)
-        health.fill_problems = tuple(
-            j.problem for _, j in sorted(self.jobs.items()) if j.problem is not None
-        )
-        health.filling = len(self.jobs)
+        if self.reports:
+            self.metrics.partitions_filling.set(len(self.jobs))
+            health = self.metrics.health
+            # every partition's, not the first: /readyz names each (bounded there)
+            health.fill_problems = tuple(
+                j.problem for _, j in sorted(self.jobs.items()) if j.problem is not None
+            )
+            health.filling = len(self.jobs)
         if not self.jobs and self._big_cache and self.store.store is not None:
             self.store.store.filling(False)
             self._big_cache = False

@@ -310,15 +310,22 @@ class Rebalance:
         """Bring partitions' checkpoints into the store at once (after an abort);
         their start-offset overrides.
 
-        All partitions are read in one assignment of the restore consumer,
-        from where the store stands — never the events behind them.
+        The store's fill (background_fill.py) driven to the end at once, with a
+        fill consumer of its own, from where the store stands — never the
+        events behind them.
         """
         assert self.reader is not None
         if not numbers:
             return {}
         self._prepare(numbers)
-        filled = self.store.fill(self.reader, numbers)
-        self.metrics.store_records_read.inc(sum(f.records_read for f in filled.values()))
+        at_once = BackgroundFill(
+            self.store,
+            self.metrics,
+            lambda: self.clients.plain("fill"),
+            stall_s=float(self.config.fill_stall_s),
+            reports=False,
+        )
+        filled = at_once.run(self.reader, numbers)
         return self._finish(numbers, filled)
 
     def _prepare(self, numbers: list[int]) -> None:

@@ -35,8 +35,8 @@ Three moments:
 The fill of an assignment runs off the assignment callback, in bounded
 slices of the poll loop, the partition paused meanwhile
 (``background_fill.py``, which says why slices and not a thread, and why a
-session is not folded before its partition is filled); :meth:`fill` is the
-synchronous one the rewind after an abort uses.
+session is not folded before its partition is filled); the rewind after an
+abort drives the same fill to the end at once (``BackgroundFill.run``).
 """
 
 from __future__ import annotations
@@ -323,49 +323,6 @@ class CheckpointStore:
             kept = pos.next_offset if pos is not None else None
             out[p] = (kept or 0, high, kept)
         return out
-
-    def fill(self, reader: Reader, partitions: list[int]) -> dict[int, Filled]:
-        """Verify each partition's stored position, then catch up to the topic's end
-        (synchronously: the rewind after an abort; assignments use background_fill.py)."""
-        topic = self.topic
-        verified = self.positions(reader, partitions)
-        starts = {p: v[0] for p, v in verified.items()}
-        highs = {p: v[1] for p, v in verified.items()}
-        kept = {p: v[2] for p, v in verified.items()}
-        read = {p: 0 for p in partitions}
-        fresh = [p for p in partitions if kept[p] is None]
-        moved: set[int] = set()  # a write failed: refilled in memory below
-        if fresh:
-            self._db().filling(True)
-        try:
-            # no progress for the service's fill_stall_s: a transient timeout, the
-            # rewind's restore put off as the background fill's would be
-            stall_s = float(self.config.fill_stall_s)
-            for p, batch, next_offset in stream(
-                reader, topic, starts, highs, batch=FILL_BATCH, timeout_s=stall_s
-            ):
-                if p in moved:
-                    continue
-                records = stored_records(
-                    self.codec, ((m.offset() or 0, m.key(), m.value()) for m in batch)
-                )
-                try:
-                    self._db(p).apply(topic, p, self._topic_id, records, next_offset, recount=True)
-                except sqlite3.Error as exc:
-                    # sessions would load from a store missing records: never
-                    # guess; a full disk moves the partition to memory, refilled
-                    if is_corrupt(exc) or not self.move_to_memory(p, f"write failed: {exc}"):
-                        raise self.unusable(exc, f"filling partition {p}") from exc
-                    moved.add(p)
-                    continue
-                read[p] += len(batch)
-        finally:
-            if fresh:
-                self._db().filling(False)
-        done = {p: Filled(kept[p], read[p]) for p in partitions}
-        if moved:
-            done.update(self.fill(reader, sorted(moved)))
-        return done
 
     def load(self, partition: int, session_id: str) -> tuple[Checkpoint | None, int]:
         """CheckpointSource: a session's newest checkpoint from the store, and its size."""
