@@ -408,11 +408,12 @@ class QueryCache:
         """Give ``p`` up when the file's live bytes pass the budget (lock held)."""
         part = self._parts.get(p)
         if self._budget.passed(self._db) and part is not None and part.dropped is None:
-            self._give_up(p, part, f"the cache passed its budget of {self.budget_bytes} bytes")
+            why = f"the cache passed its budget of {self.budget_bytes} bytes (query_cache_bytes)"
+            self._give_up(p, part, why)
 
     def _give_up(self, p: int, part: _Partition, why: str) -> None:
         part.dropped = (
-            f"the query cache gave up partition {p}: {why} (query_cache_bytes); "
+            f"the query cache gave up partition {p}: {why}; "
             "read the views topic (`processor views --session ... --from-topic`)"
         )
         log.warning("%s", part.dropped)
