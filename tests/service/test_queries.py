@@ -458,3 +458,42 @@ def test_a_full_commit_queue_makes_the_loop_wait_and_is_counted(
     for sid in sids:
         assert cache.session_views(sid) == topic[sid]
     cache.close()
+
+
+def test_a_write_failing_during_the_fill_gives_the_partition_up_and_the_thread_goes_on() -> None:
+    """A full disk while a partition fills: given up (503 naming it), never served
+    partially, and the fill thread lives on for the next assignment."""
+    import sqlite3
+
+    h, batches, _ = _batches()
+    broker = _broker([(o.key, o.value) for b in batches for o in b if o.topic == VIEWS])
+    cache = _cache(broker)
+    real = cache._write
+
+    def full(db: Any, p: int, records: Any) -> None:
+        if db is not cache._db:  # the fill thread's connection
+            raise sqlite3.OperationalError("database or disk is full")
+        real(db, p, records)
+
+    cache._write = full  # type: ignore[method-assign]
+    cache.assigned([0])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            cache.session_views("a")
+        except NotRestored:
+            assert time.monotonic() < deadline, "never given up"
+            time.sleep(0.01)
+            continue
+        except GivenUp as exc:
+            assert "disk is full" in str(exc)
+            break
+        raise AssertionError("served from a partial fill")
+    assert cache.dropped._value.get() == 1
+    cache._write = real  # type: ignore[method-assign]
+    cache.revoked([0])
+    cache.assigned([0])
+    _wait_ready(cache, "a")
+    expected = materialize(h.topic(VIEWS))
+    assert cache.session_views("a") == expected["a"]
+    cache.close()

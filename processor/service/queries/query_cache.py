@@ -73,7 +73,7 @@ from processor.kafka.transport import Msg, Reader
 from processor.service.queries.queries import GivenUp, NotRestored
 from processor.service.store import mirror_db
 from processor.service.store.mirror_db import transaction
-from processor.service.store.mirror_fill import FillJob, MirrorFill
+from processor.service.store.mirror_fill import STALL_S, FillJob, MirrorFill
 from processor.service.store.mirror_writer import MirrorWriter
 
 log = logging.getLogger(__name__)
@@ -333,11 +333,15 @@ class QueryCache:
             while not self._closed:
                 if not self._take_jobs(fill):
                     return
-                for p in fill.due():
-                    fill.add(p, fill.epochs[p])
-                fill.drop_stale()
-                for p, job in fill.step().items():
-                    self._filled(db, p, fill.epochs.pop(p, -1), job)
+                try:
+                    for p in fill.due():
+                        fill.add(p, fill.epochs[p])
+                    fill.drop_stale()
+                    for p, job in fill.step().items():
+                        self._filled(db, p, fill.epochs.pop(p, -1), job)
+                except Exception as exc:  # a cache failure must never end the member
+                    log.error("query cache: a fill failed; giving its partitions up", exc_info=exc)
+                    fill.give_up_all(f"its fill failed ({exc})")
                 fill.drop_stale()
         finally:
             fill.close()
@@ -441,11 +445,8 @@ class _ViewsFill(MirrorFill):
     """The cache's fill of its assigned views partitions (the fill thread's)."""
 
     def __init__(self, cache: QueryCache, db: sqlite3.Connection) -> None:
-        stall = cache._stall_s
-        if stall is None:
-            super().__init__(cache.topic, cache._new_reader)
-        else:
-            super().__init__(cache.topic, cache._new_reader, stall_s=stall)
+        stall = STALL_S if cache._stall_s is None else cache._stall_s
+        super().__init__(cache.topic, cache._new_reader, stall_s=stall)
         self.cache = cache
         self.db = db
         self.epochs: dict[int, int] = {}  # each job's assignment epoch
@@ -498,9 +499,22 @@ class _ViewsFill(MirrorFill):
                 part = cache._current(p, epoch)
                 if part is None or part.dropped is not None or cache._closed:
                     return True  # dropped after the slice (drop_stale)
-                cache._write(self.db, p, pairs[i : i + FILL_CHUNK])
+                try:
+                    cache._write(self.db, p, pairs[i : i + FILL_CHUNK])
+                except sqlite3.Error as exc:  # a full disk: given up, never served partially
+                    cache._give_up(p, part, f"a write to the cache file failed ({exc})")
+                    return True
                 cache._check_budget(p)
         return True
+
+    def give_up_all(self, why: str) -> None:
+        """Give up every partition being filled (an unforeseen failure)."""
+        cache = self.cache
+        with cache._lock:
+            for p, epoch in self.epochs.items():
+                part = cache._current(p, epoch)
+                if part is not None and part.dropped is None:
+                    cache._give_up(p, part, why)
 
     def _counted_waits(self, count: int) -> None:
         self.cache.fill_failures.inc(count)
