@@ -72,3 +72,4 @@ class MemberClients:
     def release(self) -> None:
         """The run ended (the clients are closed): forget them."""
         self.consumer = self.producer = self.reader = None
+        self.fence = None
