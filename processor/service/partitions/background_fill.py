@@ -66,6 +66,7 @@ from processor.service.store.mirror_fill import STALL_S as STALL_S
 from processor.service.store.mirror_fill import FillJob as FillJob
 from processor.service.store.mirror_fill import MirrorFill
 from processor.telemetry.metrics import Metrics
+from processor.testing import faultpoints
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,14 @@ class BackgroundFill(MirrorFill):
 
     def _failed_for_good(self, partition: int, why: str) -> None:
         raise StoreUnusable(why)
+
+    def _before_read(self) -> None:
+        if self.reports:  # the member's background fill (not a rewind's)
+            faultpoints.hit(faultpoints.BEFORE_FILL_READ)
+
+    def _slice_applied(self) -> None:
+        if self.reports:
+            faultpoints.hit(faultpoints.FILL_SLICE_APPLIED)
 
     def _report(self) -> None:
         if self.reports:

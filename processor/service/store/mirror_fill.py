@@ -38,7 +38,6 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from processor.kafka.reads import raise_unless_transient, records
 from processor.kafka.retry import is_transient, kafka_error
 from processor.kafka.transport import Msg, Reader
-from processor.testing import faultpoints
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +129,12 @@ class MirrorFill:
         """A permanent read error outlasted ``MAX_ATTEMPTS`` (may raise)."""
         self.cancel([partition])
 
+    def _before_read(self) -> None:
+        """Partitions are about to be assigned to the fill's consumer (fault points)."""
+
+    def _slice_applied(self) -> None:
+        """A slice's records were applied (fault points)."""
+
     # ------------------------------------------------------------ jobs
 
     def open(self, jobs: Iterable[FillJob]) -> None:
@@ -154,7 +159,7 @@ class MirrorFill:
         todo = [j for j in jobs if j.next_offset < j.high]
         if not todo:
             return
-        faultpoints.hit(faultpoints.BEFORE_FILL_READ)
+        self._before_read()
         if self._reader is None:
             self._reader = self._new_reader()
         self._assigned.update(j.partition for j in todo)
@@ -331,7 +336,7 @@ class MirrorFill:
             if p not in pending and not self._apply(job, [], job.high):
                 ended.pop(p)
         if read:
-            faultpoints.hit(faultpoints.FILL_SLICE_APPLIED)
+            self._slice_applied()
             if self.on_slice is not None:
                 self.on_slice(read)
         return ended
