@@ -75,12 +75,27 @@ def baseline(sessions: int, events: int, batch: int) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def _cache(codec: Any, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> QueryCache:
+    """A cache whose fill reads ``records`` from an in-memory views partition 0."""
+    from processor.testing.memory import MemoryBroker, MemoryConsumer
+
+    broker = MemoryBroker()
+    broker.create_topic(topic, 1)
+    for key, value in records:
+        broker.append(topic, 0, key, value, "committed")
+    return QueryCache(
+        codec,
+        topic=topic,
+        reader=lambda: MemoryConsumer(broker, "bench", eof=True),
+        partition_count=lambda consumer: 1,
+        registry=CollectorRegistry(),
+    )
+
+
 def run(sessions: int, events: int, batch: int, queries: int) -> dict[str, Any]:
     config, codec, engine, part, logs = _setup(sessions, events)
     views_topic = config.topics.views
-    cache = QueryCache(
-        codec, read_partition=lambda p: [], partition_count=lambda: 1, registry=CollectorRegistry()
-    )
+    cache = _cache(codec, views_topic, [])
     cache.assigned([0])
     while cache.owns("x") is None:
         time.sleep(0.01)
@@ -128,12 +143,7 @@ def run(sessions: int, events: int, batch: int, queries: int) -> dict[str, Any]:
         lat.append(time.perf_counter() - t0)
         assert views is not None and "status" in views
     # a fill of the same records into a fresh cache (what an assignment costs)
-    fill = QueryCache(
-        codec,
-        read_partition=lambda p: produced,
-        partition_count=lambda: 1,
-        registry=CollectorRegistry(),
-    )
+    fill = _cache(codec, views_topic, produced)
     t0 = time.perf_counter()
     fill.assigned([0])
     while True:

@@ -24,7 +24,7 @@ from processor.service.loop.runner import Processor
 from processor.service.loop.stopping import EXIT_UNCOMMITTED, STOPPING, Watchdog, uncommitted_line
 from processor.service.ops.http import PathHandler, serve
 from processor.service.partitions.restore import AnchorError
-from processor.service.queries.query_setup import attach_queries, query_endpoint
+from processor.service.queries.query_setup import query_endpoint
 from processor.telemetry.metrics import Metrics
 
 _T = TypeVar("_T")
@@ -239,8 +239,7 @@ def _start(
         serving = with_inspector if config.inspect else None
         server, endpoint, config = _bound(config, lambda: query_endpoint(base, metrics, serving))
         click.echo(f"queries on {config.query_advertise}/sessions/", err=True)
-        processor = Processor(config, metrics=metrics)
-        attach_queries(processor, endpoint)
+        processor = Processor(config, metrics=metrics, queries=endpoint)
     else:
         processor = Processor(config, metrics=metrics)
     if server is not None:

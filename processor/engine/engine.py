@@ -27,12 +27,7 @@ from processor.core.errors import SessionError, library_text, raised_from
 from processor.core.message_projections import MessageProjectionRegistry
 from processor.core.projections import ProjectionRegistry
 from processor.core.session import Session, synthetic_header
-from processor.engine.commands import (
-    CommandError,
-    apply_command,
-    parse_command,
-    partition_of,
-)
+from processor.engine.commands import CommandError, apply_command, parse_command, partition_of
 from processor.engine.dead_letters import MAX_KEY_BYTES, bounded
 from processor.engine.gate import Gate, judge, refusal
 from processor.engine.held import HeldSessions
@@ -112,12 +107,9 @@ class Engine:
         publish_floor: Mapping[str, int | PublishFloor] | None = None,
         feeds: Feeds | None = None,
     ) -> None:
-        """``publish_floor``: session -> seq below which views are not published.
-
-        An in-place replay refolds from seq 0 while the views topic still holds
-        the old views; holding each session's views back until it reaches the
-        seq it had published keeps ``asOfSeq`` from going backwards.
-        """
+        """``publish_floor``: session -> seq below which views are not published (an
+        in-place replay refolds from seq 0 while the views topic holds the old
+        views: holding them back keeps ``asOfSeq`` from going backwards)."""
         self.config = config
         self.topics = config.topics
         self.codec = codec
@@ -233,6 +225,16 @@ class Engine:
         closed = self.batch, self.tally
         self.batch, self.tally = Batch(), Tally()
         return closed
+
+    def take_state_counts(self) -> Tally:
+        """Sessions loaded and evicted since the last call (zeroed); decisions stay."""
+        t = self.tally
+        taken, t.loads, t.evictions = Tally(loads=t.loads, evictions=t.evictions), 0, 0
+        return taken
+
+    def drop_decisions(self) -> None:
+        """The open batch's decisions never commit (it is refolded): never counted."""
+        self.tally = Tally(loads=self.tally.loads, evictions=self.tally.evictions)
 
     def discard_batch(self) -> set[int]:
         """Drop the open batch (aborted: its sessions are restored from the

@@ -134,7 +134,7 @@ def test_a_fence_after_an_abort_that_never_ended_is_not_taken_for_another_member
             return self.now
 
     proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1"))
-    proc.txn.producer = cast(TxnProducer, Starved())
+    proc.clients.producer = cast(TxnProducer, Starved())
     with observing(RetryWatch(clock=Clock())):
         proc.txn.abort(set())
     fenced = KafkaError(

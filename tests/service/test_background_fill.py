@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.config import ServiceConfig
-from processor.service.partitions import background_fill
 from processor.service.partitions.background_fill import BackgroundFill
+from processor.service.store import mirror_fill
 from processor.service.store.checkpoint_store import CheckpointStore, Filled
 from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryTransport
 from tests.service.test_memory_transport import Loop, _committed, _wait
@@ -48,7 +48,7 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     g = Gate()
     real = BackgroundFill.step
     monkeypatch.setattr(BackgroundFill, "step", lambda self: g.step(self, real))
-    monkeypatch.setattr(background_fill, "FILL_SLICE", 200)  # many slices
+    monkeypatch.setattr(mirror_fill, "FILL_SLICE", 200)  # many slices
     yield g
 
 
@@ -178,14 +178,14 @@ def test_a_failing_fill_is_reported_and_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broker, _, config = _fresh_host(tmp_path)
-    _flaky(monkeypatch, background_fill.MAX_ATTEMPTS - 1)
+    _flaky(monkeypatch, mirror_fill.MAX_ATTEMPTS - 1)
     loop = Loop(broker, config)
     _wait(lambda: _committed(broker, config), loop, "all committed")
     loop.stop()
     assert not loop.errors, loop.errors
     # one failed read fails both partitions' fills, each retried from its store position
     failed = loop.sample("processor_fill_failures_total")
-    assert failed == config.partitions * (background_fill.MAX_ATTEMPTS - 1)
+    assert failed == config.partitions * (mirror_fill.MAX_ATTEMPTS - 1)
     _assert_folded(broker, config, 12)
 
 
@@ -263,7 +263,7 @@ def test_a_partition_revoked_and_assigned_again_mid_fill_reads_each_record_once(
     store ends with the last value of every key (nothing applied out of order)."""
     from processor.telemetry.metrics import Metrics
 
-    monkeypatch.setattr(background_fill, "FILL_SLICE", 50)
+    monkeypatch.setattr(mirror_fill, "FILL_SLICE", 50)
     broker, store = _one_partition(tmp_path)
     topic = store.topic
     metrics = Metrics()
@@ -336,8 +336,8 @@ def test_a_fill_slice_never_reads_more_than_its_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """FILL_SLICE bounds what one slice reads (and holds) across all partitions."""
-    monkeypatch.setattr(background_fill, "FILL_SLICE", 200)
-    monkeypatch.setattr(background_fill, "SLICE_S", 60.0)  # only the count bound cuts
+    monkeypatch.setattr(mirror_fill, "FILL_SLICE", 200)
+    monkeypatch.setattr(mirror_fill, "SLICE_S", 60.0)  # only the count bound cuts
     slices: list[int] = []
     real_init = BackgroundFill.__init__
 

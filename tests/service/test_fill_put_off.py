@@ -23,8 +23,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processor.config import ServiceConfig
 from processor.service.loop.runner import Processor
-from processor.service.partitions import background_fill
 from processor.service.partitions.background_fill import STALL_S, BackgroundFill, FillJob
+from processor.service.store import mirror_fill
 from processor.telemetry.metrics import Metrics
 from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryTransport
 from tests.service.running import RunningProcessor
@@ -71,7 +71,7 @@ def stalling(monkeypatch: pytest.MonkeyPatch) -> type[Stalling]:
 
     Stalling.on, Stalling.errors, Stalling.made = False, 0, []
     monkeypatch.setattr(MemoryTransport, "plain_consumer", plain)
-    monkeypatch.setattr(background_fill, "FILL_SLICE", 200)  # many slices
+    monkeypatch.setattr(mirror_fill, "FILL_SLICE", 200)  # many slices
     return Stalling
 
 
@@ -107,7 +107,7 @@ def test_a_fill_stalled_past_the_old_bound_is_put_off_and_completes_once_the_bro
 
     monkeypatch.setattr(BackgroundFill, "__init__", init)
     run = Run(broker, config)
-    put_offs = 2 * (background_fill.MAX_ATTEMPTS + 1)
+    put_offs = 2 * (mirror_fill.MAX_ATTEMPTS + 1)
     _wait(
         lambda: run.sample("processor_restore_waits_total") >= put_offs,
         run,
@@ -125,7 +125,7 @@ def test_a_fill_stalled_past_the_old_bound_is_put_off_and_completes_once_the_bro
     assert _group_offset(broker, config, BIG) < _high(broker, config, BIG)
     # a new fill consumer for each try, every one before it closed
     made = list(stalling.made)
-    assert len(made) >= background_fill.MAX_ATTEMPTS + 1
+    assert len(made) >= mirror_fill.MAX_ATTEMPTS + 1
     assert all(_closed(c) for c in made[:-1])
     stalling.on = False
     _wait(lambda: _committed(broker, config), run, "all committed")
@@ -143,12 +143,12 @@ def test_a_fill_read_failing_with_a_transient_error_is_put_off_not_the_end_of_th
     """More transient read errors (a broker restarting) than the attempts a
     permanent one gets: put off each time, then filled and folded."""
     broker, _, config = _fresh_host(tmp_path)
-    stalling.errors = 2 * background_fill.MAX_ATTEMPTS
+    stalling.errors = 2 * mirror_fill.MAX_ATTEMPTS
     run = Run(broker, config)
     _wait(lambda: _committed(broker, config), run, "all committed")
     run.stop()
     assert not run.errors, run.errors
-    assert run.sample("processor_restore_waits_total") >= 2 * background_fill.MAX_ATTEMPTS
+    assert run.sample("processor_restore_waits_total") >= 2 * mirror_fill.MAX_ATTEMPTS
     assert run.sample("processor_fill_failures_total") == 0
     line = (
         f"fill of {config.topics.checkpoints}[{BIG}] put off: read failed: "
@@ -258,7 +258,7 @@ def test_a_max_idle_run_never_ends_while_a_fill_is_put_off(tmp_path: Path) -> No
     assert _group_offset(broker, config, BIG) < _high(broker, config, BIG)
     broker.unstall(config.topics.checkpoints, BIG)
     with clock.lock:
-        clock.now += background_fill.WAIT_FIRST_S
+        clock.now += mirror_fill.WAIT_FIRST_S
     run.thread.join(60)
     assert not run.thread.is_alive()
     assert not run.errors, run.errors
@@ -289,22 +289,22 @@ def test_a_fill_that_progressed_since_its_last_put_off_backs_off_from_the_first_
         return fill.jobs[0]
 
     def again() -> None:
-        now[0] += background_fill.WAIT_MAX_S
+        now[0] += mirror_fill.WAIT_MAX_S
         assert fill.due() == [0]
         fill.start(verify, [0])  # the restore run again (rebalance.fill_step)
 
     fill.start(verify, [0])
     job = progress_then_stall()
-    assert (job.waits, job.retry_at) == (1, now[0] + background_fill.WAIT_FIRST_S)
+    assert (job.waits, job.retry_at) == (1, now[0] + mirror_fill.WAIT_FIRST_S)
     again()
     job = progress_then_stall()  # progress in between: the first pause again
-    assert (job.waits, job.retry_at) == (1, now[0] + background_fill.WAIT_FIRST_S)
+    assert (job.waits, job.retry_at) == (1, now[0] + mirror_fill.WAIT_FIRST_S)
     assert metrics.health.fill_problem is not None
     assert metrics.health.fill_problem.endswith("retrying in 5 s (put off 1 times)")
     again()
     now[0] += STALL_S + 1  # no progress this time: the back-off doubles
     assert fill.step() == {}
     job = fill.jobs[0]
-    assert (job.waits, job.retry_at) == (2, now[0] + 2 * background_fill.WAIT_FIRST_S)
+    assert (job.waits, job.retry_at) == (2, now[0] + 2 * mirror_fill.WAIT_FIRST_S)
     assert metrics.registry.get_sample_value("processor_restore_waits_total") == 3
     fill.close()

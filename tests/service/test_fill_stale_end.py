@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from processor.service.partitions import background_fill
 from processor.service.partitions.background_fill import BackgroundFill
+from processor.service.store import mirror_fill
 from processor.service.store.checkpoint_store import Filled
 from processor.telemetry.metrics import Metrics
 from processor.testing.memory import MemoryConsumer, MemoryMessage
@@ -41,7 +41,7 @@ class StaleEnd(MemoryConsumer):
 def test_a_fill_reads_past_an_end_below_the_verified_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(background_fill, "FILL_SLICE", 50)
+    monkeypatch.setattr(mirror_fill, "FILL_SLICE", 50)
     broker, store = _one_partition(tmp_path)
     fill = BackgroundFill(store, Metrics(), lambda: StaleEnd(broker, "g", eof=True))
     fill.start(MemoryConsumer(broker, "g", eof=True), [0])

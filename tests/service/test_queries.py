@@ -21,6 +21,8 @@ from processor.engine.records import Out
 from processor.kafka.owners import advertised_url, member_client_id, session_partition
 from processor.service.queries.queries import GivenUp, NotRestored, Queries
 from processor.service.queries.query_cache import QueryCache
+from processor.service.store import mirror_fill
+from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryMessage
 from tests.engine.kit import CODEC, CONFIG, Harness, materialize, session_log
 
 VIEWS = CONFIG.topics.views
@@ -203,13 +205,25 @@ def _writes(outs: list[Out], partition: int = 0) -> list[tuple[int, bytes, bytes
     return [(partition, o.key, o.value) for o in outs if o.topic == VIEWS and o.key]
 
 
+def _broker(records: list[tuple[bytes | None, bytes | None]] | None = None) -> MemoryBroker:
+    """A broker whose views partition 0 holds ``records`` (committed)."""
+    broker = MemoryBroker()
+    broker.create_topics(CONFIG)
+    for key, value in records or []:
+        broker.append(VIEWS, 0, key, value, "committed")
+    return broker
+
+
 def _cache(
-    read: Callable[[int], list[tuple[bytes | None, bytes | None]]], budget: int = 1 << 30
+    broker: MemoryBroker,
+    budget: int = 1 << 30,
+    reader: Callable[[], MemoryConsumer] | None = None,
 ) -> QueryCache:
     return QueryCache(
         CODEC,
-        read_partition=read,
-        partition_count=lambda: 1,
+        topic=VIEWS,
+        reader=reader or (lambda: MemoryConsumer(broker, "g", eof=True)),
+        partition_count=lambda consumer: 1,
         budget_bytes=budget,
         registry=CollectorRegistry(),
     )
@@ -241,7 +255,7 @@ def _batches() -> tuple[Harness, list[list[Out]], list[str]]:
 
 def test_the_cache_answers_what_the_views_topic_assembles() -> None:
     h, batches, sids = _batches()
-    cache = _cache(lambda p: [])
+    cache = _cache(_broker())
     assert cache.owns("a") is None  # partition count not read yet
     cache.assigned([0])
     _wait_ready(cache, "a")
@@ -261,12 +275,14 @@ def test_commits_during_the_fill_are_applied_after_it_even_when_they_overlap() -
     h, batches, sids = _batches()
     topic_now = [(o.key, o.value) for b in batches[:8] for o in b if o.topic == VIEWS]
     release = threading.Event()
+    broker = _broker(topic_now)  # the fill reads up to batch 8 ...
 
-    def read(p: int) -> list[tuple[bytes | None, bytes | None]]:
-        release.wait(30)
-        return topic_now  # the fill read up to batch 8 ...
+    class Held(MemoryConsumer):
+        def consume(self, num_messages: int = 1, timeout: float = -1) -> list[MemoryMessage]:
+            release.wait(30)
+            return super().consume(num_messages, timeout)
 
-    cache = _cache(read)
+    cache = _cache(broker, reader=lambda: Held(broker, "g", eof=True))
     cache.assigned([0])
     for batch in batches[5:]:  # ... while batches 6.. committed (6-8 seen twice)
         cache.committed(_writes(batch))
@@ -283,7 +299,7 @@ def test_commits_during_the_fill_are_applied_after_it_even_when_they_overlap() -
 
 def test_a_partition_over_the_budget_is_given_up_not_served_partially() -> None:
     _, batches, _ = _batches()
-    cache = _cache(lambda p: [], budget=15_000)
+    cache = _cache(_broker(), budget=15_000)
     cache.assigned([0])
     _wait_ready(cache, "a")
     for batch in batches:
@@ -327,27 +343,38 @@ def test_the_inspector_port_passes_the_raw_path_to_the_queries() -> None:
 def test_a_fill_that_fails_is_retried_and_a_revoked_fill_is_discarded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("processor.service.queries.query_cache.FILL_RETRY_S", 0.05)
+    """The mirror's fill (store/mirror_fill.py): a read failing with a transient
+    error is put off and tried again with a new consumer; what a read of an
+    assignment revoked meanwhile returns is never applied."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    monkeypatch.setattr(mirror_fill, "WAIT_FIRST_S", 0.05)
     h, batches, sids = _batches()
-    topic = [(o.key, o.value) for b in batches for o in b if o.topic == VIEWS]
-    calls: list[int] = []
+    broker = _broker([(o.key, o.value) for b in batches for o in b if o.topic == VIEWS])
+    made: list[MemoryConsumer] = []
+    reading = threading.Event()
     release = threading.Event()
 
-    def read(p: int) -> list[tuple[bytes | None, bytes | None]]:
-        calls.append(p)
-        if len(calls) == 1:
-            raise RuntimeError("broker away")
-        if len(calls) == 2:
-            release.wait(30)  # revoked and reassigned while this read runs
-            return [(b"a/stale", b"not a view record")]
-        return topic
+    class Flaky(MemoryConsumer):
+        """Consumer 1 reads the ends; 2 fails; 3 is held, then reads a stale record."""
 
-    cache = _cache(read)
+        def consume(self, num_messages: int = 1, timeout: float = -1) -> list[MemoryMessage]:
+            n = made.index(self) + 1
+            if n == 2:
+                raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker away"))
+            if n == 3 and not release.is_set():
+                reading.set()
+                release.wait(30)  # revoked and reassigned while this read runs
+                return [MemoryMessage(VIEWS, 0, 0, b"a/stale", b"not a view record")]
+            return super().consume(num_messages, timeout)
+
+    def reader() -> MemoryConsumer:
+        made.append(Flaky(broker, "g", eof=True))
+        return made[-1]
+
+    cache = _cache(broker, reader=reader)
     cache.assigned([0])
-    deadline = time.monotonic() + 30
-    while len(calls) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    assert reading.wait(30)
     cache.revoked([0])
     cache.assigned([0])
     release.set()
@@ -401,7 +428,7 @@ def test_a_full_commit_queue_makes_the_loop_wait_and_is_counted(
 
     monkeypatch.setattr(query_cache, "MAX_QUEUED_COMMITS", 1)
     h, batches, sids = _batches()
-    cache = _cache(lambda p: [])
+    cache = _cache(_broker())
     held = threading.Event()
     real_apply = cache._apply_commits
 
@@ -430,4 +457,43 @@ def test_a_full_commit_queue_makes_the_loop_wait_and_is_counted(
     topic = materialize(h.topic(VIEWS))
     for sid in sids:
         assert cache.session_views(sid) == topic[sid]
+    cache.close()
+
+
+def test_a_write_failing_during_the_fill_gives_the_partition_up_and_the_thread_goes_on() -> None:
+    """A full disk while a partition fills: given up (503 naming it), never served
+    partially, and the fill thread lives on for the next assignment."""
+    import sqlite3
+
+    h, batches, _ = _batches()
+    broker = _broker([(o.key, o.value) for b in batches for o in b if o.topic == VIEWS])
+    cache = _cache(broker)
+    real = cache._write
+
+    def full(db: Any, p: int, records: Any) -> None:
+        if db is not cache._db:  # the fill thread's connection
+            raise sqlite3.OperationalError("database or disk is full")
+        real(db, p, records)
+
+    cache._write = full  # type: ignore[method-assign]
+    cache.assigned([0])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            cache.session_views("a")
+        except NotRestored:
+            assert time.monotonic() < deadline, "never given up"
+            time.sleep(0.01)
+            continue
+        except GivenUp as exc:
+            assert "disk is full" in str(exc)
+            break
+        raise AssertionError("served from a partial fill")
+    assert cache.dropped._value.get() == 1
+    cache._write = real  # type: ignore[method-assign]
+    cache.revoked([0])
+    cache.assigned([0])
+    _wait_ready(cache, "a")
+    expected = materialize(h.topic(VIEWS))
+    assert cache.session_views("a") == expected["a"]
     cache.close()

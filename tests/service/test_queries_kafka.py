@@ -28,7 +28,7 @@ from processor.client.views_reader import (
 )
 from processor.service.loop.runner import Processor
 from processor.service.queries.queries import Queries
-from processor.service.queries.query_setup import attach_queries, query_endpoint
+from processor.service.queries.query_setup import query_endpoint
 from processor.telemetry.metrics import Metrics
 from tests.cli.test_service_cli import invoke
 from tests.local_http import free_port
@@ -60,8 +60,7 @@ def _member(stack: Stack, name: str) -> Member:
     metrics = Metrics()
     config = stack.config.with_overrides(instance_id=name, metrics_port=0)
     server, queries, config = query_endpoint(config, metrics)
-    processor = Processor(config, metrics=metrics)
-    attach_queries(processor, queries)
+    processor = Processor(config, metrics=metrics, queries=queries)
     thread = threading.Thread(target=processor.run, daemon=True)
     thread.start()
     return Member(processor, thread, server, queries)

@@ -97,7 +97,7 @@ def _committer(clock: _Clock) -> tuple[commit_mod.Committer, _Stalling]:
     producer = _Stalling(broker, "deadline-txn", clock)
     producer.init_transactions()
     producer.begin_transaction()
-    proc.txn.producer = producer
+    proc.clients.producer = producer
     broker.fail("abort_transaction", TRANSIENT, times=1000)
     producer.armed = True
     return proc.txn, producer
@@ -219,11 +219,11 @@ def _replacing(clock: _Clock) -> tuple[commit_mod.Committer, list[_SlowInit]]:
     made: list[_SlowInit] = []
 
     def output_producer(instance_id: str, problems: Any) -> MemoryProducer:
-        made.append(_SlowInit(committer.transport.broker, "deadline-txn", clock))  # type: ignore[attr-defined]
+        made.append(_SlowInit(committer.clients.transport.broker, "deadline-txn", clock))  # type: ignore[attr-defined]
         made[-1].armed = True
         return made[-1]
 
-    committer.transport.output_producer = output_producer  # type: ignore[method-assign]
+    committer.clients.transport.output_producer = output_producer  # type: ignore[method-assign]
     committer.problems.broker_trouble_at = clock.monotonic()  # the fence is explained
     return committer, made
 

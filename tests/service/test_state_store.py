@@ -331,9 +331,11 @@ def test_a_store_failing_a_session_load_ends_the_run_never_a_dead_letter(
 
 
 def test_a_full_disk_in_a_rewinds_fill_holds_the_partition_in_memory(tmp_path: Path) -> None:
-    """The synchronous fill (the rewind after an abort) meets a full disk: the
+    """The fill driven at once (the rewind after an abort) meets a full disk: the
     partition is refilled from zero in memory, every record there, reported."""
+    from processor.service.partitions.background_fill import BackgroundFill
     from processor.service.store.checkpoint_store import CheckpointStore
+    from processor.telemetry.metrics import Metrics
     from processor.testing.memory import MemoryConsumer
 
     config = _config(tmp_path)
@@ -348,7 +350,10 @@ def test_a_full_disk_in_a_rewinds_fill_holds_the_partition_in_memory(tmp_path: P
     assert db is not None
     pages = db._db.execute("PRAGMA page_count").fetchone()[0]
     db._db.execute(f"PRAGMA max_page_count={pages}")  # the disk is full
-    filled = store.fill(MemoryConsumer(broker, "g", eof=True), [0])
+    fill = BackgroundFill(
+        store, Metrics(), lambda: MemoryConsumer(broker, "g", eof=True), reports=False
+    )
+    filled = fill.run(MemoryConsumer(broker, "g", eof=True), [0])
     assert filled[0].kept_from is None and filled[0].records_read == 40
     assert set(store.in_memory) == {0} and store.problem is not None
     assert "held in memory" in store.problem
@@ -451,28 +456,46 @@ def test_a_fill_reads_past_an_end_below_the_committed_one() -> None:
     assert got == [(0, [3, 5], 6)]
 
 
-def test_the_synchronous_fill_gives_up_after_fill_stall_s(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_rewinds_fill_gives_up_after_fill_stall_s(tmp_path: Path) -> None:
     """The rewind's fill (after an abort) stalls after the service's
     ``fill_stall_s``, as the background fill does, not a fixed 120 s: a drill
-    with short bounds puts both off alike."""
-    from processor.service.store import checkpoint_store as state
+    with short bounds puts both off alike.  It raises the transient error the
+    rewind puts its restore off with, counted once there (not here)."""
+    from processor.service.partitions.background_fill import BackgroundFill
     from processor.service.store.checkpoint_store import CheckpointStore
+    from processor.telemetry.metrics import Metrics
+    from processor.testing.memory import MemoryConsumer
 
     config = _config(tmp_path, fill_stall_s=7)
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    for i in range(5):
+        broker.append(config.topics.checkpoints, 0, f"k{i}".encode(), b"x", "committed")
     store = CheckpointStore(config, CODEC)
     store.open("c1", "t1")
-    monkeypatch.setattr(
-        CheckpointStore, "positions", lambda self, reader, parts: {p: (0, 5, None) for p in parts}
+    now = [0.0]
+
+    class Silent(MemoryConsumer):
+        """The broker stopped serving: nothing comes, time passes."""
+
+        def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+            now[0] += 1.0
+            return []
+
+    metrics = Metrics()
+    fill = BackgroundFill(
+        store,
+        metrics,
+        lambda: Silent(broker, "g", eof=True),
+        lambda: now[0],
+        stall_s=float(config.fill_stall_s),
+        reports=False,
     )
-    bounds: list[float | None] = []
-
-    def stream(*args: Any, timeout_s: float | None = None, **kw: Any) -> Any:
-        bounds.append(timeout_s)
-        return iter(())
-
-    monkeypatch.setattr(state, "stream", stream)
-    store.fill(cast(Reader, _Answers([])), [0, 1])
-    assert bounds == [7.0]
+    with pytest.raises(KafkaException) as caught:
+        fill.run(MemoryConsumer(broker, "g", eof=True), [0])
+    assert is_transient(caught.value)
+    assert "stalled: no progress for 7 s" in str(caught.value)
+    assert 7 <= now[0] <= 9  # put off at the bound, not before, not a fixed 120 s
+    assert metrics.registry.get_sample_value("processor_restore_waits_total") == 0
+    assert fill.jobs == {} and fill._reader is None
     store.close()

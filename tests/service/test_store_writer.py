@@ -10,27 +10,29 @@ from processor.config import ServiceConfig
 from processor.engine import PartitionState
 from processor.service.store.checkpoint_store import CheckpointStore
 from processor.service.store.local_store import StoredRecord
-from processor.service.store.store_writer import StoreWriter
+from processor.service.store.mirror_writer import MirrorWriter
 from processor.testing.memory import MemoryMessage
 
+Write = tuple[int, list[StoredRecord], int]
 
-def _key(key: bytes) -> bytes:
-    return key
+
+def _keys(write: Write) -> list[tuple[int, bytes]]:
+    return [(write[0], r.key) for r in write[1]]
 
 
 def test_a_full_queue_makes_the_loop_wait_and_drops_nothing() -> None:
     gate = threading.Event()
     applied: list[int] = []
 
-    def apply(partition: int, records: list[StoredRecord], next_offset: int) -> None:
+    def apply(writes: list[Write]) -> None:
         gate.wait(60)
-        applied.append(next_offset)
+        applied.extend(next_offset for _, _, next_offset in writes)
 
-    writer = StoreWriter(apply, _key, depth=1)
-    writer.put(0, [StoredRecord(0, b"a", b"1")], 1)  # taken by the thread, held at the gate
-    writer.put(0, [StoredRecord(1, b"b", b"1")], 2)  # queued: the queue is full now
-    assert writer.pending(0, b"a") and writer.pending(0, b"b")
-    third = threading.Thread(target=writer.put, args=(0, [StoredRecord(2, b"c", b"1")], 3))
+    writer: MirrorWriter[Write] = MirrorWriter("w", apply, depth=1, keys=_keys)
+    writer.put((0, [StoredRecord(0, b"a", b"1")], 1))  # taken by the thread, held at the gate
+    writer.put((0, [StoredRecord(1, b"b", b"1")], 2))  # queued: the queue is full now
+    assert writer.pending((0, b"a")) and writer.pending((0, b"b"))
+    third = threading.Thread(target=writer.put, args=((0, [StoredRecord(2, b"c", b"1")], 3),))
     third.start()
     third.join(0.5)
     assert third.is_alive()  # back-pressure: waits for room
@@ -38,7 +40,7 @@ def test_a_full_queue_makes_the_loop_wait_and_drops_nothing() -> None:
     third.join(60)
     assert writer.flush(60) and writer.full >= 1  # counted (reported)
     assert applied == [1, 2, 3]  # commit order, nothing dropped
-    assert not writer.pending(0, b"c")
+    assert not writer.pending((0, b"c"))
     assert writer.close(10)
 
 
@@ -52,15 +54,15 @@ def test_a_session_with_queued_records_is_loaded_after_they_are_written(tmp_path
     gate = threading.Event()
     write = store.writer._apply
 
-    def gated(partition: int, records: list[StoredRecord], next_offset: int) -> None:
+    def gated(writes: list[Write]) -> None:
         gate.wait(60)
-        write(partition, records, next_offset)
+        write(writes)
 
     store.writer._apply = gated
     store.produced(0, b"s1", b"not-a-checkpoint")
     store.delivered(None, MemoryMessage(config.topics.checkpoints, 0, 0, b"s1", b"x", 0))
     store.committed({0: PartitionState(0)})
-    assert store.writer.pending(0, b"s1")
+    assert store.writer.pending((0, b"s1"))
     loaded: list[int] = []
     loader = threading.Thread(target=lambda: loaded.append(store.load(0, "s1")[1]))
     loader.start()
@@ -85,19 +87,19 @@ def test_a_full_write_queue_is_counted_in_the_metric(tmp_path: Path) -> None:
     metrics = Metrics()
     proc = Processor(config, metrics=metrics, transport=MemoryTransport(broker, config))
     gate = threading.Event()
-    real = proc.store._write
+    real = proc.store._write_all
 
-    def held(partition: int, records: list[StoredRecord], next_offset: int) -> None:
+    def held(writes: list[Write]) -> None:
         gate.wait(60)
-        real(partition, records, next_offset)
+        real(writes)
 
-    proc.store._write = held  # type: ignore[method-assign]
+    proc.store._write_all = held  # type: ignore[method-assign]
     proc.store.open("cluster", "topic-id")
     writer = proc.store.writer
     assert writer is not None
-    writer.put(0, [StoredRecord(0, b"a", b"1")], 1)  # taken by the thread, held
-    writer.put(0, [StoredRecord(1, b"b", b"1")], 2)  # queued: full
-    third = threading.Thread(target=writer.put, args=(0, [StoredRecord(2, b"c", b"1")], 3))
+    writer.put((0, [StoredRecord(0, b"a", b"1")], 1))  # taken by the thread, held
+    writer.put((0, [StoredRecord(1, b"b", b"1")], 2))  # queued: full
+    third = threading.Thread(target=writer.put, args=((0, [StoredRecord(2, b"c", b"1")], 3),))
     third.start()
     deadline = threading.Event()
     for _ in range(600):  # the third put found the queue full (no time asserted)
@@ -131,7 +133,7 @@ def test_a_write_failing_on_the_writer_thread_never_changes_what_the_loop_iterat
         raise sqlite3.OperationalError("database or disk is full")
 
     store._apply = full  # type: ignore[method-assign]
-    store.writer.put(1, [StoredRecord(0, b"s1", b"x")], 1)
+    store.writer.put((1, [StoredRecord(0, b"s1", b"x")], 1))
     assert store.flush(60)
     assert 1 in store.broken and "disk is full" in store.broken[1]
     assert list(walk) == []  # the loop's walk ends as it began

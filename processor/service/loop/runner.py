@@ -50,7 +50,7 @@ from processor.core.defaults import default_message_projections
 from processor.core.errors import ProcessorError
 from processor.core.projections import ProjectionRegistry
 from processor.core.sharing import tables as sharing_tables
-from processor.engine import Batch, Engine, PartitionState, Record, Tally
+from processor.engine import Batch, Engine, PartitionState, Record
 from processor.engine.commands import Command
 from processor.engine.dead_letters import MAX_BATCH_DEAD_LETTER_BYTES
 from processor.engine.replay_floor import PublishFloor
@@ -63,12 +63,15 @@ from processor.service.loop.control import ControlChannel
 from processor.service.loop.fold_loop import fold_messages, record_of
 from processor.service.loop.heap import HeapPolicy
 from processor.service.loop.idle import Behind, IdleClock, behind_end
+from processor.service.loop.member_clients import MemberClients
 from processor.service.ops.broker_watch import BrokerWatch
 from processor.service.ops.group_watch import GroupWatch
 from processor.service.ops.join_refusal import join_refused
 from processor.service.ops.stall_watch import ProgressWatch
 from processor.service.partitions.rebalance import Rebalance
+from processor.service.queries.queries import Queries
 from processor.service.queries.query_cache import QueryCache
+from processor.service.queries.query_setup import member_cache
 from processor.service.store.checkpoint_store import CheckpointStore
 from processor.service.txn.commit import Committer
 from processor.telemetry.metrics import Metrics
@@ -78,9 +81,6 @@ GAUGE_EVERY_S = 5.0  # lag and session gauges refresh at least this often
 #: records one ``consume`` asks for at most (fewer when ``max_batch_events`` is lower);
 #: a call that comes back with this many finds the consumer behind (catch-up)
 CONSUME_AT_MOST = 5_000
-
-#: Header name the old protocol read as a command; it is now ignored on events
-#: (kept so tests can prove a forged header does nothing).
 
 
 class Processor:
@@ -95,6 +95,7 @@ class Processor:
         codec: Codec | None = None,
         publish_floor: Mapping[str, int | PublishFloor] | None = None,
         transport: Transport | None = None,
+        queries: Queries | None = None,
     ) -> None:
         """``publish_floor``: session -> seq below which views are not published.
 
@@ -103,6 +104,8 @@ class Processor:
         seq it had published keeps ``asOfSeq`` from going backwards.
         ``transport``: where the clients come from (Kafka unless given; the
         contract suite passes the in-memory one, ``testing/memory.py``).
+        ``queries``: answer queries by session from a cache of the committed
+        views of the owned partitions (``query_setup.py``).
         """
         self.config = config
         self.transport = transport or KafkaTransport(config)
@@ -126,8 +129,11 @@ class Processor:
         self._stop = threading.Event()
         #: events of the open batch a stop left uncommitted (no broker answered)
         self.uncommitted: int | None = None
-        self._consumer: GroupConsumer | None = None
         self.problems = ClientProblems()
+        #: the run's Kafka clients, made by run() (member_clients.py)
+        self.clients = MemberClients(
+            config, self.transport, self.problems, self.metrics, instance_id=self.instance_id
+        )
         self._control: ControlChannel | None = None
         self._dead = False  # a KafkaFatal ended the run: close without committing
         self._gauges_at = 0.0
@@ -151,45 +157,53 @@ class Processor:
         self.health = self.metrics.health  # the report; never read to decide
         self._group_watch: GroupWatch | None = None
         #: the checkpoints of the owned partitions on local disk (checkpoint_store.py)
-        self.store = CheckpointStore(config, self.codec)
+        self.store = CheckpointStore(
+            config,
+            self.codec,
+            on_queue_full=self.metrics.store_write_queue_full.inc,
+            on_drop=self.metrics.store_partitions_dropped.inc,  # verify's drops
+        )
+        #: the committed views of the owned partitions, for queries (query_setup.py)
+        self.queries: QueryCache | None = None
+        if queries is not None:
+            self.queries = member_cache(
+                config, self.codec, self.clients.plain, self.metrics.registry, queries
+            )
         #: the transaction of the open batch (commit.py)
         self.txn = Committer(
             config,
-            self.transport,
+            self.clients,
             self.engine,
             self.store,
             self.metrics,
-            self.problems,
-            instance_id=self.instance_id,
+            queries=self.queries,
+            rewinder=self,
             fail=self._fail,
-            flush_tally=self._flush_tally,
             stop=self._stop,
         )
         #: the rebalance callbacks and the restore (rebalance.py)
         self.rebalance = Rebalance(
             config,
-            self.transport,
+            self.clients,
             self.codec,
             self.engine,
             self.store,
             self.txn,
             self.metrics,
+            queries=self.queries,
             fail=self._fail,
             control=lambda: self._control,
             dead=lambda: self._dead,
             changed=self._update_gauges,
         )
 
-    # ------------------------------------------------------------ queries
-
     @property
-    def queries(self) -> QueryCache | None:
-        """The committed views of the owned partitions, for queries (query_setup.py)."""
-        return self.txn.queries
+    def _consumer(self) -> GroupConsumer | None:
+        return self.clients.consumer
 
-    @queries.setter
-    def queries(self, cache: QueryCache | None) -> None:
-        self.txn.queries = cache
+    def rewind(self, numbers: list[int]) -> None:
+        """Rewinder (commit.py): after an abort, restore the partitions (rebalance.py)."""
+        self.rebalance.rewind(numbers)
 
     @property
     def _partitions(self) -> dict[int, PartitionState]:
@@ -224,19 +238,12 @@ class Processor:
         cfg = self.config
         problems = self.problems
         transport = self.transport
-        self._consumer = consumer = transport.group_consumer(self.instance_id, problems)
-        producer = transport.output_producer(self.instance_id, problems)
-        own = cfg.group_id  # covered by the group's READ ACL
-        self.rebalance.consumer = consumer
-        self.rebalance.reader = transport.plain_consumer("restore", problems, own)
-        self.rebalance.problems = problems
+        consumer = self.clients.open()
         self._control = ControlChannel(
-            transport.plain_consumer("control", problems, own),
-            self.topics.control,
-            cfg.group_id,
+            self.clients.plain("control"), self.topics.control, cfg.group_id
         )
         with observing(self.metrics.retries):  # /readyz names a broker nobody answers for
-            self.txn.start(producer, consumer)
+            self.txn.start()
         transport.require_permissions(self.problems, self.metrics)
         probe = lambda: consumer.list_topics(self.topics.events, timeout=2)  # noqa: E731
         brokers = BrokerWatch(problems, self.metrics, probe, every_s=cfg.broker_probe_s)
@@ -249,9 +256,6 @@ class Processor:
                 cfg.group_id, describe, self._report_foreign, cfg.group_watch_s, down
             )
             self._group_watch.start()
-        fence = getattr(transport, "zombie_fence", None)
-        if fence is not None and cfg.exactly_once and cfg.fence_zombies:
-            self.rebalance.fence = fence(self.instance_id, self.metrics)
         consumer.subscribe(
             [self.topics.events],
             on_assign=self.rebalance.on_assign,
@@ -416,7 +420,7 @@ class Processor:
         return all(positions[p] >= target or target <= 0 for p, target in targets.items())
 
     def _close(self) -> None:
-        c, k, p, r = self._consumer, self._control, self.txn.producer, self.rebalance.reader
+        c, k, p, r = self._consumer, self._control, self.txn.producer, self.clients.reader
         self._control = None
         run_all(
             [
@@ -430,7 +434,7 @@ class Processor:
                 ("transaction helper close", self.txn.close),
             ]
         )
-        self._consumer = self.txn.producer = self.txn.consumer = self.rebalance.reader = None
+        self.clients.release()
 
     # ------------------------------------------------------------ folding
 
@@ -443,7 +447,7 @@ class Processor:
         consumed = fold_messages(self.engine, msgs, self._consume_error)
         pending.events += consumed
         self.metrics.records_consumed.inc(consumed)
-        self._flush_tally(decided=False)  # decisions count when committed (commit.py)
+        self._count_state()  # decisions count when committed (commit.py)
         self.metrics.fold_seconds.observe(time.perf_counter() - t0)
 
     def _consume_error(self, msg: Msg) -> None:
@@ -468,22 +472,17 @@ class Processor:
         if self._pending.empty():
             self._pending.started = time.monotonic()
         self.engine.apply_commands([record_of(m) for m in msgs])
-        self._flush_tally(decided=False)
+        self._count_state()
 
-    def _flush_tally(self, *, decided: bool = True) -> None:
-        """Move the engine's counts into the metrics.
+    def _count_state(self) -> None:
+        """Move the engine's state counts (loads, evictions) into the metrics.
 
-        ``decided=False`` moves only the state counts (loads, evictions): the
-        decisions of the open batch (applied, rejected, dead letters, commands,
-        records published) are counted once its transaction commits, and
-        dropped when it aborts, so a refolded batch is not counted twice.
+        The decisions of the open batch (applied, rejected, dead letters,
+        commands, records published) are counted once its transaction commits
+        (commit.py), and dropped when it aborts, so a refolded batch is not
+        counted twice.
         """
-        tally, self.engine.tally = self.engine.tally, Tally()
-        self.metrics.count_state(tally)
-        if not decided:
-            self.engine.tally = tally
-            return
-        self.metrics.count_decisions(tally)
+        self.metrics.count_state(self.engine.take_state_counts())
 
     # ------------------------------------------------------------ engine feeds
 
@@ -498,7 +497,7 @@ class Processor:
         self, partition: int, start: int, end: int, key: bytes
     ) -> list[Record] | None:
         """Feeds: a session's events in [start, end), to repair a stale restore."""
-        reader = self.rebalance.reader
+        reader = self.clients.reader
         if reader is None:
             return None
         return [
@@ -558,7 +557,7 @@ class Processor:
         self.engine.evict(
             cfg.state_budget_bytes, cfg.idle_evict_s, time.monotonic(), self.txn.committing()
         )
-        self._flush_tally(decided=False)
+        self._count_state()
 
     def _update_gauges(self) -> None:
         """Sessions, quarantines and lag; called after commits and rebalances, and

@@ -43,12 +43,11 @@ from processor.config import ServiceConfig
 from processor.core.errors import ProcessorError
 from processor.engine import Engine, PartitionState
 from processor.gcpolicy import settle_heap
-from processor.kafka.client_errors import ClientProblems
-from processor.kafka.fencing import ZombieFence
 from processor.kafka.reads import watermarks
 from processor.kafka.retry import GaveUp, is_transient, observing, retry, run_all
-from processor.kafka.transport import GroupConsumer, Reader, Transport
+from processor.kafka.transport import GroupConsumer, Reader
 from processor.service.loop.control import ControlChannel
+from processor.service.loop.member_clients import MemberClients
 from processor.service.partitions.background_fill import BackgroundFill
 from processor.service.partitions.restore import (
     AnchorError,
@@ -60,6 +59,7 @@ from processor.service.partitions.restore import (
     stable_bound_s,
     wait_stable,
 )
+from processor.service.queries.query_cache import QueryCache
 from processor.service.store.checkpoint_store import CheckpointStore, Filled, session_of
 from processor.service.txn.commit import Committer
 from processor.telemetry.metrics import Metrics
@@ -74,13 +74,14 @@ class Rebalance:
     def __init__(
         self,
         config: ServiceConfig,
-        transport: Transport,
+        clients: MemberClients,
         codec: Codec,
         engine: Engine,
         store: CheckpointStore,
         committer: Committer,
         metrics: Metrics,
         *,
+        queries: QueryCache | None,
         fail: Callable[[ProcessorError], ProcessorError],
         control: Callable[[], ControlChannel | None],
         dead: Callable[[], bool],
@@ -88,24 +89,24 @@ class Rebalance:
     ) -> None:
         self.config = config
         self.topics = config.topics
-        self.transport = transport
+        self.clients = clients
+        self.transport = clients.transport
         self.codec = codec
         self.engine = engine
         self.store = store
         self.committer = committer
         self.metrics = metrics
+        #: the views of the owned partitions for queries (rebuilt on assign)
+        self.queries = queries
         self.health = metrics.health
         self._fail = fail
         self._control = control
         self._dead = dead
         self._changed = changed  # gauges to refresh
-        self.consumer: GroupConsumer | None = None
-        self.reader: Reader | None = None  # the restore consumer
         #: the fills of newly assigned partitions, run in slices by the loop
         self.fill = BackgroundFill(
-            store, metrics, self._fill_reader, stall_s=float(config.fill_stall_s)
+            store, metrics, lambda: clients.plain("fill"), stall_s=float(config.fill_stall_s)
         )
-        self.problems: ClientProblems | None = None  # the fill consumer's reporter
         self.assigned_at = 0.0
         #: partitions of the events topic (co-partitioned with the checkpoints)
         self.partition_count = 0
@@ -113,15 +114,18 @@ class Rebalance:
         #: rewind or another assignment during a background fill must not reset it
         self._started: dict[int, float] = {}
         self._unstable: set[int] = set()  # restored behind an unknown open transaction
-        #: fences a dead member's open transaction on an assigned partition (fencing.py)
-        self.fence: ZombieFence | None = None
         #: rewound partitions whose restore was put off: seeked back to the
         #: committed offset once it ends
         self._reseek: set[int] = set()
-        committer.rewind = self.rewind
-        # the store's write queue reports its bound being hit (checkpoint_store.py)
-        store.on_queue_full = metrics.store_write_queue_full.inc
-        store.on_drop = metrics.store_partitions_dropped.inc  # verify's drops (checkpoint_store.py)
+
+    @property
+    def consumer(self) -> GroupConsumer | None:
+        return self.clients.consumer
+
+    @property
+    def reader(self) -> Reader | None:
+        """The restore consumer."""
+        return self.clients.reader
 
     # ------------------------------------------------------------ callbacks
 
@@ -170,12 +174,8 @@ class Rebalance:
         self.fill.wait(numbers, why)
         # a new restore consumer for the next try: one whose metadata went
         # stale in a broker restart kept failing past the deadline (chaos run)
-        old, self.reader = self.reader, self._new_reader()
+        old = self.clients.new_reader()
         run_all([("restore consumer close", old.close if old is not None else None)])
-
-    def _new_reader(self) -> Reader:
-        assert self.problems is not None
-        return self.transport.plain_consumer("restore", self.problems, self.config.group_id)
 
     def fill_step(self) -> None:
         """One slice of the open fills (the poll loop calls this); resume the filled."""
@@ -213,8 +213,8 @@ class Rebalance:
             tps.append(tp)
         consumer.resume(tps)
         fresh = [n for n in numbers if n not in reseek]
-        if self.committer.queries is not None and fresh:
-            self.committer.queries.assigned(fresh)
+        if self.queries is not None and fresh:
+            self.queries.assigned(fresh)
         control = self._control()
         if control is not None:
             if fresh:
@@ -228,10 +228,6 @@ class Rebalance:
         settle_heap()
         self._changed()
 
-    def _fill_reader(self) -> Reader:
-        assert self.problems is not None
-        return self.transport.plain_consumer("fill", self.problems, self.config.group_id)
-
     def on_revoke(self, consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels("revoke").inc()
         # a fill in progress stops here: the store keeps its applied slices
@@ -243,24 +239,21 @@ class Rebalance:
         # we keep: the revoked ones are the next owner's to restore, and a
         # back-off would only delay the whole group's rebalance.
         c = self.committer
-        c.leaving = {tp.partition for tp in partitions}
-        c.deadline = time.monotonic() + self.config.revoke_budget_ms / 1000
-        try:
-            if not self._dead():
-                c.commit()  # finish the open batch while we still own the partitions
-        except KafkaException as exc:
-            log.warning("commit on revoke failed (%s); aborting the batch", exc)
-            c.abort(set())
-        finally:
-            # the store's queued writes, within what is left of the revoke budget
-            # (what misses it is caught up if the partitions come back)
-            self.store.flush(max(0.0, c.deadline - time.monotonic()) if c.deadline else 0.0)
-            c.leaving = set()
-            c.deadline = None
+        with c.revoking(tp.partition for tp in partitions):
+            try:
+                if not self._dead():
+                    c.commit()  # finish the open batch while we still own the partitions
+            except KafkaException as exc:
+                log.warning("commit on revoke failed (%s); aborting the batch", exc)
+                c.abort(set())
+            finally:
+                # the store's queued writes, within what is left of the revoke budget
+                # (what misses it is caught up if the partitions come back)
+                self.store.flush(max(0.0, c.left() or 0.0))
         for tp in partitions:
             self.engine.drop_partition(tp.partition)
-        if self.committer.queries is not None:
-            self.committer.queries.revoked(tp.partition for tp in partitions)
+        if self.queries is not None:
+            self.queries.revoked(tp.partition for tp in partitions)
         consumer.incremental_unassign(partitions)
         control = self._control()
         if control is not None:
@@ -277,8 +270,8 @@ class Rebalance:
         self.committer.abort(lost, rewind=False)
         for p in lost:
             self.engine.drop_partition(p)
-        if self.committer.queries is not None:
-            self.committer.queries.revoked(lost)
+        if self.queries is not None:
+            self.queries.revoked(lost)
         consumer.incremental_unassign(partitions)
         control = self._control()
         if control is not None:
@@ -317,15 +310,22 @@ class Rebalance:
         """Bring partitions' checkpoints into the store at once (after an abort);
         their start-offset overrides.
 
-        All partitions are read in one assignment of the restore consumer,
-        from where the store stands — never the events behind them.
+        The store's fill (background_fill.py) driven to the end at once, with a
+        fill consumer of its own, from where the store stands — never the
+        events behind them.
         """
         assert self.reader is not None
         if not numbers:
             return {}
         self._prepare(numbers)
-        filled = self.store.fill(self.reader, numbers)
-        self.metrics.store_records_read.inc(sum(f.records_read for f in filled.values()))
+        at_once = BackgroundFill(
+            self.store,
+            self.metrics,
+            lambda: self.clients.plain("fill"),
+            stall_s=float(self.config.fill_stall_s),
+            reports=False,
+        )
+        filled = at_once.run(self.reader, numbers)
         return self._finish(numbers, filled)
 
     def _prepare(self, numbers: list[int]) -> None:
@@ -343,7 +343,7 @@ class Rebalance:
                     self.topics.checkpoints,
                     numbers,
                     stable_bound_s(self.config),
-                    on_open=self.fence.fence if self.fence is not None else None,
+                    on_open=self.clients.fence.fence if self.clients.fence is not None else None,
                 )
             )
         else:

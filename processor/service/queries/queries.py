@@ -128,7 +128,7 @@ class Queries:
         max_concurrent: int = MAX_CONCURRENT,
         max_rate: float = MAX_RATE,
     ) -> None:
-        self.source = source  # set later by the member (it exists after the server)
+        self.source = source
         self.owner = owner
         self.self_url = self_url
         self.max_response_bytes = max_response_bytes
@@ -142,6 +142,12 @@ class Queries:
         )
         for outcome in OUTCOMES:
             self.counter.labels(outcome)
+
+    def serve(self, source: SessionSource, owner: OwnerLookup) -> None:
+        """Answer from a member's cache.  The one binding after construction: the
+        port serves before the member exists (the member advertises the port's
+        URL when it joins), so the member's cache comes to it then (query_setup.py)."""
+        self.source, self.owner = source, owner
 
     def http(self, path: str) -> tuple[int, bytes, dict[str, str]]:
         """:meth:`handle` as the HTTP server takes it (``ops/http.py`` serve)."""

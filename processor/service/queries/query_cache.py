@@ -10,31 +10,38 @@ what the compacted topic holds — and a query feeds the session's records,
 in the order they were written, to the readers' own assembly
 (``views_reader``): the same code, the same records, the same value.
 
-Where: a SQLite file (standard library; WAL, so queries read while the
-loop writes; a fixed page cache, so memory does not grow with the sessions
-held — only the file does, like the compacted topic).  It is rebuilt on
-every start and every assignment, never trusted across runs: nothing here
-needs the store's proof against the topic.
+Where: a mirror's SQLite file (``store/mirror_db.py``: WAL, so queries
+read while the writer writes; a fixed page cache, so memory does not grow
+with the sessions held).  It is rebuilt on every start and every
+assignment, never trusted across runs: nothing here needs the store's
+proof against the topic.
 
-Filled per assigned partition in a background thread from the views topic
-(the session's views live in its events partition number), then kept
-current by the runner handing over the view records of each committed
-transaction (:meth:`QueryCache.committed`).  Commits arriving while a fill
-runs are buffered and applied after it; re-applying records the fill
-already read is harmless, since a key's latest write wins and moves it to
-the end (``seq``).  Until its fill is done a partition answers "restoring".
+Filled per assigned partition by a background thread from the views topic
+(the session's views live in its events partition number) with the
+mirror's fill (``store/mirror_fill.py``: bounded slices, a stalled or
+failing read put off and tried again after a back-off, counted in
+``processor_query_cache_fill_failures_total``), then kept current by the
+runner handing over the view records of each committed transaction
+(:meth:`QueryCache.committed`).  A thread, not the loop's slices as the
+checkpoint store's fill: nothing waits for this fill — the partition folds
+at once and only its queries answer "restoring" — so it need not cost the
+loop a slice.  Commits arriving while a fill runs are buffered and applied
+after it; re-applying records the fill already read is harmless, since a
+key's latest write wins and moves it to the end (``seq``).
 
 Threads: the loop thread calls :meth:`assigned`, :meth:`revoked` and
-:meth:`committed`, which only queues the records (measured: a SQLite write
-per commit on the loop cost 8.5% of fold + output; bench/query_cache.py);
-the writer thread applies them, several commits per transaction; the fill
+:meth:`committed`, which only queues the records for the mirror's writer
+thread (``store/mirror_writer.py``; measured: a SQLite write per commit on
+the loop cost 8.5% of fold + output, bench/lab/query_cache.py), which
+applies them, up to 64 commits per transaction; the fill
 thread writes its partition in small chunks; both write under the lock
 (the states and the rows change together); HTTP threads read on their own
 connections, outside it (WAL: a reader sees whole write transactions).  So
 a query sees a committed state, at most the writer's queue behind the
 newest commit.
 
-Bounded: the live bytes of the file are capped at ``budget_bytes``; a
+Bounded: the live bytes of the file are capped at ``budget_bytes``
+(``mirror_db.ByteBudget``, reported in ``processor_query_cache_bytes``); a
 partition whose write would pass it is given up (deleted, counted,
 answered 503 naming the bound) rather than served partially — a partial
 session would assemble a wrong value.  A session's records are the keys
@@ -44,7 +51,6 @@ decoded record says whose it is).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import queue
@@ -53,7 +59,7 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,25 +68,35 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from processor.client.views_reader import Materializer, ViewRecord
 from processor.codec import Codec
 from processor.kafka.owners import session_partition
+from processor.kafka.reads import watermarks
+from processor.kafka.transport import Msg, Reader
 from processor.service.queries.queries import GivenUp, NotRestored
+from processor.service.store import mirror_db
+from processor.service.store.mirror_db import transaction
+from processor.service.store.mirror_fill import STALL_S, FillJob, MirrorFill
+from processor.service.store.mirror_writer import MirrorWriter
 
 log = logging.getLogger(__name__)
 
 #: Default bound of the live bytes of the cache file.
 DEFAULT_BUDGET_BYTES = 1024 * 1024 * 1024
-#: Seconds between attempts to fill a partition whose read failed.
-FILL_RETRY_S = 2.0
-#: Records per fill transaction: the loop's commit waits at most one of them.
+#: Records per fill transaction: a commit's write waits at most one of them.
 FILL_CHUNK = 500
+#: Longest wait of the fill thread for work while every fill is put off.
+IDLE_S = 0.2
 #: SQLite page cache per connection (negative: KiB): the memory bound.
 CACHE_KIB = 4 * 1024
 #: Commits queued for the writer thread before the loop waits for it.
 MAX_QUEUED_COMMITS = 1_000
+#: Commits the writer thread applies in one SQLite transaction at most.
+COMMITS_PER_WRITE = 64
 #: Records buffered per partition while its fill runs (past it: given up).
 MAX_BUFFERED = 200_000
 
 #: (partition, key, value) of one committed views record (value None: tombstone).
 ViewWrite = tuple[int, bytes, bytes | None]
+#: (partition, its assignment epoch, key, value): a committed record as queued.
+_Tagged = tuple[int, int, bytes, bytes | None]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS record (
@@ -105,21 +121,25 @@ class QueryCache:
         self,
         codec: Codec,
         *,
-        read_partition: Callable[[int], Iterable[tuple[bytes | None, bytes | None]]],
-        partition_count: Callable[[], int],
+        topic: str,
+        reader: Callable[[], Reader],
+        partition_count: Callable[[Reader], int],
         budget_bytes: int = DEFAULT_BUDGET_BYTES,
         directory: str | Path | None = None,
         registry: CollectorRegistry | None = None,
-        on_close: Callable[[], None] | None = None,
+        stall_s: float | None = None,
     ) -> None:
-        """``read_partition(p)``: every committed (key, value) of views partition ``p``
-        in offset order (streamed); ``partition_count()``: partitions of the events
-        topic; ``on_close``: release what they hold.  All run on the fill thread.
-        ``directory``: where the file lives (default: the system's temp dir)."""
+        """``topic``: the views topic; ``reader()``: a new consumer without a group
+        (the fill's, and one for the partitions' ends); ``partition_count(r)``:
+        partitions of the events topic, asked with such a consumer.  All run on
+        the fill thread.  ``directory``: where the file lives (default: the
+        system's temp dir); ``stall_s``: a fill without progress this long is
+        put off (default: the mirror's)."""
         self.codec = codec
-        self._read = read_partition
+        self.topic = topic
+        self._new_reader = reader
         self._count_of = partition_count
-        self._on_close = on_close
+        self._stall_s = stall_s
         self._count: int | None = None
         self.budget_bytes = budget_bytes
         self._dir = tempfile.mkdtemp(prefix="processor-queries-", dir=directory)
@@ -130,19 +150,17 @@ class QueryCache:
         self._seq = itertools.count()  # next() is atomic: fill and loop both draw
         self._db = self._connect()  # writes of the writer and loop threads (under the lock)
         self._db.executescript(_SCHEMA)
-        self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
         self._readers = threading.local()
         self._jobs: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
-        self._writer: threading.Thread | None = None
-        self._commits: queue.Queue[list[tuple[int, int, bytes, bytes | None]] | None] = queue.Queue(
-            maxsize=MAX_QUEUED_COMMITS
-        )
+        #: the committed records' writer (started with the first assignment)
+        self._writer: MirrorWriter[list[_Tagged]] | None = None
         self._closed = False
         r = registry if registry is not None else CollectorRegistry()
         self.held_bytes = Gauge(
             "processor_query_cache_bytes", "Live bytes of the query cache file", registry=r
         )
+        self._budget = mirror_db.ByteBudget(budget_bytes, self.held_bytes)
         self.dropped = Counter(
             "processor_query_cache_dropped_total",
             "Partitions given up by the query cache over its byte budget",
@@ -161,12 +179,10 @@ class QueryCache:
         )
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=OFF")  # rebuilt on every start: no fsync needed
-        db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-        db.execute("PRAGMA busy_timeout=60000")
-        return db
+        # not durable: rebuilt on every start, no fsync needed
+        return mirror_db.connect(
+            self.path, cache_kib=CACHE_KIB, durable=False, autocommit=True, busy_timeout_ms=60000
+        )
 
     # ------------------------------------------------------------ loop thread
 
@@ -180,10 +196,15 @@ class QueryCache:
         if self._worker is None:
             self._worker = threading.Thread(target=self._fill_loop, name="query-fill", daemon=True)
             self._worker.start()
-            self._writer = threading.Thread(
-                target=self._write_loop, name="query-writer", daemon=True
+            self._writer = MirrorWriter(
+                "query cache",
+                self._write_queued,
+                depth=MAX_QUEUED_COMMITS,
+                batch=COMMITS_PER_WRITE,
+                on_full=self.queue_full.inc,
+                on_error=self._write_failed,
+                thread="query-writer",
             )
-            self._writer.start()
 
     def revoked(self, partitions: Iterable[int]) -> None:
         with self._lock:
@@ -201,58 +222,39 @@ class QueryCache:
         """
         parts = self._parts  # changed by this (the loop) thread only
         tagged = [(p, parts[p].epoch, key, value) for p, key, value in writes if p in parts]
-        if tagged:
-            try:
-                self._commits.put_nowait(tagged)
-            except queue.Full:  # the bound is hit: reported, then the loop waits
-                self.queue_full.inc()
-                log.warning(
-                    "query cache: write queue full (%d commits); the loop waits for it",
-                    MAX_QUEUED_COMMITS,
-                )
-                self._commits.put(tagged)
+        if tagged and self._writer is not None:
+            # a full queue: reported, then the loop waits (back-pressure, mirror_writer.py)
+            self._writer.put(tagged)
 
     def sync(self) -> None:
         """Wait until every queued commit is applied (tests, benches)."""
-        self._commits.join()
+        if self._writer is not None:
+            self._writer.flush()
 
     def close(self) -> None:
         """Stop the threads, release the reader and remove the file."""
         self._closed = True
         self._jobs.put(None)
-        self._commits.put(None)
-        for thread in (self._worker, self._writer):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(10)  # a fill in its middle ends at its next chunk
-        if self._worker is None and self._on_close is not None:
-            self._on_close()
+        if self._writer is not None:
+            self._writer.close(10)  # what is queued first, as before a stop
+        if self._worker is not None and self._worker is not threading.current_thread():
+            self._worker.join(10)  # a fill in its middle ends at its next chunk
         self._remove()
 
-    def _write_loop(self) -> None:
-        """Apply queued commits in order, several per SQLite transaction."""
-        while True:
-            jobs = [self._commits.get()]
-            while jobs[-1] is not None and len(jobs) < 64:
-                try:
-                    jobs.append(self._commits.get_nowait())
-                except queue.Empty:
-                    break
-            try:
-                with self._lock:
-                    self._apply_commits([r for job in jobs if job is not None for r in job])
-            except Exception:  # a cache failure must never end the member
-                log.exception("query cache: applying a commit failed; giving the partitions up")
-                with self._lock:
-                    for p, part in list(self._parts.items()):
-                        if part.dropped is None:
-                            self._give_up(p, part, "a write to the cache file failed")
-            finally:
-                for _ in jobs:
-                    self._commits.task_done()
-            if jobs[-1] is None:
-                return
+    def _write_queued(self, commits: list[list[_Tagged]]) -> None:
+        """The writer thread: queued commits in order, in one SQLite transaction."""
+        with self._lock:
+            self._apply_commits([r for commit in commits for r in commit])
 
-    def _apply_commits(self, records: list[tuple[int, int, bytes, bytes | None]]) -> None:
+    def _write_failed(self, exc: Exception) -> None:
+        """A cache failure must never end the member: its partitions are given up."""
+        log.error("query cache: applying a commit failed; giving the partitions up", exc_info=exc)
+        with self._lock:
+            for p, part in list(self._parts.items()):
+                if part.dropped is None:
+                    self._give_up(p, part, "a write to the cache file failed")
+
+    def _apply_commits(self, records: list[_Tagged]) -> None:
         """Write the records of ready partitions, buffer the filling ones (lock held)."""
         ready: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
         for p, epoch, key, value in records:
@@ -324,49 +326,53 @@ class QueryCache:
     # ------------------------------------------------------------ fill thread
 
     def _fill_loop(self) -> None:
+        """Open the assigned partitions' fills, drive them slice by slice."""
         db = self._connect()
+        fill = _ViewsFill(self, db)
         try:
-            while True:
-                job = self._jobs.get()
-                if job is None:
+            while not self._closed:
+                if not self._take_jobs(fill):
                     return
-                self._fill(db, *job)
+                try:
+                    for p in fill.due():
+                        fill.add(p, fill.epochs[p])
+                    fill.drop_stale()
+                    for p, job in fill.step().items():
+                        self._filled(db, p, fill.epochs.pop(p, -1), job)
+                except Exception as exc:  # a cache failure must never end the member
+                    log.error("query cache: a fill failed; giving its partitions up", exc_info=exc)
+                    fill.give_up_all(f"its fill failed ({exc})")
+                fill.drop_stale()
         finally:
+            fill.close()
             db.close()
-            if self._on_close is not None:
-                self._on_close()
+
+    def _take_jobs(self, fill: _ViewsFill) -> bool:
+        """Open the newly assigned partitions' fills; waits while there is nothing
+        to read.  False: the cache is closing."""
+        live = [j for j in fill.jobs.values() if j.retry_at is None]
+        wait: float | None = None  # nothing to fill: until a partition is assigned
+        if live:
+            wait = 0.0
+        elif fill.jobs:  # every fill put off: until the first is due
+            due = min(j.retry_at or 0.0 for j in fill.jobs.values()) - fill.clock()
+            wait = min(IDLE_S, max(0.0, due))
+        while True:
+            try:
+                job = self._jobs.get(timeout=wait) if wait != 0.0 else self._jobs.get_nowait()
+            except queue.Empty:
+                return True
+            if job is None:
+                return False
+            fill.add(*job)
+            wait = 0.0
 
     def _current(self, p: int, epoch: int) -> _Partition | None:
         part = self._parts.get(p)
         return part if part is not None and part.epoch == epoch else None
 
-    def _fill(self, db: sqlite3.Connection, p: int, epoch: int) -> None:
-        with self._lock:
-            if self._current(p, epoch) is None:
-                return  # revoked (or reassigned) before its turn
-        read, started = 0, time.monotonic()
-        try:
-            if self._count is None:
-                self._count = self._count_of()
-            for chunk in _chunks(self._read(p), FILL_CHUNK):
-                read += len(chunk)
-                # under the lock, so a revoke cannot land between the check and
-                # the write (stale rows); a chunk is small, the loop waits little
-                with self._lock:
-                    part = self._current(p, epoch)
-                    if part is None or part.dropped is not None or self._closed:
-                        return
-                    self._write(db, p, chunk)
-                    self._check_budget(p)
-        except Exception as exc:
-            self.fill_failures.inc()
-            log.warning("query cache: reading views partition %d failed: %s", p, exc)
-            with self._lock:
-                if self._current(p, epoch) is not None:
-                    self._delete(db, p)
-            if not self._closed:
-                threading.Timer(FILL_RETRY_S, self._jobs.put, ((p, epoch),)).start()
-            return
+    def _filled(self, db: sqlite3.Connection, p: int, epoch: int, job: FillJob) -> None:
+        """The fill reached the end: the commits buffered meanwhile, then ready."""
         with self._lock:
             part = self._current(p, epoch)
             if part is None or part.dropped is not None:
@@ -378,8 +384,8 @@ class QueryCache:
         log.info(
             "query cache: views partition %d loaded (%d records read in %.2f s)",
             p,
-            read,
-            time.monotonic() - started,
+            job.read,
+            time.monotonic() - job.started,
         )
 
     # ------------------------------------------------------------ storage
@@ -395,38 +401,30 @@ class QueryCache:
                 final[key] = (value, next(self._seq))
         upserts = [(p, k, v, s) for k, (v, s) in final.items() if v is not None]
         deletes = [(p, k) for k, (v, _) in final.items() if v is None]
-        with _transaction(db):
+        with transaction(db):
             db.executemany("DELETE FROM record WHERE partition = ? AND key = ?", deletes)
             db.executemany(
                 "INSERT OR REPLACE INTO record (partition, key, value, seq) VALUES (?, ?, ?, ?)",
                 upserts,
             )
 
-    def _live_bytes(self) -> int:
-        pages, free = (
-            int(self._db.execute(f"PRAGMA {name}").fetchone()[0])
-            for name in ("page_count", "freelist_count")
-        )
-        return (pages - free) * self._page_size
-
     def _check_budget(self, p: int) -> None:
         """Give ``p`` up when the file's live bytes pass the budget (lock held)."""
-        live = self._live_bytes()
-        self.held_bytes.set(live)
         part = self._parts.get(p)
-        if live > self.budget_bytes and part is not None and part.dropped is None:
-            self._give_up(p, part, f"the cache passed its budget of {self.budget_bytes} bytes")
+        if self._budget.passed(self._db) and part is not None and part.dropped is None:
+            why = f"the cache passed its budget of {self.budget_bytes} bytes (query_cache_bytes)"
+            self._give_up(p, part, why)
 
     def _give_up(self, p: int, part: _Partition, why: str) -> None:
         part.dropped = (
-            f"the query cache gave up partition {p}: {why} (query_cache_bytes); "
+            f"the query cache gave up partition {p}: {why}; "
             "read the views topic (`processor views --session ... --from-topic`)"
         )
         log.warning("%s", part.dropped)
         self.dropped.inc()
         part.buffer = []
         self._delete(self._db, p)
-        self.held_bytes.set(self._live_bytes())
+        self._budget.measure(self._db)
 
     def _forget(self, p: int) -> None:
         """Forget partition ``p`` (lock held)."""
@@ -434,7 +432,7 @@ class QueryCache:
             self._delete(self._db, p)
 
     def _delete(self, db: sqlite3.Connection, p: int) -> None:
-        with _transaction(db):
+        with transaction(db):
             db.execute("DELETE FROM record WHERE partition = ?", (p,))
 
     def _remove(self) -> None:
@@ -443,26 +441,97 @@ class QueryCache:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """``BEGIN IMMEDIATE`` .. ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
+class _ViewsFill(MirrorFill):
+    """The cache's fill of its assigned views partitions (the fill thread's)."""
 
+    def __init__(self, cache: QueryCache, db: sqlite3.Connection) -> None:
+        stall = STALL_S if cache._stall_s is None else cache._stall_s
+        super().__init__(cache.topic, cache._new_reader, stall_s=stall)
+        self.cache = cache
+        self.db = db
+        self.epochs: dict[int, int] = {}  # each job's assignment epoch
+        self._meta: Reader | None = None  # the partitions' ends, the partition count
 
-def _chunks(
-    records: Iterable[tuple[bytes | None, bytes | None]], size: int
-) -> Iterator[list[tuple[bytes | None, bytes | None]]]:
-    chunk: list[tuple[bytes | None, bytes | None]] = []
-    for record in records:
-        chunk.append(record)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+    def add(self, p: int, epoch: int) -> None:
+        """Open ``p``'s fill from the start of the views partition to its end now."""
+        cache = self.cache
+        if self.epochs.get(p, epoch) != epoch:
+            self.cancel([p])  # reassigned: the new assignment's fill from the start
+        self.epochs[p] = epoch
+        with cache._lock:
+            if cache._current(p, epoch) is None:
+                self.epochs.pop(p, None)
+                return  # revoked (or reassigned) before its turn
+        now = self.clock()
+        try:
+            if self._meta is None:
+                self._meta = cache._new_reader()
+            if cache._count is None:
+                cache._count = cache._count_of(self._meta)
+            low, high = watermarks(self._meta, self.topic, p)  # high: the stable end
+        except Exception as exc:  # a cache failure never ends the member: tried again
+            log.warning("query cache: reading views partition %d failed: %s", p, exc)
+            self.wait([p], f"its end could not be read: {exc}", kind="fill")
+            return
+        self.open([FillJob(p, max(low, 0), high, None, started=now, progress_at=now)])
+
+    def drop_stale(self) -> None:
+        """Cancel the fills of partitions revoked, reassigned or given up meanwhile."""
+        cache = self.cache
+        with cache._lock:
+            stale = [
+                p
+                for p, epoch in self.epochs.items()
+                if (part := cache._current(p, epoch)) is None or part.dropped is not None
+            ]
+        for p in stale:
+            self.epochs.pop(p, None)
+        self.cancel(stale)  # a put-off one too
+
+    def _write(self, job: FillJob, batch: list[Msg], next_offset: int) -> bool:
+        cache, p = self.cache, job.partition
+        epoch = self.epochs.get(p, -1)
+        pairs = [(m.key(), m.value()) for m in batch]
+        for i in range(0, len(pairs), FILL_CHUNK):
+            # under the lock, so a revoke cannot land between the check and the
+            # write (stale rows); a chunk is small, a commit's write waits little
+            with cache._lock:
+                part = cache._current(p, epoch)
+                if part is None or part.dropped is not None or cache._closed:
+                    return True  # dropped after the slice (drop_stale)
+                try:
+                    cache._write(self.db, p, pairs[i : i + FILL_CHUNK])
+                except sqlite3.Error as exc:  # a full disk: given up, never served partially
+                    cache._give_up(p, part, f"a write to the cache file failed ({exc})")
+                    return True
+                cache._check_budget(p)
+        return True
+
+    def give_up_all(self, why: str) -> None:
+        """Give up every partition being filled (an unforeseen failure)."""
+        cache = self.cache
+        with cache._lock:
+            for p, epoch in self.epochs.items():
+                part = cache._current(p, epoch)
+                if part is not None and part.dropped is None:
+                    cache._give_up(p, part, why)
+
+    def _counted_waits(self, count: int) -> None:
+        self.cache.fill_failures.inc(count)
+
+    def _counted_failure(self) -> None:
+        self.cache.fill_failures.inc()
+
+    def _failed_for_good(self, partition: int, why: str) -> None:
+        cache = self.cache
+        with cache._lock:
+            part = cache._parts.get(partition)
+            if part is not None and part.dropped is None:
+                cache._give_up(partition, part, why)
+        self.cancel([partition])
+
+    def close(self) -> None:
+        super().close()
+        meta, self._meta = self._meta, None
+        if meta is not None:
+            meta.close()

@@ -3,32 +3,28 @@
 ``processor run --queries`` (and the tests) start the HTTP port first, so
 the member can advertise the bound URL in its ``client.id`` (owners.py),
 then build the :class:`~processor.service.loop.runner.Processor` with that config
-and attach a :class:`~processor.service.queries.query_cache.QueryCache` to it: the
-runner feeds the cache, the cache answers the :class:`Queries`.
+and the :class:`Queries` (``Processor(config, queries=...)``): it makes its
+:class:`~processor.service.queries.query_cache.QueryCache` with
+:func:`member_cache`; the member feeds the cache, the cache answers the queries.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING
+from prometheus_client import CollectorRegistry
 
+from processor.codec import Codec
 from processor.config import ServiceConfig
 from processor.kafka import clients
 from processor.kafka.owners import GroupView, OwnerDirectory, describe_group
-from processor.kafka.reads import scan, watermarks
+from processor.kafka.reads import topic_partitions
 from processor.kafka.transport import Reader
-from processor.service.loop.runner import Processor
 from processor.service.ops.http import PathHandler, serve
 from processor.service.queries.queries import Queries
 from processor.service.queries.query_cache import QueryCache
 from processor.telemetry.metrics import Metrics
-
-#: Seconds a fill may take to read one views partition before it is retried.
-FILL_TIMEOUT_S = 300.0
 
 
 def query_endpoint(
@@ -51,22 +47,26 @@ def query_endpoint(
     return server, queries, config.with_overrides(query_advertise=url, queries=True)
 
 
-def attach_queries(processor: Processor, queries: Queries) -> QueryCache:
-    """Let ``processor`` feed a query cache and ``queries`` answer from it."""
-    config = processor.config
+def member_cache(
+    config: ServiceConfig,
+    codec: Codec,
+    plain: Callable[[str], Reader],
+    registry: CollectorRegistry,
+    queries: Queries,
+) -> QueryCache:
+    """A member's query cache, which ``queries`` answers from; ``plain(purpose)``:
+    a consumer without a group (the cache's fill reads the views topic with one)."""
     topics = config.topics
-    reader = _ViewsReader(processor)
     cache = QueryCache(
-        processor.codec,
-        read_partition=reader.read,
-        partition_count=reader.partition_count,
+        codec,
+        topic=topics.views,
+        reader=lambda: plain("query"),
+        partition_count=lambda reader: len(topic_partitions(reader, topics.events, 10)),
         budget_bytes=config.query_cache_bytes,
         directory=config.query_cache_dir or None,
-        registry=processor.metrics.registry,
-        on_close=reader.close,
+        registry=registry,
+        stall_s=float(config.fill_stall_s),
     )
-    processor.queries = cache
-    queries.source = cache
     admin = clients.admin(config)  # one for the member's life
 
     def describe() -> GroupView:
@@ -88,55 +88,5 @@ def attach_queries(processor: Processor, queries: Queries) -> QueryCache:
             return None
         return partition, url
 
-    queries.owner = owner
+    queries.serve(cache, owner)
     return cache
-
-
-class _ViewsReader:
-    """The fill thread's consumer of the views topic (created on that thread)."""
-
-    def __init__(self, processor: Processor) -> None:
-        self._processor = processor
-        self._consumer: Reader | None = None
-        self._lock = threading.Lock()
-
-    def _reader(self) -> Reader:
-        with self._lock:
-            if self._consumer is None:
-                p = self._processor
-                self._consumer = p.transport.plain_consumer("query", p.problems, p.config.group_id)
-            return self._consumer
-
-    def partition_count(self) -> int:
-        topic = self._processor.topics.events
-        meta: Any = self._reader().list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            raise RuntimeError(f"topic {topic} does not exist")
-        return len(meta.partitions)
-
-    def read(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
-        """Committed records of views partition ``partition`` from its start to its
-        end as the read began, streamed (the cache writes them in chunks)."""
-        consumer, topic = self._reader(), self._processor.topics.views
-        low, high = watermarks(consumer, topic, partition)  # high: the stable end
-        if high <= max(low, 0):
-            return
-        reads = scan(
-            consumer,
-            topic,
-            {partition: OFFSET_BEGINNING},
-            {partition: high},
-            timeout_s=FILL_TIMEOUT_S,
-            batch=1_000,
-            poll_s=0.1,
-        )
-        with contextlib.closing(reads):  # unassigns the consumer when the fill stops early
-            for _, m in reads:
-                if m is not None:
-                    yield m.key(), m.value()
-
-    def close(self) -> None:
-        with self._lock:
-            consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()

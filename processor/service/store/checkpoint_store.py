@@ -14,8 +14,10 @@ Three moments:
   first event arrives (:meth:`load`).
 - **commit** (:meth:`produced`, :meth:`committed`): every checkpoint record
   the transaction produced is applied, only after the commit succeeded (an
-  abort discards them), by the writer thread (``store_writer.py``) so the
-  loop does not wait for SQLite.  Only each partition's last record asks
+  abort discards them), by the mirror's writer thread (``mirror_writer.py``)
+  so the loop does not wait for SQLite; the position moves in the same SQLite
+  transaction as the records (``LocalStore.apply``), so writes still queued
+  at a crash leave the store behind the topic, never ahead.  Only each partition's last record asks
   for a delivery report; the others' offsets are derived from it
   (:meth:`committed`).  A crash between the commit and the store write
   leaves the store behind the topic, which the next assign catches up;
@@ -33,8 +35,8 @@ Three moments:
 The fill of an assignment runs off the assignment callback, in bounded
 slices of the poll loop, the partition paused meanwhile
 (``background_fill.py``, which says why slices and not a thread, and why a
-session is not folded before its partition is filled); :meth:`fill` is the
-synchronous one the rewind after an abort uses.
+session is not folded before its partition is filled); the rewind after an
+abort drives the same fill to the end at once (``BackgroundFill.run``).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from processor.engine.checkpoints import latest_checkpoints
 from processor.kafka.reads import stream, watermarks
 from processor.kafka.transport import Msg, Reader
 from processor.service.store.local_store import LocalStore, StoredRecord
-from processor.service.store.store_writer import StoreWriter
+from processor.service.store.mirror_writer import MirrorWriter
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,16 @@ def stored_records(
             yield StoredRecord(offset, key, value, head_quarantined(codec, key, value))
 
 
+#: One committed transaction's records of a partition: (partition, records, next offset).
+_Write = tuple[int, list[StoredRecord], int]
+
+
+def _write_keys(write: _Write) -> Iterator[tuple[int, bytes]]:
+    """The (partition, session) pairs a queued write holds (loads wait for them)."""
+    partition, records, _ = write
+    return ((partition, session_key(r.key)) for r in records)
+
+
 class StoreUnusable(Unavailable):
     """The local store failed while filling: its sessions cannot be trusted."""
 
@@ -128,7 +140,17 @@ class Filled:
 class CheckpointStore:
     """The member's local store of its checkpoints partitions; see the module docstring."""
 
-    def __init__(self, config: ServiceConfig, codec: Codec) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        codec: Codec,
+        *,
+        on_queue_full: Callable[[], None] | None = None,
+        on_drop: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_queue_full``: a commit waits on the writer's full queue (the
+        metric); ``on_drop``: an assignment drops a stored partition the topic
+        did not prove (the metric; the reason is in the log)."""
         self.config = config
         self.codec = codec
         self.topic = config.topics.checkpoints
@@ -152,12 +174,9 @@ class CheckpointStore:
         self.in_memory: dict[int, str] = {}
         self._memory: LocalStore | None = None
         #: applies committed records off the loop thread (a store file only)
-        self.writer: StoreWriter | None = None
-        #: called when a commit waits on the writer's full queue (the metric)
-        self.on_queue_full: Callable[[], None] | None = None
-        #: called when an assignment drops a stored partition the topic did not
-        #: prove (the metric; the reason is in the log)
-        self.on_drop: Callable[[], None] | None = None
+        self.writer: MirrorWriter[_Write] | None = None
+        self.on_queue_full = on_queue_full
+        self.on_drop = on_drop
 
     # ------------------------------------------------------------ open
 
@@ -179,8 +198,13 @@ class CheckpointStore:
         if self.store.reset_reason is not None:
             log.warning("local store %s emptied: %s", path, self.store.reset_reason)
         if self.store.path is not None:
-            self.writer = StoreWriter(
-                self._write, session_key, self.config.store_write_queue, self._queue_full
+            self.writer = MirrorWriter(
+                "local store writer",
+                self._write_all,
+                depth=self.config.store_write_queue,
+                keys=_write_keys,
+                on_full=self._queue_full,
+                thread="store-writer",
             )
 
     def _queue_full(self) -> None:
@@ -300,54 +324,11 @@ class CheckpointStore:
             out[p] = (kept or 0, high, kept)
         return out
 
-    def fill(self, reader: Reader, partitions: list[int]) -> dict[int, Filled]:
-        """Verify each partition's stored position, then catch up to the topic's end
-        (synchronously: the rewind after an abort; assignments use background_fill.py)."""
-        topic = self.topic
-        verified = self.positions(reader, partitions)
-        starts = {p: v[0] for p, v in verified.items()}
-        highs = {p: v[1] for p, v in verified.items()}
-        kept = {p: v[2] for p, v in verified.items()}
-        read = {p: 0 for p in partitions}
-        fresh = [p for p in partitions if kept[p] is None]
-        moved: set[int] = set()  # a write failed: refilled in memory below
-        if fresh:
-            self._db().filling(True)
-        try:
-            # no progress for the service's fill_stall_s: a transient timeout, the
-            # rewind's restore put off as the background fill's would be
-            stall_s = float(self.config.fill_stall_s)
-            for p, batch, next_offset in stream(
-                reader, topic, starts, highs, batch=FILL_BATCH, timeout_s=stall_s
-            ):
-                if p in moved:
-                    continue
-                records = stored_records(
-                    self.codec, ((m.offset() or 0, m.key(), m.value()) for m in batch)
-                )
-                try:
-                    self._db(p).apply(topic, p, self._topic_id, records, next_offset, recount=True)
-                except sqlite3.Error as exc:
-                    # sessions would load from a store missing records: never
-                    # guess; a full disk moves the partition to memory, refilled
-                    if is_corrupt(exc) or not self.move_to_memory(p, f"write failed: {exc}"):
-                        raise self.unusable(exc, f"filling partition {p}") from exc
-                    moved.add(p)
-                    continue
-                read[p] += len(batch)
-        finally:
-            if fresh:
-                self._db().filling(False)
-        done = {p: Filled(kept[p], read[p]) for p in partitions}
-        if moved:
-            done.update(self.fill(reader, sorted(moved)))
-        return done
-
     def load(self, partition: int, session_id: str) -> tuple[Checkpoint | None, int]:
         """CheckpointSource: a session's newest checkpoint from the store, and its size."""
         writer = self.writer
         # its newest records still queued: a load now would be stale
-        stale = writer is not None and writer.pending(partition, session_id.encode())
+        stale = writer is not None and writer.pending((partition, session_id.encode()))
         if stale and writer is not None and not writer.flush(FLUSH_S):
             raise StoreUnusable(f"local store writer stuck for {FLUSH_S:.0f} s")
         try:
@@ -452,16 +433,17 @@ class CheckpointStore:
                 for i, (key, value) in enumerate(written)
             ]
             if self.writer is not None:
-                self.writer.put(p, records, last + 1)
+                self.writer.put((p, records, last + 1))
             else:
                 self._apply(p, records, last + 1)
 
-    def _write(self, partition: int, records: list[StoredRecord], next_offset: int) -> None:
+    def _write_all(self, writes: list[_Write]) -> None:
         """The writer thread's apply: any failure stops the partition's writes."""
-        try:
-            self._apply(partition, records, next_offset)
-        except Exception as exc:
-            self._break(partition, f"write failed: {exc!r}")
+        for partition, records, next_offset in writes:
+            try:
+                self._apply(partition, records, next_offset)
+            except Exception as exc:
+                self._break(partition, f"write failed: {exc!r}")
 
     def _apply(self, partition: int, records: list[StoredRecord], next_offset: int) -> None:
         if partition in self.broken:

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from processor.service.store import mirror_db
+
 log = logging.getLogger(__name__)
 
 #: Layout version of the SQLite file; another version is dropped and refilled.
@@ -238,30 +240,18 @@ class LocalStore:
     # ------------------------------------------------------------ file
 
     def _connect(self) -> sqlite3.Connection:
-        if self.path is None:
-            return sqlite3.connect(":memory:", check_same_thread=False)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         # "with db:" below is one transaction; the connection moves to the
-        # store's writer thread (one thread at a time, never two)
-        db = sqlite3.connect(self.path, check_same_thread=False)
-        db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before the first table: new files only
-        db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL: a power loss may drop the last transactions; the store is
-        # then behind and catches up from the topic, which is always safe.
-        # (In WAL mode NORMAL syncs at checkpoints only, never corrupts.)
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-        return db
+        # store's writer thread (one thread at a time, never two).  Durable:
+        # a power loss may drop the last transactions; the store is then
+        # behind and catches up from the topic, which is always safe.
+        return mirror_db.connect(self.path, cache_kib=CACHE_KIB, durable=True, page_size=PAGE_SIZE)
 
     def remove_files(self) -> None:
         """Delete the file (a corrupt one: the next open starts empty)."""
         self._remove_files()
 
     def _remove_files(self) -> None:
-        if self.path is None:
-            return
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        mirror_db.remove_files(self.path)
 
     def _meta(self) -> dict[str, str]:
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")

@@ -36,9 +36,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, wait
-from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -46,15 +45,18 @@ from processor.config import ServiceConfig
 from processor.core.errors import ProcessorError
 from processor.engine import Batch, Engine, Out, Tally
 from processor.kafka import preflight
-from processor.kafka.client_errors import ClientProblems, KafkaFatal, Kind, error_of
+from processor.kafka.client_errors import KafkaFatal, Kind, error_of
 from processor.kafka.fencing import writer_metadata
 from processor.kafka.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
 from processor.kafka.retry import FENCED, STOPPING, FatalBudget, retry
-from processor.kafka.transport import GroupConsumer, Transport, TxnProducer
+from processor.kafka.transport import GroupConsumer, TxnProducer
+from processor.service.loop.member_clients import MemberClients
 from processor.service.ops.failures import FailureTracker
 from processor.service.queries.query_cache import QueryCache, ViewWrite
 from processor.service.store.checkpoint_store import CheckpointStore
 from processor.service.txn import schedstat, transactions
+from processor.service.txn.inflight import InFlight as _InFlight
+from processor.service.txn.inflight import Rewinder
 from processor.service.txn.output_ledger import OutputLedger
 from processor.service.txn.timeline import Timeline, log_timeline
 from processor.service.txn.txn_helper import HelperThread, StuckCall
@@ -64,54 +66,36 @@ from processor.testing import faultpoints
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class _InFlight:
-    """A batch whose ``commit_transaction`` runs on the helper thread."""
-
-    batch: Batch
-    views: list[ViewWrite]
-    tally: Tally  # the batch's decisions: counted once it committed
-    t0: float  # perf_counter at the commit's start
-    opened: float  # monotonic time the transaction began
-    future: Future[None] = field(default_factory=Future)
-    done_at: float = 0.0  # perf_counter when commit_transaction returned (helper thread)
-    #: monotonic times of the commit's steps, when ``timeline`` logs (else empty)
-    marks: list[tuple[str, float]] = field(default_factory=list)
-    #: ms the threads were runnable but not running (``schedstat``), with ``marks``
-    sched: list[tuple[str, float]] = field(default_factory=list)
-
-
 class Committer:
     """The output producer and the transaction of the open batch."""
 
     def __init__(
         self,
         config: ServiceConfig,
-        transport: Transport,
+        clients: MemberClients,
         engine: Engine,
         store: CheckpointStore,
         metrics: Metrics,
-        problems: ClientProblems,
         *,
-        instance_id: str,
+        queries: QueryCache | None,
+        rewinder: Rewinder,
         fail: Callable[[ProcessorError], ProcessorError],
-        flush_tally: Callable[[], None],
         stop: threading.Event,
     ) -> None:
+        """``queries``: the views of the owned partitions for queries by session
+        (fed each committed batch's views); ``rewinder``: restores partitions
+        after an abort."""
         self.config = config
-        self.transport = transport
+        self.clients = clients
         self.engine = engine
         self.store = store
         self.metrics = metrics
-        self.problems = problems
-        self.instance_id = instance_id
+        self.problems = clients.problems
+        self.instance_id = clients.instance_id
+        self.queries = queries
+        self._rewinder = rewinder
         self._fail = fail
-        self._flush_tally = flush_tally
         self._stop = stop
-        self.producer: TxnProducer | None = None
-        self.consumer: GroupConsumer | None = None
-        #: rewinds partitions after an abort (rebalance.py); set by the processor
-        self.rewind: Callable[[list[int]], None] = lambda numbers: None
         self.failures = FailureTracker(metrics)
         self.fatal_budget = FatalBudget()
         #: replacements after a stuck ``send_offsets_to_transaction``: a bound of
@@ -133,10 +117,8 @@ class Committer:
         #: initialised within the revoke's budget: finished before the next
         #: transaction (:meth:`_initialised`)
         self.init_pending = False
-        #: views of the owned partitions for queries by session (query_setup.py)
-        self.queries: QueryCache | None = None
         #: the open transaction's records and the store's delivery reports
-        self.ledger = OutputLedger(config, store, problems)
+        self.ledger = OutputLedger(config, store, self.problems)
         #: sends a batch's offsets while the loop produces its output, and commits
         #: a batch while the loop folds the next one (commit)
         self.helper = HelperThread("txn-helper")
@@ -153,11 +135,32 @@ class Committer:
     def txn_id(self) -> str:
         return f"{self.config.group_id}-{self.instance_id}"
 
-    def start(self, producer: TxnProducer, consumer: GroupConsumer) -> None:
-        self.producer, self.consumer = producer, consumer
+    @property
+    def producer(self) -> TxnProducer | None:
+        return self.clients.producer
+
+    @property
+    def consumer(self) -> GroupConsumer | None:
+        return self.clients.consumer
+
+    def start(self) -> None:
+        """The run's clients are open: initialise the producer's transactions."""
+        producer = self.producer
+        assert producer is not None, "MemberClients.open first"
         self.timeline.start()
         if self.config.exactly_once:
             transactions.init(producer, self.problems, self.txn_id, deadline_s=RETRY_DEADLINE_S)
+
+    @contextlib.contextmanager
+    def revoking(self, partitions: Iterable[int]) -> Iterator[None]:
+        """Revoking ``partitions``: within ``revoke_budget_ms``, rewinding only the kept."""
+        self.leaving = set(partitions)
+        self.deadline = time.monotonic() + self.config.revoke_budget_ms / 1000
+        try:
+            yield
+        finally:
+            self.leaving = set()
+            self.deadline = None
 
     def left(self, *, in_flight: bool = False) -> float | None:
         """Seconds left of the revoke budget (``None``: not revoking; <= 0:
@@ -185,10 +188,8 @@ class Committer:
     # ------------------------------------------------------------ commit
 
     def close(self) -> None:
-        """End the helper thread (the loop has ended: nothing is being sent).
-
-        An in-flight commit is waited for but not applied (the run died: the
-        store stays behind the topic, which the next assignment catches up)."""
+        """End the helper thread (the loop has ended); an in-flight commit is waited
+        for, not applied (the store stays behind, caught up on the next assignment)."""
         flight, self._inflight = self._inflight, None
         if flight is not None:
             wait((flight.future,), timeout=self.timeout(60))
@@ -429,9 +430,8 @@ class Committer:
         self.store.committed(self.engine.partitions)
         if self.queries is not None:
             self.queries.committed(views)
-        current, self.engine.tally = self.engine.tally, tally
-        self._flush_tally()  # the committed batch's decisions
-        self.engine.tally = current  # the open batch's, still undecided
+        self.metrics.count_state(tally)
+        self.metrics.count_decisions(tally)  # the committed batch's decisions
         self.failures.succeeded()
         self.fatal_budget.succeeded()  # not stuck_budget: a stuck call's leftovers stay
         self.metrics.commits.inc()
@@ -450,9 +450,8 @@ class Committer:
     def _failed(self, exc: KafkaException, opened: float, pending: Batch) -> None:
         assert self.producer is not None
         # the batch's decisions are refolded (or were never made): not counted
-        old = self.engine.tally
-        self.engine.tally = Tally(loads=old.loads, evictions=old.evictions)
-        self._flush_tally()
+        self.engine.drop_decisions()
+        self.metrics.count_state(self.engine.take_state_counts())
         # serve the delivery reports of failed records (poll re-raises a fatal
         # error, classified just below)
         with contextlib.suppress(KafkaException):
@@ -522,7 +521,7 @@ class Committer:
             return False
         log.error("producer fatal error (%s); replacing the producer", err)
         self.replaced_at = now
-        self.producer = self.transport.output_producer(self.instance_id, self.problems)
+        self.clients.new_producer()
         self.init_pending = True
         # now if it can be (it fences the broken producer and aborts its open
         # transaction: the next owner of revoked partitions need not wait for
@@ -597,4 +596,4 @@ class Committer:
             return
         numbers = sorted(touched & set(self.engine.partitions) - self.leaving)
         if numbers:  # all revoked (a shutdown): nothing of ours to rewind
-            self.rewind(numbers)
+            self._rewinder.rewind(numbers)
