@@ -38,6 +38,8 @@ NUMBER = {
     "scaleout": "7",
     "write_amp": "8",
     "fold_speed": "core",
+    "state_budget": "9",
+    "ship": "ship",
     "failover": "failover",
 }
 PROFILE_ROWS = 15
@@ -313,7 +315,7 @@ def render(results: Path = RESULTS) -> str:
         doc = docs.get(name)
         if doc is None:
             continue
-        n = NUMBER[name]
+        n = NUMBER.get(name, name)
         if doc.get("error"):
             out.append(f"| {n} | {doc['title']} | failed | | | `{doc['error'][:120]}` |")
             continue

@@ -76,7 +76,6 @@ def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
     from processor.codec import default_codec
     from processor.config import ServiceConfig
     from processor.engine import PartitionState, Record
-    from processor.engine.records import Batch
     from processor.service.store.checkpoint_store import CheckpointStore
     from processor.testing.memory import MemoryMessage
 
@@ -108,6 +107,8 @@ def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
             engine.fold(part, Record(events_topic, 0, offsets["events"], sid.encode(), value, 0))
             offsets["events"] += 1
 
+    counts = {"loads": 0, "evictions": 0}
+
     def commit() -> None:
         last = None
         for out in engine.output():
@@ -119,7 +120,9 @@ def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
         if last is not None:
             store.delivered(None, last)  # the one report per partition and commit
         store.committed(engine.partitions)
-        engine.batch = Batch()
+        _, closed = engine.close_batch()  # as the committer does: the batch and its tally
+        counts["loads"] += closed.loads
+        counts["evictions"] += closed.evictions
         if budget > 0:
             engine.evict(budget, 0, time.monotonic())
 
@@ -158,8 +161,8 @@ def child(n: int, budget: int, seen: int = 0) -> dict[str, Any]:
         "fold_s": seen_s,
         "active_fold_s": active_s,
         "store_bytes": sum(f.stat().st_size for f in tmp.rglob("*.sqlite*")),
-        "evictions": engine.tally.evictions,
-        "loads": engine.tally.loads,
+        "evictions": counts["evictions"] + engine.tally.evictions,
+        "loads": counts["loads"] + engine.tally.loads,
         # growth by allocator (None: not readable here): bench/allocators.py
         **{f"{k}_growth": _growth(v, alloc_before.get(k)) for k, v in alloc.items()},
     }

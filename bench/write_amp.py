@@ -40,7 +40,7 @@ from processor.config import ServiceConfig
 from processor.core.builtin import default_registry
 from processor.core.defaults import default_message_projections
 from processor.core.events import Event
-from processor.engine import Batch, Engine, Fate, Out, PartitionState, Record
+from processor.engine import Engine, Fate, Out, PartitionState, Record
 from processor.workload import generate_session
 
 SESSIONS = 4
@@ -193,7 +193,7 @@ def simulate(
                 raise RuntimeError(f"{sid} seq {log[i].seq}: {outcome.rule} {outcome.reason}")
         counter.batch(events)
         out: list[Out] = list(engine.output())
-        engine.batch = Batch()
+        engine.close_batch()
         counter.batch([(o.topic, o.key, o.value) for o in out])
         for rt in part.sessions.values():
             max_nodes = max(max_nodes, len(rt.session.surface_view()["nodes"]))
