@@ -226,11 +226,11 @@ def run_failover(
         steady_from = time.monotonic()
         time.sleep(STEADY_S)
         for fault in run.faults:
-            say(f"fault: {fault.label}")
+            say(f"{time.strftime('%H:%M:%S')} fault: {fault.label}")
             do.do(fault)
             say(
-                f"  {fault.note or ''} took effect {fault.at - fault.armed:.1f} s after armed, "
-                f"over {fault.done - fault.armed:.1f} s"
+                f"  {fault.note} (took effect {fault.at - fault.armed:.1f} s after armed, "
+                f"over {fault.done - fault.armed:.1f} s)"
             )
             time.sleep(max(0.0, fault.window(window_s, LEAD_S)[1] - time.monotonic()))
         stop.set()

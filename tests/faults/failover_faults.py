@@ -31,7 +31,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupState
+from confluent_kafka import KafkaException
 
 from processor.kafka import clients
 from tests.faults.conftest import METRICS_URL, REPO, FaultStack, Member, wait_until
@@ -88,16 +88,21 @@ def _leader(stack: FaultStack, topic: str, key: str) -> int:
 
 
 def group_coordinator(stack: FaultStack) -> int:
-    """The group coordinator's broker (describe_consumer_groups), checked
-    against the leader of the group's ``__consumer_offsets`` partition."""
+    """The group coordinator's broker: the leader of the group's
+    ``__consumer_offsets`` partition, checked against the coordinator
+    ``describe_consumer_groups`` names when it answers."""
     group = stack.config.group_id
-    desc = clients.admin(stack.config).describe_consumer_groups([group], request_timeout=10)
-    got = desc[group].result(timeout=15)
-    assert got.state != ConsumerGroupState.DEAD, got
-    node = int(got.coordinator.id)
     derived = _leader(stack, "__consumer_offsets", group)
-    assert node == derived, f"coordinator {node}, __consumer_offsets leader {derived}"
-    return node
+    for _ in range(3):
+        try:
+            admin = clients.admin(stack.config)
+            desc = admin.describe_consumer_groups([group], request_timeout=10)
+            node = int(desc[group].result(timeout=15).coordinator.id)
+        except (KafkaException, TimeoutError):
+            continue
+        assert node == derived, f"coordinator {node}, __consumer_offsets leader {derived}"
+        break
+    return derived
 
 
 def txn_coordinator(stack: FaultStack, instance_id: str) -> int:
@@ -223,21 +228,25 @@ class Faults:
     def rollout(self, fault: Fault, older: tuple[Path, str] | None = None) -> None:
         fault.armed = fault.at = time.monotonic()
         order = sorted(self.members)
+        steps = []
         for i, name in enumerate(order):
             member = self.stack.members[name]
+            t0 = time.monotonic()
             member.signal(signal.SIGTERM)
             wait_until(functools.partial(_dead, member), 60, f"{name} to stop (SIGTERM)")
             assert member.proc.returncode == 0, f"{name} exit {member.proc.returncode}"
-            env = None
+            t1 = time.monotonic()
+            env, on = None, ""
             if older is not None and i == len(order) // 2:
-                env = {"PYTHONPATH": str(older[0])}
-                fault.note = f"{name} on {older[1]}"
+                env, on = {"PYTHONPATH": str(older[0])}, f" on {older[1]}"
             new = self.spawn(name, env)
             wait_until(functools.partial(_ready, new), 120, f"{name} ready again", new.tail)
+            steps.append(f"{name}{on} {t1 - t0:.1f}+{time.monotonic() - t1:.1f}s")
         fault.done = time.monotonic()
+        fault.note = "stop+ready: " + ", ".join(steps)
 
     def rollout_older(self, fault: Fault) -> None:
         older = older_tree(self.stack.workdir)
-        if older is None:
-            fault.note = f"no {OLDER_REV}: every member on this checkout"
         self.rollout(fault, older)
+        if older is None:
+            fault.note += f" (no {OLDER_REV}: every member on this checkout)"
