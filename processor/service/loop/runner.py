@@ -64,7 +64,7 @@ from processor.service.loop.fold_loop import fold_messages, record_of
 from processor.service.loop.heap import HeapPolicy
 from processor.service.loop.idle import Behind, IdleClock, behind_end
 from processor.service.ops.broker_watch import BrokerWatch
-from processor.service.ops.group_watch import GroupWatch
+from processor.service.ops.group_watch import GroupWatch, in_trouble
 from processor.service.ops.join_refusal import join_refused
 from processor.service.ops.stall_watch import ProgressWatch
 from processor.service.partitions.rebalance import Rebalance
@@ -244,7 +244,7 @@ class Processor:
         # transport that can describe the group has the watch
         describe = getattr(transport, "group_members", None)
         if describe is not None:
-            down = lambda: problems.brokers_down_at is not None  # noqa: E731
+            down = lambda: in_trouble(problems)  # noqa: E731
             self._group_watch = GroupWatch(
                 cfg.group_id, describe, self._report_foreign, cfg.group_watch_s, down
             )
