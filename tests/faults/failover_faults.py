@@ -41,8 +41,9 @@ from tests.faults.conftest import METRICS_URL, REPO, FaultStack, Member, wait_un
 DOWN_S = 10.0
 #: seconds a rollout waits after its last member is ready before its window closes
 ROLLOUT_TAIL_S = 5.0
-#: the member the older code runs in a mixed rollout, and the commit it comes from
+#: the commit the older member of a mixed rollout runs, and the checkout it is in
 OLDER_REV = os.environ.get("PROCESSOR_FAILOVER_OLDER", "HEAD~1")
+GIT_DIR = os.environ.get("PROCESSOR_FAILOVER_GIT", str(REPO))
 #: every member serves /readyz (a rollout waits for it)
 METRICS = ("--metrics-port", "0")
 
@@ -130,14 +131,14 @@ def older_tree(workdir: Path) -> tuple[Path, str] | None:
     """The commit before HEAD, unpacked (None: no git, no such commit)."""
     try:
         rev = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "--verify", OLDER_REV],
+            ["git", "-C", GIT_DIR, "rev-parse", "--short", "--verify", OLDER_REV],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
         dest = Path(tempfile.mkdtemp(prefix="older-", dir=workdir))
         archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True
+            ["git", "-C", GIT_DIR, "archive", rev], capture_output=True, check=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     except (OSError, subprocess.CalledProcessError):
