@@ -92,8 +92,17 @@ def _observed(
     return conf
 
 
-#: The group consumer's default ``session.timeout.ms``.
-SESSION_TIMEOUT_MS = 10_000
+#: The group consumer's default ``session.timeout.ms``: how long a member
+#: that died stays in the group, and so the first part of every failover
+#: (issue 37).  6 s is the broker's default ``group.min.session.timeout.ms``,
+#: the shortest it accepts.  Safe because librdkafka heartbeats from its own
+#: thread, not from the loop: a long fold, a restore or a GIL-bound stretch of
+#: Python does not delay a heartbeat (the loop's liveness is
+#: ``max.poll.interval.ms``'s); only a stopped process (SIGSTOP) or host does.
+SESSION_TIMEOUT_MS = 6_000
+#: ``heartbeat.interval.ms``: members learn that a rebalance began at their
+#: next heartbeat, so every rebalance waits up to this for each member.
+HEARTBEAT_INTERVAL_MS = 500
 
 
 def session_timeout_s(config: ServiceConfig) -> float:
@@ -104,10 +113,17 @@ def session_timeout_s(config: ServiceConfig) -> float:
 def group_consumer(
     config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
 ) -> Consumer:
+    conf = group_settings(config, instance_id)
+    client_count.created("group_consumer")
+    return Consumer(_observed(conf, problems))
+
+
+def group_settings(config: ServiceConfig, instance_id: str) -> dict[str, Any]:
+    """The group consumer's librdkafka settings (without the observers)."""
     conf: dict[str, Any] = {
         "auto.offset.reset": "earliest",
         "session.timeout.ms": SESSION_TIMEOUT_MS,
-        "heartbeat.interval.ms": 1_000,
+        "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
         "max.poll.interval.ms": 300_000,
         "fetch.max.bytes": 64 * 1024 * 1024,
         "queued.max.messages.kbytes": 256 * 1024,
@@ -123,8 +139,7 @@ def group_consumer(
     }
     if config.static_membership:
         conf["group.instance.id"] = instance_id
-    client_count.created("group_consumer")
-    return Consumer(_observed(conf, problems))
+    return conf
 
 
 def plain_consumer(
