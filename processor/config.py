@@ -22,6 +22,9 @@ from typing import Any, Literal
 from processor.protocol import TOPIC_SUFFIXES
 
 AnchorPolicy = Literal["fail", "rebuild"]
+#: The consumer group protocol: ``classic`` (JoinGroup/SyncGroup, the members
+#: assign) or ``consumer`` (KIP-848: the broker assigns and times sessions out).
+GROUP_PROTOCOLS = ("classic", "consumer")
 
 _ENV_PREFIX = "PROCESSOR_"
 
@@ -51,6 +54,8 @@ class ServiceConfig:
     group_id: str = "processor"
     instance_id: str = ""
     static_membership: bool = False
+    #: ``classic`` or ``consumer`` (KIP-848; docs/configuration.md "Group protocol").
+    group_protocol: str = "classic"
     partitions: int = 12
     replication_factor: int = 1
     exactly_once: bool = True
@@ -121,6 +126,11 @@ class ServiceConfig:
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        if self.group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(
+                f"group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, "
+                f"got {self.group_protocol!r}"
+            )
         # 0 would put off every restore at its first retry, every fill at once
         for name in ("restore_deadline_s", "fill_stall_s"):
             if getattr(self, name) < 1:

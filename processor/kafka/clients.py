@@ -105,8 +105,17 @@ SESSION_TIMEOUT_MS = 6_000
 HEARTBEAT_INTERVAL_MS = 500
 
 
+#: Settings of the classic protocol that librdkafka refuses under KIP-848
+#: (``group.protocol=consumer``): the broker's ``group.consumer.*`` decide.
+CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
+
+
 def session_timeout_s(config: ServiceConfig) -> float:
-    """How long a silent member stays in the group (a ``-X`` override counts)."""
+    """How long a silent member stays in the group (a ``-X`` override counts).
+    0 under KIP-848: the broker's ``group.consumer.session.timeout.ms``
+    decides, which the member does not know."""
+    if config.group_protocol == "consumer":
+        return 0.0
     return int(config.kafka.get("session.timeout.ms", SESSION_TIMEOUT_MS)) / 1000
 
 
@@ -137,6 +146,13 @@ def group_settings(config: ServiceConfig, instance_id: str) -> dict[str, Any]:
         # carries the member's query URL: other members redirect to it (owners.py)
         "client.id": member_client_id(instance_id, config.query_advertise or None),
     }
+    if config.group_protocol == "consumer":
+        # KIP-848: incremental by design, the broker assigns; a -X override of
+        # one of these stays, and librdkafka refuses it in one line
+        for key in CLASSIC_ONLY:
+            if key not in config.kafka:
+                conf.pop(key)
+        conf["group.protocol"] = "consumer"
     if config.static_membership:
         conf["group.instance.id"] = instance_id
     return conf
