@@ -113,6 +113,7 @@ class Rebalance:
         #: rewind or another assignment during a background fill must not reset it
         self._started: dict[int, float] = {}
         self._unstable: set[int] = set()  # restored behind an unknown open transaction
+        self._stable_s: dict[int, float] = {}  # per partition: its restore's stability wait
         #: fences a dead member's open transaction on an assigned partition (fencing.py)
         self.fence: ZombieFence | None = None
         #: rewound partitions whose restore was put off: seeked back to the
@@ -335,6 +336,7 @@ class Rebalance:
         for number in numbers:  # a restore put off and tried again: from its first try
             self._started.setdefault(number, now)
         rc, store = self.reader, self.store
+        t0 = time.monotonic()
         if self.config.exactly_once:
             # never restore behind a zombie's open transaction (see restore.py)
             unstable = set(
@@ -348,6 +350,8 @@ class Rebalance:
             )
         else:
             unstable = set()
+        for number in numbers:  # the restore's log line names the wait (issue 37)
+            self._stable_s[number] = self._stable_s.get(number, 0.0) + time.monotonic() - t0
         self._unstable |= unstable
         # the restore consumer's metadata, not the group consumer's: a call on the
         # group consumer inside its own rebalance callback clears its call state
@@ -424,9 +428,11 @@ class Rebalance:
             self.metrics.restored_checkpoints.inc(held)
             f = filled[number]
             log.info(
-                "restored partition %d: %d sessions in the store (%s, %d records read), "
-                "resuming at %s",
+                "restored partition %d in %.2fs (%.2fs of it for open transactions to end): "
+                "%d sessions in the store (%s, %d records read), resuming at %s",
                 number,
+                time.monotonic() - self._started.get(number, time.monotonic()),
+                self._stable_s.pop(number, 0.0),
                 held,
                 "filled from offset 0" if f.kept_from is None else f"kept to offset {f.kept_from}",
                 f.records_read,
