@@ -255,8 +255,10 @@ def run_failover(
     # before: a fault's window opens LEAD_S before it was armed
     first = run.faults[0].armed - LEAD_S if run.faults else time.monotonic()
     run.figures["steady"] = latencies(acked, heads, steady_from, first)
-    for fault in run.faults:
+    for i, fault in enumerate(run.faults):
         lo, hi = fault.window(window_s, LEAD_S)
+        if i + 1 < len(run.faults):  # an event counts for one fault: the next one's opens here
+            hi = min(hi, run.faults[i + 1].window(window_s, LEAD_S)[0])
         run.figures[fault.label] = {**latencies(acked, heads, lo, hi), "note": fault.note}
     return run
 
