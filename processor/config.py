@@ -116,6 +116,9 @@ class ServiceConfig:
     #: assignment, and the rewind's after an abort) may go without progress
     #: before it is put off the same way; default ``background_fill.STALL_S``.
     fill_stall_s: int = 120
+    #: Seconds between catch-ups of the local store's copies of the partitions this
+    #: member does not own (standby.py); 0: none kept warm.
+    standby_s: float = 0.0
     #: Seconds between the group watch's descriptions of the group (group_watch.py).
     group_watch_s: float = 30.0
     #: Seconds between probes of the cluster while no broker answers (broker_watch.py).

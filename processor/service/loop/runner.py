@@ -301,9 +301,9 @@ class Processor:
                     raise self._fatal
                 problems.raise_if_fatal()
                 filling = self.rebalance.fill.jobs
-                if filling:
-                    # one bounded slice of the new partitions' fills (background_fill.py)
-                    self.rebalance.fill_step()
+                # one bounded slice of the new partitions' fills (background_fill.py),
+                # else of the standby copies' catch-up (standby.py)
+                self.rebalance.fill_step(behind)
                 commands = self._control.poll() if self._partitions else []
                 if commands:
                     self._apply_commands(commands)
@@ -424,7 +424,7 @@ class Processor:
                 ("consumer close", c.close if c else None),  # revoke runs the commit
                 ("producer flush", (lambda: p.flush(0 if self._dead else 10)) if p else None),
                 ("restore consumer close", r.close if r else None),
-                ("fill consumer close", self.rebalance.fill.close),
+                ("fill consumers close", self.rebalance.close_fills),
                 ("local store close", self.store.close),
                 ("query cache close", self.queries.close if self.queries else None),
                 ("transaction helper close", self.txn.close),

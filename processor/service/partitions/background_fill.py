@@ -119,8 +119,11 @@ class BackgroundFill:
         reader: Callable[[], Reader],
         clock: Callable[[], float] = time.monotonic,
         stall_s: float = STALL_S,
+        report: bool = True,
     ) -> None:
         self.clock = clock
+        #: False: a standby fill (standby.py), on no gauge, /readyz line or wait count
+        self.report = report
         self.stall_s = stall_s  # no progress this long: the fill is put off
         self.store = store
         self.metrics = metrics
@@ -214,7 +217,8 @@ class BackgroundFill:
         """Hold ``parts`` until their back-off is over: "<kind> of <topic>[p] <why>"
         in the log and on ``/readyz``, and counted (each try reported)."""
         now = self.clock()
-        self.metrics.restore_waits.inc(len(parts))
+        if self.report:
+            self.metrics.restore_waits.inc(len(parts))
         for p in parts:
             job = self.jobs.get(p) or FillJob(p, 0, 0, None)
             job.waits += 1
@@ -416,6 +420,11 @@ class BackgroundFill:
         self._report()
 
     def _report(self) -> None:
+        if not self.report:
+            if not self.jobs and self._big_cache and self.store.store is not None:
+                self.store.store.filling(False)
+                self._big_cache = False
+            return
         self.metrics.partitions_filling.set(len(self.jobs))
         health = self.metrics.health
         # every partition's, not the first: /readyz names each (bounded there)

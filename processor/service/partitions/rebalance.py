@@ -60,6 +60,7 @@ from processor.service.partitions.restore import (
     stable_bound_s,
     wait_stable,
 )
+from processor.service.partitions.standby import Standby
 from processor.service.store.checkpoint_store import CheckpointStore, Filled, session_of
 from processor.service.txn.commit import Committer
 from processor.telemetry.metrics import Metrics
@@ -105,6 +106,15 @@ class Rebalance:
         self.fill = BackgroundFill(
             store, metrics, self._fill_reader, stall_s=float(config.fill_stall_s)
         )
+        #: warm copies of the partitions not owned (standby.py); a file store only
+        self.standby: Standby | None = None
+        if config.standby_s > 0 and config.state_path is not None:
+            self.standby = Standby(
+                BackgroundFill(store, metrics, self._fill_reader, report=False),
+                config.standby_s,
+                self._unowned,
+                lambda: self.reader if self.partition_count else None,
+            )
         self.problems: ClientProblems | None = None  # the fill consumer's reporter
         self.assigned_at = 0.0
         #: partitions of the events topic (co-partitioned with the checkpoints)
@@ -140,6 +150,8 @@ class Rebalance:
         consumer.pause(assignment)
         if numbers:  # (a cooperative rebalance may assign nothing)
             faultpoints.hit(faultpoints.BEFORE_RESTORE)
+        if self.standby is not None:  # the assignment's fill takes them over
+            self.standby.cancel(numbers)
         with self._observing():
             self._begin(numbers)
         self.health.ready = True  # serving; /readyz names the partitions still filling
@@ -178,8 +190,22 @@ class Rebalance:
         assert self.problems is not None
         return self.transport.plain_consumer("restore", self.problems, self.config.group_id)
 
-    def fill_step(self) -> None:
-        """One slice of the open fills (the poll loop calls this); resume the filled."""
+    def _unowned(self) -> list[int]:
+        held = set(self.engine.partitions) | self.fill.filling
+        return [p for p in range(self.partition_count) if p not in held]
+
+    def close_fills(self) -> None:
+        self.fill.close()
+        if self.standby is not None:
+            self.standby.close()
+
+    def fill_step(self, behind: bool = False) -> None:
+        """One slice of the open fills (the poll loop calls this); resume the filled.
+        None open: one slice of the standby copies' catch-up, if any (standby.py)."""
+        if not self.fill.jobs:
+            if self.standby is not None:
+                self.standby.step(behind)
+            return
         with self._observing():
             due = self.fill.due()
             if due:
