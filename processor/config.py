@@ -22,6 +22,9 @@ from typing import Any, Literal
 from processor.protocol import TOPIC_SUFFIXES
 
 AnchorPolicy = Literal["fail", "rebuild"]
+#: The consumer group protocol: ``classic`` (JoinGroup/SyncGroup, the members
+#: assign) or ``consumer`` (KIP-848: the broker assigns and times sessions out).
+GROUP_PROTOCOLS = ("classic", "consumer")
 
 _ENV_PREFIX = "PROCESSOR_"
 
@@ -51,6 +54,8 @@ class ServiceConfig:
     group_id: str = "processor"
     instance_id: str = ""
     static_membership: bool = False
+    #: ``classic`` or ``consumer`` (KIP-848; docs/configuration.md "Group protocol").
+    group_protocol: str = "classic"
     partitions: int = 12
     replication_factor: int = 1
     exactly_once: bool = True
@@ -111,6 +116,9 @@ class ServiceConfig:
     #: assignment, and the rewind's after an abort) may go without progress
     #: before it is put off the same way; default ``background_fill.STALL_S``.
     fill_stall_s: int = 120
+    #: Seconds between catch-ups of the local store's copies of the partitions this
+    #: member does not own (standby.py); 0: none kept warm.
+    standby_s: float = 0.0
     #: Seconds between the group watch's descriptions of the group (group_watch.py).
     group_watch_s: float = 30.0
     #: Seconds between probes of the cluster while no broker answers (broker_watch.py).
@@ -121,6 +129,11 @@ class ServiceConfig:
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        if self.group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(
+                f"group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, "
+                f"got {self.group_protocol!r}"
+            )
         # 0 would put off every restore at its first retry, every fill at once
         for name in ("restore_deadline_s", "fill_stall_s"):
             if getattr(self, name) < 1:

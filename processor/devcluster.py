@@ -74,6 +74,13 @@ CLUSTER_PROPERTIES: dict[str, str] = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "replica.lag.time.max.ms": "10000",
     "num.replica.fetchers": "1",
+    # KIP-848 groups (``group_protocol = "consumer"``): the broker times their
+    # sessions out and sets their heartbeat; as the members' classic defaults
+    # (6 s, 0.5 s) instead of the broker's 45 s and 5 s
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "500",
 }
 
 #: Smaller heaps than the single broker: three JVMs share a small machine.

@@ -44,6 +44,13 @@ _T = TypeVar("_T")
     help="Join with group.instance.id = instance id (no rebalance on restart).",
 )
 @click.option(
+    "--group-protocol",
+    type=click.Choice(["classic", "consumer"]),
+    default=None,
+    help="Consumer group protocol: classic (default) or consumer (KIP-848, "
+    "Kafka 4.0+; session timeout and heartbeat are the broker's group.consumer.*).",
+)
+@click.option(
     "--commit-interval-ms",
     type=int,
     default=None,
@@ -115,6 +122,7 @@ def run(
     config: ServiceConfig,
     instance_id: str | None,
     static_membership: bool | None,
+    group_protocol: str | None,
     commit_interval_ms: int | None,
     max_batch_events: int | None,
     anchor_policy: str | None,
@@ -145,6 +153,7 @@ def run(
     config = config.with_overrides(
         instance_id=instance_id,
         static_membership=static_membership,
+        group_protocol=group_protocol,
         commit_interval_ms=commit_interval_ms,
         max_batch_events=max_batch_events,
         anchor_policy=anchor_policy,

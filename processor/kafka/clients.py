@@ -92,22 +92,47 @@ def _observed(
     return conf
 
 
-#: The group consumer's default ``session.timeout.ms``.
-SESSION_TIMEOUT_MS = 10_000
+#: The group consumer's default ``session.timeout.ms``: how long a member
+#: that died stays in the group, and so the first part of every failover
+#: (issue 37).  6 s is the broker's default ``group.min.session.timeout.ms``,
+#: the shortest it accepts.  Safe because librdkafka heartbeats from its own
+#: thread, not from the loop: a long fold, a restore or a GIL-bound stretch of
+#: Python does not delay a heartbeat (the loop's liveness is
+#: ``max.poll.interval.ms``'s); only a stopped process (SIGSTOP) or host does.
+SESSION_TIMEOUT_MS = 6_000
+#: ``heartbeat.interval.ms``: members learn that a rebalance began at their
+#: next heartbeat, so every rebalance waits up to this for each member.
+HEARTBEAT_INTERVAL_MS = 500
+
+
+#: Settings of the classic protocol that librdkafka refuses under KIP-848
+#: (``group.protocol=consumer``): the broker's ``group.consumer.*`` decide.
+CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
 
 
 def session_timeout_s(config: ServiceConfig) -> float:
-    """How long a silent member stays in the group (a ``-X`` override counts)."""
+    """How long a silent member stays in the group (a ``-X`` override counts).
+    0 under KIP-848: the broker's ``group.consumer.session.timeout.ms``
+    decides, which the member does not know."""
+    if config.group_protocol == "consumer":
+        return 0.0
     return int(config.kafka.get("session.timeout.ms", SESSION_TIMEOUT_MS)) / 1000
 
 
 def group_consumer(
     config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
 ) -> Consumer:
+    conf = group_settings(config, instance_id)
+    client_count.created("group_consumer")
+    return Consumer(_observed(conf, problems))
+
+
+def group_settings(config: ServiceConfig, instance_id: str) -> dict[str, Any]:
+    """The group consumer's librdkafka settings (without the observers)."""
     conf: dict[str, Any] = {
         "auto.offset.reset": "earliest",
         "session.timeout.ms": SESSION_TIMEOUT_MS,
-        "heartbeat.interval.ms": 1_000,
+        "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
         "max.poll.interval.ms": 300_000,
         "fetch.max.bytes": 64 * 1024 * 1024,
         "queued.max.messages.kbytes": 256 * 1024,
@@ -121,10 +146,16 @@ def group_consumer(
         # carries the member's query URL: other members redirect to it (owners.py)
         "client.id": member_client_id(instance_id, config.query_advertise or None),
     }
+    if config.group_protocol == "consumer":
+        # KIP-848: incremental by design, the broker assigns; a -X override of
+        # one of these stays, and librdkafka refuses it in one line
+        for key in CLASSIC_ONLY:
+            if key not in config.kafka:
+                conf.pop(key)
+        conf["group.protocol"] = "consumer"
     if config.static_membership:
         conf["group.instance.id"] = instance_id
-    client_count.created("group_consumer")
-    return Consumer(_observed(conf, problems))
+    return conf
 
 
 def plain_consumer(

@@ -117,13 +117,20 @@ class Transport(Protocol):
     def require_permissions(self, problems: ClientProblems, metrics: Metrics) -> None: ...
 
 
+#: The group watch's description: its request's own timeout, and how long a
+#: call waits for it (:meth:`KafkaTransport.group_members`).
+DESCRIBE_TIMEOUT_S = 600.0
+DESCRIBE_WAIT_S = 15.0
+
+
 class KafkaTransport:
     """The confluent-kafka clients (``clients.py``): what the service runs on."""
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
-        #: the group watch's admin client: one for the watch's life, not one per
-        #: description (a member out of brokers for 45 minutes had made 78)
+        #: a description not answered in time, and its admin client: kept until
+        #: its request returns (see :meth:`group_members`)
+        self._describing: tuple[Any, Any] | None = None
 
     def group_consumer(self, instance_id: str, problems: ClientProblems) -> GroupConsumer:
         return clients.group_consumer(self.config, instance_id, problems)
@@ -147,11 +154,26 @@ class KafkaTransport:
         a coordinator request failing as its connection drops; librdkafka
         issue 4605).  The watch makes no call while no broker answers
         (``GroupWatch.paused``), so an outage creates no clients."""
+        pending = self._describing
+        if pending is not None and not pending[1].done():
+            raise TimeoutError("the previous description of the group has not returned")
+        self._describing = None
         group, topic = self.config.group_id, self.config.topics.events
         admin = clients.admin(self.config)
+        # librdkafka aborts the process when an admin request's own timeout
+        # fires while its request to the group coordinator is pending, and the
+        # coordinator's broker then comes back or is replaced (the coordinator
+        # request's callback runs after the request was destroyed, eonce->refcnt
+        # > 0; members died so after the group coordinator's broker was
+        # SIGKILLed, issue 37).  So the request's own timeout is longer than any
+        # failover; this call waits DESCRIBE_WAIT_S, and a description still
+        # pending then keeps its client until it returns (one at a time).
+        future = admin.describe_consumer_groups([group], request_timeout=DESCRIBE_TIMEOUT_S)[group]
         try:
-            futures = admin.describe_consumer_groups([group], request_timeout=10)
-            desc = futures[group].result(timeout=15)
+            desc = future.result(timeout=DESCRIBE_WAIT_S)
+        except TimeoutError:
+            self._describing = (admin, future)
+            raise
         finally:
             admin.poll(0)  # serves its queued log lines
         return partitions_held(desc, topic)

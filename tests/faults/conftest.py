@@ -196,7 +196,9 @@ class FaultStack:
         *extra: str,
         env: dict[str, str] | None = None,
         transaction_timeout_ms: int = 10_000,
+        session_timeout_ms: int | None = SESSION_TIMEOUT_MS,
     ) -> Member:
+        """A ``processor run`` member; ``session_timeout_ms`` None: the member's default."""
         cfg = self.config
         cmd = [
             sys.executable,
@@ -215,8 +217,11 @@ class FaultStack:
             "100",
             "--transaction-timeout-ms",
             str(transaction_timeout_ms),
-            "-X",
-            f"session.timeout.ms={SESSION_TIMEOUT_MS}",
+            *(
+                ()
+                if session_timeout_ms is None
+                else ("-X", f"session.timeout.ms={session_timeout_ms}")
+            ),
             *extra,
             *MEMBER_ARGS,
         ]

@@ -1,26 +1,26 @@
-"""Failover latency under steady load (issue 37, item 1).
+"""Failover latency under steady load (issue 37, items 1 and 5).
 
-Three members, two writers appending continuously; one member is SIGKILLed
-with a transaction open (it kills itself at the ``before-send-offsets``
-crash point once armed: a kill -9 that always finds a transaction open, the
-case subscribers wait for) and replaced under a new instance id; later
-another is killed the same way and restarted under its own id.  Per appended
-event: the time from its produce being acknowledged
-(``SessionWriter.append_event`` returned) to the session's committed
-``status`` head showing its seq on a ``read_committed`` follower
-(one clock, one process).  Figures: p50/p99/max of the events acknowledged
-in the 30 s after each fault, and of those before the first (steady).
+Three members, two writers appending continuously; then, one after the
+other, the faults of ``failover_faults.py``: a member SIGKILLed with a
+transaction open and replaced under a new instance id, another SIGKILLed and
+restarted under its own id, one paused past its session timeout, the group
+coordinator's broker killed, a transaction coordinator's broker killed, and
+rolling restarts (SIGTERM, start again, wait for ``/readyz``), one with a
+member running the commit before HEAD.  Per appended event: the time from
+its produce being acknowledged (``SessionWriter.append_event`` returned) to
+the session's committed ``status`` head showing its seq on a
+``read_committed`` follower (one clock, one process).  Figures: p50/p99/max
+of the events acknowledged from ``LEAD_S`` before each fault to the window
+after it (30 s; a rollout's: until 5 s after its last member is ready, at
+least 30 s), and of those before the first (steady).
 
 Used by ``tests/faults/test_failover.py`` (prints the figures, asserts only
-correctness) and ``bench/failover.py`` (the figure, with and without the
-fence of dead members' transactions).
+correctness) and ``bench/failover.py`` (the figure).
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
-import signal
 import statistics
 import threading
 import time
@@ -37,11 +37,11 @@ from processor.core.events import Event
 from tests.faults.conftest import (
     FaultStack,
     Follower,
-    Member,
     Writer,
     session_plan,
     wait_until,
 )
+from tests.faults.failover_faults import Fault, Faults
 
 #: seconds after each fault whose acknowledged events are measured
 WINDOW_S = 30.0
@@ -153,25 +153,27 @@ def latencies(
     return stats(got, missing)
 
 
-@dataclass
-class Fault:
-    label: str
-    victim: str
-    replacement: str
-    armed: float = 0.0  # the victim dies at its next transaction
-    at: float = 0.0  # it was seen dead
+def default_faults(long: bool) -> list[Fault]:
+    """The faults in order (``failover_faults.py``); the bounded form does one
+    rollout, with the older code in the mix."""
+    faults = [
+        Fault("member killed, new instance id", "kill-new-id", "fo-a", "fo-a2"),
+        Fault("member killed, same instance id", "kill-same-id", "fo-b", "fo-b"),
+        Fault("member paused past its session timeout", "pause", "fo-c"),
+        Fault("group coordinator's broker killed", "kill-group-coordinator"),
+        Fault("txn coordinator's broker killed", "kill-txn-coordinator"),
+        Fault("rolling restart", "rollout"),
+        Fault("rolling restart, one a commit older", "rollout-older"),
+    ]
+    return faults if long else [f for f in faults if f.kind != "rollout"]
 
 
 @dataclass
 class FailoverRun:
     """One run: the steady window and the faults, in order."""
 
-    faults: list[Fault] = field(
-        default_factory=lambda: [
-            Fault("member killed, new instance id", "fo-a", "fo-a2"),
-            Fault("member killed, same instance id", "fo-b", "fo-b"),
-        ]
-    )
+    faults: list[Fault]
+    window_s: float
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -180,13 +182,20 @@ def run_failover(
     *,
     env: dict[str, str] | None = None,
     seed: int = 37,
+    faults: list[Fault] | None = None,
+    window_s: float = WINDOW_S,
+    session_timeout_ms: int | None = None,
+    args: tuple[str, ...] = (),
     say: Callable[[str], object] = lambda line: None,
 ) -> FailoverRun:
     """The scenario; checks correctness (views equal the offline fold, no
-    violation, every member alive) and returns the latency figures."""
-    run = FailoverRun()
+    violation, every member alive) and returns the latency figures.
+    ``session_timeout_ms`` None: the members' default; ``args``: more
+    ``processor run`` arguments for every member."""
+    run = FailoverRun(faults if faults is not None else default_faults(True), window_s)
     members = {"fo-a", "fo-b", "fo-c"}
-    victims = {f.victim for f in run.faults}
+    do = Faults(stack, env or {}, members, session_timeout_ms, args)
+    killed = {f.victim for f in run.faults if f.kind.startswith("kill-") and f.victim}
     for name in sorted(members):
         # a victim kills itself (SIGKILL) at its next transaction once armed, with
         # the transaction's records produced: a kill -9 that always finds a
@@ -195,18 +204,13 @@ def run_failover(
             "PROCESSOR_FAULTPOINT": "before-send-offsets",
             "PROCESSOR_FAULTPOINT_ARM": str(stack.workdir / f"arm-{name}"),
         }
-        # the service's own transaction timeout (0: derived), not the suite's 10 s
-        stack.spawn(
-            name,
-            env={**(env or {}), **(crash if name in victims else {})},
-            transaction_timeout_ms=0,
-        )
+        do.spawn(name, crash if name in killed else None)
     heads, follower = HeadWatch(stack.config), Follower(stack.config)
     heads.start()
     follower.start()
     stop = threading.Event()
     writers = [
-        AckWriter(stack, session_plan(SESSIONS_PER_WRITER, 4000, seed + i, f"w{i}-"), stop, PACE_S)
+        AckWriter(stack, session_plan(SESSIONS_PER_WRITER, 6000, seed + i, f"w{i}-"), stop, PACE_S)
         for i in range(WRITERS)
     ]
     try:
@@ -222,16 +226,13 @@ def run_failover(
         steady_from = time.monotonic()
         time.sleep(STEADY_S)
         for fault in run.faults:
-            say(f"fault: {fault.label}")
-            fault.armed = time.monotonic()
-            (stack.workdir / f"arm-{fault.victim}").touch()
-            victim = stack.members[fault.victim]
-            wait_until(functools.partial(_dead, victim), 30, f"{fault.victim} to die")
-            fault.at = time.monotonic()
-            assert victim.proc.returncode == -signal.SIGKILL, victim.tail()
-            stack.spawn(fault.replacement, env=env, transaction_timeout_ms=0)
-            members = (members - {fault.victim}) | {fault.replacement}
-            time.sleep(WINDOW_S)
+            say(f"{time.strftime('%H:%M:%S')} fault: {fault.label}")
+            do.do(fault)
+            say(
+                f"  {fault.note} (took effect {fault.at - fault.armed:.1f} s after armed, "
+                f"over {fault.done - fault.armed:.1f} s)"
+            )
+            time.sleep(max(0.0, fault.window(window_s, LEAD_S)[1] - time.monotonic()))
         stop.set()
         for w in writers:
             w.join(120)
@@ -252,16 +253,14 @@ def run_failover(
     acked = [a for w in writers for a in w.acked]
     # the events of the transaction the victim dies in were acknowledged just
     # before: a fault's window opens LEAD_S before it was armed
-    run.figures["steady"] = latencies(acked, heads, steady_from, run.faults[0].armed - LEAD_S)
-    for fault in run.faults:
-        run.figures[fault.label] = latencies(
-            acked, heads, fault.armed - LEAD_S, fault.at + WINDOW_S
-        )
+    first = run.faults[0].armed - LEAD_S if run.faults else time.monotonic()
+    run.figures["steady"] = latencies(acked, heads, steady_from, first)
+    for i, fault in enumerate(run.faults):
+        lo, hi = fault.window(window_s, LEAD_S)
+        if i + 1 < len(run.faults):  # an event counts for one fault: the next one's opens here
+            hi = min(hi, run.faults[i + 1].window(window_s, LEAD_S)[0])
+        run.figures[fault.label] = {**latencies(acked, heads, lo, hi), "note": fault.note}
     return run
-
-
-def _dead(member: Member) -> bool:
-    return not member.alive()
 
 
 def _all_visible(writers: list[AckWriter], heads: HeadWatch) -> bool:
@@ -274,6 +273,6 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
     for label, f in rows.items():
         lines.append(
             f"{label:<40} {f['events']:>6} {f.get('p50_s', '-'):>6} "
-            f"{f.get('p99_s', '-'):>6} {f.get('max_s', '-'):>6}"
+            f"{f.get('p99_s', '-'):>6} {f.get('max_s', '-'):>6}  {f.get('note') or ''}"
         )
     return "\n".join(lines)

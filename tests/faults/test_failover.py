@@ -1,28 +1,37 @@
-"""Failover under steady load (issue 37): a member SIGKILLed and replaced
-under a new instance id, another SIGKILLed and restarted under its own id.
+"""Failover under steady load (issue 37): members killed (new id, same id),
+paused past the session timeout, the group's and a transaction coordinator's
+broker killed, a rolling restart with a member a commit older in the mix
+(``failover.py``, ``failover_faults.py``).
 
 Asserts correctness only (every view equals the offline fold, no violation
 on the read_committed follower, no dead letter, every member alive); prints
-the produce-acknowledged -> visible latency of the 30 s after each fault.
-``PROCESSOR_FAILOVER_FENCE=0`` runs the members without the fence of dead
-members' transactions (``PROCESSOR_FENCE_ZOMBIES=false``), for the figure before it;
-``python -m bench --only failover`` measures both.
+the produce-acknowledged -> visible latency of the window after each fault:
+15 s in the bounded form (CI's time), 30 s and a rollout of the current code
+too under ``PROCESSOR_FAULTS=long`` (``PROCESSOR_FAILOVER_WINDOW_S`` sets it).
+The members run with their own session timeout, not the suite's 6 s.
+``PROCESSOR_FAILOVER_FENCE=0`` runs them without the fence of dead members'
+transactions (``PROCESSOR_FENCE_ZOMBIES=false``); ``PROCESSOR_FAILOVER_ARGS``
+adds ``processor run`` arguments (e.g. ``--static-membership``);
+``python -m bench --only failover`` measures the figure.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import pytest
 
 from processor.devcluster import LocalCluster
-from tests.faults.conftest import make_stack
-from tests.faults.failover import run_failover, table
+from tests.faults.conftest import LONG, make_stack
+from tests.faults.failover import default_faults, run_failover, table
 
 pytestmark = pytest.mark.faults
 
 FENCE = os.environ.get("PROCESSOR_FAILOVER_FENCE", "1") != "0"
+WINDOW_S = float(os.environ.get("PROCESSOR_FAILOVER_WINDOW_S", "30" if LONG else "15"))
+ARGS = tuple(shlex.split(os.environ.get("PROCESSOR_FAILOVER_ARGS", "")))
 
 
 def test_failover_keeps_views_exact_and_prints_the_wait(
@@ -31,11 +40,21 @@ def test_failover_keeps_views_exact_and_prints_the_wait(
     stack = make_stack(cluster, tmp_path, partitions=3)
     env = {"PROCESSOR_FENCE_ZOMBIES": "true" if FENCE else "false"}
     try:
-        run = run_failover(stack, env=env)
+        run = run_failover(
+            stack,
+            env=env,
+            faults=default_faults(LONG),
+            window_s=WINDOW_S,
+            args=ARGS,
+            say=lambda line: print(line, flush=True),
+        )
     finally:
         stack.stop_all()
     with capsys.disabled():
-        print(f"\nfailover, fence of dead members {'on' if FENCE else 'off'}:")
+        print(
+            f"\nfailover ({WINDOW_S:g} s windows), fence of dead members "
+            f"{'on' if FENCE else 'off'}{', ' + shlex.join(ARGS) if ARGS else ''}:"
+        )
         print(table(run.figures))
     for label, figure in run.figures.items():
         assert figure["events"] > 0 and figure["missing"] == 0, (label, figure)

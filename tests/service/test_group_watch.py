@@ -124,3 +124,19 @@ def test_the_watch_describes_nothing_while_no_broker_answers() -> None:
     finally:
         watch.stop()
     assert seen
+
+
+def test_the_watch_is_quiet_for_a_while_after_a_broker_fault() -> None:
+    """An admin request to a group coordinator whose broker goes away mid-request
+    can abort librdkafka (issue 37): no description soon after a transport error."""
+    from processor.kafka.client_errors import ClientProblems
+    from processor.service.ops.group_watch import QUIET_AFTER_TROUBLE_S, in_trouble
+
+    problems = ClientProblems()
+    now = time.monotonic()
+    assert not in_trouble(problems, now)
+    problems.broker_trouble_at = now - 1
+    assert in_trouble(problems, now)
+    assert not in_trouble(problems, now + QUIET_AFTER_TROUBLE_S)
+    problems.brokers_down_at = now
+    assert in_trouble(problems, now + QUIET_AFTER_TROUBLE_S)

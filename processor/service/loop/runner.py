@@ -65,7 +65,7 @@ from processor.service.loop.heap import HeapPolicy
 from processor.service.loop.idle import Behind, IdleClock, behind_end
 from processor.service.loop.member_clients import MemberClients
 from processor.service.ops.broker_watch import BrokerWatch
-from processor.service.ops.group_watch import GroupWatch
+from processor.service.ops.group_watch import GroupWatch, in_trouble
 from processor.service.ops.join_refusal import join_refused
 from processor.service.ops.stall_watch import ProgressWatch
 from processor.service.partitions.rebalance import Rebalance
@@ -251,7 +251,7 @@ class Processor:
         # transport that can describe the group has the watch
         describe = getattr(transport, "group_members", None)
         if describe is not None:
-            down = lambda: problems.brokers_down_at is not None  # noqa: E731
+            down = lambda: in_trouble(problems)  # noqa: E731
             self._group_watch = GroupWatch(
                 cfg.group_id, describe, self._report_foreign, cfg.group_watch_s, down
             )
@@ -305,9 +305,9 @@ class Processor:
                     raise self._fatal
                 problems.raise_if_fatal()
                 filling = self.rebalance.fill.jobs
-                if filling:
-                    # one bounded slice of the new partitions' fills (background_fill.py)
-                    self.rebalance.fill_step()
+                # one bounded slice of the new partitions' fills (background_fill.py),
+                # else of the standby copies' catch-up (standby.py)
+                self.rebalance.fill_step(behind)
                 commands = self._control.poll() if self._partitions else []
                 if commands:
                     self._apply_commands(commands)
@@ -428,7 +428,7 @@ class Processor:
                 ("consumer close", c.close if c else None),  # revoke runs the commit
                 ("producer flush", (lambda: p.flush(0 if self._dead else 10)) if p else None),
                 ("restore consumer close", r.close if r else None),
-                ("fill consumer close", self.rebalance.fill.close),
+                ("fill consumers close", self.rebalance.close_fills),
                 ("local store close", self.store.close),
                 ("query cache close", self.queries.close if self.queries else None),
                 ("transaction helper close", self.txn.close),

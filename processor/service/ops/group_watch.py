@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from processor.kafka.owners import MEMBER_PREFIX
 
@@ -31,6 +33,29 @@ log = logging.getLogger(__name__)
 WATCH_EVERY_S = 30.0
 #: Members the /readyz line names; the rest are counted.
 NAMED_AT_MOST = 5
+#: Seconds after a broker's transport error in which the group is not described.
+#: A request to the group coordinator whose broker goes away mid-request can
+#: abort the process (librdkafka's admin coordinator request, ``eonce->refcnt >
+#: 0`` failing; a member died so seconds after the group coordinator's broker
+#: was SIGKILLed, issue 37); a broker fault's failover is over well within it.
+QUIET_AFTER_TROUBLE_S = 30.0
+
+
+class BrokerTrouble(Protocol):
+    """What :func:`in_trouble` reads (``client_errors.ClientProblems``)."""
+
+    brokers_down_at: float | None
+    broker_trouble_at: float | None
+
+
+def in_trouble(problems: BrokerTrouble, now: float | None = None) -> bool:
+    """No broker answers, or one failed less than :data:`QUIET_AFTER_TROUBLE_S` ago."""
+    at = problems.broker_trouble_at
+    now = time.monotonic() if now is None else now
+    return problems.brokers_down_at is not None or (
+        at is not None and now - at < QUIET_AFTER_TROUBLE_S
+    )
+
 
 #: (client id, events partitions held) of one group member
 Member = tuple[str, tuple[int, ...]]
@@ -65,9 +90,10 @@ class GroupWatch:
         every_s: float | None = None,
         paused: Callable[[], bool] = lambda: False,
     ) -> None:
-        """``paused``: true while no broker answers; the watch then describes
-        nothing (a description could not be answered, and a coordinator
-        request failing as its connection drops is what aborts librdkafka)."""
+        """``paused``: true while no broker answers or soon after a broker fault
+        (:func:`in_trouble`); the watch then describes nothing (a description
+        could not be answered, and a coordinator request failing as its
+        connection drops is what aborts librdkafka)."""
         self.group = group
         self.describe = describe
         self.report = report

@@ -59,6 +59,7 @@ from processor.service.partitions.restore import (
     stable_bound_s,
     wait_stable,
 )
+from processor.service.partitions.standby import Standby
 from processor.service.queries.query_cache import QueryCache
 from processor.service.store.checkpoint_store import CheckpointStore, Filled, session_of
 from processor.service.txn.commit import Committer
@@ -107,6 +108,15 @@ class Rebalance:
         self.fill = BackgroundFill(
             store, metrics, lambda: clients.plain("fill"), stall_s=float(config.fill_stall_s)
         )
+        #: warm copies of the partitions not owned (standby.py); a file store only
+        self.standby: Standby | None = None
+        if config.standby_s > 0 and config.state_path is not None:
+            self.standby = Standby(
+                BackgroundFill(store, metrics, lambda: clients.plain("standby"), reports=False),
+                config.standby_s,
+                self._unowned,
+                lambda: self.reader if self.partition_count else None,
+            )
         self.assigned_at = 0.0
         #: partitions of the events topic (co-partitioned with the checkpoints)
         self.partition_count = 0
@@ -114,6 +124,7 @@ class Rebalance:
         #: rewind or another assignment during a background fill must not reset it
         self._started: dict[int, float] = {}
         self._unstable: set[int] = set()  # restored behind an unknown open transaction
+        self._stable_s: dict[int, float] = {}  # per partition: its restore's stability wait
         #: rewound partitions whose restore was put off: seeked back to the
         #: committed offset once it ends
         self._reseek: set[int] = set()
@@ -143,6 +154,8 @@ class Rebalance:
         consumer.pause(assignment)
         if numbers:  # (a cooperative rebalance may assign nothing)
             faultpoints.hit(faultpoints.BEFORE_RESTORE)
+        if self.standby is not None:  # the assignment's fill takes them over
+            self.standby.cancel(numbers)
         with self._observing():
             self._begin(numbers)
         self.health.ready = True  # serving; /readyz names the partitions still filling
@@ -177,8 +190,22 @@ class Rebalance:
         old = self.clients.new_reader()
         run_all([("restore consumer close", old.close if old is not None else None)])
 
-    def fill_step(self) -> None:
-        """One slice of the open fills (the poll loop calls this); resume the filled."""
+    def _unowned(self) -> list[int]:
+        held = set(self.engine.partitions) | self.fill.filling
+        return [p for p in range(self.partition_count) if p not in held]
+
+    def close_fills(self) -> None:
+        self.fill.close()
+        if self.standby is not None:
+            self.standby.close()
+
+    def fill_step(self, behind: bool = False) -> None:
+        """One slice of the open fills (the poll loop calls this); resume the filled.
+        None open: one slice of the standby copies' catch-up, if any (standby.py)."""
+        if not self.fill.jobs:
+            if self.standby is not None:
+                self.standby.step(behind)
+            return
         with self._observing():
             due = self.fill.due()
             if due:
@@ -335,6 +362,7 @@ class Rebalance:
         for number in numbers:  # a restore put off and tried again: from its first try
             self._started.setdefault(number, now)
         rc, store = self.reader, self.store
+        t0 = time.monotonic()
         if self.config.exactly_once:
             # never restore behind a zombie's open transaction (see restore.py)
             unstable = set(
@@ -348,6 +376,8 @@ class Rebalance:
             )
         else:
             unstable = set()
+        for number in numbers:  # the restore's log line names the wait (issue 37)
+            self._stable_s[number] = self._stable_s.get(number, 0.0) + time.monotonic() - t0
         self._unstable |= unstable
         # the restore consumer's metadata, not the group consumer's: a call on the
         # group consumer inside its own rebalance callback clears its call state
@@ -424,9 +454,11 @@ class Rebalance:
             self.metrics.restored_checkpoints.inc(held)
             f = filled[number]
             log.info(
-                "restored partition %d: %d sessions in the store (%s, %d records read), "
-                "resuming at %s",
+                "restored partition %d in %.2fs (%.2fs of it for open transactions to end): "
+                "%d sessions in the store (%s, %d records read), resuming at %s",
                 number,
+                time.monotonic() - self._started.get(number, time.monotonic()),
+                self._stable_s.pop(number, 0.0),
                 held,
                 "filled from offset 0" if f.kept_from is None else f"kept to offset {f.kept_from}",
                 f.records_read,

@@ -59,7 +59,7 @@ from processor.service.txn.inflight import InFlight as _InFlight
 from processor.service.txn.inflight import Rewinder
 from processor.service.txn.output_ledger import OutputLedger
 from processor.service.txn.timeline import Timeline, log_timeline
-from processor.service.txn.txn_helper import HelperThread, StuckCall
+from processor.service.txn.txn_helper import OFFSETS_TIMEOUT_S, HelperThread, StuckCall
 from processor.telemetry.metrics import Metrics
 from processor.testing import faultpoints
 
@@ -124,7 +124,7 @@ class Committer:
         self.helper = HelperThread("txn-helper")
         #: ``send_offsets_to_transaction``'s timeout, and how far past it a call
         #: counts as stuck for good (:meth:`_await_offsets`)
-        self.offsets_timeout_s = 30.0
+        self.offsets_timeout_s = OFFSETS_TIMEOUT_S
         #: the batch being committed on the helper thread (settle finishes it)
         self._inflight: _InFlight | None = None
         self.timeline = Timeline()

@@ -54,9 +54,20 @@ class Helper:
                 future.set_result(None)
 
 
+#: ``send_offsets_to_transaction``'s timeout.  It waits for the group
+#: coordinator, which a killed broker holds until the controller notices it
+#: (``broker.session.timeout.ms``, 9 s by default) and another broker loads
+#: the group; a call that has not returned by then is stuck on the coordinator
+#: that went away (librdkafka issues 5456, 5511) and a new producer gets the
+#: new one at once.  At 30 s (+15 s grace), views of every partition of a
+#: member stood still ~45 s after the group or transaction coordinator's
+#: broker was killed (issue 37, tests/faults/test_failover.py).
+OFFSETS_TIMEOUT_S = 10.0
+
 #: How far past its own timeout a watched call (``send_offsets_to_transaction``)
-#: is taken as stuck for good (:meth:`HelperThread.await_watched`).
-HANG_GRACE_S = 15.0
+#: is taken as stuck for good (:meth:`HelperThread.await_watched`): a call
+#: that honours its timeout has returned by then.
+HANG_GRACE_S = 2.0
 
 
 class StuckCall(Unavailable, KafkaException):
