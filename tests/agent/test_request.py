@@ -285,6 +285,7 @@ def test_D4_a_persisted_header_with_tools_of_any_shape_names_only_its_named_tool
     from processor.agent.request import tool_names
 
     config = {"provider": "p", "model": "m"}
+    tools: object
     for tools in ("x", {"read": {}}, [1, {"description": "no name"}, {"name": 3}]):
         assert tool_names({"config": config, "tools": tools}) == []
     assert tool_names({"config": config, "tools": [{"name": "read"}, "x"]}) == ["read"]

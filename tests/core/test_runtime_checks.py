@@ -229,7 +229,7 @@ def test_S2_S3_integral_float_seqs_are_the_integers_the_runtime_reads() -> None:
     b = base(4)
     b.user("one")
     first = b.events[-1].seq
-    raw = {
+    raw: dict[str, Any] = {
         "type": "user/message",
         "seq": b.next_seq,
         "time": 1,
@@ -274,6 +274,7 @@ def test_D4_header_tools_of_any_shape_but_empty_or_null_load(tools: Any) -> None
     b.tool_update(b.events[-1].seq, added=["read"])
     with pytest.raises(SessionError, match="D-3"):
         Session.fold(b.events)
+    refused: list[Any] | None
     for refused in ([], None):
         c = base(4)
         c.add_raw(

@@ -101,7 +101,11 @@ def test_a_failing_apply_is_the_mirrors_to_judge_and_the_writer_goes_on() -> Non
 
 def test_a_close_within_its_deadline_says_what_was_left_and_takes_no_more() -> None:
     gate = threading.Event()
-    writer: MirrorWriter[int] = MirrorWriter("w", lambda items: gate.wait(60), depth=10)
+
+    def apply(items: list[int]) -> None:
+        gate.wait(60)
+
+    writer: MirrorWriter[int] = MirrorWriter("w", apply, depth=10)
     writer.put(0)
     writer.put(1)
     assert writer.close(0.1) is False  # the store is behind: caught up on assign
