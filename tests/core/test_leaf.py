@@ -152,12 +152,17 @@ def test_frozen_dict_of_freezes_a_just_built_dict_in_place() -> None:
     again = pickle.loads(pickle.dumps(out))
     assert type(again) is FrozenDict and again == out
     assert thaw(out) == out and type(thaw(out)) is dict
-    # a frozen dict made this way is freed as any other (no crash, no leak of its type)
+    # a frozen dict made this way is freed as any other (no crash, no leak of its
+    # type: each instance holds a reference to it).  Collected first, and compared
+    # within a slack far below the 1,000 a leak adds: frozen dicts of earlier tests
+    # in this worker (and their threads) come and go (under xdist the count fell
+    # from 7,568 to 1,212 when a collection freed them during this loop)
+    gc.collect()
     before = sys.getrefcount(FrozenDict)
     for _ in range(1000):
         frozen_dict_of({"k": 1})
     gc.collect()
-    assert sys.getrefcount(FrozenDict) == before
+    assert sys.getrefcount(FrozenDict) - before < 100
 
 
 @settles

@@ -55,10 +55,15 @@ def test_a_fence_within_the_transaction_timeout_is_another_member_not_a_fault() 
     turns until both budgets ran out): a fence within the timeout ends the process."""
     from confluent_kafka import KafkaError
 
+    from processor.kafka.clients import session_timeout_s
     from processor.service.loop.runner import Processor
 
     proc = Processor(ServiceConfig(bootstrap_servers="127.0.0.1:1"))
-    timeout_s = proc.config.effective_transaction_timeout_ms / 1000
+    # within the transaction timeout and the session timeout (past the session
+    # timeout the group may have dropped us: a fence is then a dead member's)
+    timeout_s = min(
+        proc.config.effective_transaction_timeout_ms / 1000, session_timeout_s(proc.config)
+    )
     for code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
         assert proc.txn.replace_producer(KafkaError(code), open_s=timeout_s / 2) is False
     assert proc.txn.producer is None  # nothing was replaced
