@@ -237,10 +237,7 @@ class MirrorFill:
 
     def close(self) -> None:
         self.jobs.clear()
-        self._assigned.clear()
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        self._close_reader()
         self._report()
 
     # ------------------------------------------------------------ the slice
@@ -259,9 +256,7 @@ class MirrorFill:
                 else:  # the broker not answering: as a stall, never the end of the run
                     err = kafka_error(exc)
                     line = f"{err.name()}: {err.str()}" if err is not None else str(exc)
-                    self._put_off(reading, "fill", f"put off: read failed: {line}")
-                    self._new_reader_for(reading)
-                    self._report()
+                    self._hold(reading, f"put off: read failed: {line}")
         now = self.clock()
         stalled = sorted(
             p
@@ -269,9 +264,7 @@ class MirrorFill:
             if p not in done and j.retry_at is None and now - j.progress_at > self.stall_s
         )
         if stalled:
-            self._put_off(stalled, "fill", f"stalled: no progress for {self.stall_s:.0f} s")
-            self._new_reader_for(stalled)
-            self._report()
+            self._hold(stalled, f"stalled: no progress for {self.stall_s:.0f} s")
         finished = {}
         for p, j in done.items():
             if self.jobs.get(p) is j:
@@ -280,6 +273,12 @@ class MirrorFill:
             self._unassign(list(finished))
             self._report()
         return finished
+
+    def _hold(self, parts: list[int], why: str) -> None:
+        """Put ``parts`` off and read the others with a new consumer."""
+        self._put_off(parts, "fill", why)
+        self._new_reader_for(parts)
+        self._report()
 
     def _slice(self, reader: Reader) -> dict[int, FillJob]:
         pending: dict[int, list[Msg]] = {}
