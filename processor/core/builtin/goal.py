@@ -29,13 +29,12 @@ runtime's does (GL-7).
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Final
 
 from processor.core.builtin._common import require_dict
 from processor.core.errors import InvalidInput
-from processor.core.events import MAX_SAFE_INT, Event
+from processor.core.events import Event, safe_int
 from processor.core.frozen import freeze
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
@@ -70,14 +69,10 @@ def _js_trim(text: str) -> str:
 
 
 def _integer(value: Any) -> int | None:
-    """``value`` as a JavaScript safe integer (``3.0`` and ``-0.0`` included), or None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if abs(value) <= MAX_SAFE_INT else None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value) if abs(value) <= MAX_SAFE_INT else None
-    return None
+    """``value`` as a JavaScript safe integer (``events.safe_int``), ``-0.0`` included:
+    the unit's checks are ``Number.isSafeInteger``, which holds for -0 (the
+    envelope's seq check refuses it on its own)."""
+    return 0 if isinstance(value, float) and value == 0 else safe_int(value)
 
 
 def _positive(value: Any, field: str) -> int:
