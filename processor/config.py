@@ -103,6 +103,11 @@ class ServiceConfig:
     #: Commits whose checkpoint records may wait for the local store's writer
     #: thread; when full the loop waits (never drops them).
     store_write_queue: int = 64
+    #: Live bytes of the local store (its file, or memory under ``state_dir =
+    #: "none"``); past it the copies of partitions the member does not own are
+    #: dropped, least recently written first; the owned ones alone past it are
+    #: reported on ``/readyz`` (checkpoint_store.py ``keep_under_budget``).
+    store_bytes: int = 16 * 1024 * 1024 * 1024
     #: Seconds an assigned partition with lag may keep its position before the
     #: progress watchdog seeks it again (0: derived, see ``effective_stall_s``).
     stall_s: int = 0

@@ -167,7 +167,8 @@ def build() -> Builder[Any]:
                             "their local store (paused, the others fold), fills retried, "
                             "commits that waited on the store's full write queue, and "
                             "stored partitions dropped because the topic no longer proves "
-                            "them (refilled from offset 0)",
+                            "them (refilled from offset 0), and copies of partitions not "
+                            "owned dropped to keep the store under store_bytes",
                             (f"sum by (instance) (processor_partitions_filling{SEL})",
                              "{{instance}} filling"),
                             (f"sum(increase(processor_fill_failures_total{SEL}{RATE}))",
@@ -175,7 +176,14 @@ def build() -> Builder[Any]:
                             (f"sum(increase(processor_store_write_queue_full_total{SEL}"
                              f"{RATE}))", "write queue full"),
                             (f"sum(increase(processor_store_partitions_dropped_total{SEL}"
-                             f"{RATE}))", "stored partitions dropped")))
+                             f"{RATE}))", "stored partitions dropped"),
+                            (f"sum(increase(processor_store_copies_dropped_total{SEL}"
+                             f"{RATE}))", "copies dropped (store_bytes)")))
+        .with_panel(_series("Local store size", "bytes", "Live bytes of each member's local "
+                            "store (bound: store_bytes; past it with owned partitions alone "
+                            "/readyz says so)",
+                            (f"max by (instance) (processor_store_bytes{SEL})",
+                             "{{instance}}")))
         .with_panel(_series("Restore retries", "short", "Kafka calls of the restore retried "
                             "after a transient error (by call and code), the oldest call still "
                             "failing (s), partition restores put off past the retry "

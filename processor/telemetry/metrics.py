@@ -116,6 +116,17 @@ class Metrics:
             "topic did not prove them (recreated, truncated or rewritten; the log says why)",
             registry=r,
         )
+        self.store_bytes = Gauge(
+            "processor_store_bytes",
+            "Live bytes of the local store (checked every few seconds; bound: store_bytes)",
+            registry=r,
+        )
+        self.store_copies_dropped = Counter(
+            "processor_store_copies_dropped_total",
+            "Stored copies of partitions the member does not own, dropped to keep the "
+            "local store under store_bytes",
+            registry=r,
+        )
         self.partitions_filling = Gauge(
             "processor_partitions_filling",
             "Assigned partitions still filling the local store (paused meanwhile)",

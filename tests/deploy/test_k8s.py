@@ -170,6 +170,18 @@ def test_kustomization_renders_to_valid_consistent_manifests(folder: Path, tmp_p
     assert Path(config.kafka["ssl.ca.location"]).parent == Path(secret_dir)
     assert f"{secret_dir}/sasl-password" in " ".join(container["args"])
 
+    # the local store is on a writable volume (the root filesystem is read-only:
+    # a store that cannot be opened leaves the pod unready), its budget within it
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    state = config.state_path
+    assert state is not None and state.is_absolute()
+    state_mount = next(
+        m for m in mounts.values() if state.is_relative_to(m["mountPath"]) and "subPath" not in m
+    )
+    assert not state_mount.get("readOnly")
+    size_limit = volumes[state_mount["name"]]["emptyDir"]["sizeLimit"]
+    assert config.store_bytes < _quantity(size_limit) * 0.8  # room for the write-ahead log
+
     # resources are set, memory bounded; the image runs as the Dockerfile's user
     res = container["resources"]
     assert res["limits"]["memory"] == res["requests"]["memory"]
@@ -179,6 +191,15 @@ def test_kustomization_renders_to_valid_consistent_manifests(folder: Path, tmp_p
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     # replicas beyond the partition count would idle
     assert sts["spec"]["replicas"] <= config.partitions
+
+
+def _quantity(text: str) -> int:
+    """A Kubernetes quantity in bytes (binary suffixes, what the manifests use)."""
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return int(text[: -len(suffix)]) * factor
+    return int(text)
 
 
 def test_overlay_changes_only_what_an_environment_owns(tmp_path: Path) -> None:

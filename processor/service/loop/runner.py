@@ -162,6 +162,7 @@ class Processor:
             self.codec,
             on_queue_full=self.metrics.store_write_queue_full.inc,
             on_drop=self.metrics.store_partitions_dropped.inc,  # verify's drops
+            size_gauge=self.metrics.store_bytes,
         )
         #: the committed views of the owned partitions, for queries (query_setup.py)
         self.queries: QueryCache | None = None

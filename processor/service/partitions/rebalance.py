@@ -68,6 +68,9 @@ from processor.testing import faultpoints
 
 log = logging.getLogger(__name__)
 
+#: Seconds between checks of the local store's live bytes against ``store_bytes``.
+BUDGET_EVERY_S = 5.0
+
 
 class Rebalance:
     """The rebalance callbacks and the restore of newly owned partitions."""
@@ -114,9 +117,13 @@ class Rebalance:
             self.standby = Standby(
                 BackgroundFill(store, metrics, lambda: clients.plain("standby"), reports=False),
                 config.standby_s,
-                self._unowned,
+                self._kept_warm,
                 lambda: self.reader if self.partition_count else None,
             )
+        self._budget_at = 0.0  # the next size check of the local store
+        #: copies dropped to keep the store under ``store_bytes``: not kept warm
+        #: again until the assignment changes (else drop and refill would cycle)
+        self._over_budget: set[int] = set()
         self.assigned_at = 0.0
         #: partitions of the events topic (co-partitioned with the checkpoints)
         self.partition_count = 0
@@ -144,6 +151,7 @@ class Rebalance:
         """Verify the new partitions' stores and assign them paused; the loop fills
         them in slices (:meth:`fill_step`) while the other partitions fold."""
         self.metrics.rebalances.labels("assign").inc()
+        self._over_budget.clear()  # a new assignment: measured again before kept warm
         numbers = [tp.partition for tp in partitions]
         assignment = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
         consumer.incremental_assign(assignment)
@@ -194,6 +202,25 @@ class Rebalance:
         held = set(self.engine.partitions) | self.fill.filling
         return [p for p in range(self.partition_count) if p not in held]
 
+    def _kept_warm(self) -> list[int]:
+        """The standby's partitions: the unowned ones the budget has not dropped."""
+        return [p for p in self._unowned() if p not in self._over_budget]
+
+    def keep_store_under_budget(self, now: float | None = None) -> None:
+        """Every ``BUDGET_EVERY_S``: measure the local store and drop copies of
+        partitions neither owned nor filling while it is past ``store_bytes``
+        (``CheckpointStore.keep_under_budget``); a standby fill's partitions
+        are left to it (dropped at a later check, once it has ended)."""
+        now = time.monotonic() if now is None else now
+        if now < self._budget_at or self.store.store is None:
+            return
+        self._budget_at = now + BUDGET_EVERY_S
+        busy = self.standby.fill.filling if self.standby is not None else set()
+        dropped = self.store.keep_under_budget(p for p in self._unowned() if p not in busy)
+        if dropped:
+            self._over_budget.update(dropped)
+            self.metrics.store_copies_dropped.inc(len(dropped))
+
     def close_fills(self) -> None:
         self.fill.close()
         if self.standby is not None:
@@ -203,6 +230,7 @@ class Rebalance:
         """One slice of the open fills (the poll loop calls this); resume the filled.
         None open: one slice of the standby copies' catch-up, if any (standby.py)."""
         if not self.fill.jobs:
+            self.keep_store_under_budget()
             if self.standby is not None:
                 self.standby.step(behind)
             return

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import IO
 
 from confluent_kafka import KafkaError
+from prometheus_client import CollectorRegistry, Gauge
 
 from processor.codec import CHECKPOINT, Checkpoint, Codec, CodecError, split_part_key
 from processor.codec.parted import decode_checkpoint_record
@@ -63,6 +64,7 @@ from processor.engine.checkpoints import latest_checkpoints
 from processor.kafka.reads import stream, watermarks
 from processor.kafka.transport import Msg, Reader
 from processor.service.store.local_store import LocalStore, StoredRecord
+from processor.service.store.mirror_db import ByteBudget
 from processor.service.store.mirror_writer import MirrorWriter
 
 log = logging.getLogger(__name__)
@@ -147,10 +149,12 @@ class CheckpointStore:
         *,
         on_queue_full: Callable[[], None] | None = None,
         on_drop: Callable[[], None] | None = None,
+        size_gauge: Gauge | None = None,
     ) -> None:
         """``on_queue_full``: a commit waits on the writer's full queue (the
         metric); ``on_drop``: an assignment drops a stored partition the topic
-        did not prove (the metric; the reason is in the log)."""
+        did not prove (the metric; the reason is in the log); ``size_gauge``:
+        the store's live bytes, set by :meth:`keep_under_budget`."""
         self.config = config
         self.codec = codec
         self.topic = config.topics.checkpoints
@@ -177,6 +181,12 @@ class CheckpointStore:
         self.writer: MirrorWriter[_Write] | None = None
         self.on_queue_full = on_queue_full
         self.on_drop = on_drop
+        self.budget = ByteBudget(
+            config.store_bytes,
+            size_gauge or Gauge("processor_store_bytes", "", registry=CollectorRegistry()),
+        )
+        #: the owned partitions alone are past ``store_bytes`` (/readyz says so)
+        self.over_budget: str | None = None
 
     # ------------------------------------------------------------ open
 
@@ -290,6 +300,58 @@ class CheckpointStore:
         self._memory.drop(self.topic, partition)
         self.in_memory = {**self.in_memory, partition: line}
         return True
+
+    # ------------------------------------------------------------ budget
+
+    def keep_under_budget(self, unowned: Iterable[int]) -> list[int]:
+        """Past ``store_bytes``: drop the stored copies of ``unowned`` partitions
+        (the caller's: neither owned nor filling), least recently written first,
+        until the store is under it again.  Returns the partitions dropped.
+
+        Why copies go first: an owned partition's records are the sessions the
+        member folds (dropping them would move them to memory or reread them on
+        every load); a copy only saves a read of the topic if the partition
+        comes back.  Owned partitions alone past the bound are reported
+        (:attr:`over_budget`, on ``/readyz``), never dropped: the operator
+        raises ``store_bytes`` or adds members.  The file does not shrink:
+        freed pages are reused by the next writes (the bound is on live bytes).
+        """
+        db = self.store
+        if db is None:
+            return []
+        try:
+            if self.budget.reported(db.live_bytes()) <= self.budget.limit:
+                self.over_budget = None
+                return []
+            gone = set(unowned)
+            copies = sorted((at, p) for p, at in db.stored(self.topic) if p in gone)
+            dropped: list[int] = []
+            if copies and not self.flush():  # a queued write of a copy would recreate it
+                return []
+            for _, p in copies:
+                db.drop(self.topic, p)
+                dropped.append(p)
+                if self.budget.reported(db.live_bytes()) <= self.budget.limit:
+                    break
+            live = self.budget.reported(db.live_bytes())
+        except sqlite3.Error as exc:
+            log.warning("local store: the size check failed (%s); tried again later", exc)
+            return []
+        if dropped:
+            log.warning(
+                "local store past store_bytes %d: dropped the copies of partitions %s "
+                "(not owned; %d bytes live now)",
+                self.budget.limit,
+                ", ".join(map(str, dropped)),
+                live,
+            )
+        self.over_budget = (
+            None
+            if live <= self.budget.limit
+            else f"local store holds {live} bytes of owned partitions, past store_bytes "
+            f"{self.budget.limit}: raise it or add members"
+        )
+        return dropped
 
     # ------------------------------------------------------------ assign
 
@@ -464,7 +526,9 @@ class CheckpointStore:
         """What /readyz reports (None: the store works)."""
         if self.open_problem is not None:
             return self.open_problem
-        return next(iter(self.broken.values()), next(iter(self.in_memory.values()), None))
+        return next(
+            iter(self.broken.values()), next(iter(self.in_memory.values()), self.over_budget)
+        )
 
 
 def is_corrupt(exc: sqlite3.Error) -> bool:

@@ -484,6 +484,19 @@ class LocalStore:
                 self._db.execute("DELETE FROM position WHERE part = ?", (part,))
             self._parts.pop((topic, partition), None)
 
+    def live_bytes(self) -> int:
+        """Bytes of the file's (or the in-memory database's) pages in use."""
+        with self.write_lock:
+            return mirror_db.live_bytes(self._db)
+
+    def stored(self, topic: str) -> list[tuple[int, float]]:
+        """Each stored partition of ``topic`` and when its position last moved."""
+        with self.write_lock:
+            rows = self._db.execute(
+                "SELECT partition, applied_at FROM position WHERE topic = ?", (topic,)
+            ).fetchall()
+        return [(int(p), float(at)) for p, at in rows]
+
     # ------------------------------------------------------------ reading
 
     def records(self, topic: str, partition: int) -> Iterator[tuple[bytes, bytes]]:

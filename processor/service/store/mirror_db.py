@@ -93,7 +93,10 @@ class ByteBudget:
 
     def measure(self, db: sqlite3.Connection) -> int:
         """The live bytes now (reported)."""
-        live = live_bytes(db)
+        return self.reported(live_bytes(db))
+
+    def reported(self, live: int) -> int:
+        """``live`` bytes measured by the caller, set on the gauge."""
         self.gauge.set(live)
         return live
 
