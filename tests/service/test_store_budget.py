@@ -45,7 +45,7 @@ def test_under_the_budget_nothing_is_dropped_and_the_size_is_reported(tmp_path: 
         _fill(store, p, at=100.0 + p)
     assert store.keep_under_budget([1, 2]) == []
     assert _stored(store) == [0, 1, 2]
-    assert store.budget.gauge._value.get() > 3 * 60 * 4096  # type: ignore[attr-defined]
+    assert store.budget.gauge._value.get() > 3 * 60 * 4096
     assert store.problem is None
     store.close()
 
