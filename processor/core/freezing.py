@@ -8,10 +8,10 @@ stay ``dict``/``list`` copies.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from processor.core.frozen_types import MAX_DEPTH, FrozenDict, FrozenList, JsonDepthError
-from processor.core.leaf import SETTLE
+from processor.core.leaf import SETTLE, c_freeze
 
 # The frozen types as module constants: compiled, a Final is a C static, while
 # each use of an imported class name is a lookup in the module's dict.
@@ -39,12 +39,13 @@ def _done(t: type) -> bool:
     )
 
 
-def freeze(value: Any, _depth: int = 0) -> Any:
-    """Return a deep-frozen copy of a JSON value (frozen parts are reused).
+class _Freeze(Protocol):
+    def __call__(self, value: Any, _depth: int = 0, /) -> Any: ...
 
-    Raises :class:`JsonDepthError` (never ``RecursionError``) when the value
-    nests deeper than :data:`MAX_DEPTH`.
-    """
+
+def walk(value: Any, _depth: int = 0) -> Any:
+    """:func:`freeze` in Python: the pure build's, and the compiled build's for
+    dict and list subclasses (the C walk hands those back here)."""
     t = type(value)
     # A container of scalars is copied once, in C.  One that holds containers
     # is copied into a plain dict or list whose nested values are replaced
@@ -92,3 +93,12 @@ def freeze(value: Any, _depth: int = 0) -> Any:
     else:
         frozen = FrozenList([freeze(v, _depth + 1) for v in value])
     return frozen if _SETTLE is None else _SETTLE(frozen)
+
+
+#: Return a deep-frozen copy of a JSON value (frozen parts are reused).
+#: Raises :class:`JsonDepthError` (never ``RecursionError``) when the value
+#: nests deeper than :data:`MAX_DEPTH`.  The compiled build's is the same walk
+#: in C (``_leaf.freeze``: one copy per container where this one made two for
+#: a container of containers, no call per level through the type); the pure
+#: build's is :func:`walk`.
+freeze: Final[_Freeze] = c_freeze(FrozenDict, FrozenList, JsonDepthError, MAX_DEPTH, walk) or walk

@@ -39,6 +39,21 @@ def adopter(frozen: type[_F]) -> Callable[[Any], _F]:
     return frozen
 
 
+def c_freeze(
+    frozen_dict: type,
+    frozen_list: type,
+    error: Callable[[], BaseException],
+    max_depth: int,
+    fallback: Callable[[Any, int], Any],
+) -> Callable[..., Any] | None:
+    """The C walk of ``freezing.freeze`` over these frozen types, or None (the
+    pure build, or types without their base's layout).  ``fallback(value,
+    depth)`` freezes what the C walk leaves to Python (dict and list subclasses)."""
+    if _leaf is not None and _leaf.freezer(frozen_dict, frozen_list, error, fallback, max_depth):
+        return _leaf.freeze
+    return None
+
+
 def register(types: tuple[type, ...], inert: tuple[object, ...] = ()) -> None:
     """Let :data:`SETTLE` untrack instances of ``types`` (immutable, built from
     finished parts only) whose references are scalars, their own type, the

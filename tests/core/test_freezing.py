@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.core.frozen import FrozenDict, FrozenList, freeze
+from processor.core.freezing import walk
+from processor.core.frozen import MAX_DEPTH, FrozenDict, FrozenList, JsonDepthError, freeze
 
 SCALARS = (
     st.none()
@@ -62,3 +64,84 @@ def test_freeze_of_a_tuple_is_a_frozen_list() -> None:
     frozen = freeze(({"a": 1}, 2))
     assert type(frozen) is FrozenList and type(frozen[0]) is FrozenDict
     assert frozen == [{"a": 1}, 2]
+
+
+# The compiled build freezes in C (_leaf.freeze); the pure build's walk is the
+# reference it must agree with, value, types and refusals alike.
+try:
+    from processor.core import _leaf
+except ImportError:  # the pure build
+    _leaf = None  # type: ignore[assignment]
+c_walk = pytest.mark.skipif(_leaf is None, reason="the pure build has no processor.core._leaf")
+
+
+class _Sub(dict[str, Any]):
+    pass
+
+
+class _SubList(list[Any]):
+    pass
+
+
+def test_the_compiled_build_freezes_in_c() -> None:
+    assert (freeze is getattr(_leaf, "freeze", None)) == (_leaf is not None)
+    assert (freeze is walk) == (_leaf is None)
+
+
+def _shape(value: Any) -> Any:
+    """``value`` with each container's type beside it (tuples and subclasses kept)."""
+    if isinstance(value, dict):
+        return (type(value).__name__, [(k, _shape(v)) for k, v in value.items()])
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, [_shape(v) for v in value])
+    return (type(value).__name__, value)
+
+
+MIXED = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.lists(inner, max_size=3).map(_SubList)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3).map(_Sub)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3).map(walk)
+    ),
+    max_leaves=30,
+)
+
+
+@c_walk
+@settings(max_examples=400, deadline=None)
+@given(MIXED)
+def test_c_freeze_agrees_with_the_python_walk(value: Any) -> None:
+    before = _shape(value)
+    assert _shape(freeze(value)) == _shape(walk(value))
+    assert _shape(value) == before  # the input is not written
+
+
+@c_walk
+def test_c_freeze_refuses_depth_as_the_walk_does() -> None:
+    outcomes = set()
+    for base in ([], {}, _Sub(), ()):
+        for levels in (MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1):
+            value: Any = base
+            for i in range(levels):
+                value = [value] if i % 2 else {"k": value}
+            results = []
+            for fn in (freeze, walk):
+                try:
+                    results.append(_shape(fn(value)))
+                except JsonDepthError:
+                    results.append("refused")
+            assert results[0] == results[1]
+            outcomes.add(results[0] == "refused")
+    assert outcomes == {True, False}
+
+
+@c_walk
+def test_c_freeze_reuses_frozen_parts_and_other_objects() -> None:
+    inner = freeze({"a": [1]})
+    other = object()
+    frozen = freeze([inner, {"o": other}, (inner,)])
+    assert frozen[0] is inner and frozen[1]["o"] is other and frozen[2][0] is inner
