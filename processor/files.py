@@ -26,7 +26,7 @@ import orjson
 import zstandard
 
 from processor.core.errors import InvalidInput, SessionError, raised_from
-from processor.core.events import Event, parse_event
+from processor.core.events import Event, parse_event_owned
 from processor.core.log import SessionHeader
 from processor.core.session import synthetic_header
 
@@ -334,7 +334,7 @@ def parse_session_bytes(
             continue
         first = False
         try:
-            events.append(parse_event(raw, trusted_json=True))
+            events.append(parse_event_owned(raw))  # raw is this loop's alone
         except SessionError as exc:
             if exc.seq is not None:
                 raise

@@ -328,6 +328,115 @@ freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return freeze_walk(args[0], depth);
 }
 
+/* freeze_item(d, key): d[key] = freeze(d[key]) for a dict d the caller has
+ * just decoded and holds the only reference to (an orjson result it drops):
+ * each dict and list that only its parent (at the top: d) refers to becomes
+ * the frozen type in place, as adopt() does, its parts first; anything
+ * shared, a tuple or a subclass is copied by freeze().  The same value and
+ * types as freeze(); nothing that anyone else could see changes type.  In
+ * place only where adopt() may change types (ADOPT_IN_PLACE) and the
+ * frozen types are the ones adopts() took.  A refusal (JsonDepthError)
+ * leaves d[key] as deep as it was (its parts frozen or not: the same value). */
+static PyObject *
+owned_walk(PyObject *value, Py_ssize_t depth)
+{
+    PyTypeObject *t = Py_TYPE(value);
+    int in_place = Py_REFCNT(value) == 1
+                   && ((t == &PyDict_Type && frozen_dict != NULL && frozen_dict == freeze_dict)
+                       || (t == &PyList_Type && frozen_list != NULL
+                           && frozen_list == freeze_list));
+    if (!in_place) {
+        return freeze_walk(value, depth);
+    }
+    if (depth >= freeze_max_depth) {
+        return freeze_too_deep();
+    }
+    if (Py_EnterRecursiveCall(" in freeze_item")) {
+        return NULL;
+    }
+    if (t == &PyDict_Type) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(value, &pos, &k, &v)) {
+            if (freeze_done(v)) {
+                continue;
+            }
+            PyObject *f = owned_walk(v, depth + 1);
+            if (f == NULL) {
+                Py_LeaveRecursiveCall();
+                return NULL;
+            }
+            if (f == v) {
+                Py_DECREF(f);
+                continue;
+            }
+            /* an existing key: the value is replaced, the table does not move */
+            int rc = PyDict_SetItem(value, k, f);
+            Py_DECREF(f);
+            if (rc < 0) {
+                Py_LeaveRecursiveCall();
+                return NULL;
+            }
+        }
+    }
+    else {
+        Py_ssize_t n = PyList_GET_SIZE(value);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PyList_GET_ITEM(value, i);
+            if (freeze_done(v)) {
+                continue;
+            }
+            PyObject *f = owned_walk(v, depth + 1);
+            if (f == NULL) {
+                Py_LeaveRecursiveCall();
+                return NULL;
+            }
+            if (f == v) {
+                Py_DECREF(f);
+                continue;
+            }
+            PyList_SET_ITEM(value, i, f);
+            Py_DECREF(v);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    /* still only ours: no call above could have taken a reference to it */
+    Py_SET_TYPE(value, (PyTypeObject *)Py_NewRef(t == &PyDict_Type ? frozen_dict : frozen_list));
+    settle_one(value);
+    return Py_NewRef(value);
+}
+
+static PyObject *
+freeze_item(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (freeze_fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "freeze_item() before freezer()");
+        return NULL;
+    }
+    if (nargs != 2 || !PyDict_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "freeze_item(dict, key)");
+        return NULL;
+    }
+    PyObject *d = args[0], *key = args[1];
+    PyObject *value = PyDict_GetItemWithError(d, key); /* borrowed: d's reference */
+    if (value == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetObject(PyExc_KeyError, key);
+        }
+        return NULL;
+    }
+    PyObject *frozen = ADOPT_IN_PLACE ? owned_walk(value, 0) : freeze_walk(value, 0);
+    if (frozen == NULL) {
+        return NULL;
+    }
+    int rc = frozen == value ? 0 : PyDict_SetItem(d, key, frozen);
+    Py_DECREF(frozen);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 freezer(PyObject *module, PyObject *args)
 {
@@ -347,6 +456,9 @@ freezer(PyObject *module, PyObject *args)
         || !is_leaf_type((PyTypeObject *)dict_type)
         || !is_leaf_type((PyTypeObject *)list_type)) {
         Py_RETURN_FALSE;
+    }
+    if (freeze_fallback == NULL && fallback == Py_None) {
+        Py_RETURN_FALSE; /* a question (are these the types?) before any set-up */
     }
     if (freeze_fallback != NULL) {
         /* once per process: later calls must name the same types */
@@ -412,9 +524,13 @@ static PyMethodDef methods[] = {
      "reference, else a copy; settled."},
     {"freeze", (PyCFunction)(void (*)(void))freeze, METH_FASTCALL,
      "freeze(value[, depth]) -> a deep-frozen copy (processor.core.freezing.freeze)."},
+    {"freeze_item", (PyCFunction)(void (*)(void))freeze_item, METH_FASTCALL,
+     "freeze_item(d, key): d[key] = freeze(d[key]), its unshared dicts and lists frozen "
+     "in place: for a dict the caller has just decoded and holds the only reference to."},
     {"freezer", freezer, METH_VARARGS,
      "freezer(dict_type, list_type, error, fallback, max_depth) -> bool: set freeze()'s "
-     "types once; False where they do not fit (freeze() is then not to be used)."},
+     "types once (later: are these they?); False where they do not fit (freeze() is "
+     "then not to be used)."},
     {"register", register_leaf, METH_VARARGS,
      "register(types, objects): the leaf types settle() may untrack, and the inert "
      "objects their instances may refer to."},

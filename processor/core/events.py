@@ -24,7 +24,8 @@ from typing import Any, ClassVar, Final
 import orjson
 
 from processor.core.errors import SessionError, raised_from
-from processor.core.frozen import freeze, json_problem
+from processor.core.freezing import freeze_item
+from processor.core.frozen import JsonDepthError, freeze, json_problem
 from processor.core.leaf import SETTLE, register
 from processor.core.sharing import FrozenTable
 
@@ -408,6 +409,29 @@ def parse_event(raw: Any, *, trusted_json: bool = False) -> Event:
     return _parse_event_checked(raw, trusted_json)
 
 
+#: compiled: freeze in place (freezing.freeze_item); None in the pure build
+_FREEZE_ITEM: Final = freeze_item
+
+
+def parse_event_owned(raw: Any) -> Event:
+    """:func:`parse_event` (``trusted_json``) of an envelope its caller has just
+    decoded from JSON and keeps no other reference into.
+
+    The same event and the same refusals.  Compiled, ``raw["data"]``'s dicts
+    and lists become the event's frozen ones in place instead of being copied
+    (``raw["data"]`` is then the event's ``data``); elsewhere it is
+    :func:`parse_event`.
+    """
+    freeze_data = _FREEZE_ITEM
+    if freeze_data is not None and type(raw) is dict and "data" in raw:
+        try:
+            freeze_data(raw, "data")
+        except JsonDepthError:
+            # too deep: parse_event refuses it, after the checks that come first
+            return parse_event(raw, trusted_json=True)
+    return parse_event(raw, trusted_json=True)
+
+
 def _parse_event_checked(raw: Any, trusted_json: bool) -> Event:
     """:func:`parse_event`, every check in the runtime's order (and its refusals)."""
     if not isinstance(raw, dict):
@@ -459,7 +483,7 @@ def parse_event_bytes(line: bytes | str) -> Event:
     except orjson.JSONDecodeError as exc:
         err = SessionError(None, "E-3", f"event is not valid JSON: {exc}")
         raise raised_from(err, None) from None
-    return parse_event(raw, trusted_json=True)
+    return parse_event_owned(raw)
 
 
 def make_event(

@@ -8,10 +8,11 @@ stay ``dict``/``list`` copies.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from processor.core.frozen_types import MAX_DEPTH, FrozenDict, FrozenList, JsonDepthError
-from processor.core.leaf import SETTLE, c_freeze
+from processor.core.leaf import SETTLE, c_freeze, c_freeze_item
 
 # The frozen types as module constants: compiled, a Final is a C static, while
 # each use of an imported class name is a lookup in the module's dict.
@@ -102,3 +103,11 @@ def walk(value: Any, _depth: int = 0) -> Any:
 #: a container of containers, no call per level through the type); the pure
 #: build's is :func:`walk`.
 freeze: Final[_Freeze] = c_freeze(FrozenDict, FrozenList, JsonDepthError, MAX_DEPTH, walk) or walk
+
+#: ``freeze_item(d, key)``: ``d[key] = freeze(d[key])`` for a dict the caller
+#: has just decoded and holds the only reference to: compiled, the value's
+#: dicts and lists become the frozen ones in place instead of being copied
+#: (leaf.py).  None in the pure build: callers use :data:`freeze`.
+freeze_item: Final[Callable[[dict[str, Any], str], None] | None] = (
+    c_freeze_item(FrozenDict, FrozenList) if freeze is not walk else None
+)

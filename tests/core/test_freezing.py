@@ -14,7 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.core.freezing import walk
+from processor.core.errors import SessionError
+from processor.core.events import parse_event, parse_event_owned
+from processor.core.freezing import freeze_item, walk
 from processor.core.frozen import MAX_DEPTH, FrozenDict, FrozenList, JsonDepthError, freeze
 
 SCALARS = (
@@ -145,3 +147,54 @@ def test_c_freeze_reuses_frozen_parts_and_other_objects() -> None:
     other = object()
     frozen = freeze([inner, {"o": other}, (inner,)])
     assert frozen[0] is inner and frozen[1]["o"] is other and frozen[2][0] is inner
+
+
+def _outcome(parse: Any, raw: Any) -> Any:
+    try:
+        event = parse(raw)
+    except SessionError as exc:
+        return ("refused", exc.rule, str(exc))
+    return ("event", event.digest_bytes(), _shape(event.data))
+
+
+ENVELOPE_DATA = MIXED | st.recursive(st.just([]), lambda inner: st.lists(inner, max_size=1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ENVELOPE_DATA, st.sampled_from([0, 5, -1]))
+def test_parse_event_owned_is_parse_event(data: Any, seq: int) -> None:
+    # the owned parse may freeze raw's data in place: each parse gets its own copy
+    def raw() -> dict[str, Any]:
+        return {"type": "custom/x", "seq": seq, "time": 1, "data": copy.deepcopy(data)}
+
+    assert _outcome(parse_event_owned, raw()) == _outcome(
+        lambda r: parse_event(r, trusted_json=True), raw()
+    )
+
+
+def test_parse_event_owned_refuses_depth_as_parse_event() -> None:
+    deep: Any = 0
+    for _ in range(MAX_DEPTH + 1):
+        deep = [deep]
+    for seq in (3, -1):  # -1: the seq's refusal (E-2) comes first, as in parse_event
+        a = _outcome(parse_event_owned, {"type": "t", "seq": seq, "time": 1, "data": deep})
+        b = _outcome(
+            lambda r: parse_event(r, trusted_json=True),
+            {"type": "t", "seq": seq, "time": 1, "data": copy.deepcopy(deep)},
+        )
+        assert a == b and a[0] == "refused"
+
+
+@pytest.mark.skipif(freeze_item is None, reason="types change in place only compiled on 3.11")
+def test_parse_event_owned_freezes_in_place_only_what_no_one_else_holds() -> None:
+    shared = {"kept": [1]}
+    data = {"mine": {"a": [1, {"b": 2}]}, "shared": shared}
+    raw = {"type": "custom/x", "seq": 0, "time": 1, "data": data}
+    ids = (id(data), id(data["mine"]))  # no reference kept: it would make them shared
+    del data  # raw is now the only holder of its data (the caller's contract)
+    event = parse_event_owned(raw)
+    assert event.data is raw["data"] and type(event.data) is FrozenDict
+    assert (id(event.data), id(event.data["mine"])) == ids  # frozen in place, not copied
+    assert type(event.data["mine"]["a"][1]) is FrozenDict
+    assert type(shared) is dict and type(shared["kept"]) is list  # held here too: copied
+    assert event.data["shared"] == shared and type(event.data["shared"]) is FrozenDict
