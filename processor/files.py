@@ -317,7 +317,9 @@ def parse_session_bytes(
         line = content[pos:stop]
         offset = pos
         pos = stop + 1
-        if not line.strip():
+        # blank: nothing but whitespace (an event line starts with "{": no
+        # method call for those; compiled, line[0] is a C index)
+        if not line or (line[0] != 0x7B and not line.strip()):
             continue
         try:
             raw = _loads(line)
