@@ -26,7 +26,7 @@ import orjson
 import zstandard
 
 from processor.core.errors import InvalidInput, SessionError, raised_from
-from processor.core.events import Event, parse_event
+from processor.core.events import Event, parse_event_owned
 from processor.core.log import SessionHeader
 from processor.core.session import synthetic_header
 
@@ -317,7 +317,9 @@ def parse_session_bytes(
         line = content[pos:stop]
         offset = pos
         pos = stop + 1
-        if not line.strip():
+        # blank: nothing but whitespace (an event line starts with "{": no
+        # method call for those; compiled, line[0] is a C index)
+        if not line or (line[0] != 0x7B and not line.strip()):
             continue
         try:
             raw = _loads(line)
@@ -334,7 +336,7 @@ def parse_session_bytes(
             continue
         first = False
         try:
-            events.append(parse_event(raw, trusted_json=True))
+            events.append(parse_event_owned(raw))  # raw is this loop's alone
         except SessionError as exc:
             if exc.seq is not None:
                 raise

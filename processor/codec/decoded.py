@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from processor.core.events import Event, parse_event
+from processor.core.events import Event, parse_event, parse_event_owned
 
 
 class DecodedEvent:
@@ -59,6 +59,15 @@ class DecodedEvent:
     def to_event(self) -> Event:
         """Validate into a core :class:`Event` (raises ``SessionError``)."""
         return parse_event(self._envelope, trusted_json=True)
+
+    def take_event(self) -> Event:
+        """:meth:`to_event` for the one caller that folds it (the engine).
+
+        Compiled, the envelope's ``data`` becomes the event's frozen data in
+        place instead of being copied (``envelope["data"]`` is the event's
+        afterwards: the same value, frozen).
+        """
+        return parse_event_owned(self._envelope)
 
     def _fields(self) -> tuple[str, dict[str, Any], str, str | None]:
         return (self._session_id, self._envelope, self._data_text, self._producer)

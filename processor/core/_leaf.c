@@ -170,6 +170,313 @@ adopt(PyObject *module, PyObject *obj)
     return copy;
 }
 
+/* freeze(value[, depth]): processor.core.freezing.freeze in C (the compiled
+ * build's copy of the walk; the same result, the same refusals).  Exact
+ * dicts, lists and tuples are copied once into the frozen types (their
+ * nested containers frozen first; FrozenDict(dict(src)) copied twice) and
+ * settled; scalars and frozen values come back as they are; anything else
+ * (a dict or list subclass) goes to the Python walk, which calls back here
+ * for its parts.  freezer() sets the types and the fallback once. */
+static PyTypeObject *freeze_dict;
+static PyTypeObject *freeze_list;
+static PyObject *freeze_error;    /* JsonDepthError: called with no arguments */
+static PyObject *freeze_fallback; /* the Python walk: fallback(value, depth) */
+static Py_ssize_t freeze_max_depth;
+static PyObject *freeze_no_args; /* () for dict's tp_new */
+
+static PyObject *freeze_walk(PyObject *value, Py_ssize_t depth);
+
+static inline int
+freeze_done(PyObject *v)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    return t == &PyUnicode_Type || t == &PyLong_Type || t == &PyBool_Type
+           || t == &PyFloat_Type || v == Py_None || t == freeze_dict || t == freeze_list;
+}
+
+static PyObject *
+freeze_too_deep(void)
+{
+    PyObject *exc = PyObject_CallNoArgs(freeze_error);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+static PyObject *
+freeze_dict_of(PyObject *src, Py_ssize_t depth)
+{
+    PyObject *out = PyDict_Type.tp_new(freeze_dict, freeze_no_args, NULL);
+    if (out == NULL) {
+        return NULL;
+    }
+    if (PyDict_Merge(out, src, 1) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    /* walk the source (the copy's values are replaced as it goes) */
+    while (PyDict_Next(src, &pos, &k, &v)) {
+        if (freeze_done(v)) {
+            continue;
+        }
+        PyObject *f = freeze_walk(v, depth + 1);
+        if (f == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        int rc = PyDict_SetItem(out, k, f);
+        Py_DECREF(f);
+        if (rc < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    settle_one(out);
+    return out;
+}
+
+static PyObject *
+freeze_list_of(PyObject *src, Py_ssize_t depth)
+{
+    /* src: an exact list or tuple */
+    PyObject *out = PyType_GenericAlloc(freeze_list, 0);
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(src);
+    if (n > 0) {
+        PyObject **items = PyMem_New(PyObject *, n);
+        if (items == NULL) {
+            Py_DECREF(out);
+            return PyErr_NoMemory();
+        }
+        PyObject **from = PySequence_Fast_ITEMS(src);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            items[i] = Py_NewRef(from[i]);
+        }
+        ((PyListObject *)out)->ob_item = items;
+        ((PyListObject *)out)->allocated = n;
+        Py_SET_SIZE(out, n);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = items[i];
+            if (freeze_done(v)) {
+                continue;
+            }
+            PyObject *f = freeze_walk(v, depth + 1);
+            if (f == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            items[i] = f;
+            Py_DECREF(v);
+        }
+    }
+    settle_one(out);
+    return out;
+}
+
+static PyObject *
+freeze_walk(PyObject *value, Py_ssize_t depth)
+{
+    PyTypeObject *t = Py_TYPE(value);
+    if (t == &PyDict_Type || t == &PyList_Type || t == &PyTuple_Type) {
+        if (depth >= freeze_max_depth) {
+            return freeze_too_deep();
+        }
+        if (Py_EnterRecursiveCall(" in freeze")) {
+            return NULL;
+        }
+        PyObject *out = t == &PyDict_Type ? freeze_dict_of(value, depth)
+                                          : freeze_list_of(value, depth);
+        Py_LeaveRecursiveCall();
+        return out;
+    }
+    if (freeze_done(value)) {
+        return Py_NewRef(value);
+    }
+    PyObject *d = PyLong_FromSsize_t(depth);
+    if (d == NULL) {
+        return NULL;
+    }
+    PyObject *out = PyObject_CallFunctionObjArgs(freeze_fallback, value, d, NULL);
+    Py_DECREF(d);
+    return out;
+}
+
+static PyObject *
+freeze(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (freeze_fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "freeze() before freezer()");
+        return NULL;
+    }
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "freeze(value[, depth])");
+        return NULL;
+    }
+    Py_ssize_t depth = 0;
+    if (nargs == 2) {
+        depth = PyLong_AsSsize_t(args[1]);
+        if (depth == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    return freeze_walk(args[0], depth);
+}
+
+/* freeze_item(d, key): d[key] = freeze(d[key]) for a dict d the caller has
+ * just decoded and holds the only reference to (an orjson result it drops):
+ * each dict and list that only its parent (at the top: d) refers to becomes
+ * the frozen type in place, as adopt() does, its parts first; anything
+ * shared, a tuple or a subclass is copied by freeze().  The same value and
+ * types as freeze(); nothing that anyone else could see changes type.  In
+ * place only where adopt() may change types (ADOPT_IN_PLACE) and the
+ * frozen types are the ones adopts() took.  A refusal (JsonDepthError)
+ * leaves d[key] as deep as it was (its parts frozen or not: the same value). */
+static PyObject *
+owned_walk(PyObject *value, Py_ssize_t depth)
+{
+    PyTypeObject *t = Py_TYPE(value);
+    int in_place = Py_REFCNT(value) == 1
+                   && ((t == &PyDict_Type && frozen_dict != NULL && frozen_dict == freeze_dict)
+                       || (t == &PyList_Type && frozen_list != NULL
+                           && frozen_list == freeze_list));
+    if (!in_place) {
+        return freeze_walk(value, depth);
+    }
+    if (depth >= freeze_max_depth) {
+        return freeze_too_deep();
+    }
+    if (Py_EnterRecursiveCall(" in freeze_item")) {
+        return NULL;
+    }
+    if (t == &PyDict_Type) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(value, &pos, &k, &v)) {
+            if (freeze_done(v)) {
+                continue;
+            }
+            PyObject *f = owned_walk(v, depth + 1);
+            if (f == NULL) {
+                Py_LeaveRecursiveCall();
+                return NULL;
+            }
+            if (f == v) {
+                Py_DECREF(f);
+                continue;
+            }
+            /* an existing key: the value is replaced, the table does not move */
+            int rc = PyDict_SetItem(value, k, f);
+            Py_DECREF(f);
+            if (rc < 0) {
+                Py_LeaveRecursiveCall();
+                return NULL;
+            }
+        }
+    }
+    else {
+        Py_ssize_t n = PyList_GET_SIZE(value);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PyList_GET_ITEM(value, i);
+            if (freeze_done(v)) {
+                continue;
+            }
+            PyObject *f = owned_walk(v, depth + 1);
+            if (f == NULL) {
+                Py_LeaveRecursiveCall();
+                return NULL;
+            }
+            if (f == v) {
+                Py_DECREF(f);
+                continue;
+            }
+            PyList_SET_ITEM(value, i, f);
+            Py_DECREF(v);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    /* still only ours: no call above could have taken a reference to it */
+    Py_SET_TYPE(value, (PyTypeObject *)Py_NewRef(t == &PyDict_Type ? frozen_dict : frozen_list));
+    settle_one(value);
+    return Py_NewRef(value);
+}
+
+static PyObject *
+freeze_item(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (freeze_fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "freeze_item() before freezer()");
+        return NULL;
+    }
+    if (nargs != 2 || !PyDict_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "freeze_item(dict, key)");
+        return NULL;
+    }
+    PyObject *d = args[0], *key = args[1];
+    PyObject *value = PyDict_GetItemWithError(d, key); /* borrowed: d's reference */
+    if (value == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetObject(PyExc_KeyError, key);
+        }
+        return NULL;
+    }
+    PyObject *frozen = ADOPT_IN_PLACE ? owned_walk(value, 0) : freeze_walk(value, 0);
+    if (frozen == NULL) {
+        return NULL;
+    }
+    int rc = frozen == value ? 0 : PyDict_SetItem(d, key, frozen);
+    Py_DECREF(frozen);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+freezer(PyObject *module, PyObject *args)
+{
+    PyObject *dict_type, *list_type, *error, *fallback;
+    Py_ssize_t max_depth;
+    if (!PyArg_ParseTuple(args, "O!O!OOn", &PyType_Type, &dict_type, &PyType_Type,
+                          &list_type, &error, &fallback, &max_depth)) {
+        return NULL;
+    }
+    /* instances are their base's object in every byte (as for adopt) */
+    if (!PyType_IsSubtype((PyTypeObject *)dict_type, &PyDict_Type)
+        || !PyType_IsSubtype((PyTypeObject *)list_type, &PyList_Type)
+        || ((PyTypeObject *)dict_type)->tp_basicsize != PyDict_Type.tp_basicsize
+        || ((PyTypeObject *)list_type)->tp_basicsize != PyList_Type.tp_basicsize
+        || ((PyTypeObject *)dict_type)->tp_dictoffset != 0
+        || ((PyTypeObject *)list_type)->tp_dictoffset != 0
+        || !is_leaf_type((PyTypeObject *)dict_type)
+        || !is_leaf_type((PyTypeObject *)list_type)) {
+        Py_RETURN_FALSE;
+    }
+    if (freeze_fallback == NULL && fallback == Py_None) {
+        Py_RETURN_FALSE; /* a question (are these the types?) before any set-up */
+    }
+    if (freeze_fallback != NULL) {
+        /* once per process: later calls must name the same types */
+        return PyBool_FromLong(freeze_dict == (PyTypeObject *)dict_type
+                               && freeze_list == (PyTypeObject *)list_type);
+    }
+    freeze_no_args = PyTuple_New(0);
+    if (freeze_no_args == NULL) {
+        return NULL;
+    }
+    freeze_dict = (PyTypeObject *)Py_NewRef(dict_type); /* kept for good, as below */
+    freeze_list = (PyTypeObject *)Py_NewRef(list_type);
+    freeze_error = Py_NewRef(error);
+    freeze_max_depth = max_depth;
+    freeze_fallback = Py_NewRef(fallback);
+    Py_RETURN_TRUE;
+}
+
 static PyObject *
 register_leaf(PyObject *module, PyObject *args)
 {
@@ -215,6 +522,15 @@ static PyMethodDef methods[] = {
     {"adopt", adopt, METH_O,
      "adopt(v) -> frozen dict or list: v itself when the caller holds its only "
      "reference, else a copy; settled."},
+    {"freeze", (PyCFunction)(void (*)(void))freeze, METH_FASTCALL,
+     "freeze(value[, depth]) -> a deep-frozen copy (processor.core.freezing.freeze)."},
+    {"freeze_item", (PyCFunction)(void (*)(void))freeze_item, METH_FASTCALL,
+     "freeze_item(d, key): d[key] = freeze(d[key]), its unshared dicts and lists frozen "
+     "in place: for a dict the caller has just decoded and holds the only reference to."},
+    {"freezer", freezer, METH_VARARGS,
+     "freezer(dict_type, list_type, error, fallback, max_depth) -> bool: set freeze()'s "
+     "types once (later: are these they?); False where they do not fit (freeze() is "
+     "then not to be used)."},
     {"register", register_leaf, METH_VARARGS,
      "register(types, objects): the leaf types settle() may untrack, and the inert "
      "objects their instances may refer to."},

@@ -24,7 +24,8 @@ from typing import Any, ClassVar, Final
 import orjson
 
 from processor.core.errors import SessionError, raised_from
-from processor.core.frozen import freeze, json_problem
+from processor.core.freezing import freeze_item
+from processor.core.frozen import JsonDepthError, freeze, json_problem
 from processor.core.leaf import SETTLE, register
 from processor.core.sharing import FrozenTable
 
@@ -146,6 +147,12 @@ class _Absent:
 ABSENT: Final = _Absent()
 
 
+#: compiled, a Final is a C static; ``orjson.dumps`` was a module attribute
+#: looked up per call (the digest: one per folded event)
+_DUMPS: Final = orjson.dumps
+_SORT_KEYS: Final = orjson.OPT_SORT_KEYS
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Event:
     """One validated envelope.  ``data`` is deep-frozen JSON.
@@ -202,7 +209,7 @@ class Event:
 
     def digest_bytes(self) -> bytes:
         """Canonical bytes (sorted keys) for duplicate detection."""
-        return orjson.dumps(self.to_json(), option=orjson.OPT_SORT_KEYS)
+        return _DUMPS(self.to_json(), option=_SORT_KEYS)
 
     def same_as(self, other: Event) -> bool:
         """Exact-duplicate test (the seq gate's digest comparison)."""
@@ -260,7 +267,51 @@ def _slot_event_maker() -> _EventMaker:
     return Event
 
 
-_new_event: _EventMaker = _slot_event_maker()
+def _native_event(
+    etype: str,
+    seq: int,
+    time: int,
+    data: Any,
+    surface_op: Any,
+    source_event_seqs: Any,
+    ignorable: bool | None,
+) -> Event:
+    """``Event(...)`` for the compiled build: the slots written by mypyc's own
+    attribute stores (the setters the descriptors of :func:`_slot_event_maker`
+    call, without a Python-level call each: ~3k of the instructions of an
+    event's parse).  The pure build's frozen dataclass refuses these writes,
+    so there :func:`_new_event_maker` keeps the descriptors."""
+    event: Event = _EVENT_NEW(Event)
+    event.type = etype  # type: ignore[misc]
+    event.seq = seq  # type: ignore[misc]
+    event.time = time  # type: ignore[misc]
+    event.data = data  # type: ignore[misc]
+    event.surface_op = surface_op  # type: ignore[misc]
+    event.source_event_seqs = source_event_seqs  # type: ignore[misc]
+    event.ignorable = ignorable  # type: ignore[misc]
+    return event
+
+
+_EVENT_NEW: Final = Event.__new__
+
+
+def _new_event_maker() -> _EventMaker:
+    """:func:`_native_event` where it builds the same event as ``Event(...)``
+    (the compiled build), else :func:`_slot_event_maker`."""
+    fields = ("type", "seq", "time", "data", "surface_op", "source_event_seqs", "ignorable")
+    probe_args = ("t", 1, 2, [3], "append", [0], True)
+    try:
+        probe = _native_event(*probe_args)
+        if tuple(getattr(probe, f) for f in fields) == probe_args and repr(probe) == repr(
+            Event(*probe_args)
+        ):
+            return _native_event
+    except (AttributeError, TypeError):  # FrozenInstanceError is an AttributeError
+        pass
+    return _slot_event_maker()
+
+
+_new_event: _EventMaker = _new_event_maker()
 
 # An Event parse_event builds holds scalars, ABSENT and frozen values, and is
 # immutable: it cannot be part of a reference cycle either (leaf.py).
@@ -408,6 +459,29 @@ def parse_event(raw: Any, *, trusted_json: bool = False) -> Event:
     return _parse_event_checked(raw, trusted_json)
 
 
+#: compiled: freeze in place (freezing.freeze_item); None in the pure build
+_FREEZE_ITEM: Final = freeze_item
+
+
+def parse_event_owned(raw: Any) -> Event:
+    """:func:`parse_event` (``trusted_json``) of an envelope its caller has just
+    decoded from JSON and keeps no other reference into.
+
+    The same event and the same refusals.  Compiled, ``raw["data"]``'s dicts
+    and lists become the event's frozen ones in place instead of being copied
+    (``raw["data"]`` is then the event's ``data``); elsewhere it is
+    :func:`parse_event`.
+    """
+    freeze_data = _FREEZE_ITEM
+    if freeze_data is not None and type(raw) is dict and "data" in raw:
+        try:
+            freeze_data(raw, "data")
+        except JsonDepthError:
+            # too deep: parse_event refuses it, after the checks that come first
+            return parse_event(raw, trusted_json=True)
+    return parse_event(raw, trusted_json=True)
+
+
 def _parse_event_checked(raw: Any, trusted_json: bool) -> Event:
     """:func:`parse_event`, every check in the runtime's order (and its refusals)."""
     if not isinstance(raw, dict):
@@ -459,7 +533,7 @@ def parse_event_bytes(line: bytes | str) -> Event:
     except orjson.JSONDecodeError as exc:
         err = SessionError(None, "E-3", f"event is not valid JSON: {exc}")
         raise raised_from(err, None) from None
-    return parse_event(raw, trusted_json=True)
+    return parse_event_owned(raw)
 
 
 def make_event(

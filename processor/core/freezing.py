@@ -8,10 +8,11 @@ stay ``dict``/``list`` copies.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, Protocol
 
 from processor.core.frozen_types import MAX_DEPTH, FrozenDict, FrozenList, JsonDepthError
-from processor.core.leaf import SETTLE
+from processor.core.leaf import SETTLE, c_freeze, c_freeze_item
 
 # The frozen types as module constants: compiled, a Final is a C static, while
 # each use of an imported class name is a lookup in the module's dict.
@@ -39,12 +40,13 @@ def _done(t: type) -> bool:
     )
 
 
-def freeze(value: Any, _depth: int = 0) -> Any:
-    """Return a deep-frozen copy of a JSON value (frozen parts are reused).
+class _Freeze(Protocol):
+    def __call__(self, value: Any, _depth: int = 0, /) -> Any: ...
 
-    Raises :class:`JsonDepthError` (never ``RecursionError``) when the value
-    nests deeper than :data:`MAX_DEPTH`.
-    """
+
+def walk(value: Any, _depth: int = 0) -> Any:
+    """:func:`freeze` in Python: the pure build's, and the compiled build's for
+    dict and list subclasses (the C walk hands those back here)."""
     t = type(value)
     # A container of scalars is copied once, in C.  One that holds containers
     # is copied into a plain dict or list whose nested values are replaced
@@ -92,3 +94,20 @@ def freeze(value: Any, _depth: int = 0) -> Any:
     else:
         frozen = FrozenList([freeze(v, _depth + 1) for v in value])
     return frozen if _SETTLE is None else _SETTLE(frozen)
+
+
+#: Return a deep-frozen copy of a JSON value (frozen parts are reused).
+#: Raises :class:`JsonDepthError` (never ``RecursionError``) when the value
+#: nests deeper than :data:`MAX_DEPTH`.  The compiled build's is the same walk
+#: in C (``_leaf.freeze``: one copy per container where this one made two for
+#: a container of containers, no call per level through the type); the pure
+#: build's is :func:`walk`.
+freeze: Final[_Freeze] = c_freeze(FrozenDict, FrozenList, JsonDepthError, MAX_DEPTH, walk) or walk
+
+#: ``freeze_item(d, key)``: ``d[key] = freeze(d[key])`` for a dict the caller
+#: has just decoded and holds the only reference to: compiled, the value's
+#: dicts and lists become the frozen ones in place instead of being copied
+#: (leaf.py).  None in the pure build: callers use :data:`freeze`.
+freeze_item: Final[Callable[[dict[str, Any], str], None] | None] = (
+    c_freeze_item(FrozenDict, FrozenList) if freeze is not walk else None
+)

@@ -39,6 +39,40 @@ def adopter(frozen: type[_F]) -> Callable[[Any], _F]:
     return frozen
 
 
+def c_freeze(
+    frozen_dict: type,
+    frozen_list: type,
+    error: Callable[[], BaseException],
+    max_depth: int,
+    fallback: Callable[[Any, int], Any],
+) -> Callable[..., Any] | None:
+    """The C walk of ``freezing.freeze`` over these frozen types, or None (the
+    pure build, or types without their base's layout).  ``fallback(value,
+    depth)`` freezes what the C walk leaves to Python (dict and list subclasses)."""
+    if _leaf is not None and _leaf.freezer(frozen_dict, frozen_list, error, fallback, max_depth):
+        return _leaf.freeze
+    return None
+
+
+def c_freeze_item(
+    frozen_dict: type, frozen_list: type
+) -> Callable[[dict[str, Any], str], None] | None:
+    """``freeze_item(d, key)``: ``d[key] = freeze(d[key])`` for a dict its
+    caller has just decoded and holds the only reference to; compiled on
+    CPython 3.11, each unshared dict and list in it becomes frozen in place
+    (no copy).  None where :func:`c_freeze` gave no C walk or types cannot
+    change in place."""
+    if (
+        _leaf is not None
+        and _leaf.ADOPT_IN_PLACE
+        and _leaf.adopts(frozen_dict)
+        and _leaf.adopts(frozen_list)
+        and _leaf.freezer(frozen_dict, frozen_list, None, None, 0)  # the types c_freeze took
+    ):
+        return _leaf.freeze_item
+    return None
+
+
 def register(types: tuple[type, ...], inert: tuple[object, ...] = ()) -> None:
     """Let :data:`SETTLE` untrack instances of ``types`` (immutable, built from
     finished parts only) whose references are scalars, their own type, the

@@ -369,7 +369,7 @@ class Engine:
             self.tally.events["quarantined"] += 1
             return Outcome(Fate.QUARANTINED, sid, decoded.seq, "QUARANTINED", reason)
         try:
-            event = decoded.to_event()
+            event = decoded.take_event()  # the decoded event is dropped after this fold
         except SessionError as exc:
             self.held.touch(rt)
             return self.reject(part, sid, rec, decoded.seq, exc.rule, str(exc), rt)

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 import processor.core.session
-from processor.core.events import Event, make_event, parse_event_bytes
+from processor.core.events import ABSENT, Event, make_event, parse_event_bytes
 from processor.core.frozen import FrozenDict, FrozenList, freeze, frozen_dict_of, thaw
 from processor.core.leaf import SETTLE
 from processor.core.session import Session
@@ -54,6 +54,17 @@ def _parts(value: Any) -> list[Any]:
 def test_the_compiled_build_ships_the_c_module() -> None:
     # without it the compiled build would silently keep ~5 tracked containers per event
     assert (SETTLE is not None) == COMPILED
+
+
+def test_the_compiled_build_writes_event_slots_natively() -> None:
+    # compiled: mypyc's own attribute stores; pure: the frozen dataclass refuses them
+    import processor.core.events as events
+
+    assert (events._new_event is events._native_event) == COMPILED
+    built = events._new_event("t", 1, 2, {"a": 1}, ABSENT, [0], None)
+    assert repr(built) == repr(Event("t", 1, 2, {"a": 1}, ABSENT, [0], None))
+    with pytest.raises(AttributeError):  # still frozen to everyone else
+        built.seq = 5  # type: ignore[misc]
 
 
 @settles

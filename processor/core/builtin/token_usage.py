@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from processor.core.builtin._common import require_dict
 from processor.core.events import Event, safe_int
-from processor.core.frozen import freeze
+from processor.core.frozen import freeze, frozen_dict_of
 from processor.core.log import SessionHeader
 from processor.core.projections import ProjectionDefinition, WireView
 
@@ -50,21 +50,21 @@ def _optional(usage: dict[str, Any], key: str) -> int | None:
     return 0 if value is None else _count(value)
 
 
-def _buckets(usage: Any) -> dict[str, int] | None:
-    """The buckets of one usage sample (TU-1), or None when it is not one."""
+def _values(usage: Any) -> list[int] | None:
+    """The buckets of one usage sample (TU-1) in :data:`BUCKETS` order, or None
+    when it is not one."""
     if not isinstance(usage, dict):
         return None
-    counts = {
-        "uncachedInputTokens": _count(usage.get("inputTokens")),
-        "outputTokens": _count(usage.get("outputTokens")),
-        "cacheReadTokens": _optional(usage, "cacheReadTokens"),
-        "cacheWriteTokens": _optional(usage, "cacheWriteTokens"),
-    }
-    buckets = {k: v for k, v in counts.items() if v is not None}
-    return buckets if len(buckets) == len(BUCKETS) else None
+    uncached = _count(usage.get("inputTokens"))
+    output = _count(usage.get("outputTokens"))
+    cache_read = _optional(usage, "cacheReadTokens")
+    cache_write = _optional(usage, "cacheWriteTokens")
+    if uncached is None or output is None or cache_read is None or cache_write is None:
+        return None
+    return [uncached, output, cache_read, cache_write]
 
 
-def _sample(data: Any, message: bool) -> Any:
+def _sample(data: dict[str, Any], message: bool) -> Any:
     """The usage a settlement reports: ``data.usage`` of a message, else its stream's last."""
     if message and data.get("usage") is not None:
         return data["usage"]
@@ -83,33 +83,44 @@ def init(header: SessionHeader, inherited: int) -> Any:
     return _INIT
 
 
+def _state(totals: dict[str, Any], last: list[Any]) -> Any:
+    """``freeze({"totals": totals, "last": last})`` for the two it has just built
+    (the dicts become frozen in place where the build can: frozen_dict_of)."""
+    return frozen_dict_of({"totals": frozen_dict_of(totals), "last": freeze(last)})
+
+
 def apply(state: Any, event: Event) -> Any:
     data = event.data
     if not isinstance(data, dict):
         return state
     last = state["last"]
-    if event.type == "llm/retry-started":  # TU-2: the retried request adds
+    etype = event.type
+    if etype == "llm/retry-started":  # TU-2: the retried request adds
         if last is not None and last[0] == data.get("turn") and last[1] == data.get("step"):
             return freeze({**state, "last": None})
         return state
-    if event.type not in ("assistant/message", "assistant/attempt"):
+    if etype != "assistant/message" and etype != "assistant/attempt":
         return state
     turn, step = _count(data.get("turn")), _count(data.get("step"))
-    buckets = _buckets(_sample(data, event.type == "assistant/message"))
-    if buckets is None or turn is None or step is None:
+    values = _values(_sample(data, etype == "assistant/message"))
+    if values is None or turn is None or step is None:
         return state
-    values = [buckets[k] for k in BUCKETS]
     totals = state["totals"]
+    a, b, c, d = values
     if last is not None and last[0] == turn and last[1] == step:
         previous = last[2:]  # TU-3: a same-step sample replaces the earlier one
         if previous == values:
             return state
-        new_totals = {
-            k: totals[k] - p + v for k, p, v in zip(BUCKETS, previous, values, strict=True)
-        }
-    else:
-        new_totals = {k: totals[k] + v for k, v in zip(BUCKETS, values, strict=True)}
-    return freeze({"totals": new_totals, "last": [turn, step, *values]})
+        # the bucket a sample replaces comes off: total - previous + new, per bucket
+        a, b, c, d = a - previous[0], b - previous[1], c - previous[2], d - previous[3]
+    # BUCKETS' order, as the state always had it
+    new_totals: dict[str, Any] = {
+        "uncachedInputTokens": totals["uncachedInputTokens"] + a,
+        "outputTokens": totals["outputTokens"] + b,
+        "cacheReadTokens": totals["cacheReadTokens"] + c,
+        "cacheWriteTokens": totals["cacheWriteTokens"] + d,
+    }
+    return _state(new_totals, [turn, step, *values])
 
 
 def _validate_buckets(value: Any, what: str) -> None:
