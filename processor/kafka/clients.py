@@ -18,6 +18,7 @@ from processor.engine.record_bounds import PRODUCER_MAX_MESSAGE_BYTES
 from processor.kafka import client_count
 from processor.kafka.client_errors import LIBRDKAFKA_LOGGER, ClientProblems
 from processor.kafka.owners import member_client_id
+from processor.kafka.rejoin import RejoiningConsumer
 
 
 class Producing(Protocol):
@@ -112,23 +113,33 @@ CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assign
 
 def session_timeout_s(config: ServiceConfig) -> float:
     """How long a silent member stays in the group (a ``-X`` override counts).
-    0 under KIP-848: the broker's ``group.consumer.session.timeout.ms``
-    decides, which the member does not know."""
+    Under KIP-848 the broker's ``group.consumer.session.timeout.ms`` decides:
+    as ``auto`` read it at start, else 0 (unknown)."""
     if config.group_protocol == "consumer":
-        return 0.0
+        return config.group_session_timeout_ms / 1000
     return int(config.kafka.get("session.timeout.ms", SESSION_TIMEOUT_MS)) / 1000
 
 
 def group_consumer(
     config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
-) -> Consumer:
-    conf = group_settings(config, instance_id)
-    client_count.created("group_consumer")
-    return Consumer(_observed(conf, problems))
+) -> Consumer | RejoiningConsumer:
+    """The member's group consumer; a static KIP-848 member's rejoins when
+    refused for an instance id still in use (rejoin.py)."""
+    conf = _observed(group_settings(config, instance_id), problems)
+
+    def make() -> Consumer:
+        client_count.created("group_consumer")
+        return Consumer(conf)
+
+    if config.group_protocol == "consumer" and config.static_membership:
+        report = problems.join_refused if problems is not None else lambda line: None
+        return RejoiningConsumer(make, config.group_id, report)
+    return make()
 
 
 def group_settings(config: ServiceConfig, instance_id: str) -> dict[str, Any]:
-    """The group consumer's librdkafka settings (without the observers)."""
+    """The group consumer's librdkafka settings (without the observers);
+    ``auto`` not resolved yet (``group_protocol.resolve``) counts as classic."""
     conf: dict[str, Any] = {
         "auto.offset.reset": "earliest",
         "session.timeout.ms": SESSION_TIMEOUT_MS,

@@ -11,10 +11,20 @@ stale in a broker restart kept failing).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from processor.config import ServiceConfig
+from processor.kafka import clients, group_protocol
 from processor.kafka.client_errors import ClientProblems
 from processor.kafka.fencing import ZombieFence
-from processor.kafka.transport import GroupConsumer, Reader, Transport, TxnProducer
+from processor.kafka.transport import (
+    GroupConsumer,
+    KafkaTransport,
+    Reader,
+    Transport,
+    TxnProducer,
+)
+from processor.telemetry.health import Health
 from processor.telemetry.metrics import Metrics
 
 
@@ -42,6 +52,7 @@ class MemberClients:
         self.reader: Reader | None = None
         #: fences a dead member's open transaction on an assigned partition (fencing.py)
         self.fence: ZombieFence | None = None
+        report_join_refusals(problems, metrics.health, metrics)
 
     def open(self) -> GroupConsumer:
         """Create the run's clients; the group consumer."""
@@ -73,3 +84,36 @@ class MemberClients:
         """The run ended (the clients are closed): forget them."""
         self.consumer = self.producer = self.reader = None
         self.fence = None
+
+
+def with_group_protocol(
+    config: ServiceConfig, transport: Transport | None, metrics: Metrics
+) -> tuple[ServiceConfig, Transport]:
+    """The config with ``group_protocol = "auto"`` resolved (the broker asked
+    once: group_protocol.py), and the transport made with it.  A transport
+    that is not Kafka's (the in-memory one) runs the classic protocol."""
+    if config.group_protocol == "auto":
+        if transport is None or isinstance(transport, KafkaTransport):
+            choice = group_protocol.resolve(config, clients.admin(config))
+            config = replace(
+                config,
+                group_protocol=choice.protocol,
+                group_session_timeout_ms=choice.session_timeout_ms,
+            )
+            if transport is not None:
+                transport.config = config
+        else:
+            config = replace(config, group_protocol="classic")
+    metrics.group_protocol.labels(config.group_protocol).set(1)
+    return config, transport or KafkaTransport(config)
+
+
+def report_join_refusals(problems: ClientProblems, health: Health, metrics: Metrics) -> None:
+    """A refused static member's join (rejoin.py): counted, named on /readyz
+    until the group assigns it (rebalance.py clears ``health.group``)."""
+
+    def refused(line: str) -> None:
+        metrics.join_refusals.inc()
+        health.group = line
+
+    problems.on_join_refused = refused
