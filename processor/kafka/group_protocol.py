@@ -8,6 +8,7 @@ so a member started with ``auto`` asks the broker once (DescribeConfigs on
 its group) and uses KIP-848 only when the group's session timeout fits the
 failover budget (:data:`MAX_SESSION_TIMEOUT_MS`), else the classic protocol,
 whose session timeout the member sets itself (``clients.SESSION_TIMEOUT_MS``).
+A classic-only ``-X`` setting (``session.timeout.ms``, ...) means classic.
 A broker without KIP-848 (before 4.0) has no group configs: classic.  One
 log line says which protocol and why.
 """
@@ -21,6 +22,7 @@ from typing import Any
 from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from processor.config import ServiceConfig
+from processor.kafka.clients import CLASSIC_ONLY
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,11 @@ def resolve(config: ServiceConfig, admin: Any) -> Choice:
     at most :data:`DESCRIBE_TIMEOUT_S`; any failure falls back to classic."""
     if config.group_protocol != "auto":
         return Choice(config.group_protocol, "set", 0)
+    tuned = [key for key in CLASSIC_ONLY if key in config.kafka]
+    if tuned:  # an operator's classic tuning, which librdkafka refuses under KIP-848
+        choice = Choice("classic", f"-X {', '.join(tuned)} set: a classic protocol setting")
+        log.info("%s", choice.line(config.group_id))
+        return choice
     try:
         described = describe_group_configs(admin, config.group_id, DESCRIBE_TIMEOUT_S)
     except Exception as exc:  # any failure: classic, with the line

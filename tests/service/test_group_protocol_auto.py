@@ -110,3 +110,11 @@ def test_the_in_memory_transport_runs_classic_and_the_metric_says_so() -> None:
     config, _ = with_group_protocol(BASE, MemoryTransport(MemoryBroker(), BASE), metrics)
     assert config.group_protocol == "classic"
     assert b'processor_group_protocol{protocol="classic"} 1.0' in metrics.exposition()
+
+
+def test_a_classic_only_override_makes_auto_run_classic_without_asking() -> None:
+    admin = _Admin(RuntimeError("must not be asked"))
+    config = BASE.with_overrides(kafka={"session.timeout.ms": "10000"})
+    choice = resolve(config, admin)
+    assert choice.protocol == "classic" and "session.timeout.ms" in choice.reason
+    assert admin.calls == 0
