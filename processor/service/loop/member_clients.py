@@ -11,12 +11,15 @@ stale in a broker restart kept failing).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import replace
 
 from processor.config import ServiceConfig
 from processor.kafka import clients, group_protocol
 from processor.kafka.client_errors import ClientProblems
 from processor.kafka.fencing import ZombieFence
+from processor.kafka.retry import RetryWatch, observing
 from processor.kafka.transport import (
     GroupConsumer,
     KafkaTransport,
@@ -65,6 +68,15 @@ class MemberClients:
         if fence is not None and cfg.exactly_once and cfg.fence_zombies:
             self.fence = fence(self.instance_id, self.metrics)
         return consumer
+
+    def start(self, init: Callable[[], object]) -> None:
+        """The output producer's ``init`` (the committer's start) beside the
+        permission check, before the join; /readyz names a broker nobody answers
+        for while either waits."""
+        side_by_side(
+            lambda: run_observed(self.metrics.retries, init),
+            lambda: self.transport.require_permissions(self.problems, self.metrics),
+        )
 
     def plain(self, purpose: str) -> Reader:
         """A consumer without a group (covered by the group's READ ACL)."""
@@ -117,3 +129,32 @@ def report_join_refusals(problems: ClientProblems, health: Health, metrics: Metr
         health.group = line
 
     problems.on_join_refused = refused
+
+
+def side_by_side(main: Callable[[], object], beside: Callable[[], object]) -> None:
+    """``beside`` in a thread while ``main`` runs: the start's independent round
+    trips (the producer's ``init_transactions``, the permission check: ~0.5 s
+    each, in every restart of a rollout).  ``beside``'s error is raised
+    first: a missing ACL explains a refused init."""
+    errors: list[BaseException] = []
+
+    def run_beside() -> None:
+        try:
+            beside()
+        except BaseException as exc:  # handed to the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run_beside, name="start-check", daemon=True)
+    thread.start()
+    try:
+        main()
+    finally:
+        thread.join()
+        if errors:
+            raise errors[0]
+
+
+def run_observed(watch: RetryWatch, call: Callable[[], object]) -> None:
+    """``call`` with its retries reported to ``watch`` (this thread's: retry.py)."""
+    with observing(watch):
+        call()

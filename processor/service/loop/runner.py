@@ -243,9 +243,8 @@ class Processor:
         self._control = ControlChannel(
             self.clients.plain("control"), self.topics.control, cfg.group_id
         )
-        with observing(self.metrics.retries):  # /readyz names a broker nobody answers for
-            self.txn.start()
-        transport.require_permissions(self.problems, self.metrics)
+        # the producer's init beside the permission check (member_clients.py)
+        self.clients.start(self.txn.start)
         probe = lambda: consumer.list_topics(self.topics.events, timeout=2)  # noqa: E731
         brokers = BrokerWatch(problems, self.metrics, probe, every_s=cfg.broker_probe_s)
         # another application's consumers in the group (group_watch.py); only a
