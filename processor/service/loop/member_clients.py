@@ -142,6 +142,13 @@ def side_by_side(main: Callable[[], object], beside: Callable[[], object]) -> No
         try:
             beside()
         except BaseException as exc:  # handed to the caller's thread
+            # without tracebacks: their frames would keep the check's admin
+            # client alive until a collection frees it in another thread (a
+            # librdkafka abort, transport.py)
+            seen: BaseException | None = exc
+            while seen is not None:
+                seen.__traceback__ = None
+                seen = seen.__cause__ or seen.__context__
             errors.append(exc)
 
     thread = threading.Thread(target=run_beside, name="start-check", daemon=True)
