@@ -8,6 +8,7 @@ Pure: fake consumers stand in for librdkafka's; the real broker's refusal is
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -56,8 +57,8 @@ def test_a_refused_member_closes_its_consumer_waits_and_joins_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [100.0]
-    monkeypatch.setattr(rejoin.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(rejoin.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     refusal = [_Msg(KafkaError(KafkaError._FATAL, FATAL_TEXT, fatal=True))]
     made = [_Consumer([refusal]), _Consumer([refusal]), _Consumer([]), _Consumer([])]
     spare = list(made)
