@@ -15,7 +15,7 @@ acknowledged from 1 s before the fault to 30 s after it (a rollout: to 5 s
 after its last member is ready).  ``--runs N``: N runs, medians per cell.
 
 ``BENCH_FAILOVER_ARGS`` adds ``processor run`` arguments to every member
-(e.g. ``--group-protocol consumer``); ``BENCH_FAILOVER_FENCE=0`` runs them
+(e.g. ``--group-protocol classic``); ``BENCH_FAILOVER_FENCE=0`` runs them
 without the fence of dead members' transactions.  The broker's
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` is the broker
 default (10 s) unless ``BENCH_FAILOVER_ABORT_CHECK_MS`` says otherwise.

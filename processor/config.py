@@ -23,8 +23,10 @@ from processor.protocol import TOPIC_SUFFIXES
 
 AnchorPolicy = Literal["fail", "rebuild"]
 #: The consumer group protocol: ``classic`` (JoinGroup/SyncGroup, the members
-#: assign) or ``consumer`` (KIP-848: the broker assigns and times sessions out).
-GROUP_PROTOCOLS = ("classic", "consumer")
+#: assign), ``consumer`` (KIP-848: the broker assigns and times sessions out)
+#: or ``auto`` (KIP-848 when the broker's group session timeout is short
+#: enough, else classic: ``kafka/group_protocol.py``).
+GROUP_PROTOCOLS = ("auto", "classic", "consumer")
 
 _ENV_PREFIX = "PROCESSOR_"
 
@@ -54,8 +56,11 @@ class ServiceConfig:
     group_id: str = "processor"
     instance_id: str = ""
     static_membership: bool = False
-    #: ``classic`` or ``consumer`` (KIP-848; docs/configuration.md "Group protocol").
-    group_protocol: str = "classic"
+    #: ``auto``, ``classic`` or ``consumer`` (KIP-848; docs/configuration.md "Group protocol").
+    group_protocol: str = "auto"
+    #: Not a setting: the KIP-848 group's session timeout the broker described
+    #: when ``auto`` chose KIP-848 (0: unknown).
+    group_session_timeout_ms: int = 0
     partitions: int = 12
     replication_factor: int = 1
     exactly_once: bool = True

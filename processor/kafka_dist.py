@@ -220,6 +220,13 @@ def server_properties(
         # a dead member's timed-out transaction is aborted within 1 s, not 10 s
         # (docs/operations.md "A member dies")
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+        # KIP-848 groups: the broker times their sessions out (45 s and a 45 s
+        # minimum by default); as the cluster's (devcluster.py), so that the
+        # members' ``group_protocol = "auto"`` picks KIP-848 here too
+        "group.consumer.min.session.timeout.ms": "6000",
+        "group.consumer.session.timeout.ms": "6000",
+        "group.consumer.min.heartbeat.interval.ms": "500",
+        "group.consumer.heartbeat.interval.ms": "500",
         # a 2-core test machine
         "num.network.threads": "2",
         "num.io.threads": "2",

@@ -45,10 +45,11 @@ _T = TypeVar("_T")
 )
 @click.option(
     "--group-protocol",
-    type=click.Choice(["classic", "consumer"]),
+    type=click.Choice(["auto", "classic", "consumer"]),
     default=None,
-    help="Consumer group protocol: classic (default) or consumer (KIP-848, "
-    "Kafka 4.0+; session timeout and heartbeat are the broker's group.consumer.*).",
+    help="Consumer group protocol: auto (default: consumer where the broker's "
+    "group.consumer.session.timeout.ms is at most 10 s, else classic), classic, or "
+    "consumer (KIP-848, Kafka 4.0+; session timeout and heartbeat are the broker's).",
 )
 @click.option(
     "--commit-interval-ms",

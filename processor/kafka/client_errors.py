@@ -21,12 +21,14 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.core.errors import Unavailable, library_text
+from processor.kafka.rejoin import UNRELEASED_TEXT
 from processor.kafka.retry import GaveUp
 
 log = logging.getLogger(__name__)
@@ -153,6 +155,12 @@ class ClientProblems:
         #: restarting): a transactional fence soon after it is the cluster's,
         #: not another member's (runner._replace_producer)
         self.broker_trouble_at: float | None = None
+        #: told each refusal of a static member's join (rejoin.py): the loop's report
+        self.on_join_refused: Callable[[str], None] | None = None
+
+    def join_refused(self, line: str) -> None:
+        if self.on_join_refused is not None:
+            self.on_join_refused(line)
 
     def error_cb(self, err: KafkaError, operation: str = "") -> None:
         with self._lock:
@@ -160,7 +168,7 @@ class ClientProblems:
                 self.fatal = self.fatal or denied_line(err, operation=operation)
                 log.debug("kafka: %s: %s", err.name(), err.str())
                 return  # it becomes the one line the process ends with
-            if err.fatal():
+            if err.fatal() and UNRELEASED_TEXT not in err.str():  # that one: rejoin.py
                 self.fatal = self.fatal or f"fatal Kafka error {err.name()}: {err.str()}"
                 return
             if err.code() == KafkaError._ALL_BROKERS_DOWN and self.brokers_down_at is None:

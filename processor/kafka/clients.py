@@ -18,6 +18,7 @@ from processor.engine.record_bounds import PRODUCER_MAX_MESSAGE_BYTES
 from processor.kafka import client_count
 from processor.kafka.client_errors import LIBRDKAFKA_LOGGER, ClientProblems
 from processor.kafka.owners import member_client_id
+from processor.kafka.rejoin import RejoiningConsumer
 
 
 class Producing(Protocol):
@@ -78,8 +79,17 @@ def produce(
 #: Before the user's settings (``-X`` overrides it).  librdkafka's default, 100 ms,
 #: kept each consumer of a member reconnecting to a broker that was gone at ~1%
 #: of a core (4-5% for a member); at 1 s, 0.1% each (docs/stopping.md), and a
-#: broker back from a restart is reconnected to at most ~1.5 s later.
+#: broker back from a restart is reconnected to at most ~1.5 s later.  It also
+#: delays a new client's first request by ~0.5 s (a fresh admin's ``list_topics``
+#: 0.51 s against 0.06 s), which the long-lived clients pay once per start.
 QUIET_RECONNECT: dict[str, Any] = {"reconnect.backoff.ms": 1000}
+#: The admin clients, made per call (a permission check, a restore's stability
+#: check, the group protocol's describe): their first request is most of their
+#: life, and the 1 s back-off made each ~0.5 s slower, in every start and
+#: restore of a failover (issue 37).  100 ms doubling to 1 s: a broker that
+#: stays down is retried ~5x as often as at 1 s (measured: 300 against 60 failed
+#: connects in 15 s), only while such a call lasts.
+FAST_FIRST_REQUEST: dict[str, Any] = {"reconnect.backoff.ms": 100, "reconnect.backoff.max.ms": 1000}
 
 
 def _observed(
@@ -112,23 +122,33 @@ CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assign
 
 def session_timeout_s(config: ServiceConfig) -> float:
     """How long a silent member stays in the group (a ``-X`` override counts).
-    0 under KIP-848: the broker's ``group.consumer.session.timeout.ms``
-    decides, which the member does not know."""
+    Under KIP-848 the broker's ``group.consumer.session.timeout.ms`` decides:
+    as ``auto`` read it at start, else 0 (unknown)."""
     if config.group_protocol == "consumer":
-        return 0.0
+        return config.group_session_timeout_ms / 1000
     return int(config.kafka.get("session.timeout.ms", SESSION_TIMEOUT_MS)) / 1000
 
 
 def group_consumer(
     config: ServiceConfig, instance_id: str, problems: ClientProblems | None = None
-) -> Consumer:
-    conf = group_settings(config, instance_id)
-    client_count.created("group_consumer")
-    return Consumer(_observed(conf, problems))
+) -> Consumer | RejoiningConsumer:
+    """The member's group consumer; a static KIP-848 member's rejoins when
+    refused for an instance id still in use (rejoin.py)."""
+    conf = _observed(group_settings(config, instance_id), problems)
+
+    def make() -> Consumer:
+        client_count.created("group_consumer")
+        return Consumer(conf)
+
+    if config.group_protocol == "consumer" and config.static_membership:
+        report = problems.join_refused if problems is not None else lambda line: None
+        return RejoiningConsumer(make, config.group_id, report)
+    return make()
 
 
 def group_settings(config: ServiceConfig, instance_id: str) -> dict[str, Any]:
-    """The group consumer's librdkafka settings (without the observers)."""
+    """The group consumer's librdkafka settings (without the observers);
+    ``auto`` not resolved yet (``group_protocol.resolve``) counts as classic."""
     conf: dict[str, Any] = {
         "auto.offset.reset": "earliest",
         "session.timeout.ms": SESSION_TIMEOUT_MS,
@@ -293,7 +313,7 @@ def fence_settings(config: ServiceConfig, txn_id: str) -> dict[str, Any]:
 def admin(config: ServiceConfig, problems: ClientProblems | None = None) -> AdminClient:
     """An admin client whose librdkafka lines go through Python logging too: without
     a ``logger`` librdkafka prints them raw on stderr (``%3|...|FAIL|...``)."""
-    conf = {**QUIET_RECONNECT, **config.common()}
+    conf = {**FAST_FIRST_REQUEST, **config.common()}
     conf["logger"] = LIBRDKAFKA_LOGGER
     if problems is not None:  # an admin client forwards logs and errors only when polled
         conf.update(problems.client_settings())

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 
@@ -133,7 +133,8 @@ class KafkaTransport:
         self._describing: tuple[Any, Any] | None = None
 
     def group_consumer(self, instance_id: str, problems: ClientProblems) -> GroupConsumer:
-        return clients.group_consumer(self.config, instance_id, problems)
+        # a RejoiningConsumer answers what it does not override from its consumer
+        return cast(GroupConsumer, clients.group_consumer(self.config, instance_id, problems))
 
     def plain_consumer(self, purpose: str, problems: ClientProblems, group: str) -> Reader:
         return clients.plain_consumer(self.config, purpose, problems, group=group)

@@ -266,6 +266,19 @@ class Metrics:
             "partitions: those partitions are not folded (group_watch.py; /readyz names them)",
             registry=r,
         )
+        self.group_protocol = Gauge(
+            "processor_group_protocol",
+            "1 for the consumer group protocol this member runs (classic or consumer, "
+            "KIP-848; ``auto`` chose it at start: group_protocol.py)",
+            ["protocol"],
+            registry=r,
+        )
+        self.join_refusals = Counter(
+            "processor_group_join_refusals_total",
+            "Joins of this static member the group refused because a member with its "
+            "instance id had not left (UNRELEASED_INSTANCE_ID; it joins again: rejoin.py)",
+            registry=r,
+        )
         #: what /healthz and /readyz report (``health.py``); the degraded gauge follows it
         self.health = Health(on_degraded=self.degraded_gauge.set)
         r.register(CreatedCollector())  # processor_kafka_clients_created_total (client_count.py)

@@ -196,9 +196,12 @@ class FaultStack:
         *extra: str,
         env: dict[str, str] | None = None,
         transaction_timeout_ms: int = 10_000,
-        session_timeout_ms: int | None = SESSION_TIMEOUT_MS,
+        session_timeout_ms: int | None = None,
     ) -> Member:
-        """A ``processor run`` member; ``session_timeout_ms`` None: the member's default."""
+        """A ``processor run`` member; ``session_timeout_ms`` None: the member's
+        default, the suite's 6 s (``clients.SESSION_TIMEOUT_MS``; under KIP-848
+        the cluster's ``group.consumer.session.timeout.ms``, devcluster.py); a
+        value is a ``-X session.timeout.ms``, which makes ``auto`` run classic."""
         cfg = self.config
         cmd = [
             sys.executable,

@@ -11,7 +11,8 @@ too under ``PROCESSOR_FAULTS=long`` (``PROCESSOR_FAILOVER_WINDOW_S`` sets it).
 The members run with their own session timeout, not the suite's 6 s.
 ``PROCESSOR_FAILOVER_FENCE=0`` runs them without the fence of dead members'
 transactions (``PROCESSOR_FENCE_ZOMBIES=false``); ``PROCESSOR_FAILOVER_ARGS``
-adds ``processor run`` arguments (e.g. ``--static-membership``);
+adds ``processor run`` arguments (e.g. ``--static-membership``, ``--group-protocol
+classic``); the members' default protocol, ``auto``, runs KIP-848 on the suite's cluster;
 ``python -m bench --only failover`` measures the figure.
 """
 

@@ -27,7 +27,9 @@ pytestmark = pytest.mark.kafka
 def test_a_join_refused_by_another_apps_consumers_is_named_until_they_leave(
     stack: Stack,
 ) -> None:
-    cfg = stack.config
+    # the classic protocol's refusal: under KIP-848 the broker assigns, and a
+    # classic consumer joining a KIP-848 group is migrated, not refused
+    cfg = stack.config.with_overrides(group_protocol="classic")
     joined = threading.Event()
     leave = threading.Event()
 

@@ -11,10 +11,23 @@ stale in a broker restart kept failing).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
 from processor.config import ServiceConfig
+from processor.kafka import clients, group_protocol
 from processor.kafka.client_errors import ClientProblems
 from processor.kafka.fencing import ZombieFence
-from processor.kafka.transport import GroupConsumer, Reader, Transport, TxnProducer
+from processor.kafka.retry import RetryWatch, observing
+from processor.kafka.transport import (
+    GroupConsumer,
+    KafkaTransport,
+    Reader,
+    Transport,
+    TxnProducer,
+)
+from processor.telemetry.health import Health
 from processor.telemetry.metrics import Metrics
 
 
@@ -42,6 +55,7 @@ class MemberClients:
         self.reader: Reader | None = None
         #: fences a dead member's open transaction on an assigned partition (fencing.py)
         self.fence: ZombieFence | None = None
+        report_join_refusals(problems, metrics.health, metrics)
 
     def open(self) -> GroupConsumer:
         """Create the run's clients; the group consumer."""
@@ -54,6 +68,15 @@ class MemberClients:
         if fence is not None and cfg.exactly_once and cfg.fence_zombies:
             self.fence = fence(self.instance_id, self.metrics)
         return consumer
+
+    def start(self, init: Callable[[], object]) -> None:
+        """The output producer's ``init`` (the committer's start) beside the
+        permission check, before the join; /readyz names a broker nobody answers
+        for while either waits."""
+        side_by_side(
+            lambda: run_observed(self.metrics.retries, init),
+            lambda: self.transport.require_permissions(self.problems, self.metrics),
+        )
 
     def plain(self, purpose: str) -> Reader:
         """A consumer without a group (covered by the group's READ ACL)."""
@@ -73,3 +96,72 @@ class MemberClients:
         """The run ended (the clients are closed): forget them."""
         self.consumer = self.producer = self.reader = None
         self.fence = None
+
+
+def with_group_protocol(
+    config: ServiceConfig, transport: Transport | None, metrics: Metrics
+) -> tuple[ServiceConfig, Transport]:
+    """The config with ``group_protocol = "auto"`` resolved (the broker asked
+    once: group_protocol.py), and the transport made with it.  A transport
+    that is not Kafka's (the in-memory one) runs the classic protocol."""
+    if config.group_protocol == "auto":
+        if transport is None or isinstance(transport, KafkaTransport):
+            choice = group_protocol.resolve(config, clients.admin(config))
+            config = replace(
+                config,
+                group_protocol=choice.protocol,
+                group_session_timeout_ms=choice.session_timeout_ms,
+            )
+            if transport is not None:
+                transport.config = config
+        else:
+            config = replace(config, group_protocol="classic")
+    metrics.group_protocol.labels(config.group_protocol).set(1)
+    return config, transport or KafkaTransport(config)
+
+
+def report_join_refusals(problems: ClientProblems, health: Health, metrics: Metrics) -> None:
+    """A refused static member's join (rejoin.py): counted, named on /readyz
+    until the group assigns it (rebalance.py clears ``health.group``)."""
+
+    def refused(line: str) -> None:
+        metrics.join_refusals.inc()
+        health.group = line
+
+    problems.on_join_refused = refused
+
+
+def side_by_side(main: Callable[[], object], beside: Callable[[], object]) -> None:
+    """``beside`` in a thread while ``main`` runs: the start's independent round
+    trips (the producer's ``init_transactions``, the permission check: ~0.5 s
+    each, in every restart of a rollout).  ``beside``'s error is raised
+    first: a missing ACL explains a refused init."""
+    errors: list[BaseException] = []
+
+    def run_beside() -> None:
+        try:
+            beside()
+        except BaseException as exc:  # handed to the caller's thread
+            # without tracebacks: their frames would keep the check's admin
+            # client alive until a collection frees it in another thread (a
+            # librdkafka abort, transport.py)
+            seen: BaseException | None = exc
+            while seen is not None:
+                seen.__traceback__ = None
+                seen = seen.__cause__ or seen.__context__
+            errors.append(exc)
+
+    thread = threading.Thread(target=run_beside, name="start-check", daemon=True)
+    thread.start()
+    try:
+        main()
+    finally:
+        thread.join()
+        if errors:
+            raise errors[0]
+
+
+def run_observed(watch: RetryWatch, call: Callable[[], object]) -> None:
+    """``call`` with its retries reported to ``watch`` (this thread's: retry.py)."""
+    with observing(watch):
+        call()

@@ -58,12 +58,12 @@ from processor.kafka.client_errors import ClientProblems, message_error
 from processor.kafka.reads import read_key_range
 from processor.kafka.retry import observing, run_all
 from processor.kafka.schema_registry import codec_for
-from processor.kafka.transport import GroupConsumer, KafkaTransport, Msg, Transport
+from processor.kafka.transport import GroupConsumer, Msg, Transport
 from processor.service.loop.control import ControlChannel
 from processor.service.loop.fold_loop import fold_messages, record_of
 from processor.service.loop.heap import HeapPolicy
 from processor.service.loop.idle import Behind, IdleClock, behind_end
-from processor.service.loop.member_clients import MemberClients
+from processor.service.loop.member_clients import MemberClients, with_group_protocol
 from processor.service.ops.broker_watch import BrokerWatch
 from processor.service.ops.group_watch import GroupWatch, in_trouble
 from processor.service.ops.join_refusal import join_refused
@@ -107,11 +107,12 @@ class Processor:
         ``queries``: answer queries by session from a cache of the committed
         views of the owned partitions (``query_setup.py``).
         """
+        self.metrics = metrics or Metrics()
+        # ``group_protocol = "auto"``: the broker asked once (group_protocol.py)
+        config, self.transport = with_group_protocol(config, transport, self.metrics)
         self.config = config
-        self.transport = transport or KafkaTransport(config)
         self.topics = config.topics
         self.instance_id = config.effective_instance_id
-        self.metrics = metrics or Metrics()
         self.codec = codec or codec_for(config, writer=True)  # Confluent framing with a registry
         self.registry = registry_factory()
         self.message_projections = default_message_projections()
@@ -243,9 +244,8 @@ class Processor:
         self._control = ControlChannel(
             self.clients.plain("control"), self.topics.control, cfg.group_id
         )
-        with observing(self.metrics.retries):  # /readyz names a broker nobody answers for
-            self.txn.start()
-        transport.require_permissions(self.problems, self.metrics)
+        # the producer's init beside the permission check (member_clients.py)
+        self.clients.start(self.txn.start)
         probe = lambda: consumer.list_topics(self.topics.events, timeout=2)  # noqa: E731
         brokers = BrokerWatch(problems, self.metrics, probe, every_s=cfg.broker_probe_s)
         # another application's consumers in the group (group_watch.py); only a

@@ -8,6 +8,7 @@ inspector's ASGI app (``processor/inspect/mount.py``) beside ``/inspect/``.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -94,5 +95,8 @@ def serve(
         {"routes": routes(metrics), "queries": staticmethod(queries) if queries else None},
     )
     server = ThreadingHTTPServer((host, port), handler)
-    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    # a stop's shutdown() waits up to one poll interval (0.5 s by default, in
+    # each member's stop of a rolling restart: issue 37)
+    serving = functools.partial(server.serve_forever, poll_interval=0.05)
+    threading.Thread(target=serving, name="metrics-http", daemon=True).start()
     return server
