@@ -125,7 +125,8 @@ def test_c_freeze_agrees_with_the_python_walk(value: Any) -> None:
 @c_walk
 def test_c_freeze_refuses_depth_as_the_walk_does() -> None:
     outcomes = set()
-    for base in ([], {}, _Sub(), ()):
+    bases: tuple[Any, ...] = ([], {}, _Sub(), ())
+    for base in bases:
         for levels in (MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1):
             value: Any = base
             for i in range(levels):
