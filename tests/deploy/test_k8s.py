@@ -136,7 +136,7 @@ def test_kustomization_renders_to_valid_consistent_manifests(folder: Path, tmp_p
     assert ctx.params["instance_id"] == "$POD_NAME" and ctx.params["static_membership"]
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    assert sts["kind"] == "StatefulSet" and not sts["spec"].get("volumeClaimTemplates")
+    assert sts["kind"] == "StatefulSet"
 
     # probes and scrapes reach the endpoint the config serves
     port = next(p for p in container["ports"] if p["name"] == "metrics")
@@ -180,8 +180,11 @@ def test_kustomization_renders_to_valid_consistent_manifests(folder: Path, tmp_p
         m for m in mounts.values() if state.is_relative_to(m["mountPath"]) and "subPath" not in m
     )
     assert not state_mount.get("readOnly")
-    size_limit = volumes[state_mount["name"]]["emptyDir"]["sizeLimit"]
-    assert config.store_bytes < _quantity(size_limit) * 0.8  # room for the write-ahead log
+    # a volume per pod: a replaced pod (a rollout) restores from it, not the topic
+    claims = {c["metadata"]["name"]: c for c in sts["spec"]["volumeClaimTemplates"]}
+    assert state_mount["name"] in claims and state_mount["name"] not in volumes
+    size = claims[state_mount["name"]]["spec"]["resources"]["requests"]["storage"]
+    assert config.store_bytes < _quantity(size) * 0.8  # room for the write-ahead log
 
     # resources are set, memory bounded; the image runs as the Dockerfile's user
     res = container["resources"]
