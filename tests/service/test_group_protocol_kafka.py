@@ -57,7 +57,7 @@ def test_auto_runs_classic_for_a_group_whose_session_timeout_is_over_the_budget(
         return described.get("consumer.session.timeout.ms") == "50000"
 
     wait_until(applied, "the group config to apply", 30)
-    proc = Processor(cfg, metrics=(metrics := Metrics()))
+    proc = Processor(cfg.with_overrides(group_protocol="auto"), metrics=(metrics := Metrics()))
     assert proc.config.group_protocol == "classic"
     assert b'processor_group_protocol{protocol="classic"} 1.0' in metrics.exposition()
 
@@ -67,7 +67,8 @@ def test_auto_runs_kip848_where_the_brokers_group_session_timeout_is_short(
 ) -> None:
     if not _broker_runs_kip848(stack):
         pytest.skip("the broker's group.consumer.session.timeout.ms is over 10 s")
-    proc = Processor(stack.config, metrics=(metrics := Metrics()))
+    config = stack.config.with_overrides(group_protocol="auto")
+    proc = Processor(config, metrics=(metrics := Metrics()))
     assert proc.config.group_protocol == "consumer"
     assert 0 < proc.config.group_session_timeout_ms <= group_protocol.MAX_SESSION_TIMEOUT_MS
     assert b'processor_group_protocol{protocol="consumer"} 1.0' in metrics.exposition()
