@@ -129,11 +129,10 @@ def test_kustomization_renders_to_valid_consistent_manifests(folder: Path, tmp_p
     labels = pod["metadata"]["labels"]
     container = _container(sts)
 
-    # the pod name is the instance id (stable transactional id) and, static, the
-    # group.instance.id: a pod back within the session timeout keeps its
-    # partitions, nothing moves in a rollout (issue 37)
+    # the pod name is the instance id (stable transactional id); membership is
+    # dynamic: static classic members stalled on a group coordinator's loss (issue 37)
     ctx, config_path = _parse_run(_run_argv(container), tmp_path)
-    assert ctx.params["instance_id"] == "$POD_NAME" and ctx.params["static_membership"]
+    assert ctx.params["instance_id"] == "$POD_NAME" and not ctx.params["static_membership"]
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert sts["kind"] == "StatefulSet"
