@@ -76,6 +76,23 @@ class Stack:
         producer.produce(self.config.topics.control, key=sid.encode() if sid else None, value=value)
         assert producer.flush(30) == 0
 
+    def produce_and_wait_folded(self, seed: int, timeout: float = 60) -> None:
+        """One new session of 10 events, produced, until its views equal the offline fold."""
+        from processor.client.views_reader import materialize_views, session_fold_equivalent
+
+        logs = sessions(1, 10, seed=seed)
+        for sid, events in logs.items():
+            self.produce(sid, events)
+
+        def folded() -> bool:
+            views = materialize_views(self.config)
+            return all(
+                sid in views and as_json(session_fold_equivalent(views[sid])) == self.expected(sid)
+                for sid in logs
+            )
+
+        wait_until(folded, "the session folded", timeout)
+
     def expected(self, sid: str, upto: int | None = None) -> Any:
         events = self.logs[sid] if upto is None else self.logs[sid][: upto + 1]
         return as_json(offline_equivalent(session_output(fold_events(events))))

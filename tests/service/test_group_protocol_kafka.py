@@ -24,11 +24,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from processor.client.views_reader import materialize_views, session_fold_equivalent
 from processor.kafka import clients, group_protocol
 from processor.service.loop.runner import Processor
 from processor.telemetry.metrics import Metrics
-from tests.service.conftest import Stack, as_json, sessions, wait_until
+from tests.service.conftest import Stack, wait_until
 from tests.service.running import RunningProcessor
 
 pytestmark = pytest.mark.kafka
@@ -112,18 +111,7 @@ def test_a_static_member_refused_for_an_unreleased_instance_id_rejoins_once_the_
         refused_at = time.monotonic()
         wait_until(lambda: metrics.health.readiness()[0] == 200, "/readyz to turn ready", 90)
         assert time.monotonic() - refused_at < 60
-        logs = sessions(1, 10, seed=37)
-        for sid, events in logs.items():
-            stack.produce(sid, events)
-
-        def folded() -> bool:
-            views = materialize_views(cfg)
-            return all(
-                sid in views and as_json(session_fold_equivalent(views[sid])) == stack.expected(sid)
-                for sid in logs
-            )
-
-        wait_until(folded, "the session folded", 60)
+        stack.produce_and_wait_folded(seed=37)
         assert not running.errors, running.errors
     finally:
         holder.kill()

@@ -15,10 +15,9 @@ import threading
 import pytest
 from confluent_kafka import Consumer
 
-from processor.client.views_reader import materialize_views, session_fold_equivalent
 from processor.service.loop.runner import Processor
 from processor.telemetry.metrics import Metrics
-from tests.service.conftest import Stack, as_json, sessions, wait_until
+from tests.service.conftest import Stack, wait_until
 from tests.service.running import RunningProcessor
 
 pytestmark = pytest.mark.kafka
@@ -57,18 +56,7 @@ def test_a_join_refused_by_another_apps_consumers_is_named_until_they_leave(
         leave.set()
         thread.join(30)
         wait_until(lambda: metrics.health.readiness()[0] == 200, "/readyz to turn ready", 90)
-        logs = sessions(1, 10, seed=31)
-        for sid, events in logs.items():
-            stack.produce(sid, events)
-
-        def folded() -> bool:
-            views = materialize_views(cfg)
-            return all(
-                sid in views and as_json(session_fold_equivalent(views[sid])) == stack.expected(sid)
-                for sid in logs
-            )
-
-        wait_until(folded, "the session folded", 60)
+        stack.produce_and_wait_folded(seed=31)
         assert not running.errors, running.errors
     finally:
         leave.set()
