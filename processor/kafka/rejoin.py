@@ -69,8 +69,8 @@ class RejoiningConsumer:
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
         if self._rejoin_at is not None:
             wait = self._rejoin_at - time.monotonic()
-            if wait > 0:
-                time.sleep(max(0.0, min(wait, timeout)))
+            if wait > 0:  # (a negative timeout: block, here until the next join)
+                time.sleep(wait if timeout < 0 else min(wait, timeout))
                 return []
             self._join_again()
         msgs: list[Any] = self._inner.consume(num_messages=num_messages, timeout=timeout)

@@ -319,21 +319,21 @@ class CheckpointStore:
         db = self.store
         if db is None:
             return []
+        limit = self.budget.limit
+        dropped: list[int] = []
         try:
-            if self.budget.reported(db.live_bytes()) <= self.budget.limit:
-                self.over_budget = None
-                return []
-            gone = set(unowned)
-            copies = sorted((at, p) for p, at in db.stored(self.topic) if p in gone)
-            dropped: list[int] = []
-            if copies and not self.flush():  # a queued write of a copy would recreate it
-                return []
-            for _, p in copies:
-                db.drop(self.topic, p)
-                dropped.append(p)
-                if self.budget.reported(db.live_bytes()) <= self.budget.limit:
-                    break
             live = self.budget.reported(db.live_bytes())
+            if live > limit:
+                gone = set(unowned)
+                copies = sorted((at, p) for p, at in db.stored(self.topic) if p in gone)
+                if copies and not self.flush():  # a queued write of a copy would recreate it
+                    return []
+                for _, p in copies:
+                    db.drop(self.topic, p)
+                    dropped.append(p)
+                    live = self.budget.reported(db.live_bytes())
+                    if live <= limit:
+                        break
         except sqlite3.Error as exc:
             log.warning("local store: the size check failed (%s); tried again later", exc)
             return []
@@ -341,15 +341,15 @@ class CheckpointStore:
             log.warning(
                 "local store past store_bytes %d: dropped the copies of partitions %s "
                 "(not owned; %d bytes live now)",
-                self.budget.limit,
+                limit,
                 ", ".join(map(str, dropped)),
                 live,
             )
         self.over_budget = (
             None
-            if live <= self.budget.limit
+            if live <= limit
             else f"local store holds {live} bytes of owned partitions, past store_bytes "
-            f"{self.budget.limit}: raise it or add members"
+            f"{limit}: raise it or add members"
         )
         return dropped
 
