@@ -67,6 +67,12 @@ class Metrics:
             "processor_transaction_aborts_total", "Aborted transactions", registry=r
         )
         self.commits = Counter("processor_transactions_total", "Committed transactions", registry=r)
+        self.commits_outside_group = Counter(
+            "processor_commits_outside_group_total",
+            "Batches not committed because the consumer was no longer a group member "
+            "(its partitions lost, the lost callback not served yet)",
+            registry=r,
+        )
         self.lag = Gauge(
             "processor_partition_lag", "Events not yet consumed", ["partition"], registry=r
         )

@@ -48,6 +48,7 @@ from confluent_kafka import (
 from processor.config import ServiceConfig
 from processor.engine.commands import partition_of
 from processor.kafka.client_errors import ClientProblems
+from processor.kafka.group_metadata import membership, serialised
 from processor.telemetry.metrics import Metrics
 from processor.testing.memory_broker import Callback, OpenTxn, state_error
 from processor.testing.memory_broker import MemoryBroker as MemoryBroker
@@ -74,6 +75,9 @@ class MemoryConsumer:
         #: the high watermark of each partition's last fetch, as librdkafka caches
         #: it (``get_watermark_offsets(cached=True)``; unknown before the first)
         self._highs: dict[tuple[str, int], int] = {}
+        #: what :meth:`consumer_group_metadata` names (a member once subscribed)
+        self.generation = -1
+        self.member_id = ""
 
     # ------------------------------------------------------------ group
 
@@ -88,6 +92,13 @@ class MemoryConsumer:
         self._callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
         with self.broker.cond:
             self.broker.members.setdefault(self.group, []).append(self)
+            self.generation, self.member_id = 1, f"member-{id(self):x}"
+
+    def forget_membership(self) -> None:
+        """As librdkafka after an ``ILLEGAL_GENERATION`` and a session timeout,
+        before the application served its lost partitions: the metadata names
+        no generation and no member (``kafka/group_metadata.py``)."""
+        self.generation, self.member_id = -1, ""
 
     def _rebalance(self) -> None:
         """Take the subscription's partitions once this member leads the group."""
@@ -108,7 +119,7 @@ class MemoryConsumer:
             self.incremental_assign(list(self._owned))
 
     def consumer_group_metadata(self) -> Any:
-        return (self.group,)
+        return serialised(self.generation, self.group, self.member_id, None)
 
     def commit(
         self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
@@ -377,7 +388,10 @@ class MemoryProducer:
             self._check("send_offsets_to_transaction")
             if self.txn is None:
                 raise state_error("send_offsets_to_transaction outside a transaction")
-            group = group_metadata[0]
+            named = membership(group_metadata)
+            if named is None:
+                raise state_error("send_offsets_to_transaction without group metadata")
+            group = named.group_id
             for tp in positions:
                 self.txn.offsets[(group, tp.topic, tp.partition)] = tp.offset
 

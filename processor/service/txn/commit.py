@@ -47,6 +47,7 @@ from processor.engine import Batch, Engine, Out, Tally
 from processor.kafka import preflight
 from processor.kafka.client_errors import KafkaFatal, Kind, error_of
 from processor.kafka.fencing import writer_metadata
+from processor.kafka.group_metadata import membership
 from processor.kafka.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
 from processor.kafka.retry import FENCED, STOPPING, FatalBudget, retry
 from processor.kafka.transport import GroupConsumer, TxnProducer
@@ -200,6 +201,19 @@ class Committer:
         producer, consumer = self.producer, self.consumer
         assert producer is not None and consumer is not None
         group = consumer.consumer_group_metadata()  # on this thread: the consumer's owner
+        named = membership(group)
+        if named is not None and not named.in_group:
+            # the coordinator would not check these offsets against the group
+            # (group_metadata.py): refused here, the batch aborts and the next
+            # poll serves the lost partitions
+            self.metrics.commits_outside_group.inc()
+            raise KafkaException(
+                KafkaError(
+                    KafkaError.UNKNOWN_MEMBER_ID,
+                    f"the consumer is not a member of the group now ({named}); "
+                    "its partitions are lost, the batch is not committed",
+                )
+            )
 
         def call() -> None:
             timeout_s = self.timeout(self.offsets_timeout_s)
