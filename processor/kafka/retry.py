@@ -318,6 +318,12 @@ class FatalBudget:
         self._used.append(now)
         return True
 
+    def spare(self) -> bool:
+        """Room for a replacement beyond the last one (:meth:`allow` keeps that
+        for a cause that leaves no choice; a guess may take only the spare)."""
+        now = time.monotonic()
+        return sum(1 for t in self._used if now - t < self.window_s) < self.limit - 1
+
     def succeeded(self) -> None:
         """A transaction committed: the cause did not stay, what was spent is back.
 

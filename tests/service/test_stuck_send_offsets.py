@@ -113,3 +113,58 @@ def test_a_commit_gives_the_fatal_budget_back_but_not_the_stuck_budget() -> None
     assert not errors, errors
     assert proc.txn.fatal_budget.allow(broken)
     assert not proc.txn.stuck_budget.allow(broken)
+
+
+def _stuck_after_a_broker_fault(
+    trouble: bool,
+) -> tuple[Processor, RunningProcessor, Callable[[], None]]:
+    broker = MemoryBroker()
+    broker.create_topics(CONFIG)
+    proc = Processor(CONFIG, metrics=Metrics(), transport=MemoryTransport(broker, CONFIG))
+    proc.txn.offsets_timeout_s = 60.0  # the call's own timeout never ends the wait here
+    proc.txn.helper.early_after_s = 0.2
+    if trouble:  # a broker went away moments ago (client_errors.py records it)
+        proc.problems.broker_trouble_at = time.monotonic()
+    entered, release = broker.hold("send_offsets_to_transaction")
+    for event in LOG:
+        broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
+    running = RunningProcessor(proc)
+    _until(entered.is_set, running.errors, "the first batch's offsets are being sent")
+    return proc, running, release.set
+
+
+def test_after_a_broker_fault_a_call_stuck_while_the_coordinator_answers_is_given_up_early() -> (
+    None
+):
+    """librdkafka 2.16's producer keeps waiting for a coordinator it cached after
+    the coordinator moved (issue 5511); the consumer's own coordinator answering
+    says it moved, and a new producer finds it at once."""
+    proc, running, release = _stuck_after_a_broker_fault(trouble=True)
+    try:
+        _until(
+            lambda: proc.metrics.commits._value.get() >= 1,
+            running.errors,
+            "a batch commits long before the stuck call's 60 s timeout",
+        )
+        assert proc.metrics.aborts._value.get() >= 1  # the batch was refolded
+    finally:
+        release()
+    running.stop()
+    assert not running.errors, running.errors
+
+
+def test_without_a_broker_fault_a_slow_call_is_not_given_up_early() -> None:
+    """A slow call on a healthy cluster is not replaced on a guess: each
+    replacement leaves a thread and a client behind (the stuck budget)."""
+    proc, running, release = _stuck_after_a_broker_fault(trouble=False)
+    try:
+        time.sleep(1.5)  # many probe rounds past early_after_s
+        assert proc.metrics.commits._value.get() == 0
+        assert proc.metrics.aborts._value.get() == 0
+    finally:
+        release()
+    _until(
+        lambda: proc.metrics.commits._value.get() >= 1, running.errors, "it commits once released"
+    )
+    running.stop()
+    assert not running.errors, running.errors

@@ -66,6 +66,10 @@ from processor.testing import faultpoints
 
 log = logging.getLogger(__name__)
 
+#: A broker fault this recent lets a long ``send_offsets_to_transaction`` be
+#: judged stuck before its timeout (:meth:`Committer._stuck_on_old_coordinator`).
+TROUBLE_RECENT_S = 60.0
+
 
 class Committer:
     """The output producer and the transaction of the open batch."""
@@ -126,6 +130,9 @@ class Committer:
         #: ``send_offsets_to_transaction``'s timeout, and how far past it a call
         #: counts as stuck for good (:meth:`_await_offsets`)
         self.offsets_timeout_s = OFFSETS_TIMEOUT_S
+        #: offset fetches in a row the consumer's group coordinator answered
+        #: while a send_offsets_to_transaction ran long (_stuck_on_old_coordinator)
+        self._coordinator_answered = 0
         #: the batch being committed on the helper thread (settle finishes it)
         self._inflight: _InFlight | None = None
         self.timeline = Timeline()
@@ -239,7 +246,51 @@ class Committer:
         The stuck producer can take no other transaction call (not even an
         abort), so the error is fatal: ``replace_producer`` fences it with a
         new one and the batch is refolded; the stuck helper is left to it."""
-        self.helper.await_watched(sent, "send_offsets_to_transaction")
+        self._coordinator_answered = 0
+        self.helper.await_watched(
+            sent, "send_offsets_to_transaction", self._stuck_on_old_coordinator
+        )
+
+    def _stuck_on_old_coordinator(self) -> str | None:
+        """Why a ``send_offsets_to_transaction`` running for seconds after a
+        broker fault is stuck already (None: it may still return).
+
+        The producer finds the group coordinator through its own cache;
+        once that names a broker that went away, librdkafka 2.16 waits for a
+        broker's state to change before it asks again (issue 5511) and never
+        checks the call's timeout (5456), so the call can hang for as long as
+        the brokers stay as they are.  The consumer finds the coordinator on
+        its own: when its group coordinator answers twice in a row (an
+        offset fetch of an owned partition, which fails at once while it has
+        none) the coordinator has moved and is serving, and a new producer
+        gets it at once — seconds before the call's own timeout.  Only after
+        a broker fault, and only while the stuck budget has a spare, so a
+        slow call on a healthy cluster is never replaced on a guess."""
+        trouble = self.problems.broker_trouble_at
+        consumer, owned = self.consumer, sorted(self.engine.partitions)
+        if (
+            trouble is None
+            or time.monotonic() - trouble > TROUBLE_RECENT_S
+            or consumer is None
+            or not owned
+            or not self.stuck_budget.spare()
+        ):
+            return None
+        tp = TopicPartition(self.config.topics.events, owned[0])
+        try:
+            got = consumer.committed([tp], timeout=1.0)
+        except KafkaException:
+            got = None
+        if not got or any(t.error is not None for t in got):
+            self._coordinator_answered = 0
+            return None
+        self._coordinator_answered += 1
+        if self._coordinator_answered < 2:
+            return None
+        return (
+            "the consumer's group coordinator answers, the producer still waits for "
+            "the one it had (librdkafka issue 5511)"
+        )
 
     def committing(self) -> Mapping[tuple[int, str], object] | None:
         """The sessions of the batch whose commit is in flight (None: none is):

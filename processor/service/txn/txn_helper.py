@@ -69,6 +69,12 @@ OFFSETS_TIMEOUT_S = 10.0
 #: that honours its timeout has returned by then.
 HANG_GRACE_S = 2.0
 
+#: How long a watched call runs before the caller's probe may judge it stuck
+#: early (:meth:`HelperThread.await_watched`): a healthy
+#: ``send_offsets_to_transaction`` takes two round trips, well under a second
+#: on a loaded box.
+EARLY_AFTER_S = 3.0
+
 
 class StuckCall(Unavailable, KafkaException):
     """A transaction call given up past its timeout (:meth:`HelperThread.await_watched`).
@@ -84,9 +90,12 @@ class HelperThread:
     def __init__(self, name: str = "txn-helper") -> None:
         self.name = name
         self.hang_grace_s = HANG_GRACE_S
+        self.early_after_s = EARLY_AFTER_S
         self._helper: Helper | None = None
         #: when the watched call running now should have returned by (None: none runs)
         self._due: float | None = None
+        #: when the watched call running now began
+        self._began = 0.0
 
     def submit(self, step: Callable[[], None]) -> Future[None]:
         if self._helper is None:  # made on first use, ended by shutdown() with the loop
@@ -95,29 +104,41 @@ class HelperThread:
 
     def watch(self, timeout_s: float) -> None:
         """The call about to run on the helper should return within ``timeout_s``."""
-        self._due = time.monotonic() + timeout_s
+        self._began = time.monotonic()
+        self._due = self._began + timeout_s
 
     def unwatch(self) -> None:
         self._due = None
 
-    def await_watched(self, sent: Future[None], what: str) -> None:
+    def await_watched(
+        self,
+        sent: Future[None],
+        what: str,
+        stuck: Callable[[], str | None] | None = None,
+    ) -> None:
         """Wait for ``sent``; raise a fatal error if its watched call runs
-        ``hang_grace_s`` past its own timeout (the helper is left to it)."""
+        ``hang_grace_s`` past its own timeout, or ``early_after_s`` and
+        ``stuck`` (asked about once a second from then on) says why it is
+        stuck already (the helper is left to it)."""
+        early = self.early_after_s
         while not sent.done():
-            wait((sent,), timeout=min(1.0, self.hang_grace_s))
-            due = self._due
-            if sent.done() or due is None or time.monotonic() < due + self.hang_grace_s:
+            wait((sent,), timeout=min(1.0 if stuck is None else 0.5, self.hang_grace_s))
+            due, now = self._due, time.monotonic()
+            if sent.done() or due is None:
+                continue
+            if now >= due + self.hang_grace_s:
+                why = (
+                    f"{self.hang_grace_s:.0f} s past its timeout (the group coordinator went away)"
+                )
+            elif stuck is not None and now - self._began >= early and (reason := stuck()):
+                why = f"after {now - self._began:.1f} s: {reason}"
+            else:
                 continue
             helper, self._helper = self._helper, None
             if helper is not None:
                 helper.shutdown(wait=False)
             raise StuckCall(
-                KafkaError(
-                    KafkaError._TIMED_OUT,
-                    f"{what} did not return {self.hang_grace_s:.0f} s past its timeout "
-                    "(the group coordinator went away)",
-                    fatal=True,
-                )
+                KafkaError(KafkaError._TIMED_OUT, f"{what} did not return {why}", fatal=True)
             )
 
     def shutdown(self) -> None:
