@@ -10,14 +10,14 @@ the produce-acknowledged -> visible latency of the window after each fault:
 too under ``PROCESSOR_FAULTS=long`` (``PROCESSOR_FAILOVER_WINDOW_S`` sets it).
 The bounded form used 15 s: a broker killed for ~15 s then came back as the
 next fault (a rolling restart) began, and two of three such runs ended with
-a committed view going back (two writers of one partition; an open bug,
-docs/testing.md "Faults overlapping"). Single faults, as issue 37 measures
-them, never did; ``PROCESSOR_FAILOVER_WINDOW_S=15`` reproduces the overlap.
+a committed view going back (a member outside its group committing with
+metadata the coordinator does not check, now refused: docs/testing.md
+"Faults overlapping"). ``PROCESSOR_FAILOVER_WINDOW_S=15`` runs the overlap.
 The members run with their own session timeout, not the suite's 6 s.
 ``PROCESSOR_FAILOVER_FENCE=0`` runs them without the fence of dead members'
 transactions (``PROCESSOR_FENCE_ZOMBIES=false``); ``PROCESSOR_FAILOVER_ARGS``
 adds ``processor run`` arguments (e.g. ``--static-membership``, ``--group-protocol
-classic``); the members' default protocol, ``auto``, runs KIP-848 on the suite's cluster;
+auto``, which runs KIP-848 on the suite's cluster);
 ``python -m bench --only failover`` measures the figure.
 """
 
