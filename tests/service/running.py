@@ -7,8 +7,22 @@ assertion (a thread's exception otherwise only reaches stderr).
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 from processor.service.loop.runner import Processor
+
+
+def until(
+    done: Callable[[], bool], errors: list[BaseException], what: str, timeout_s: float = 30
+) -> None:
+    """Wait for ``done``; a loop error or ``timeout_s`` fails the test naming ``what``
+    (a bound the tests' in-memory holds, 60 s, never reach)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert not errors, errors
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
 
 
 class RunningProcessor:

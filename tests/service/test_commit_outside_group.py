@@ -10,8 +10,7 @@ committing partitions another member owned, and a committed view went back.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from confluent_kafka import Consumer
 
@@ -23,7 +22,7 @@ from processor.service.loop.runner import Processor
 from processor.telemetry.metrics import Metrics
 from processor.testing.memory import MemoryBroker, MemoryConsumer, MemoryTransport
 from tests.engine.kit import session_log
-from tests.service.running import RunningProcessor
+from tests.service.running import RunningProcessor, until
 
 CODEC = default_codec()
 CONFIG = ServiceConfig(partitions=1, topic_prefix="outside", commit_interval_ms=20)
@@ -73,14 +72,6 @@ def test_the_serialisation_reads_back_and_other_forms_are_not_read() -> None:
     assert membership(b"CGMDv9:....") is None
 
 
-def _until(done: Callable[[], bool], errors: list[BaseException], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not done():
-        assert not errors, errors
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-
-
 def test_a_member_whose_membership_is_gone_does_not_commit_until_it_is_back() -> None:
     broker = MemoryBroker()
     broker.create_topics(CONFIG)
@@ -96,7 +87,7 @@ def test_a_member_whose_membership_is_gone_does_not_commit_until_it_is_back() ->
     running = RunningProcessor(proc)
     errors = running.errors
     try:
-        _until(lambda: broker.group_offsets.get(key) == 10, errors, "the first events commit")
+        until(lambda: broker.group_offsets.get(key) == 10, errors, "the first events commit")
         consumer = proc.clients.consumer
         assert isinstance(consumer, MemoryConsumer)
         generation, member = consumer.generation, consumer.member_id
@@ -104,10 +95,10 @@ def test_a_member_whose_membership_is_gone_does_not_commit_until_it_is_back() ->
         produce(log[10:])
         refused = proc.metrics.commits_outside_group
         aborts = proc.metrics.aborts
-        _until(lambda: aborts._value.get() >= 2 <= refused._value.get(), errors, "refused")
+        until(lambda: aborts._value.get() >= 2 <= refused._value.get(), errors, "refused")
         assert broker.group_offsets[key] == 10  # nothing committed outside the group
         consumer.generation, consumer.member_id = generation, member  # back in the group
-        _until(lambda: broker.group_offsets.get(key) == len(log), errors, "the rest commits")
+        until(lambda: broker.group_offsets.get(key) == len(log), errors, "the rest commits")
     finally:
         running.stop()
     assert not errors, errors

@@ -25,21 +25,11 @@ from processor.service.loop.runner import Processor
 from processor.telemetry.metrics import Metrics
 from processor.testing.memory import MemoryBroker, MemoryTransport
 from tests.engine.kit import session_log
-from tests.service.running import RunningProcessor
+from tests.service.running import RunningProcessor, until
 
 CODEC = default_codec()
 LOG = session_log(12, seed=3)
 CONFIG = ServiceConfig(partitions=1, topic_prefix="stuck", commit_interval_ms=50)
-
-
-def _until(done: Callable[[], bool], errors: list[BaseException], what: str) -> None:
-    # shorter than the in-memory hold's own 60 s: without the fix nothing
-    # commits before the held call returns by itself
-    deadline = time.monotonic() + 30
-    while not done():
-        assert not errors, errors
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 
 
 def test_a_send_offsets_stuck_past_its_timeout_is_given_up_and_the_batch_refolded() -> None:
@@ -58,9 +48,9 @@ def test_a_send_offsets_stuck_past_its_timeout_is_given_up_and_the_batch_refolde
     running = RunningProcessor(proc)
     errors = running.errors
     try:
-        _until(entered.is_set, errors, "the first batch's offsets are being sent")
+        until(entered.is_set, errors, "the first batch's offsets are being sent")
         stuck = proc.txn.producer
-        _until(
+        until(
             lambda: proc.metrics.commits._value.get() >= 1,
             errors,
             "a batch commits while the first send_offsets_to_transaction still hangs",
@@ -108,7 +98,7 @@ def test_a_commit_gives_the_fatal_budget_back_but_not_the_stuck_budget() -> None
         broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
     running = RunningProcessor(proc)
     errors = running.errors
-    _until(lambda: proc.metrics.commits._value.get() >= 1, errors, "a batch commits")
+    until(lambda: proc.metrics.commits._value.get() >= 1, errors, "a batch commits")
     running.stop()
     assert not errors, errors
     assert proc.txn.fatal_budget.allow(broken)
@@ -129,7 +119,7 @@ def _stuck_after_a_broker_fault(
     for event in LOG:
         broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
     running = RunningProcessor(proc)
-    _until(entered.is_set, running.errors, "the first batch's offsets are being sent")
+    until(entered.is_set, running.errors, "the first batch's offsets are being sent")
     return proc, running, release.set
 
 
@@ -141,7 +131,7 @@ def test_after_a_broker_fault_a_call_stuck_while_the_coordinator_answers_is_give
     says it moved, and a new producer finds it at once."""
     proc, running, release = _stuck_after_a_broker_fault(trouble=True)
     try:
-        _until(
+        until(
             lambda: proc.metrics.commits._value.get() >= 1,
             running.errors,
             "a batch commits long before the stuck call's 60 s timeout",
@@ -163,7 +153,7 @@ def test_without_a_broker_fault_a_slow_call_is_not_given_up_early() -> None:
         assert proc.metrics.aborts._value.get() == 0
     finally:
         release()
-    _until(
+    until(
         lambda: proc.metrics.commits._value.get() >= 1, running.errors, "it commits once released"
     )
     running.stop()
