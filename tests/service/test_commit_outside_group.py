@@ -10,9 +10,10 @@ committing partitions another member owned, and a committed view went back.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaError
 
 from processor.codec import default_codec
 from processor.config import ServiceConfig
@@ -102,3 +103,47 @@ def test_a_member_whose_membership_is_gone_does_not_commit_until_it_is_back() ->
     finally:
         running.stop()
     assert not errors, errors
+
+
+class _Waits(threading.Event):
+    """The committer's stop event, recording each back-off it is asked to wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return super().wait(timeout)
+
+
+def _backoffs_after(error: KafkaError) -> list[float | None]:
+    """The back-offs the committer waited after one batch's offsets failed with ``error``."""
+    broker = MemoryBroker()
+    broker.create_topics(CONFIG)
+    proc = Processor(CONFIG, metrics=Metrics(), transport=MemoryTransport(broker, CONFIG))
+    waits = _Waits()
+    proc.txn._stop = waits
+    broker.fail("send_offsets_to_transaction", error)
+    for event in session_log(10, seed=6):
+        broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
+    running = RunningProcessor(proc)
+    key = (CONFIG.group_id, CONFIG.topics.events, 0)
+    try:
+        until(lambda: broker.group_offsets.get(key) == 10, running.errors, "the batch commits")
+    finally:
+        running.stop()
+    assert not running.errors, running.errors
+    assert proc.metrics.aborts._value.get() == 1
+    return waits.waits
+
+
+def test_a_batch_failed_by_a_group_change_is_refolded_without_a_back_off() -> None:
+    """Under KIP-848 every group change fails each member's transaction in
+    flight (its epoch moved); the rebalance is served at the next poll, and a
+    back-off would only hold every partition of the member (they double
+    while changes come in a row)."""
+    for code in (KafkaError.ILLEGAL_GENERATION, KafkaError.STALE_MEMBER_EPOCH):
+        assert _backoffs_after(KafkaError(code, "the group changed")) == [], code
+    # any other failed transaction backs off
+    assert _backoffs_after(KafkaError(KafkaError._MSG_TIMED_OUT, "slow")) == [0.1]

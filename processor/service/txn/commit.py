@@ -66,6 +66,16 @@ from processor.testing import faultpoints
 
 log = logging.getLogger(__name__)
 
+#: Errors of a transaction's offsets that say the group changed under them.
+GROUP_CHANGED = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.STALE_MEMBER_EPOCH,
+        KafkaError.FENCED_MEMBER_EPOCH,
+    }
+)
+
 #: A broker fault this recent lets a long ``send_offsets_to_transaction`` be
 #: judged stuck before its timeout (:meth:`Committer._stuck_on_old_coordinator`).
 TROUBLE_RECENT_S = 60.0
@@ -548,7 +558,11 @@ class Committer:
             log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
         self.abort(pending.partitions())
         backoff = self.failures.failed(verdict.line)
-        if not self.leaving:
+        # a group change failed it (the offsets named an older generation or
+        # epoch): the next poll serves the rebalance, and waiting only delays
+        # every partition of this member (counted all the same: a change that
+        # never settles still reaches the failure bound)
+        if not self.leaving and verdict.code not in GROUP_CHANGED:
             self._stop.wait(backoff)
 
     def replace_producer(
