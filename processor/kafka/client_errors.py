@@ -129,6 +129,9 @@ def classify(exc: BaseException, *, operation: str = "", resource: str = "") -> 
     return Verdict(Kind.ABORT, text, err.code())
 
 
+#: How librdkafka names a producer's transaction coordinator connection in its errors.
+TXN_COORDINATOR = "TxnCoordinator"
+
 #: Errors that say a broker is unreachable or went away.
 BROKER_TROUBLE = frozenset(
     {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
@@ -155,6 +158,10 @@ class ClientProblems:
         #: restarting): a transactional fence soon after it is the cluster's,
         #: not another member's (runner._replace_producer)
         self.broker_trouble_at: float | None = None
+        #: monotonic time of the last transport error of a producer's transaction
+        #: coordinator connection: a transaction call waits for it legitimately
+        #: until the controller moves it (commit.py's early judgement of a stuck call)
+        self.txn_coordinator_trouble_at: float | None = None
         #: told each refusal of a static member's join (rejoin.py): the loop's report
         self.on_join_refused: Callable[[str], None] | None = None
 
@@ -175,6 +182,8 @@ class ClientProblems:
                 self.brokers_down_at = time.monotonic()
             if err.code() in BROKER_TROUBLE:
                 self.broker_trouble_at = time.monotonic()
+                if err.str().startswith(TXN_COORDINATOR):
+                    self.txn_coordinator_trouble_at = self.broker_trouble_at
             line = f"{err.name()}: {err.str()}"
             if line == self.last_error:
                 return  # a broker that stays down reports every few seconds

@@ -106,7 +106,7 @@ def test_a_commit_gives_the_fatal_budget_back_but_not_the_stuck_budget() -> None
 
 
 def _stuck_after_a_broker_fault(
-    trouble: bool,
+    trouble: bool, txn_coordinator: bool = False
 ) -> tuple[Processor, RunningProcessor, Callable[[], None]]:
     broker = MemoryBroker()
     broker.create_topics(CONFIG)
@@ -114,7 +114,9 @@ def _stuck_after_a_broker_fault(
     proc.txn.offsets_timeout_s = 60.0  # the call's own timeout never ends the wait here
     proc.txn.helper.early_after_s = 0.2
     if trouble:  # a broker went away moments ago (client_errors.py records it)
-        proc.problems.broker_trouble_at = time.monotonic()
+        proc.problems.error_cb(KafkaError(KafkaError._TRANSPORT, "GroupCoordinator: b1: refused"))
+    if txn_coordinator:  # ... and it held the producer's transaction coordinator
+        proc.problems.error_cb(KafkaError(KafkaError._TRANSPORT, "TxnCoordinator: b1: refused"))
     entered, release = broker.hold("send_offsets_to_transaction")
     for event in LOG:
         broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
@@ -150,6 +152,25 @@ def test_without_a_broker_fault_a_slow_call_is_not_given_up_early() -> None:
     try:
         time.sleep(1.5)  # many probe rounds past early_after_s
         assert proc.metrics.commits._value.get() == 0
+        assert proc.metrics.aborts._value.get() == 0
+    finally:
+        release()
+    until(
+        lambda: proc.metrics.commits._value.get() >= 1, running.errors, "it commits once released"
+    )
+    running.stop()
+    assert not running.errors, running.errors
+
+
+def test_a_call_waiting_for_a_transaction_coordinator_that_went_away_is_not_given_up_early() -> (
+    None
+):
+    """Its first half (AddOffsetsToTxn) waits for the transaction coordinator
+    until the controller moves it, and a new producer's init would wait for
+    it too: only the call's own timeout ends that wait."""
+    proc, running, release = _stuck_after_a_broker_fault(trouble=True, txn_coordinator=True)
+    try:
+        time.sleep(1.5)  # many probe rounds past early_after_s
         assert proc.metrics.aborts._value.get() == 0
     finally:
         release()

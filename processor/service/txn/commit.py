@@ -66,6 +66,10 @@ from processor.testing import faultpoints
 
 log = logging.getLogger(__name__)
 
+#: A transaction coordinator's transport error this long before a call began
+#: (or since) means the call may be waiting for it: not judged stuck early.
+TXN_TROUBLE_BEFORE_S = 10.0
+
 #: Errors of a transaction's offsets that say the group changed under them.
 GROUP_CHANGED = frozenset(
     {
@@ -261,7 +265,7 @@ class Committer:
             sent, "send_offsets_to_transaction", self._stuck_on_old_coordinator
         )
 
-    def _stuck_on_old_coordinator(self) -> str | None:
+    def _stuck_on_old_coordinator(self, began: float) -> str | None:
         """Why a ``send_offsets_to_transaction`` running for seconds after a
         broker fault is stuck already (None: it may still return).
 
@@ -275,12 +279,16 @@ class Committer:
         none) the coordinator has moved and is serving, and a new producer
         gets it at once — seconds before the call's own timeout.  Only after
         a broker fault, and only while the stuck budget has a spare, so a
-        slow call on a healthy cluster is never replaced on a guess."""
+        slow call on a healthy cluster is never replaced on a guess; never
+        while the transaction coordinator is away (the call's first half
+        waits for it until it moves, and a new producer would too)."""
         trouble = self.problems.broker_trouble_at
+        txn_trouble = self.problems.txn_coordinator_trouble_at
         consumer, owned = self.consumer, sorted(self.engine.partitions)
         if (
             trouble is None
             or time.monotonic() - trouble > TROUBLE_RECENT_S
+            or (txn_trouble is not None and txn_trouble >= began - TXN_TROUBLE_BEFORE_S)
             or consumer is None
             or not owned
             or not self.stuck_budget.spare()

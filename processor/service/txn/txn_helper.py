@@ -114,12 +114,12 @@ class HelperThread:
         self,
         sent: Future[None],
         what: str,
-        stuck: Callable[[], str | None] | None = None,
+        stuck: Callable[[float], str | None] | None = None,
     ) -> None:
         """Wait for ``sent``; raise a fatal error if its watched call runs
         ``hang_grace_s`` past its own timeout, or ``early_after_s`` and
-        ``stuck`` (asked about once a second from then on) says why it is
-        stuck already (the helper is left to it)."""
+        ``stuck`` (given the call's start, asked twice a second from then on)
+        says why it is stuck already (the helper is left to it)."""
         early = self.early_after_s
         while not sent.done():
             wait((sent,), timeout=min(1.0 if stuck is None else 0.5, self.hang_grace_s))
@@ -130,7 +130,9 @@ class HelperThread:
                 why = (
                     f"{self.hang_grace_s:.0f} s past its timeout (the group coordinator went away)"
                 )
-            elif stuck is not None and now - self._began >= early and (reason := stuck()):
+            elif (
+                stuck is not None and now - self._began >= early and (reason := stuck(self._began))
+            ):
                 why = f"after {now - self._began:.1f} s: {reason}"
             else:
                 continue
