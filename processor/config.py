@@ -56,10 +56,10 @@ class ServiceConfig:
     group_id: str = "processor"
     instance_id: str = ""
     static_membership: bool = False
-    #: ``classic``, ``auto`` or ``consumer`` (KIP-848; docs/configuration.md "Group
-    #: protocol").  Not ``auto`` by default: the fault suite found a committed view
-    #: going back under KIP-848 once (a second writer of a partition), unexplained.
-    group_protocol: str = "classic"
+    #: ``auto``, ``classic`` or ``consumer`` (KIP-848; docs/configuration.md "Group
+    #: protocol").  ``auto``: KIP-848 where the broker's group session timeout is
+    #: at most 10 s, else classic.
+    group_protocol: str = "auto"
     #: Not a setting: the KIP-848 group's session timeout the broker described
     #: when ``auto`` chose KIP-848 (0: unknown).
     group_session_timeout_ms: int = 0

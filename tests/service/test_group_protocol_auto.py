@@ -26,10 +26,10 @@ BASE = ServiceConfig(
 )
 
 
-def test_classic_is_the_default_auto_a_choice() -> None:
-    """Not auto by default: a committed view went back once under KIP-848 in the
-    fault suite (docs/configuration.md "Group protocol")."""
-    assert ServiceConfig().group_protocol == "classic"
+def test_auto_is_the_default() -> None:
+    """KIP-848 where the brokers allow a short session: failovers and rollouts
+    wait least (BENCHMARKS.md "Failover")."""
+    assert ServiceConfig().group_protocol == "auto"
 
 
 def test_a_short_group_session_timeout_chooses_kip848() -> None:
