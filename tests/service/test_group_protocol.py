@@ -1,6 +1,7 @@
 """The group protocol setting (issue 37, item 3): ``classic`` or ``consumer``
-(KIP-848; ``auto``, the default, picks one: test_group_protocol_auto.py); librdkafka takes the settings each one
-needs and refuses the classic-only ones under KIP-848 in one line.
+(KIP-848; ``auto``, the default, picks one: test_group_protocol_auto.py);
+librdkafka takes the settings each one needs and refuses the classic-only
+ones under KIP-848 in one line.
 
 Pure: the settings, and librdkafka's own check of them when a consumer is
 made (it connects to nothing before it subscribes).
