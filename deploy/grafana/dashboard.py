@@ -279,7 +279,9 @@ def build() -> Builder[Any]:
                 "short",
                 "assign / revoke / lost per "
                 "member, dead members' transactions fenced on takeover, "
-                "static members' joins refused (UNRELEASED_INSTANCE_ID) and "
+                "static members' joins refused (UNRELEASED_INSTANCE_ID), "
+                "batches not committed by a member no longer in its group "
+                "(lost partitions not served yet) and "
                 "members per group protocol (classic, consumer = KIP-848)",
                 (f"sum by (kind) (increase(processor_rebalances_total{SEL}{RATE}))", "{{kind}}"),
                 (
@@ -287,6 +289,10 @@ def build() -> Builder[Any]:
                     "fences {{outcome}}",
                 ),
                 (f"sum(increase(processor_group_join_refusals_total{SEL}{RATE}))", "joins refused"),
+                (
+                    f"sum(increase(processor_commits_outside_group_total{SEL}{RATE}))",
+                    "commits refused outside the group",
+                ),
                 (f"sum by (protocol) (processor_group_protocol{SEL})", "members on {{protocol}}"),
             )
         )
