@@ -106,32 +106,35 @@ def test_a_commit_gives_the_fatal_budget_back_but_not_the_stuck_budget() -> None
 
 
 def _stuck_after_a_broker_fault(
-    trouble: bool, txn_coordinator: bool = False
+    trouble: bool, txn_coordinator: str = ""
 ) -> tuple[Processor, RunningProcessor, Callable[[], None]]:
+    """A run whose first ``send_offsets_to_transaction`` is held.  ``trouble``: a
+    broker went away moments ago (client_errors.py records it); ``txn_coordinator``:
+    it held the producer's transaction coordinator, ``"back"`` before the run's
+    ``init_transactions`` answered, ``"away"`` since."""
     broker = MemoryBroker()
     broker.create_topics(CONFIG)
     proc = Processor(CONFIG, metrics=Metrics(), transport=MemoryTransport(broker, CONFIG))
     proc.txn.offsets_timeout_s = 60.0  # the call's own timeout never ends the wait here
     proc.txn.helper.early_after_s = 0.2
-    if trouble:  # a broker went away moments ago (client_errors.py records it)
-        proc.problems.error_cb(KafkaError(KafkaError._TRANSPORT, "GroupCoordinator: b1: refused"))
-    if txn_coordinator:  # ... and it held the producer's transaction coordinator
-        proc.problems.error_cb(KafkaError(KafkaError._TRANSPORT, "TxnCoordinator: b1: refused"))
+    lost = KafkaError(KafkaError._TRANSPORT, "TxnCoordinator: b1: refused")
+    if txn_coordinator == "back":
+        proc.problems.error_cb(lost)
     entered, release = broker.hold("send_offsets_to_transaction")
     for event in LOG:
         broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
     running = RunningProcessor(proc)
     until(entered.is_set, running.errors, "the first batch's offsets are being sent")
+    if txn_coordinator == "away":
+        proc.problems.error_cb(lost)
+    if trouble:
+        proc.problems.error_cb(KafkaError(KafkaError._TRANSPORT, "GroupCoordinator: b1: refused"))
     return proc, running, release.set
 
 
-def test_after_a_broker_fault_a_call_stuck_while_the_coordinator_answers_is_given_up_early() -> (
-    None
-):
-    """librdkafka 2.16's producer keeps waiting for a coordinator it cached after
-    the coordinator moved (issue 5511); the consumer's own coordinator answering
-    says it moved, and a new producer finds it at once."""
-    proc, running, release = _stuck_after_a_broker_fault(trouble=True)
+def _given_up_early(trouble: bool, txn_coordinator: str = "") -> None:
+    """The held call is given up long before its 60 s timeout and the batch refolded."""
+    proc, running, release = _stuck_after_a_broker_fault(trouble, txn_coordinator)
     try:
         until(
             lambda: proc.metrics.commits._value.get() >= 1,
@@ -145,7 +148,16 @@ def test_after_a_broker_fault_a_call_stuck_while_the_coordinator_answers_is_give
     assert not running.errors, running.errors
 
 
-def _held_until_released(trouble: bool, txn_coordinator: bool = False) -> None:
+def test_after_a_broker_fault_a_call_stuck_while_the_coordinator_answers_is_given_up_early() -> (
+    None
+):
+    """librdkafka 2.16's producer keeps waiting for a coordinator it cached after
+    the coordinator moved (issue 5511); the consumer's own coordinator answering
+    says it moved, and a new producer finds it at once."""
+    _given_up_early(trouble=True)
+
+
+def _held_until_released(trouble: bool, txn_coordinator: str = "") -> None:
     """The held call is not given up early: no commit, no abort, until released."""
     proc, running, release = _stuck_after_a_broker_fault(trouble, txn_coordinator)
     try:
@@ -173,4 +185,13 @@ def test_a_call_waiting_for_a_transaction_coordinator_that_went_away_is_not_give
     """Its first half (AddOffsetsToTxn) waits for the transaction coordinator
     until the controller moves it, and a new producer's init would wait for
     it too: only the call's own timeout ends that wait."""
-    _held_until_released(trouble=True, txn_coordinator=True)
+    _held_until_released(trouble=True, txn_coordinator="away")
+
+
+def test_a_transaction_coordinator_that_answered_since_its_fault_does_not_hold_the_judgement() -> (
+    None
+):
+    """A new producer's init answered after the transaction coordinator's
+    connection failed: the call now waits on the group coordinator it cached
+    (a CI run held a member 25 s: two stuck calls in a row, 12 s each)."""
+    _given_up_early(trouble=True, txn_coordinator="back")

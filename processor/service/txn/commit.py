@@ -144,6 +144,9 @@ class Committer:
         #: ``send_offsets_to_transaction``'s timeout, and how far past it a call
         #: counts as stuck for good (:meth:`_await_offsets`)
         self.offsets_timeout_s = OFFSETS_TIMEOUT_S
+        #: monotonic time the transaction coordinator last answered (an init, a
+        #: commit): its trouble before that is over (_stuck_on_old_coordinator)
+        self.txn_answered_at = 0.0
         #: offset fetches in a row the consumer's group coordinator answered
         #: while a send_offsets_to_transaction ran long (_stuck_on_old_coordinator)
         self._coordinator_answered = 0
@@ -172,6 +175,7 @@ class Committer:
         self.timeline.start()
         if self.config.exactly_once:
             transactions.init(producer, self.problems, self.txn_id, deadline_s=RETRY_DEADLINE_S)
+            self.txn_answered_at = time.monotonic()
 
     @contextlib.contextmanager
     def revoking(self, partitions: Iterable[int]) -> Iterator[None]:
@@ -281,14 +285,19 @@ class Committer:
         a broker fault, and only while the stuck budget has a spare, so a
         slow call on a healthy cluster is never replaced on a guess; never
         while the transaction coordinator is away (the call's first half
-        waits for it until it moves, and a new producer would too)."""
+        waits for it until it moves, and a new producer would too), that is
+        after its connection failed and before it answered an init or a commit."""
         trouble = self.problems.broker_trouble_at
         txn_trouble = self.problems.txn_coordinator_trouble_at
         consumer, owned = self.consumer, sorted(self.engine.partitions)
         if (
             trouble is None
             or time.monotonic() - trouble > TROUBLE_RECENT_S
-            or (txn_trouble is not None and txn_trouble >= began - TXN_TROUBLE_BEFORE_S)
+            or (
+                txn_trouble is not None
+                and txn_trouble >= began - TXN_TROUBLE_BEFORE_S
+                and txn_trouble > self.txn_answered_at
+            )
             or consumer is None
             or not owned
             or not self.stuck_budget.spare()
@@ -509,6 +518,7 @@ class Committer:
         self, pending: Batch, views: list[ViewWrite], tally: Tally, seconds: float
     ) -> None:
         """The batch's transaction committed: apply and count it (loop thread)."""
+        self.txn_answered_at = time.monotonic()
         self.ledger.apply_reports()
         self.store.committed(self.engine.partitions)
         if self.queries is not None:
@@ -637,6 +647,8 @@ class Committer:
                 "budget; finishing that before the next transaction"
             )
         self.init_pending = not done
+        if done:
+            self.txn_answered_at = time.monotonic()
         return done
 
     def abort(self, partitions: set[int], *, rewind: bool = True) -> None:
