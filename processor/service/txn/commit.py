@@ -59,16 +59,13 @@ from processor.service.txn import schedstat, transactions
 from processor.service.txn.inflight import InFlight as _InFlight
 from processor.service.txn.inflight import Rewinder
 from processor.service.txn.output_ledger import OutputLedger
+from processor.service.txn.stuck_probe import StuckProbe
 from processor.service.txn.timeline import Timeline, log_timeline
 from processor.service.txn.txn_helper import OFFSETS_TIMEOUT_S, HelperThread, StuckCall
 from processor.telemetry.metrics import Metrics
 from processor.testing import faultpoints
 
 log = logging.getLogger(__name__)
-
-#: A transaction coordinator's transport error this long before a call began
-#: (or since) means the call may be waiting for it: not judged stuck early.
-TXN_TROUBLE_BEFORE_S = 10.0
 
 #: Errors of a transaction's offsets that say the group changed under them.
 GROUP_CHANGED = frozenset(
@@ -79,10 +76,6 @@ GROUP_CHANGED = frozenset(
         KafkaError.FENCED_MEMBER_EPOCH,
     }
 )
-
-#: A broker fault this recent lets a long ``send_offsets_to_transaction`` be
-#: judged stuck before its timeout (:meth:`Committer._stuck_on_old_coordinator`).
-TROUBLE_RECENT_S = 60.0
 
 
 class Committer:
@@ -144,12 +137,14 @@ class Committer:
         #: ``send_offsets_to_transaction``'s timeout, and how far past it a call
         #: counts as stuck for good (:meth:`_await_offsets`)
         self.offsets_timeout_s = OFFSETS_TIMEOUT_S
-        #: monotonic time the transaction coordinator last answered (an init, a
-        #: commit): its trouble before that is over (_stuck_on_old_coordinator)
-        self.txn_answered_at = 0.0
-        #: offset fetches in a row the consumer's group coordinator answered
-        #: while a send_offsets_to_transaction ran long (_stuck_on_old_coordinator)
-        self._coordinator_answered = 0
+        #: judges a long send_offsets_to_transaction stuck before its timeout
+        self.stuck_probe = StuckProbe(
+            config,
+            self.problems,
+            lambda: self.consumer,
+            lambda: self.engine.partitions,
+            self.stuck_budget,
+        )
         #: the batch being committed on the helper thread (settle finishes it)
         self._inflight: _InFlight | None = None
         self.timeline = Timeline()
@@ -175,7 +170,7 @@ class Committer:
         self.timeline.start()
         if self.config.exactly_once:
             transactions.init(producer, self.problems, self.txn_id, deadline_s=RETRY_DEADLINE_S)
-            self.txn_answered_at = time.monotonic()
+            self.stuck_probe.txn_answered()
 
     @contextlib.contextmanager
     def revoking(self, partitions: Iterable[int]) -> Iterator[None]:
@@ -264,60 +259,8 @@ class Committer:
         The stuck producer can take no other transaction call (not even an
         abort), so the error is fatal: ``replace_producer`` fences it with a
         new one and the batch is refolded; the stuck helper is left to it."""
-        self._coordinator_answered = 0
-        self.helper.await_watched(
-            sent, "send_offsets_to_transaction", self._stuck_on_old_coordinator
-        )
-
-    def _stuck_on_old_coordinator(self, began: float) -> str | None:
-        """Why a ``send_offsets_to_transaction`` running for seconds after a
-        broker fault is stuck already (None: it may still return).
-
-        The producer finds the group coordinator through its own cache;
-        once that names a broker that went away, librdkafka 2.16 waits for a
-        broker's state to change before it asks again (issue 5511) and never
-        checks the call's timeout (5456), so the call can hang for as long as
-        the brokers stay as they are.  The consumer finds the coordinator on
-        its own: when its group coordinator answers twice in a row (an
-        offset fetch of an owned partition, which fails at once while it has
-        none) the coordinator has moved and is serving, and a new producer
-        gets it at once — seconds before the call's own timeout.  Only after
-        a broker fault, and only while the stuck budget has a spare, so a
-        slow call on a healthy cluster is never replaced on a guess; never
-        while the transaction coordinator is away (the call's first half
-        waits for it until it moves, and a new producer would too), that is
-        after its connection failed and before it answered an init or a commit."""
-        trouble = self.problems.broker_trouble_at
-        txn_trouble = self.problems.txn_coordinator_trouble_at
-        consumer, owned = self.consumer, sorted(self.engine.partitions)
-        if (
-            trouble is None
-            or time.monotonic() - trouble > TROUBLE_RECENT_S
-            or (
-                txn_trouble is not None
-                and txn_trouble >= began - TXN_TROUBLE_BEFORE_S
-                and txn_trouble > self.txn_answered_at
-            )
-            or consumer is None
-            or not owned
-            or not self.stuck_budget.spare()
-        ):
-            return None
-        tp = TopicPartition(self.config.topics.events, owned[0])
-        try:
-            got = consumer.committed([tp], timeout=1.0)
-        except KafkaException:
-            got = None
-        if not got or any(t.error is not None for t in got):
-            self._coordinator_answered = 0
-            return None
-        self._coordinator_answered += 1
-        if self._coordinator_answered < 2:
-            return None
-        return (
-            "the consumer's group coordinator answers, the producer still waits for "
-            "the one it had (librdkafka issue 5511)"
-        )
+        self.stuck_probe.reset()
+        self.helper.await_watched(sent, "send_offsets_to_transaction", self.stuck_probe)
 
     def committing(self) -> Mapping[tuple[int, str], object] | None:
         """The sessions of the batch whose commit is in flight (None: none is):
@@ -518,7 +461,7 @@ class Committer:
         self, pending: Batch, views: list[ViewWrite], tally: Tally, seconds: float
     ) -> None:
         """The batch's transaction committed: apply and count it (loop thread)."""
-        self.txn_answered_at = time.monotonic()
+        self.stuck_probe.txn_answered()
         self.ledger.apply_reports()
         self.store.committed(self.engine.partitions)
         if self.queries is not None:
@@ -648,7 +591,7 @@ class Committer:
             )
         self.init_pending = not done
         if done:
-            self.txn_answered_at = time.monotonic()
+            self.stuck_probe.txn_answered()
         return done
 
     def abort(self, partitions: set[int], *, rewind: bool = True) -> None:

@@ -1,0 +1,109 @@
+"""Judging a ``send_offsets_to_transaction`` stuck before its timeout.
+
+The producer finds the group coordinator through its own cache; once that
+names a broker that went away, librdkafka 2.16 waits for some broker's state
+to change before it asks again (issue 5511) and never checks the call's
+timeout (5456), so a call can hang for as long as the brokers stay as they
+are.  ``txn_helper.py`` gives such a call up 2 s past its 10 s timeout; a
+failover run had one hang 12 s, 7 s after the coordinator had moved.
+
+The consumer finds its group coordinator on its own: when that answers
+twice in a row (an offset fetch of an owned partition, which fails at once
+while the consumer has no coordinator) the coordinator has moved and is
+serving, and a new producer gets it at once.  :class:`StuckProbe` says so,
+asked by :meth:`HelperThread.await_watched` from 3 s into the call:
+
+- only after a broker fault in the last minute, and only while the stuck
+  budget has a spare (each replacement leaves a thread and a client behind),
+  so a slow call on a healthy cluster is never replaced on a guess;
+- never while the producer's transaction coordinator is away (its connection
+  failed within 10 s before the call, and no init or commit has answered
+  since): the call's first half waits for it until the controller moves it,
+  and a new producer's ``init_transactions`` would wait just the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from processor.config import ServiceConfig
+from processor.kafka.client_errors import ClientProblems
+from processor.kafka.retry import FatalBudget
+from processor.kafka.transport import GroupConsumer
+
+#: A broker fault this recent lets a long call be judged stuck early.
+TROUBLE_RECENT_S = 60.0
+#: A transaction coordinator's transport error this long before a call began
+#: (or since) means the call may be waiting for it: not judged stuck early.
+TXN_TROUBLE_BEFORE_S = 10.0
+#: Offset fetches in a row the consumer's coordinator must answer.
+ANSWERS = 2
+
+
+class StuckProbe:
+    """Why a long ``send_offsets_to_transaction`` is stuck already (see module doc)."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        problems: ClientProblems,
+        consumer: Callable[[], GroupConsumer | None],
+        owned: Callable[[], Iterable[int]],
+        budget: FatalBudget,
+    ) -> None:
+        self.topic = config.topics.events
+        self.problems = problems
+        self._consumer = consumer
+        self._owned = owned
+        self._budget = budget
+        #: monotonic time the transaction coordinator last answered (an init,
+        #: a commit): its trouble before that is over
+        self.answered_at = 0.0
+        #: offset fetches in a row the consumer's coordinator answered
+        self._answers = 0
+
+    def txn_answered(self) -> None:
+        """The transaction coordinator answered (an init or a commit ended well)."""
+        self.answered_at = time.monotonic()
+
+    def reset(self) -> None:
+        """A new call is watched: its judgement starts afresh."""
+        self._answers = 0
+
+    def __call__(self, began: float) -> str | None:
+        """Why the call that began at ``began`` (monotonic) is stuck, or None."""
+        if not self._may_judge(began):
+            return None
+        consumer, owned = self._consumer(), sorted(self._owned())
+        if consumer is None or not owned:
+            return None
+        try:
+            got = consumer.committed([TopicPartition(self.topic, owned[0])], timeout=1.0)
+        except KafkaException:
+            got = None
+        if not got or any(t.error is not None for t in got):
+            self._answers = 0
+            return None
+        self._answers += 1
+        if self._answers < ANSWERS:
+            return None
+        return (
+            "the consumer's group coordinator answers, the producer still waits for "
+            "the one it had (librdkafka issue 5511)"
+        )
+
+    def _may_judge(self, began: float) -> bool:
+        trouble = self.problems.broker_trouble_at
+        txn_trouble = self.problems.txn_coordinator_trouble_at
+        if trouble is None or time.monotonic() - trouble > TROUBLE_RECENT_S:
+            return False
+        if (
+            txn_trouble is not None
+            and txn_trouble >= began - TXN_TROUBLE_BEFORE_S
+            and txn_trouble > self.answered_at
+        ):
+            return False
+        return self._budget.spare()
