@@ -160,7 +160,7 @@ class ClientProblems:
         self.broker_trouble_at: float | None = None
         #: monotonic time of the last transport error of a producer's transaction
         #: coordinator connection: a transaction call waits for it legitimately
-        #: until the controller moves it (commit.py's early judgement of a stuck call)
+        #: until the controller moves it (stuck_probe.py's early judgement of a stuck call)
         self.txn_coordinator_trouble_at: float | None = None
         #: told each refusal of a static member's join (rejoin.py): the loop's report
         self.on_join_refused: Callable[[str], None] | None = None

@@ -4,9 +4,10 @@ A transaction's offsets carry the consumer's group metadata (generation or
 member epoch, member id, static instance id), and the group coordinator
 refuses them from a member that is no longer in the group (KIP-447): that is
 the only fence between two members, whose transactional ids differ.  One
-case passes it: a *classic* group takes a transactional offset commit that
-carries generation -1 and no member id from anyone, even while the group has
-members (older producers sent neither).  librdkafka hands out exactly that
+case passes it: a group (classic, and in Kafka 4.x a KIP-848 one too) takes
+a transactional offset commit that carries generation -1, no member id and no
+instance id from anyone, even while the group has members (older producers
+sent none of them).  librdkafka hands out exactly that
 metadata once its membership is gone twice over (an ``ILLEGAL_GENERATION``
 reset the generation, then a session timeout or ``UNKNOWN_MEMBER_ID`` the
 member id) and before the application has served the lost partitions: a

@@ -169,9 +169,9 @@ def stack(kafka_bootstrap: str) -> Iterator[Stack]:
     yield Stack(config)
 
 
-def wait_until(check: Any, what: str, timeout: float = 90) -> None:
+def wait_until(check: Any, what: str, timeout: float = 90, poll_s: float = 0.2) -> None:
     """Poll ``check`` until true; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+        time.sleep(poll_s)

@@ -7,10 +7,10 @@ assertion (a thread's exception otherwise only reaches stderr).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 from processor.service.loop.runner import Processor
+from tests.service.conftest import wait_until
 
 
 def until(
@@ -18,11 +18,12 @@ def until(
 ) -> None:
     """Wait for ``done``; a loop error or ``timeout_s`` fails the test naming ``what``
     (a bound the tests' in-memory holds, 60 s, never reach)."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
+
+    def ok() -> bool:
         assert not errors, errors
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
+        return done()
+
+    wait_until(ok, what, timeout_s, poll_s=0.01)
 
 
 class RunningProcessor:

@@ -259,7 +259,6 @@ class Committer:
         The stuck producer can take no other transaction call (not even an
         abort), so the error is fatal: ``replace_producer`` fences it with a
         new one and the batch is refolded; the stuck helper is left to it."""
-        self.stuck_probe.reset()
         self.helper.await_watched(sent, "send_offsets_to_transaction", self.stuck_probe)
 
     def committing(self) -> Mapping[tuple[int, str], object] | None:

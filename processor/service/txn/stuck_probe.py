@@ -62,26 +62,26 @@ class StuckProbe:
         #: monotonic time the transaction coordinator last answered (an init,
         #: a commit): its trouble before that is over
         self.answered_at = 0.0
-        #: offset fetches in a row the consumer's coordinator answered
+        #: the call being judged (its start) and the offset fetches in a row the
+        #: consumer's coordinator answered during it
+        self._call = 0.0
         self._answers = 0
 
     def txn_answered(self) -> None:
         """The transaction coordinator answered (an init or a commit ended well)."""
         self.answered_at = time.monotonic()
 
-    def reset(self) -> None:
-        """A new call is watched: its judgement starts afresh."""
-        self._answers = 0
-
     def __call__(self, began: float) -> str | None:
         """Why the call that began at ``began`` (monotonic) is stuck, or None."""
+        if began != self._call:  # another call (a retried step): judged afresh
+            self._call, self._answers = began, 0
         if not self._may_judge(began):
             return None
-        consumer, owned = self._consumer(), sorted(self._owned())
-        if consumer is None or not owned:
+        consumer, owned = self._consumer(), min(self._owned(), default=None)
+        if consumer is None or owned is None:
             return None
         try:
-            got = consumer.committed([TopicPartition(self.topic, owned[0])], timeout=1.0)
+            got = consumer.committed([TopicPartition(self.topic, owned)], timeout=1.0)
         except KafkaException:
             got = None
         if not got or any(t.error is not None for t in got):
