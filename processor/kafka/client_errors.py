@@ -129,6 +129,17 @@ def classify(exc: BaseException, *, operation: str = "", resource: str = "") -> 
     return Verdict(Kind.ABORT, text, err.code())
 
 
+#: Errors of a transaction's offsets that say the group changed under them
+#: (the offsets named an older generation or member epoch).
+GROUP_CHANGED = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.STALE_MEMBER_EPOCH,
+        KafkaError.FENCED_MEMBER_EPOCH,
+    }
+)
+
 #: How librdkafka names a producer's transaction coordinator connection in its errors.
 TXN_COORDINATOR = "TxnCoordinator"
 

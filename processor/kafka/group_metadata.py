@@ -14,9 +14,9 @@ member id) and before the application has served the lost partitions: a
 member that commits then writes partitions another member owns, and a
 subscriber sees a committed view go back.
 
-So the commit reads the metadata it is about to send (:func:`membership`) and
-does not send it when it names no member (``commit.py``): the batch aborts,
-and the next poll serves the lost partitions.
+So the commit reads the metadata it is about to send (:func:`outside_group`)
+and does not send it when it names no member (``commit.py``): the batch
+aborts, and the next poll serves the lost partitions.
 
 The form read is librdkafka's serialisation (``CGMDv2:``, the generation in
 the host's byte order, then NUL-terminated group id, member id and optional
@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
 
 MAGIC = b"CGMDv2:"
 _GENERATION = struct.Struct("=i")
@@ -80,6 +82,21 @@ def membership(metadata: object) -> Membership | None:
             return None
         instance = metadata[at + 1 : end].decode("utf-8", "replace")
     return Membership(fields[0], generation, fields[1], instance)
+
+
+def outside_group(metadata: object) -> KafkaException | None:
+    """The error a commit with this metadata fails with before it is sent, or
+    None (a member, or metadata not in librdkafka's form)."""
+    named = membership(metadata)
+    if named is None or named.in_group:
+        return None
+    return KafkaException(
+        KafkaError(
+            KafkaError.UNKNOWN_MEMBER_ID,
+            f"the consumer is not a member of the group now ({named}); "
+            "its partitions are lost, the batch is not committed",
+        )
+    )
 
 
 def serialised(generation: int, group_id: str, member_id: str, instance_id: str | None) -> bytes:

@@ -45,9 +45,9 @@ from processor.config import ServiceConfig
 from processor.core.errors import ProcessorError
 from processor.engine import Batch, Engine, Out, Tally
 from processor.kafka import preflight
-from processor.kafka.client_errors import KafkaFatal, Kind, error_of
+from processor.kafka.client_errors import GROUP_CHANGED, KafkaFatal, Kind, error_of
 from processor.kafka.fencing import writer_metadata
-from processor.kafka.group_metadata import membership
+from processor.kafka.group_metadata import outside_group
 from processor.kafka.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
 from processor.kafka.retry import FENCED, STOPPING, FatalBudget, retry
 from processor.kafka.transport import GroupConsumer, TxnProducer
@@ -66,16 +66,6 @@ from processor.telemetry.metrics import Metrics
 from processor.testing import faultpoints
 
 log = logging.getLogger(__name__)
-
-#: Errors of a transaction's offsets that say the group changed under them.
-GROUP_CHANGED = frozenset(
-    {
-        KafkaError.ILLEGAL_GENERATION,
-        KafkaError.REBALANCE_IN_PROGRESS,
-        KafkaError.STALE_MEMBER_EPOCH,
-        KafkaError.FENCED_MEMBER_EPOCH,
-    }
-)
 
 
 class Committer:
@@ -138,13 +128,7 @@ class Committer:
         #: counts as stuck for good (:meth:`_await_offsets`)
         self.offsets_timeout_s = OFFSETS_TIMEOUT_S
         #: judges a long send_offsets_to_transaction stuck before its timeout
-        self.stuck_probe = StuckProbe(
-            config,
-            self.problems,
-            lambda: self.consumer,
-            lambda: self.engine.partitions,
-            self.stuck_budget,
-        )
+        self.stuck_probe = StuckProbe(config, clients, engine, self.stuck_budget)
         #: the batch being committed on the helper thread (settle finishes it)
         self._inflight: _InFlight | None = None
         self.timeline = Timeline()
@@ -221,19 +205,10 @@ class Committer:
         producer, consumer = self.producer, self.consumer
         assert producer is not None and consumer is not None
         group = consumer.consumer_group_metadata()  # on this thread: the consumer's owner
-        named = membership(group)
-        if named is not None and not named.in_group:
-            # the coordinator would not check these offsets against the group
-            # (group_metadata.py): refused here, the batch aborts and the next
-            # poll serves the lost partitions
+        refused = outside_group(group)  # offsets the coordinator would not check
+        if refused is not None:
             self.metrics.commits_outside_group.inc()
-            raise KafkaException(
-                KafkaError(
-                    KafkaError.UNKNOWN_MEMBER_ID,
-                    f"the consumer is not a member of the group now ({named}); "
-                    "its partitions are lost, the batch is not committed",
-                )
-            )
+            raise refused  # the batch aborts; the next poll serves the lost partitions
 
         def call() -> None:
             timeout_s = self.timeout(self.offsets_timeout_s)
@@ -249,16 +224,11 @@ class Committer:
         return self.helper.submit(send)
 
     def _await_offsets(self, sent: Future[None]) -> None:
-        """Wait for the helper's ``send_offsets_to_transaction``; raise a fatal
-        error if a call runs ``hang_grace_s`` past its own timeout.
-
-        librdkafka (2.16) can wait for good for a group coordinator that went
-        away — the call's timeout is never checked (librdkafka issues 5456,
-        5511).  Seen in the fault suite with the coordinator's broker
-        SIGKILLed: the loop waited here, its partitions' lag grew for minutes.
-        The stuck producer can take no other transaction call (not even an
-        abort), so the error is fatal: ``replace_producer`` fences it with a
-        new one and the batch is refolded; the stuck helper is left to it."""
+        """Wait for the helper's ``send_offsets_to_transaction``; a call stuck
+        on a coordinator that went away (``txn_helper.py``, ``stuck_probe.py``)
+        raises a fatal error: the stuck producer can take no other transaction
+        call, not even an abort, so ``replace_producer`` fences it and the
+        batch is refolded; the stuck helper is left to it."""
         self.helper.await_watched(sent, "send_offsets_to_transaction", self.stuck_probe)
 
     def committing(self) -> Mapping[tuple[int, str], object] | None:
@@ -304,18 +274,6 @@ class Committer:
         if not isinstance(exc, KafkaException):
             raise exc
         self._failed(exc, flight.opened, flight.batch)
-
-    def _delivered_all(self, producer: TxnProducer) -> None:
-        """Without transactions: wait for every record's delivery; a refused one
-        fails the batch (its offsets stay uncommitted, it is folded again)."""
-        remaining = producer.flush(self.timeout(60))
-        if remaining:
-            raise KafkaException(
-                KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered")
-            )
-        failed = self.problems.delivery_failure
-        if failed is not None:
-            raise KafkaException(failed[1])
 
     def commit(self, *, overlap: bool = False) -> None:
         """Commit the open batch.  ``overlap``: leave ``commit_transaction`` on
@@ -396,11 +354,11 @@ class Committer:
                     left=self.left,
                 )
             else:
-                self._delivered_all(producer)
+                transactions.delivered_all(producer, self.problems, self.timeout(60))
                 for out in later:
                     self.ledger.produce(producer, out.topic, out.partition, out.key, out.value)
                 self.ledger.release(producer)
-                self._delivered_all(producer)
+                transactions.delivered_all(producer, self.problems, self.timeout(60))
                 if self.queries is not None:  # delivered = visible without transactions
                     self.queries.committed(views)
                     views = []
@@ -518,10 +476,8 @@ class Committer:
             log.warning("transaction failed (%s); aborting and rewinding", verdict.line)
         self.abort(pending.partitions())
         backoff = self.failures.failed(verdict.line)
-        # a group change failed it (the offsets named an older generation or
-        # epoch): the next poll serves the rebalance, and waiting only delays
-        # every partition of this member (counted all the same: a change that
-        # never settles still reaches the failure bound)
+        # after a group change the next poll serves the rebalance: no wait
+        # (counted all the same: a change that never settles reaches the bound)
         if not self.leaving and verdict.code not in GROUP_CHANGED:
             self._stop.wait(backoff)
 

@@ -25,14 +25,13 @@ asked by :meth:`HelperThread.await_watched` from 3 s into the call:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from processor.config import ServiceConfig
-from processor.kafka.client_errors import ClientProblems
+from processor.engine import Engine
 from processor.kafka.retry import FatalBudget
-from processor.kafka.transport import GroupConsumer
+from processor.service.loop.member_clients import MemberClients
 
 #: A broker fault this recent lets a long call be judged stuck early.
 TROUBLE_RECENT_S = 60.0
@@ -47,17 +46,12 @@ class StuckProbe:
     """Why a long ``send_offsets_to_transaction`` is stuck already (see module doc)."""
 
     def __init__(
-        self,
-        config: ServiceConfig,
-        problems: ClientProblems,
-        consumer: Callable[[], GroupConsumer | None],
-        owned: Callable[[], Iterable[int]],
-        budget: FatalBudget,
+        self, config: ServiceConfig, clients: MemberClients, engine: Engine, budget: FatalBudget
     ) -> None:
         self.topic = config.topics.events
-        self.problems = problems
-        self._consumer = consumer
-        self._owned = owned
+        self.problems = clients.problems
+        self._clients = clients
+        self._engine = engine
         self._budget = budget
         #: monotonic time the transaction coordinator last answered (an init,
         #: a commit): its trouble before that is over
@@ -77,7 +71,7 @@ class StuckProbe:
             self._call, self._answers = began, 0
         if not self._may_judge(began):
             return None
-        consumer, owned = self._consumer(), min(self._owned(), default=None)
+        consumer, owned = self._clients.consumer, min(self._engine.partitions, default=None)
         if consumer is None or owned is None:
             return None
         try:

@@ -121,6 +121,19 @@ def retrying(
             time.sleep(pause)
 
 
+def delivered_all(producer: TxnProducer, problems: ClientProblems, timeout_s: float) -> None:
+    """Without transactions: wait for every record's delivery; a refused one
+    fails the batch (its offsets stay uncommitted, it is folded again)."""
+    remaining = producer.flush(timeout_s)
+    if remaining:
+        raise KafkaException(
+            KafkaError(KafkaError._TIMED_OUT, f"{remaining} records not delivered")
+        )
+    failed = problems.delivery_failure
+    if failed is not None:
+        raise KafkaException(failed[1])
+
+
 def verdict(exc: KafkaException, problems: ClientProblems, group: str) -> Verdict:
     """Classify a failed transaction (serve the producer's delivery reports first)."""
     failure = problems.take_delivery_failure()
