@@ -31,6 +31,7 @@ served at once, inside ``produce``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -316,11 +317,23 @@ class MemoryConsumer:
 class MemoryProducer:
     """An idempotent producer; transactional when given a transactional id."""
 
-    def __init__(self, broker: MemoryBroker, transactional_id: str | None) -> None:
+    def __init__(
+        self,
+        broker: MemoryBroker,
+        transactional_id: str | None,
+        error_cb: Callable[[KafkaError], None] | None = None,
+    ) -> None:
         self.broker = broker
         self.txn_id = transactional_id
         self.epoch = -1
         self.txn: OpenTxn | None = None
+        self._error_cb = error_cb
+        self._errors: list[KafkaError] = []
+
+    def report(self, err: KafkaError) -> None:
+        """A client-level error (a coordinator's connection refused): as
+        librdkafka does, handed to ``error_cb`` only at the next ``poll``."""
+        self._errors.append(err)
 
     def _check(self, step: str) -> None:
         self.broker._fault(step)
@@ -357,6 +370,10 @@ class MemoryProducer:
             on_delivery(None, MemoryMessage(topic, partition, entry.offset, k, v, entry.timestamp))
 
     def poll(self, timeout: float = -1) -> int:
+        errors, self._errors = self._errors, []
+        for err in errors:
+            if self._error_cb is not None:
+                self._error_cb(err)
         return 0
 
     def flush(self, timeout: float = -1) -> int:
@@ -449,7 +466,7 @@ class MemoryTransport:
 
     def output_producer(self, instance_id: str, problems: ClientProblems) -> MemoryProducer:
         txn_id = f"{self.config.group_id}-{instance_id}" if self.config.exactly_once else None
-        return MemoryProducer(self.broker, txn_id)
+        return MemoryProducer(self.broker, txn_id, problems.error_cb)
 
     def admin(self) -> MemoryAdmin:
         return MemoryAdmin(self.broker)

@@ -175,6 +175,8 @@ class FailoverRun:
     faults: list[Fault]
     window_s: float
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: per fault, its slowest events: (session, seq, acknowledged at, wait s)
+    slowest: dict[str, list[tuple[str, int, float, float]]] = field(default_factory=dict)
 
 
 def run_failover(
@@ -260,7 +262,20 @@ def run_failover(
         if i + 1 < len(run.faults):  # an event counts for one fault: the next one's opens here
             hi = min(hi, run.faults[i + 1].window(window_s, LEAD_S)[0])
         run.figures[fault.label] = {**latencies(acked, heads, lo, hi), "note": fault.note}
+        run.slowest[fault.label] = slowest(acked, heads, lo, hi)
     return run
+
+
+def slowest(
+    acked: list[tuple[str, int, float]], heads: HeadWatch, lo: float, hi: float, n: int = 8
+) -> list[tuple[str, int, float, float]]:
+    """The ``n`` slowest events acknowledged in ``[lo, hi)``, for a diagnosis."""
+    waits = []
+    for sid, seq, at in acked:
+        seen = heads.visible_at(sid, seq) if lo <= at < hi else None
+        if seen is not None:
+            waits.append((sid, seq, at, max(0.0, seen - at)))
+    return sorted(waits, key=lambda w: -w[3])[:n]
 
 
 def _all_visible(writers: list[AckWriter], heads: HeadWatch) -> bool:

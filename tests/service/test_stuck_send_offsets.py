@@ -23,7 +23,7 @@ from processor.codec import default_codec
 from processor.config import ServiceConfig
 from processor.service.loop.runner import Processor
 from processor.telemetry.metrics import Metrics
-from processor.testing.memory import MemoryBroker, MemoryTransport
+from processor.testing.memory import MemoryBroker, MemoryProducer, MemoryTransport
 from tests.engine.kit import session_log
 from tests.service.running import RunningProcessor, until
 
@@ -111,7 +111,9 @@ def _stuck_after_a_broker_fault(
     """A run whose first ``send_offsets_to_transaction`` is held.  ``trouble``: a
     broker went away moments ago (client_errors.py records it); ``txn_coordinator``:
     it held the producer's transaction coordinator, ``"back"`` before the run's
-    ``init_transactions`` answered, ``"away"`` since."""
+    ``init_transactions`` answered, ``"away"`` since, ``"unpolled"`` since and
+    not yet handed to ``error_cb`` (librdkafka's queue: until the producer is
+    polled)."""
     broker = MemoryBroker()
     broker.create_topics(CONFIG)
     proc = Processor(CONFIG, metrics=Metrics(), transport=MemoryTransport(broker, CONFIG))
@@ -127,6 +129,10 @@ def _stuck_after_a_broker_fault(
     until(entered.is_set, running.errors, "the first batch's offsets are being sent")
     if txn_coordinator == "away":
         proc.problems.error_cb(lost)
+    if txn_coordinator == "unpolled":
+        producer = proc.txn.producer
+        assert isinstance(producer, MemoryProducer)
+        producer.report(lost)
     if trouble:
         proc.problems.error_cb(KafkaError(KafkaError._TRANSPORT, "GroupCoordinator: b1: refused"))
     return proc, running, release.set
@@ -186,6 +192,13 @@ def test_a_call_waiting_for_a_transaction_coordinator_that_went_away_is_not_give
     until the controller moves it, and a new producer's init would wait for
     it too: only the call's own timeout ends that wait."""
     _held_until_released(trouble=True, txn_coordinator="away")
+
+
+def test_a_transaction_coordinator_lost_during_the_call_is_seen_before_the_loop_polls() -> None:
+    """Its connection's failure waits in the producer's queue: the probe polls
+    the producer before judging (a failover run replaced every member's
+    producer while their transaction coordinator was the broker killed)."""
+    _held_until_released(trouble=True, txn_coordinator="unpolled")
 
 
 def test_a_transaction_coordinator_that_answered_since_its_fault_does_not_hold_the_judgement() -> (

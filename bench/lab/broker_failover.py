@@ -1,0 +1,77 @@
+"""Where do the slowest waits after a broker fault go? (issue 37's broker-fault max)
+
+``python3 -m bench.lab.broker_failover [ROUNDS] [KEEP_DIR]``: the failover
+scenario of ``bench/failover.py`` with only the two broker faults (the group
+coordinator's broker, then a transaction coordinator's), ``ROUNDS`` times
+(default 3), on a fresh 3-node local cluster.  Members log at DEBUG (one
+``processor.timeline`` line per commit); their logs and the cluster's are
+kept in ``KEEP_DIR`` (default a new temporary directory, printed).  Per fault:
+p50/p99/max, then the slowest events: when each was acknowledged and became
+visible, relative to the broker's kill, and the wall-clock time to look for
+in the member logs.  ``BENCH_FAILOVER_ARGS`` adds member arguments as in the
+figure.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.failover import ABORT_CHECK_MS, ARGS
+from processor.devcluster import LocalCluster
+from tests.faults.conftest import make_stack
+from tests.faults.failover import run_failover, table
+from tests.faults.failover_faults import Fault
+
+
+def _faults(rounds: int) -> list[Fault]:
+    out = []
+    for i in range(rounds):
+        out.append(Fault(f"group coordinator's broker killed #{i}", "kill-group-coordinator"))
+        out.append(Fault(f"txn coordinator's broker killed #{i}", "kill-txn-coordinator"))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    rounds = int(argv[0]) if argv else 3
+    keep = Path(argv[1]) if len(argv) > 1 else Path(tempfile.mkdtemp(prefix="lab-failover-"))
+    keep.mkdir(parents=True, exist_ok=True)
+    print(f"logs kept in {keep}")
+    overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": ABORT_CHECK_MS}
+    cluster = LocalCluster(3, overrides=overrides)
+    cluster.start(keep / "cluster")
+    wall_minus_mono = time.time() - time.monotonic()
+    (keep / "run").mkdir()
+    stack = make_stack(cluster, keep / "run", partitions=3)
+    try:
+        run = run_failover(
+            stack,
+            env={"PROCESSOR_FENCE_ZOMBIES": "true"},
+            faults=_faults(rounds),
+            args=("--log-level", "DEBUG", *ARGS),
+            say=print,
+        )
+    finally:
+        stack.stop_all()
+        cluster.stop()
+    print(table(run.figures))
+    for fault in run.faults:
+        killed = time.strftime("%H:%M:%S", time.gmtime(fault.at + wall_minus_mono))
+        print(f"\n{fault.label}: {fault.note}, killed at {killed}")
+        kill = fault.at
+        for sid, seq, acked, wait in run.slowest.get(fault.label, []):
+            wall = time.strftime("%H:%M:%S", time.gmtime(acked + wait + wall_minus_mono))
+            print(
+                f"  {sid} seq {seq}: acked {acked - kill:+.2f} s, "
+                f"visible {acked + wait - kill:+.2f} s after the kill "
+                f"(wait {wait:.2f} s, visible at {wall})"
+            )
+    shutil.copy2(__file__, keep / "experiment.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
