@@ -140,13 +140,22 @@ GROUP_CHANGED = frozenset(
     }
 )
 
-#: How librdkafka names a producer's transaction coordinator connection in its errors.
+#: How librdkafka names a producer's transaction coordinator connection in its
+#: errors: ``TxnCoordinator: host:port: what failed``.
 TXN_COORDINATOR = "TxnCoordinator"
+#: Transaction coordinator errors this far apart are two troubles, not one.
+TXN_TROUBLE_GAP_S = 20.0
 
 #: Errors that say a broker is unreachable or went away.
 BROKER_TROUBLE = frozenset(
     {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 )
+
+
+def _named_broker(text: str) -> str:
+    """``host:port`` of ``TxnCoordinator: host:port: what failed`` ("" if not there)."""
+    parts = text.split(": ", 2)
+    return parts[1] if len(parts) == 3 else ""
 
 
 class ClientProblems:
@@ -173,6 +182,10 @@ class ClientProblems:
         #: coordinator connection: a transaction call waits for it legitimately
         #: until the controller moves it (stuck_probe.py's early judgement of a stuck call)
         self.txn_coordinator_trouble_at: float | None = None
+        #: when that trouble began (its first error after a quiet spell), and
+        #: the broker (``host:port``) its last error named
+        self.txn_coordinator_trouble_since = 0.0
+        self.txn_coordinator_lost = ""
         #: told each refusal of a static member's join (rejoin.py): the loop's report
         self.on_join_refused: Callable[[str], None] | None = None
 
@@ -192,9 +205,13 @@ class ClientProblems:
             if err.code() == KafkaError._ALL_BROKERS_DOWN and self.brokers_down_at is None:
                 self.brokers_down_at = time.monotonic()
             if err.code() in BROKER_TROUBLE:
-                self.broker_trouble_at = time.monotonic()
+                now = self.broker_trouble_at = time.monotonic()
                 if err.str().startswith(TXN_COORDINATOR):
-                    self.txn_coordinator_trouble_at = self.broker_trouble_at
+                    last = self.txn_coordinator_trouble_at
+                    if last is None or now - last > TXN_TROUBLE_GAP_S:
+                        self.txn_coordinator_trouble_since = now
+                    self.txn_coordinator_trouble_at = now
+                    self.txn_coordinator_lost = _named_broker(err.str())
             line = f"{err.name()}: {err.str()}"
             if line == self.last_error:
                 return  # a broker that stays down reports every few seconds

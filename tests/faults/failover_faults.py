@@ -34,6 +34,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 
 from processor.kafka import clients
+from processor.kafka.coordinators import GROUP_STATE_TOPIC, TXN_STATE_TOPIC, coordinator_partition
 from tests.faults.conftest import METRICS_URL, REPO, FaultStack, Member, wait_until
 
 #: seconds a killed broker stays down: past the controller's
@@ -67,21 +68,6 @@ class Fault:
         return self.armed - lead_s, max(self.at + window_s, tail)
 
 
-def java_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def coordinator_partition(key: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(key.hashCode) % partitions`` (the coordinator's partition)."""
-    h = java_hash(key)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
 def _leader(stack: FaultStack, topic: str, key: str) -> int:
     md = clients.admin(stack.config).list_topics(topic, timeout=10)
     parts = md.topics[topic].partitions
@@ -93,7 +79,7 @@ def group_coordinator(stack: FaultStack) -> int:
     ``__consumer_offsets`` partition, checked against the coordinator
     ``describe_consumer_groups`` names when it answers."""
     group = stack.config.group_id
-    derived = _leader(stack, "__consumer_offsets", group)
+    derived = _leader(stack, GROUP_STATE_TOPIC, group)
     for _ in range(3):
         try:
             admin = clients.admin(stack.config)
@@ -109,7 +95,7 @@ def group_coordinator(stack: FaultStack) -> int:
 def txn_coordinator(stack: FaultStack, instance_id: str) -> int:
     """The transaction coordinator's broker of a member's transactional id."""
     txn_id = clients.transactional_id(stack.config, instance_id)
-    return _leader(stack, "__transaction_state", txn_id)
+    return _leader(stack, TXN_STATE_TOPIC, txn_id)
 
 
 def readyz(member: Member) -> int:

@@ -16,12 +16,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 
+import pytest
 from confluent_kafka import KafkaError
 
 from processor.codec import default_codec
 from processor.config import ServiceConfig
+from processor.kafka.coordinators import TXN_STATE_TOPIC
 from processor.service.loop.runner import Processor
+from processor.service.txn import stuck_probe
 from processor.telemetry.metrics import Metrics
 from processor.testing.memory import MemoryBroker, MemoryProducer, MemoryTransport
 from tests.engine.kit import session_log
@@ -106,20 +110,21 @@ def test_a_commit_gives_the_fatal_budget_back_but_not_the_stuck_budget() -> None
 
 
 def _stuck_after_a_broker_fault(
-    trouble: bool, txn_coordinator: str = ""
+    trouble: bool, txn_coordinator: str = "", txn_now_at: str = ""
 ) -> tuple[Processor, RunningProcessor, Callable[[], None]]:
     """A run whose first ``send_offsets_to_transaction`` is held.  ``trouble``: a
     broker went away moments ago (client_errors.py records it); ``txn_coordinator``:
     it held the producer's transaction coordinator, ``"back"`` before the run's
     ``init_transactions`` answered, ``"away"`` since, ``"unpolled"`` since and
     not yet handed to ``error_cb`` (librdkafka's queue: until the producer is
-    polled)."""
+    polled).  ``txn_now_at``: the broker (``host:port``) the cluster's metadata
+    names for the transaction coordinator from then on."""
     broker = MemoryBroker()
     broker.create_topics(CONFIG)
     proc = Processor(CONFIG, metrics=Metrics(), transport=MemoryTransport(broker, CONFIG))
     proc.txn.offsets_timeout_s = 60.0  # the call's own timeout never ends the wait here
     proc.txn.helper.early_after_s = 0.2
-    lost = KafkaError(KafkaError._TRANSPORT, "TxnCoordinator: b1: refused")
+    lost = KafkaError(KafkaError._TRANSPORT, "TxnCoordinator: b1:9092: Connect failed: refused")
     if txn_coordinator == "back":
         proc.problems.error_cb(lost)
     entered, release = broker.hold("send_offsets_to_transaction")
@@ -127,6 +132,12 @@ def _stuck_after_a_broker_fault(
         broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
     running = RunningProcessor(proc)
     until(entered.is_set, running.errors, "the first batch's offsets are being sent")
+    if txn_now_at:
+        consumer = proc.txn.consumer
+        assert consumer is not None
+        host, port = txn_now_at.split(":")
+        answer = _metadata(host, int(port))
+        consumer.list_topics = lambda topic=None, timeout=-1: answer  # type: ignore[method-assign]
     if txn_coordinator == "away":
         proc.problems.error_cb(lost)
     if txn_coordinator == "unpolled":
@@ -138,9 +149,18 @@ def _stuck_after_a_broker_fault(
     return proc, running, release.set
 
 
-def _given_up_early(trouble: bool, txn_coordinator: str = "") -> None:
+def _metadata(host: str, port: int) -> SimpleNamespace:
+    """A ``list_topics`` answer whose one broker leads every transaction state partition."""
+    partitions = {p: SimpleNamespace(id=p, leader=7) for p in range(50)}
+    return SimpleNamespace(
+        brokers={7: SimpleNamespace(id=7, host=host, port=port)},
+        topics={TXN_STATE_TOPIC: SimpleNamespace(error=None, partitions=partitions)},
+    )
+
+
+def _given_up_early(trouble: bool, txn_coordinator: str = "", txn_now_at: str = "") -> None:
     """The held call is given up long before its 60 s timeout and the batch refolded."""
-    proc, running, release = _stuck_after_a_broker_fault(trouble, txn_coordinator)
+    proc, running, release = _stuck_after_a_broker_fault(trouble, txn_coordinator, txn_now_at)
     try:
         until(
             lambda: proc.metrics.commits._value.get() >= 1,
@@ -163,9 +183,9 @@ def test_after_a_broker_fault_a_call_stuck_while_the_coordinator_answers_is_give
     _given_up_early(trouble=True)
 
 
-def _held_until_released(trouble: bool, txn_coordinator: str = "") -> None:
+def _held_until_released(trouble: bool, txn_coordinator: str = "", txn_now_at: str = "") -> None:
     """The held call is not given up early: no commit, no abort, until released."""
-    proc, running, release = _stuck_after_a_broker_fault(trouble, txn_coordinator)
+    proc, running, release = _stuck_after_a_broker_fault(trouble, txn_coordinator, txn_now_at)
     try:
         time.sleep(1.5)  # many probe rounds past early_after_s
         assert proc.metrics.commits._value.get() == 0
@@ -208,3 +228,25 @@ def test_a_transaction_coordinator_that_answered_since_its_fault_does_not_hold_t
     connection failed: the call now waits on the group coordinator it cached
     (a CI run held a member 25 s: two stuck calls in a row, 12 s each)."""
     _given_up_early(trouble=True, txn_coordinator="back")
+
+
+def test_a_transaction_coordinator_still_named_on_the_lost_broker_holds_the_judgement() -> None:
+    """The metadata still names the broker whose connection failed: the
+    controller has not moved it yet (``broker.session.timeout.ms``)."""
+    _held_until_released(trouble=True, txn_coordinator="away", txn_now_at="b1:9092")
+
+
+def test_a_transaction_coordinator_the_controller_moved_no_longer_holds_the_judgement() -> None:
+    """The metadata names another broker: librdkafka finds it within 0.5 s, so a
+    call still waiting waits on the group coordinator it cached (one broker held
+    both; such calls waited for their timeout, 12 s)."""
+    _given_up_early(trouble=True, txn_coordinator="away", txn_now_at="b2:9092")
+
+
+def test_a_transaction_coordinator_trouble_older_than_a_move_no_longer_holds_the_judgement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever the metadata says (none here: the memory broker has no
+    transaction state topic), the controller has moved it by then."""
+    monkeypatch.setattr(stuck_probe, "TXN_MOVED_S", 0.3)
+    _given_up_early(trouble=True, txn_coordinator="away")

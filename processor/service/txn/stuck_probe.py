@@ -11,7 +11,7 @@ The consumer finds its group coordinator on its own: when that answers
 twice in a row (an offset fetch of an owned partition, which fails at once
 while the consumer has no coordinator) the coordinator has moved and is
 serving, and a new producer gets it at once.  :class:`StuckProbe` says so,
-asked by :meth:`HelperThread.await_watched` from 3 s into the call:
+asked by :meth:`HelperThread.await_watched` from 2 s into the call:
 
 - only after a broker fault in the last minute, and only while the stuck
   budget has a spare (each replacement leaves a thread and a client behind),
@@ -19,7 +19,14 @@ asked by :meth:`HelperThread.await_watched` from 3 s into the call:
 - never while the producer's transaction coordinator is away (its connection
   failed within 10 s before the call, and no init or commit has answered
   since): the call's first half waits for it until the controller moves it,
-  and a new producer's ``init_transactions`` would wait just the same.
+  and a new producer's ``init_transactions`` would wait just the same.  It
+  is away no longer once the cluster's metadata names another broker for it
+  (``kafka/coordinators.py``; librdkafka looks it up again every 0.5 s), or
+  ``TXN_MOVED_S`` after its trouble began (the controller moves a broker's
+  leaderships after ``broker.session.timeout.ms``, 9 s by default).  When one
+  broker held both coordinators the call then waits on the group coordinator
+  it cached: the runs before this rule held such calls to their timeout,
+  12 s, and views to 14-24 s.
 
 librdkafka hands a client's errors to ``error_cb`` only when the client is
 polled, and the loop polls nothing while it waits for this call: the probe
@@ -39,6 +46,8 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from processor.config import ServiceConfig
 from processor.engine import Engine
+from processor.kafka.clients import transactional_id
+from processor.kafka.coordinators import TXN_STATE_TOPIC, coordinator_address
 from processor.kafka.retry import FatalBudget
 from processor.service.loop.member_clients import MemberClients
 
@@ -49,6 +58,9 @@ TROUBLE_RECENT_S = 60.0
 TXN_TROUBLE_BEFORE_S = 10.0
 #: Offset fetches in a row the consumer's coordinator must answer.
 ANSWERS = 2
+#: A transaction coordinator's trouble this old is over: the controller has
+#: moved it (or its broker is back), whatever the metadata said.
+TXN_MOVED_S = 10.0
 
 
 class StuckProbe:
@@ -58,6 +70,7 @@ class StuckProbe:
         self, config: ServiceConfig, clients: MemberClients, engine: Engine, budget: FatalBudget
     ) -> None:
         self.topic = config.topics.events
+        self.txn_id = transactional_id(config, clients.instance_id)
         self.problems = clients.problems
         self._clients = clients
         self._engine = engine
@@ -104,13 +117,23 @@ class StuckProbe:
 
     def _may_judge(self, began: float) -> bool:
         trouble = self.problems.broker_trouble_at
-        txn_trouble = self.problems.txn_coordinator_trouble_at
         if trouble is None or time.monotonic() - trouble > TROUBLE_RECENT_S:
             return False
-        if (
-            txn_trouble is not None
-            and txn_trouble >= began - TXN_TROUBLE_BEFORE_S
-            and txn_trouble > self.answered_at
-        ):
+        return not self._txn_coordinator_away(began) and self._budget.spare()
+
+    def _txn_coordinator_away(self, began: float) -> bool:
+        problems = self.problems
+        last = problems.txn_coordinator_trouble_at
+        if last is None or last < began - TXN_TROUBLE_BEFORE_S or last <= self.answered_at:
             return False
-        return self._budget.spare()
+        if time.monotonic() - problems.txn_coordinator_trouble_since >= TXN_MOVED_S:
+            return False
+        consumer = self._clients.consumer
+        if consumer is None:
+            return True
+        try:
+            metadata = consumer.list_topics(TXN_STATE_TOPIC, timeout=0.5)
+        except KafkaException:
+            return True
+        now_at = coordinator_address(metadata, TXN_STATE_TOPIC, self.txn_id)
+        return now_at is None or now_at == problems.txn_coordinator_lost
