@@ -57,3 +57,16 @@ def test_the_control_consumer_long_polls_while_read_to_end_readers_do_not() -> N
     assert clients.plain_settings(config, "restore")["fetch.wait.max.ms"] == 10
     tuned = ServiceConfig(kafka={"fetch.wait.max.ms": "250"})  # -X still overrides it
     assert clients.plain_settings(tuned, "control")["fetch.wait.max.ms"] == "250"
+
+
+def test_the_output_producer_reconnects_sooner_than_the_other_clients() -> None:
+    # a new producer's init_transactions waited ~0.5 s at a 1 s back-off (every
+    # member start, every producer replaced in a failover), and librdkafka asks
+    # again for a group coordinator it cached only when a broker connection
+    # comes up (issue 5511): a restarted broker is reconnected to within ~1 s
+    config = ServiceConfig()
+    conf = clients.output_settings(config, "unit")
+    assert (conf["reconnect.backoff.ms"], conf["reconnect.backoff.max.ms"]) == (100, 1000)
+    assert clients.group_settings(config, "unit")["reconnect.backoff.ms"] == 1000
+    tuned = ServiceConfig(kafka={"reconnect.backoff.max.ms": "5000"})  # -X still overrides it
+    assert clients.output_settings(tuned, "unit")["reconnect.backoff.max.ms"] == "5000"
