@@ -3,7 +3,7 @@
 ``python3 -m bench.lab.broker_failover [ROUNDS] [KEEP_DIR]``: the failover
 scenario of ``bench/failover.py`` with only the two broker faults (the group
 coordinator's broker, then a transaction coordinator's), ``ROUNDS`` times
-(default 3), on a fresh 3-node local cluster.  Members log at DEBUG (one
+(default 3; 0: the figure's own faults, once), on a fresh 3-node local cluster.  Members log at DEBUG (one
 ``processor.timeline`` line per commit); their logs and the cluster's are
 kept in ``KEEP_DIR`` (default a new temporary directory, printed).  Per fault:
 p50/p99/max, then the slowest events: when each was acknowledged and became
@@ -23,11 +23,13 @@ from pathlib import Path
 from bench.failover import ABORT_CHECK_MS, ARGS
 from processor.devcluster import LocalCluster
 from tests.faults.conftest import make_stack
-from tests.faults.failover import run_failover, table
+from tests.faults.failover import default_faults, run_failover, table
 from tests.faults.failover_faults import Fault
 
 
 def _faults(rounds: int) -> list[Fault]:
+    if rounds == 0:  # the figure's faults, in its order
+        return default_faults(True)
     out = []
     for i in range(rounds):
         out.append(Fault(f"group coordinator's broker killed #{i}", "kill-group-coordinator"))
