@@ -3,7 +3,8 @@
 ``python3 -m bench.lab.broker_failover [ROUNDS] [KEEP_DIR]``: the failover
 scenario of ``bench/failover.py`` with only the two broker faults (the group
 coordinator's broker, then a transaction coordinator's), ``ROUNDS`` times
-(default 3; 0: the figure's own faults, once), on a fresh 3-node local cluster.  Members log at DEBUG (one
+(default 3; 0: the figure's own faults, once), on a fresh 3-node local
+cluster.  Members log at DEBUG (one
 ``processor.timeline`` line per commit); their logs and the cluster's are
 kept in ``KEEP_DIR`` (default a new temporary directory, printed).  Per fault:
 p50/p99/max, then the slowest events: when each was acknowledged and became
