@@ -227,7 +227,12 @@ class Faults:
             if older is not None and i == len(order) // 2:
                 env, on = {"PYTHONPATH": str(older[0])}, f" on {older[1]}"
             new = self.spawn(name, env)
-            wait_until(functools.partial(_ready, new), 120, f"{name} ready again", new.tail)
+            wait_until(
+                functools.partial(_ready, new),
+                120,
+                f"{name} ready again",
+                lambda: f"{new.probe()}\n{new.tail()}",
+            )
             steps.append(f"{name}{on} {t1 - t0:.1f}+{time.monotonic() - t1:.1f}s")
         fault.done = time.monotonic()
         fault.note = "stop+ready: " + ", ".join(steps)
