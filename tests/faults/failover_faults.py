@@ -136,6 +136,10 @@ def _dead(member: Member) -> bool:
     return not member.alive()
 
 
+def _report(member: Member) -> str:
+    return f"{member.probe()}\n{member.tail()}"
+
+
 def _ready(member: Member) -> bool:
     return readyz(member) == 200
 
@@ -231,7 +235,7 @@ class Faults:
                 functools.partial(_ready, new),
                 120,
                 f"{name} ready again",
-                lambda: f"{new.probe()}\n{new.tail()}",
+                functools.partial(_report, new),
             )
             steps.append(f"{name}{on} {t1 - t0:.1f}+{time.monotonic() - t1:.1f}s")
         fault.done = time.monotonic()
