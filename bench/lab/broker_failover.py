@@ -1,8 +1,9 @@
 """Where do the slowest waits after a broker fault go? (issue 37's broker-fault max)
 
-``python3 -m bench.lab.broker_failover [ROUNDS] [KEEP_DIR]``: the failover
-scenario of ``bench/failover.py`` with only the two broker faults (the group
-coordinator's broker, then a transaction coordinator's), ``ROUNDS`` times
+``python3 -m bench.lab.broker_failover [ROUNDS] [KEEP_DIR] [KINDS]``: the
+failover scenario of ``bench/failover.py`` with only the two broker faults
+(the group coordinator's broker, then a transaction coordinator's; or the
+comma-separated fault kinds of ``KINDS``, e.g. ``rollout``), ``ROUNDS`` times
 (default 3; 0: the figure's own faults, once), on a fresh 3-node local
 cluster.  Members log at DEBUG (one
 ``processor.timeline`` line per commit); their logs and the cluster's are
@@ -27,19 +28,18 @@ from tests.faults.conftest import make_stack
 from tests.faults.failover import default_faults, run_failover, table
 from tests.faults.failover_faults import Fault
 
+BROKER_FAULTS = "kill-group-coordinator,kill-txn-coordinator"
 
-def _faults(rounds: int) -> list[Fault]:
+
+def _faults(rounds: int, kinds: str) -> list[Fault]:
     if rounds == 0:  # the figure's faults, in its order
         return default_faults(True)
-    out = []
-    for i in range(rounds):
-        out.append(Fault(f"group coordinator's broker killed #{i}", "kill-group-coordinator"))
-        out.append(Fault(f"txn coordinator's broker killed #{i}", "kill-txn-coordinator"))
-    return out
+    return [Fault(f"{kind} #{i}", kind) for i in range(rounds) for kind in kinds.split(",")]
 
 
 def main(argv: list[str]) -> int:
     rounds = int(argv[0]) if argv else 3
+    kinds = argv[2] if len(argv) > 2 else BROKER_FAULTS
     keep = Path(argv[1]) if len(argv) > 1 else Path(tempfile.mkdtemp(prefix="lab-failover-"))
     keep.mkdir(parents=True, exist_ok=True)
     print(f"logs kept in {keep}")
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
         run = run_failover(
             stack,
             env={"PROCESSOR_FENCE_ZOMBIES": "true"},
-            faults=_faults(rounds),
+            faults=_faults(rounds, kinds),
             args=("--log-level", "DEBUG", *ARGS),
             say=print,
         )
