@@ -138,10 +138,16 @@ def stats(samples: list[float], missing: int = 0) -> dict[str, Any]:
     }
 
 
-def latencies(
+#: one acknowledged event's wait: session, seq, acknowledged at, seconds to visible
+Wait = tuple[str, int, float, float]
+
+
+def waits(
     acked: list[tuple[str, int, float]], heads: HeadWatch, lo: float, hi: float
-) -> dict[str, Any]:
-    got, missing = [], 0
+) -> tuple[list[Wait], int]:
+    """The waits of the events acknowledged in ``[lo, hi)``, and how many never showed."""
+    got: list[Wait] = []
+    missing = 0
     for sid, seq, at in acked:
         if not lo <= at < hi:
             continue
@@ -149,8 +155,15 @@ def latencies(
         if seen is None:
             missing += 1
         else:
-            got.append(max(0.0, seen - at))
-    return stats(got, missing)
+            got.append((sid, seq, at, max(0.0, seen - at)))
+    return got, missing
+
+
+def latencies(
+    acked: list[tuple[str, int, float]], heads: HeadWatch, lo: float, hi: float
+) -> dict[str, Any]:
+    got, missing = waits(acked, heads, lo, hi)
+    return stats([w[3] for w in got], missing)
 
 
 def default_faults(long: bool) -> list[Fault]:
@@ -176,7 +189,7 @@ class FailoverRun:
     window_s: float
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: per fault, its slowest events: (session, seq, acknowledged at, wait s)
-    slowest: dict[str, list[tuple[str, int, float, float]]] = field(default_factory=dict)
+    slowest: dict[str, list[Wait]] = field(default_factory=dict)
 
 
 def run_failover(
@@ -268,14 +281,9 @@ def run_failover(
 
 def slowest(
     acked: list[tuple[str, int, float]], heads: HeadWatch, lo: float, hi: float, n: int = 8
-) -> list[tuple[str, int, float, float]]:
+) -> list[Wait]:
     """The ``n`` slowest events acknowledged in ``[lo, hi)``, for a diagnosis."""
-    waits = []
-    for sid, seq, at in acked:
-        seen = heads.visible_at(sid, seq) if lo <= at < hi else None
-        if seen is not None:
-            waits.append((sid, seq, at, max(0.0, seen - at)))
-    return sorted(waits, key=lambda w: -w[3])[:n]
+    return sorted(waits(acked, heads, lo, hi)[0], key=lambda w: -w[3])[:n]
 
 
 def _all_visible(writers: list[AckWriter], heads: HeadWatch) -> bool:
