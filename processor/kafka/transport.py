@@ -191,7 +191,7 @@ class KafkaTransport:
     def topic_id(self, topic: str) -> str:
         """From DescribeTopics; "" when the broker does not say (the local store
         then relies on its last-record digest to notice a recreated topic)."""
-        # a client per call, as restore.wait_stable does, released in this thread
+        # a client per call, released in this thread
         # once its answer is served: one collected later (by the cyclic GC, in
         # another client's callback) with an event unserved aborts the process
         # (confluent-kafka's CallState assertion, seen in test_revoke)

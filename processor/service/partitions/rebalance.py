@@ -51,6 +51,7 @@ from processor.service.loop.member_clients import MemberClients
 from processor.service.partitions.background_fill import BackgroundFill
 from processor.service.partitions.restore import (
     AnchorError,
+    FreshAdmin,
     PartitionRestore,
     check_anchor,
     committed_behind,
@@ -135,6 +136,8 @@ class Rebalance:
         #: rewound partitions whose restore was put off: seeked back to the
         #: committed offset once it ends
         self._reseek: set[int] = set()
+        #: the stability checks' admin client, kept across restores (restore.py)
+        self.offsets_admin = FreshAdmin(self.transport.admin)
 
     @property
     def consumer(self) -> GroupConsumer | None:
@@ -409,7 +412,7 @@ class Rebalance:
             # never restore behind a zombie's open transaction (see restore.py)
             unstable = set(
                 wait_stable(
-                    self.transport.admin,
+                    self.offsets_admin,
                     self.topics.checkpoints,
                     numbers,
                     stable_bound_s(self.config),

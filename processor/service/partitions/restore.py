@@ -175,7 +175,7 @@ def committed_behind(
 
 
 def wait_stable(
-    admin_factory: Callable[[], OffsetsAdmin],
+    admin: FreshAdmin | Callable[[], OffsetsAdmin],
     topic: str,
     partitions: Iterable[int],
     bound_s: float,
@@ -194,12 +194,15 @@ def wait_stable(
     on a broker that never resolves the transaction.  ``on_open`` (fencing.py)
     is called once with the partitions still open after ``FENCE_AFTER_S`` and a
     check that they still are; it may end a dead member's transaction at once.
+    ``admin``: the member's long-lived one (:class:`FreshAdmin`), or a factory
+    of a client for this call alone.
     """
     todo = sorted(set(partitions))
     t0 = time.monotonic()
     deadline = t0 + bound_s
     warned = False
-    admin = _FreshAdmin(admin_factory)
+    if not isinstance(admin, FreshAdmin):
+        admin = FreshAdmin(admin)
     while todo:
         stable = _stable_offsets(admin, topic, todo, deadline)
         todo = [p for p in todo if not stable[p]]
@@ -245,17 +248,44 @@ def wait_stable(
 FENCE_AFTER_S = 0.3
 
 
-class _FreshAdmin:
-    """An admin client made anew after a failed call.
+class FreshAdmin:
+    """The stability checks' admin client: made at the run's start, kept across
+    restores, made anew after a failed call.
 
+    Kept: a new client's first ListOffsets took 3 s in one call of six (40
+    new clients on a 3-node cluster: 7 at 3.0 s, the others under 40 ms; one
+    kept client: all 40 under 30 ms).  librdkafka sends a new client's query
+    for the partitions' leaders to a bootstrap broker, which it decommissions
+    once it knows the cluster's own brokers; the lost query is asked again by
+    a 3 s timer.  Any restore could pay it, and in a rolling restart the whole
+    loop waited (bench/lab history 11).  Made anew after a failure:
     librdkafka's admin ListOffsets does not refresh its metadata on
-    FENCED_LEADER_EPOCH / NOT_LEADER: after a broker restart the same client
-    kept failing for a minute (seen in the fault suite), a new one answers.
+    FENCED_LEADER_EPOCH / NOT_LEADER, and after a broker restart the same
+    client kept failing for a minute (seen in the fault suite); a new one
+    answers.
     """
 
     def __init__(self, factory: Callable[[], OffsetsAdmin]) -> None:
         self.factory = factory
         self.client: OffsetsAdmin | None = None
+
+    def open(self) -> None:
+        """Make the client now (the run's start): librdkafka's bootstrap is over
+        before the first restore asks anything."""
+        if self.client is None:
+            self.client = self.factory()
+
+    def release(self) -> None:
+        """Drop the client, in the thread that used it (the run's end)."""
+        self.serve()
+        self.client = None
+
+    def serve(self) -> None:
+        """Hand its queued log lines to Python logging: a client's lines wait in
+        its queue until it is polled, and this one lives as long as the run."""
+        poll = getattr(self.client, "poll", None)
+        if poll is not None:
+            poll(0)
 
     def list_offsets(
         self,
@@ -269,6 +299,7 @@ class _FreshAdmin:
             futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=timeout)
             return {tp.partition: f.result().offset for tp, f in futures.items()}
         except KafkaException as exc:
+            self.serve()
             self.client = None
             err = kafka_error(exc)
             if err is not None and err.code() == KafkaError._NOENT:
@@ -282,12 +313,12 @@ class _FreshAdmin:
             raise
 
 
-def _any_open(admin: _FreshAdmin, topic: str, partitions: list[int], deadline: float) -> bool:
+def _any_open(admin: FreshAdmin, topic: str, partitions: list[int], deadline: float) -> bool:
     return not all(_stable_offsets(admin, topic, partitions, deadline).values())
 
 
 def _stable_offsets(
-    admin: _FreshAdmin, topic: str, partitions: list[int], deadline: float
+    admin: FreshAdmin, topic: str, partitions: list[int], deadline: float
 ) -> dict[int, bool]:
     """``{partition: last stable offset == high watermark}``, retrying broker faults."""
 

@@ -1,0 +1,94 @@
+"""The restore's stability checks keep one admin client for the run (issue 37).
+
+A new librdkafka admin client's first ListOffsets took 3 s in one call of
+six: its query for the partitions' leaders went to a bootstrap broker that
+the client decommissions once it knows the cluster's brokers, and the lost
+query is asked again by a 3 s timer.  Every restore made a new client, so
+any restore could pay it (a rolling restart's loop waited 3 s, bench/lab
+history 11).  The client is now made at the run's start and kept; only a
+failed call makes a new one (a client whose metadata went stale in a broker
+restart kept failing).  Broker-less: the in-memory cluster and a counting
+factory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+
+from processor.service.partitions.restore import FreshAdmin, wait_stable
+from processor.testing.memory import MemoryAdmin, MemoryBroker, MemoryTransport
+from tests.service.test_background_fill import _fresh_host
+from tests.service.test_memory_transport import Loop, _committed, _wait
+
+
+class _Admin(MemoryAdmin):
+    """The in-memory admin, failing its next ``fail`` calls like a restarting broker."""
+
+    fail = 0
+    polled = 0
+
+    def list_offsets(
+        self, topic_partition_offsets: dict[TopicPartition, Any], **kwargs: Any
+    ) -> dict[TopicPartition, Any]:
+        if _Admin.fail > 0:
+            _Admin.fail -= 1
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "stale leader"))
+        return super().list_offsets(topic_partition_offsets, **kwargs)
+
+    def poll(self, timeout: float) -> int:
+        _Admin.polled += 1
+        return 0
+
+
+def test_the_stability_checks_keep_their_client_and_replace_it_after_a_failure() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("t.checkpoints", 2)
+    made: list[_Admin] = []
+
+    def factory() -> _Admin:
+        made.append(_Admin(broker))
+        return made[-1]
+
+    _Admin.fail = _Admin.polled = 0
+    admin = FreshAdmin(factory)
+    admin.open()
+    for _ in range(3):
+        assert wait_stable(admin, "t.checkpoints", [0, 1], 30.0) == []
+    assert len(made) == 1  # one client for every check
+    _Admin.fail = 1
+    assert wait_stable(admin, "t.checkpoints", [0], 30.0) == []  # retried: a new client
+    assert len(made) == 2 and _Admin.polled == 1  # the failed one served its lines first
+    ends = admin.list_offsets(
+        {TopicPartition("t.checkpoints", 0): None}, IsolationLevel.READ_COMMITTED
+    )
+    assert ends == {0: 0} and len(made) == 2
+    admin.release()
+    assert admin.client is None and _Admin.polled == 2
+
+
+def test_a_member_makes_one_admin_client_for_all_its_restores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker, _, config = _fresh_host(tmp_path)
+    made: list[MemoryAdmin] = []
+
+    def admin(self: MemoryTransport) -> MemoryAdmin:
+        made.append(MemoryAdmin(self.broker))
+        return made[-1]
+
+    monkeypatch.setattr(MemoryTransport, "admin", admin)
+    # the first commit is lost: its abort restores the partitions again (a rewind)
+    broker.fail(
+        "commit_transaction",
+        KafkaError(KafkaError._TIMED_OUT, "commit lost", txn_requires_abort=True),
+    )
+    loop = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), loop, "all committed")
+    loop.stop()
+    assert not loop.errors, loop.errors
+    assert config.exactly_once and loop.sample("processor_transaction_aborts_total") == 1
+    assert len(made) == 1, made
