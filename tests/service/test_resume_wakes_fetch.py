@@ -1,19 +1,24 @@
-"""A restored partition is sought after its resume, to wake its fetcher (issue 37).
+"""A takeover's reads start at once, not at one of librdkafka's timers (issue 37).
 
-librdkafka's ``resume`` does not wake the fetcher of the partition's leader:
-a broker from which the consumer fetches nothing else looks at the resumed
-partition only at its idle wake-up, up to 1 s later.  In the rolling restart
-every takeover's first records waited 0.3-0.8 s for it (bench/lab history
-11); a seek of an active partition wakes the fetcher at once (a few ms).  The
-in-memory consumer fetches at once either way, so this checks the calls:
-every restored partition is resumed, then sought to the committed offset its
-restore resumes at, and the views still equal the offline fold.
+Two waits of a new owner, measured on a 3-node cluster (bench/lab history 11):
+
+- librdkafka's ``resume`` does not wake the fetcher of the partition's
+  leader: a broker from which the consumer fetches nothing else looks at the
+  resumed partition only at its idle wake-up, up to 1 s later (every
+  takeover's first records waited 0.3-0.8 s in the rolling restart); a seek
+  of an active partition wakes it at once.
+- A new consumer assigned at ``OFFSET_BEGINNING`` looks the offset up and,
+  not knowing the leader yet, asks again 500 ms later: every fill from zero
+  began 0.5 s late; at an offset it reads in a few ms.
+
+The in-memory consumer reads at once either way, so these check the calls,
+and that the views still equal the offline fold.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -67,4 +72,38 @@ def test_a_restored_partition_is_resumed_then_sought_to_its_committed_offset(
     for p, offset in held.items():
         mine = [c for c in calls if c[1] == p]
         assert mine[:2] == [("resume", p, None), ("seek", p, offset)], calls
+    _assert_folded(broker, config, 12)
+
+
+class _Assigns(MemoryConsumer):
+    """A fill consumer, recording the offsets it is assigned at."""
+
+    offsets: ClassVar[list[int]] = []
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        _Assigns.offsets += [tp.offset for tp in partitions]
+        super().incremental_assign(partitions)
+
+
+def test_a_fill_from_zero_is_assigned_at_the_log_start_not_the_beginning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new consumer assigned at OFFSET_BEGINNING asks the leader for the offset
+    and, the leader not known yet, asks again 500 ms later: every fill from zero
+    began 0.5 s late.  The fill starts at the log start it read instead."""
+    broker, _, config = _fresh_host(tmp_path)  # an empty state directory: fills from zero
+    real = MemoryTransport.plain_consumer
+
+    def plain(self: MemoryTransport, purpose: str, problems: Any, group: str) -> MemoryConsumer:
+        if purpose == "fill":
+            return _Assigns(self.broker, group, eof=True)
+        return real(self, purpose, problems, group)
+
+    _Assigns.offsets = []
+    monkeypatch.setattr(MemoryTransport, "plain_consumer", plain)
+    loop = Loop(broker, config)
+    _wait(lambda: _committed(broker, config), loop, "all committed")
+    loop.stop()
+    assert not loop.errors, loop.errors
+    assert _Assigns.offsets and all(o == 0 for o in _Assigns.offsets), _Assigns.offsets
     _assert_folded(broker, config, 12)

@@ -100,7 +100,8 @@ class BackgroundFill(MirrorFill):
         jobs = []
         for p in partitions:
             start, high, kept = positions[p]
-            jobs.append(FillJob(p, start, high, kept, started=now, progress_at=now))
+            job = FillJob(p, start, high, kept, started=now, progress_at=now, absolute=True)
+            jobs.append(job)
             if kept is None and not self._big_cache and self.store.store is not None:
                 self.store.store.filling(True)
                 self._big_cache = True

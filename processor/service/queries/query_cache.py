@@ -473,7 +473,8 @@ class _ViewsFill(MirrorFill):
             log.warning("query cache: reading views partition %d failed: %s", p, exc)
             self.wait([p], f"its end could not be read: {exc}", kind="fill")
             return
-        self.open([FillJob(p, max(low, 0), high, None, started=now, progress_at=now)])
+        job = FillJob(p, max(low, 0), high, None, started=now, progress_at=now, absolute=low >= 0)
+        self.open([job])
 
     def drop_stale(self) -> None:
         """Cancel the fills of partitions revoked, reassigned or given up meanwhile."""

@@ -363,7 +363,13 @@ class CheckpointStore:
         self, reader: Reader, partitions: list[int]
     ) -> dict[int, tuple[int, int, int | None]]:
         """Each partition's verified stored position: ``(start, topic end, kept)``,
-        kept None when the store had nothing usable (filled from zero)."""
+        kept None when the store had nothing usable (filled from zero).
+
+        ``start`` is an offset of the topic, never "the beginning": the kept
+        position, or the log start when the store has nothing before it.  A
+        new consumer assigned at the beginning asks the leader for that offset
+        and, not knowing the leader yet, asks again 500 ms later: every fill
+        from zero began 0.5 s late (bench/lab history 11)."""
         topic = self.topic
         if not self.flush():
             log.warning("local store writer still busy after %.0f s; filling anyway", FLUSH_S)
@@ -383,7 +389,7 @@ class CheckpointStore:
             if had and pos is None and self.on_drop is not None:
                 self.on_drop()
             kept = pos.next_offset if pos is not None else None
-            out[p] = (kept or 0, high, kept)
+            out[p] = (max(kept or 0, low, 0), high, kept)
         return out
 
     def load(self, partition: int, session_id: str) -> tuple[Checkpoint | None, int]:

@@ -75,6 +75,10 @@ class FillJob:
     retry_at: float | None = None
     waits: int = 0  # put off in a row without progress (the back-off doubles with each)
     put_off: str | None = None  # why it was last put off (named until it progresses)
+    #: ``next_offset`` was read from the topic (its log start or a verified
+    #: position): assigned as it is.  Else 0 means the beginning, which a new
+    #: consumer looks up first (0.5 s: :meth:`MirrorFill._assign`).
+    absolute: bool = False
 
 
 class MirrorFill:
@@ -163,9 +167,16 @@ class MirrorFill:
         if self._reader is None:
             self._reader = self._new_reader()
         self._assigned.update(j.partition for j in todo)
+        # an offset, not OFFSET_BEGINNING where the job knows it: librdkafka
+        # resolves a logical offset with a ListOffsets request, which a new
+        # consumer (the leader not known yet) retries only after 500 ms
         self._reader.incremental_assign(
             [
-                TopicPartition(self.topic, j.partition, j.next_offset or OFFSET_BEGINNING)
+                TopicPartition(
+                    self.topic,
+                    j.partition,
+                    j.next_offset if j.absolute else (j.next_offset or OFFSET_BEGINNING),
+                )
                 for j in todo
             ]
         )
@@ -361,7 +372,7 @@ class MirrorFill:
         self._counted_failure()
         job.problem = f"fill of {self.topic}[{job.partition}]: {why}"
         log.warning("%s", job.problem)
-        job.next_offset, job.kept_from, job.read = 0, None, 0
+        job.next_offset, job.kept_from, job.read, job.absolute = 0, None, 0, False
         job.progress_at = self.clock()
         self._unassign([job.partition])
         self._assign([job])
