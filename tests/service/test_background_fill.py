@@ -301,6 +301,7 @@ def test_a_full_disk_while_filling_moves_the_partition_to_memory_and_refills_it(
     run goes on (a restart would fail the same way: a crash loop), the filling
     partition is held in memory, filled again from zero, reported on /readyz and
     in processor_fill_failures_total, and the views equal the offline fold."""
+    from processor.service.partitions import background_fill
     from processor.service.store.local_store import LocalStore
 
     broker, _, config = _fresh_host(tmp_path)
@@ -318,6 +319,8 @@ def test_a_full_disk_while_filling_moves_the_partition_to_memory_and_refills_it(
             self._db.execute(f"PRAGMA max_page_count={pages}")
 
     monkeypatch.setattr(LocalStore, "__init__", small_disk)
+    # every record written, the junk too (a slice applies each key's newest only)
+    monkeypatch.setattr(background_fill, "newest", lambda batch: batch)
     loop = Loop(broker, config)
     _wait(lambda: _committed(broker, config), loop, "all committed")
     store = loop.proc.store
@@ -415,3 +418,61 @@ def test_a_rewind_during_a_fill_does_not_reset_the_fills_restore_time(
     assert over("+Inf") == 3
     assert over("+Inf") - over("30.0") == 1
     _assert_folded(broker, config, 12)
+
+
+def _fill_to_end(broker: MemoryBroker, store: CheckpointStore) -> None:
+    from processor.telemetry.metrics import Metrics
+
+    fill = BackgroundFill(store, Metrics(), lambda: MemoryConsumer(broker, "g", eof=True))
+    done = fill.run(MemoryConsumer(broker, "g", eof=True), [0])
+    assert set(done) == {0}
+
+
+def test_a_fill_applies_each_keys_newest_record_and_ends_as_applying_every_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice applies the newest record of each key only (a busy session's
+    checkpoint is rewritten at every commit); the store ends as if every record
+    had been applied in order: the same records, tombstones included, and the
+    same position and last-record digest."""
+    from processor.codec import default_codec
+    from processor.service.partitions import background_fill
+    from processor.service.store import checkpoint_store
+
+    monkeypatch.setattr(mirror_fill, "FILL_SLICE", 120)  # several slices
+    applied: list[int] = []
+    real = checkpoint_store.stored_records
+
+    def counted(codec: Any, batch: Any) -> Any:
+        for r in real(codec, batch):
+            applied.append(r.offset)
+            yield r
+
+    monkeypatch.setattr(background_fill, "stored_records", counted)
+    stores: list[tuple[dict[int, Any], tuple[int, int, bytes], int]] = []
+    for name, dedupe in (("newest", True), ("every", False)):
+        if not dedupe:
+            monkeypatch.setattr(background_fill, "newest", lambda batch: batch)
+        config = _config(tmp_path / name)
+        broker = MemoryBroker()
+        broker.create_topics(config)
+        for i in range(500):  # 20 keys; every 7th record a tombstone
+            value = None if i % 7 == 0 else f"v{i}".encode()
+            broker.append(config.topics.checkpoints, 0, f"k{i % 20}".encode(), value, "committed")
+        store = CheckpointStore(config, default_codec())
+        store.open("c", "t")
+        applied.clear()
+        _fill_to_end(broker, store)
+        db = store.store
+        assert db is not None
+        rows = {k: db.session_records(store.topic, 0, f"k{k}") for k in range(20)}
+        pos = db.position(store.topic, 0)
+        assert pos is not None
+        stores.append((rows, (pos.next_offset, pos.last_offset, pos.last_digest), len(applied)))
+        store.close()
+    (rows, at, few), (every_rows, every_at, every) = stores
+    assert rows == every_rows and at == every_at
+    assert every == 500 and few <= 20 * (500 // 120 + 1)
+    for k in range(20):  # the newest record of each key, a tombstone removing it
+        last = max(i for i in range(500) if i % 20 == k)
+        assert rows[k] == ([] if last % 7 == 0 else [(f"k{k}".encode(), f"v{last}".encode())])
