@@ -1,26 +1,34 @@
-"""The restore's stability checks keep one admin client for the run (issue 37).
+"""A restore's clients are ready before it asks them anything (issue 37).
 
-A new librdkafka admin client's first ListOffsets took 3 s in one call of
-six: its query for the partitions' leaders went to a bootstrap broker that
-the client decommissions once it knows the cluster's brokers, and the lost
-query is asked again by a 3 s timer.  Every restore made a new client, so
-any restore could pay it (a rolling restart's loop waited 3 s, bench/lab
-history 11).  The client is now made at the run's start and kept; only a
-failed call makes a new one (a client whose metadata went stale in a broker
-restart kept failing).  Broker-less: the in-memory cluster and a counting
-factory.
+- A new librdkafka admin client's first ListOffsets took 3 s in one call of
+  six: its query for the partitions' leaders went to a bootstrap broker that
+  the client decommissions once it knows the cluster's brokers, and the lost
+  query is asked again by a 3 s timer.  Every restore made a new client, so
+  any restore could pay it (a rolling restart's loop waited 3 s, bench/lab
+  history 11).  The client is now made at the run's start and kept; only a
+  failed call makes a new one (a client whose metadata went stale in a
+  broker restart kept failing).
+- The restore consumer's first request waited ~0.5 s (a new client's
+  reconnect back-off) in a restarted member's first restore; it is made
+  while the member starts.
+
+Broker-less: the in-memory cluster, counting factories and consumers.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 
+from processor.config import ServiceConfig
+from processor.kafka.client_errors import ClientProblems
+from processor.service.loop.member_clients import MemberClients
 from processor.service.partitions.restore import FreshAdmin, wait_stable
-from processor.testing.memory import MemoryAdmin, MemoryBroker, MemoryTransport
+from processor.telemetry.metrics import Metrics
+from processor.testing.memory import MemoryAdmin, MemoryBroker, MemoryConsumer, MemoryTransport
 from tests.service.test_background_fill import _fresh_host
 from tests.service.test_memory_transport import Loop, _committed, _wait
 
@@ -92,3 +100,39 @@ def test_a_member_makes_one_admin_client_for_all_its_restores(
     assert not loop.errors, loop.errors
     assert config.exactly_once and loop.sample("processor_transaction_aborts_total") == 1
     assert len(made) == 1, made
+
+
+class _Reader(MemoryConsumer):
+    asked: ClassVar[list[str | None]] = []
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        _Reader.asked.append(topic)
+        return super().list_topics(topic, timeout)
+
+
+def test_the_restore_consumer_makes_its_first_request_while_the_member_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new client's first request waits ~0.5 s (its reconnect back-off): the
+    restore consumer makes it beside the producer's init, not in the first
+    restore, while the member's partitions wait."""
+    config = ServiceConfig(partitions=2, topic_prefix="warm")
+    broker = MemoryBroker()
+    broker.create_topics(config)
+    real = MemoryTransport.plain_consumer
+
+    def plain(self: MemoryTransport, purpose: str, problems: Any, group: str) -> MemoryConsumer:
+        if purpose == "restore":
+            return _Reader(self.broker, group, eof=True)
+        return real(self, purpose, problems, group)
+
+    monkeypatch.setattr(MemoryTransport, "plain_consumer", plain)
+    _Reader.asked = []
+    metrics = Metrics()
+    clients = MemberClients(
+        config, MemoryTransport(broker, config), ClientProblems(), metrics, instance_id="a"
+    )
+    clients.open()
+    assert _Reader.asked == []
+    clients.start(lambda: None)
+    assert _Reader.asked == [config.topics.checkpoints]

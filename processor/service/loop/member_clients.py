@@ -11,9 +11,12 @@ stale in a broker restart kept failing).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+
+from confluent_kafka import KafkaException
 
 from processor.config import ServiceConfig
 from processor.kafka import clients, group_protocol
@@ -29,6 +32,8 @@ from processor.kafka.transport import (
 )
 from processor.telemetry.health import Health
 from processor.telemetry.metrics import Metrics
+
+log = logging.getLogger(__name__)
 
 
 class MemberClients:
@@ -71,12 +76,28 @@ class MemberClients:
 
     def start(self, init: Callable[[], object]) -> None:
         """The output producer's ``init`` (the committer's start) beside the
-        permission check, before the join; /readyz names a broker nobody answers
-        for while either waits."""
-        side_by_side(
-            lambda: run_observed(self.metrics.retries, init),
-            lambda: self.transport.require_permissions(self.problems, self.metrics),
-        )
+        permission check and the restore consumer's first request, before the
+        join; /readyz names a broker nobody answers for while either waits."""
+
+        def beside() -> None:
+            self.transport.require_permissions(self.problems, self.metrics)
+            self._warm_reader()
+
+        side_by_side(lambda: run_observed(self.metrics.retries, init), beside)
+
+    def _warm_reader(self) -> None:
+        """The restore consumer's first request, made now: a new client's first
+        request waits ~0.5 s (its reconnect back-off, ``clients.QUIET_RECONNECT``),
+        and a restarted member's first restore asked it on the loop thread while
+        its partitions waited (0.34-0.51 s in a rolling restart, bench/lab
+        history 11).  A failure is the restore's to meet (and retry) later."""
+        reader = self.reader
+        if reader is None:
+            return
+        try:
+            reader.list_topics(self.config.topics.checkpoints, timeout=2)
+        except KafkaException as exc:
+            log.info("restore consumer's first request failed (%s); the restore asks again", exc)
 
     def plain(self, purpose: str) -> Reader:
         """A consumer without a group (covered by the group's READ ACL)."""
