@@ -38,10 +38,16 @@ class _Admin(MemoryAdmin):
 
     fail = 0
     polled = 0
+    asked: ClassVar[list[str]] = []  # list_topics, then "offsets" per ListOffsets
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        _Admin.asked.append(f"topics {topic}")
+        return None
 
     def list_offsets(
         self, topic_partition_offsets: dict[TopicPartition, Any], **kwargs: Any
     ) -> dict[TopicPartition, Any]:
+        _Admin.asked.append("offsets")
         if _Admin.fail > 0:
             _Admin.fail -= 1
             raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "stale leader"))
@@ -62,14 +68,19 @@ def test_the_stability_checks_keep_their_client_and_replace_it_after_a_failure()
         return made[-1]
 
     _Admin.fail = _Admin.polled = 0
+    _Admin.asked = []
     admin = FreshAdmin(factory)
     admin.open()
     for _ in range(3):
         assert wait_stable(admin, "t.checkpoints", [0, 1], 30.0) == []
     assert len(made) == 1  # one client for every check
-    _Admin.fail = 1
+    # its first request: the topic's metadata (a new client's leader lookup
+    # could otherwise wait 3 s), then the two ends of every check
+    assert _Admin.asked == ["topics t.checkpoints"] + ["offsets"] * 6
+    _Admin.fail, _Admin.asked = 1, []
     assert wait_stable(admin, "t.checkpoints", [0], 30.0) == []  # retried: a new client
     assert len(made) == 2 and _Admin.polled == 1  # the failed one served its lines first
+    assert _Admin.asked == ["offsets", "topics t.checkpoints", "offsets", "offsets"]
     ends = admin.list_offsets(
         {TopicPartition("t.checkpoints", 0): None}, IsolationLevel.READ_COMMITTED
     )
