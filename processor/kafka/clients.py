@@ -83,13 +83,12 @@ def produce(
 #: delays a new client's first request by ~0.5 s (a fresh admin's ``list_topics``
 #: 0.51 s against 0.06 s), which the long-lived clients pay once per start.
 QUIET_RECONNECT: dict[str, Any] = {"reconnect.backoff.ms": 1000}
-#: The admin clients, made per call (a permission check, the group protocol's
-#: describe) or per run (the restores' stability checks: restore.FreshAdmin):
-#: a first request is most of such a client's life, and the 1 s back-off made
-#: each ~0.5 s slower, in every start and restore of a failover (issue 37).
-#: 100 ms doubling to 1 s: a broker that stays down is retried ~5x as often as
-#: at 1 s (measured: 300 against 60 failed connects in 15 s) while a request
-#: waits for it; an idle client asks for no connection.
+#: The admin clients, made per call (a permission check, a restore's stability
+#: check, the group protocol's describe): their first request is most of their
+#: life, and the 1 s back-off made each ~0.5 s slower, in every start and
+#: restore of a failover (issue 37).  100 ms doubling to 1 s: a broker that
+#: stays down is retried ~5x as often as at 1 s (measured: 300 against 60 failed
+#: connects in 15 s), only while such a call lasts.
 FAST_FIRST_REQUEST: dict[str, Any] = {"reconnect.backoff.ms": 100, "reconnect.backoff.max.ms": 1000}
 
 

@@ -246,7 +246,6 @@ class Processor:
         )
         # the producer's init beside the permission check (member_clients.py)
         self.clients.start(self.txn.start)
-        self.rebalance.offsets_admin.open()
         probe = lambda: consumer.list_topics(self.topics.events, timeout=2)  # noqa: E731
         brokers = BrokerWatch(problems, self.metrics, probe, every_s=cfg.broker_probe_s)
         # another application's consumers in the group (group_watch.py); only a
@@ -431,7 +430,6 @@ class Processor:
                 ("producer flush", (lambda: p.flush(0 if self._dead else 10)) if p else None),
                 ("restore consumer close", r.close if r else None),
                 ("fill consumers close", self.rebalance.close_fills),
-                ("restore admin release", self.rebalance.offsets_admin.release),
                 ("local store close", self.store.close),
                 ("query cache close", self.queries.close if self.queries else None),
                 ("transaction helper close", self.txn.close),
@@ -533,10 +531,8 @@ class Processor:
 
     def _tick(self) -> None:
         """Every ``GAUGE_EVERY_S``: idle sessions go and the gauges refresh even
-        when nothing commits (once, also when a commit settles here); the
-        restore's admin client hands over its log lines."""
+        when nothing commits; once, also when a commit settles here."""
         self.txn.settle()  # an in-flight commit's sessions are not in the store yet
-        self.rebalance.offsets_admin.serve()
         if not self._after_commit():  # else it evicted and set the gauges
             self._evict()
             self._update_gauges()

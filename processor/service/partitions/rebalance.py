@@ -51,7 +51,6 @@ from processor.service.loop.member_clients import MemberClients
 from processor.service.partitions.background_fill import BackgroundFill
 from processor.service.partitions.restore import (
     AnchorError,
-    FreshAdmin,
     PartitionRestore,
     check_anchor,
     committed_behind,
@@ -136,8 +135,6 @@ class Rebalance:
         #: rewound partitions whose restore was put off: seeked back to the
         #: committed offset once it ends
         self._reseek: set[int] = set()
-        #: the stability checks' admin client, kept across restores (restore.py)
-        self.offsets_admin = FreshAdmin(self.transport.admin)
 
     @property
     def consumer(self) -> GroupConsumer | None:
@@ -412,7 +409,7 @@ class Rebalance:
             # never restore behind a zombie's open transaction (see restore.py)
             unstable = set(
                 wait_stable(
-                    self.offsets_admin,
+                    self.transport.admin,
                     self.topics.checkpoints,
                     numbers,
                     stable_bound_s(self.config),

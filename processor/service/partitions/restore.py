@@ -175,7 +175,7 @@ def committed_behind(
 
 
 def wait_stable(
-    admin: FreshAdmin | Callable[[], OffsetsAdmin],
+    admin_factory: Callable[[], OffsetsAdmin],
     topic: str,
     partitions: Iterable[int],
     bound_s: float,
@@ -194,15 +194,25 @@ def wait_stable(
     on a broker that never resolves the transaction.  ``on_open`` (fencing.py)
     is called once with the partitions still open after ``FENCE_AFTER_S`` and a
     check that they still are; it may end a dead member's transaction at once.
-    ``admin``: the member's long-lived one (:class:`FreshAdmin`), or a factory
-    of a client for this call alone.
     """
-    todo = sorted(set(partitions))
+    admin = FreshAdmin(admin_factory)
+    try:
+        return _wait_stable(admin, topic, sorted(set(partitions)), bound_s, poll_s, on_open)
+    finally:
+        admin.release()
+
+
+def _wait_stable(
+    admin: FreshAdmin,
+    topic: str,
+    todo: list[int],
+    bound_s: float,
+    poll_s: float,
+    on_open: Callable[[list[int], Callable[[], bool]], object] | None,
+) -> list[int]:
     t0 = time.monotonic()
     deadline = t0 + bound_s
     warned = False
-    if not isinstance(admin, FreshAdmin):
-        admin = FreshAdmin(admin)
     while todo:
         stable = _stable_offsets(admin, topic, todo, deadline)
         todo = [p for p in todo if not stable[p]]
@@ -249,22 +259,24 @@ FENCE_AFTER_S = 0.3
 
 
 class FreshAdmin:
-    """The stability checks' admin client: made at the run's start, kept across
-    restores, made anew after a failed call.
+    """A stability wait's admin client: made for the wait, made anew after a
+    failed call, and asking for the topic's metadata before its first
+    ListOffsets.
 
-    Kept, and a new one asks for the topic's metadata first: a new client's
-    first ListOffsets took 3 s in one call of six (40 new clients on a
-    3-node cluster: 7 at 3.0 s, the others under 40 ms; one kept client:
-    all 40 under 30 ms; a new client asking ``list_topics(topic)`` first:
-    all 80 under 100 ms).  librdkafka sends a new client's query for the
-    partitions' leaders to a bootstrap broker, which it decommissions once
-    it knows the cluster's own brokers; the lost query is asked again by a
-    3 s timer.  Any restore could pay it, and in a rolling restart the whole
-    loop waited (bench/lab history 11).  Made anew after a failure:
-    librdkafka's admin ListOffsets does not refresh its metadata on
-    FENCED_LEADER_EPOCH / NOT_LEADER, and after a broker restart the same
-    client kept failing for a minute (seen in the fault suite); a new one
-    answers.
+    New per wait: its metadata is the cluster's now.  A client kept across
+    restores sent a restore's ListOffsets to the leader it had cached, a
+    broker killed 11 s before, and waited out the 10 s request timeout
+    (bench/lab history 11).  Metadata first: a new client's first
+    ListOffsets took 3 s in one call of six (40 new clients on a 3-node
+    cluster: 7 at 3.0 s, the others under 40 ms; asking
+    ``list_topics(topic)`` first: all 80 under 100 ms).  librdkafka sends a
+    new client's query for the partitions' leaders to a bootstrap broker,
+    which it decommissions once it knows the cluster's own brokers; the lost
+    query is asked again by a 3 s timer, and in a rolling restart the loop
+    waited for it.  Anew after a failure: librdkafka's admin ListOffsets does
+    not refresh its metadata on FENCED_LEADER_EPOCH / NOT_LEADER, and after a
+    broker restart the same client kept failing for a minute (seen in the
+    fault suite); a new one answers.
     """
 
     def __init__(self, factory: Callable[[], OffsetsAdmin]) -> None:
@@ -272,23 +284,12 @@ class FreshAdmin:
         self.client: OffsetsAdmin | None = None
         self._asked = False  # the client has made its first request
 
-    def open(self) -> None:
-        """Make the client now (the run's start): librdkafka's bootstrap is over
-        before the first restore asks anything."""
-        if self.client is None:
-            self.client = self.factory()
-
     def release(self) -> None:
-        """Drop the client, in the thread that used it (the run's end)."""
-        self.serve()
-        self.client, self._asked = None, False
-
-    def serve(self) -> None:
-        """Hand its queued log lines to Python logging: a client's lines wait in
-        its queue until it is polled, and this one lives as long as the run."""
+        """Drop the client, its queued log lines served, in the thread that used it."""
         poll = getattr(self.client, "poll", None)
         if poll is not None:
             poll(0)
+        self.client, self._asked = None, False
 
     def list_offsets(
         self,
@@ -307,8 +308,7 @@ class FreshAdmin:
             futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=timeout)
             return {tp.partition: f.result().offset for tp, f in futures.items()}
         except KafkaException as exc:
-            self.serve()
-            self.client, self._asked = None, False
+            self.release()
             err = kafka_error(exc)
             if err is not None and err.code() == KafkaError._NOENT:
                 # "Failed to query partition leaders: No leaders found": every broker
