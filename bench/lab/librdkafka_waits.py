@@ -8,7 +8,8 @@ transactional writer keeps filling; each line is ROUNDS measurements in ms:
   paused, resumes it 1.5 s later: time to its first record after
   ``resume()`` alone, and after ``resume()`` then ``seek()`` to the position.
 - ``admin``: a ListOffsets (read_committed) by a new admin client per call,
-  and by one kept client.
+  by one kept client, and by a new client that asks ``list_topics(topic)``
+  first.
 - ``fill``: a new consumer reading 1000 records of one partition to its end:
   time to the first record, assigned at ``OFFSET_BEGINNING`` and at offset 0.
 """
@@ -74,11 +75,13 @@ def resume(bs: str, topic: str, target: int, seek: bool) -> float:
         c.close()
 
 
-def admin_offsets(bs: str, topic: str, i: int, kept: list[Any]) -> float:
+def admin_offsets(bs: str, topic: str, i: int, kept: list[Any], meta: bool = False) -> float:
     partition = i % 3
     t0 = time.monotonic()
     if not kept:
         admin = AdminClient({**clients.FAST_FIRST_REQUEST, "bootstrap.servers": bs})
+        if meta:
+            admin.list_topics(topic, timeout=5)
     else:
         admin = kept[0]
     spec = {TopicPartition(topic, partition): OffsetSpec.latest()}  # type: ignore[no-untyped-call]
@@ -131,13 +134,12 @@ def main(argv: list[str]) -> int:
         kept: list[Any] = [AdminClient({**clients.FAST_FIRST_REQUEST, "bootstrap.servers": bs})]
         _line("resume", rounds, lambda i: resume(bs, topic, i % 3, False))
         _line("resume + seek", rounds, lambda i: resume(bs, topic, i % 3, True))
+        _line("admin ListOffsets, new client", rounds, lambda i: admin_offsets(bs, topic, i, []))
+        _line("admin ListOffsets, kept client", rounds, lambda i: admin_offsets(bs, topic, i, kept))
         _line(
-            "admin ListOffsets, new client", rounds, lambda i: admin_offsets(bs, topic, i % 3, [])
-        )
-        _line(
-            "admin ListOffsets, kept client",
+            "admin ListOffsets, new, metadata 1st",
             rounds,
-            lambda i: admin_offsets(bs, topic, i % 3, kept),
+            lambda i: admin_offsets(bs, topic, i, [], meta=True),
         )
         _line("fill at OFFSET_BEGINNING", rounds, lambda i: fill(bs, topic, False))
         _line("fill at offset 0", rounds, lambda i: fill(bs, topic, True))
