@@ -19,10 +19,14 @@ after its last member is ready).  ``--runs N``: N runs, medians per cell.
 without the fence of dead members' transactions.  The broker's
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` is the broker
 default (10 s) unless ``BENCH_FAILOVER_ABORT_CHECK_MS`` says otherwise.
+``BENCH_FAILOVER_KEEP=DIR`` keeps the members' logs (``DIR/run-N``) and the
+cluster's directory (``DIR/cluster``, the brokers' logs and data) for a window
+to be read against them; by default both are removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import statistics
@@ -38,6 +42,18 @@ from tests.faults.failover import FailoverRun, default_faults, run_failover, tab
 ABORT_CHECK_MS = os.environ.get("BENCH_FAILOVER_ABORT_CHECK_MS", "10000")
 ARGS = tuple(shlex.split(os.environ.get("BENCH_FAILOVER_ARGS", "")))
 FENCE = os.environ.get("BENCH_FAILOVER_FENCE", "1") != "0"
+KEEP = os.environ.get("BENCH_FAILOVER_KEEP", "")
+
+
+def _workdir() -> contextlib.AbstractContextManager[str]:
+    """The runs' directory: ``KEEP`` (left in place), else a temporary one."""
+    if KEEP:
+        if Path(KEEP).exists() and any(Path(KEEP).iterdir()):
+            raise SystemExit(f"BENCH_FAILOVER_KEEP={KEEP}: not empty (the runs need a new one)")
+        Path(KEEP).mkdir(parents=True, exist_ok=True)
+        print(f"[bench] failover: logs kept in {KEEP}")
+        return contextlib.nullcontext(KEEP)
+    return tempfile.TemporaryDirectory(prefix="bench-failover-")
 
 
 def _one(cluster: LocalCluster, tmp: Path, i: int) -> FailoverRun:
@@ -68,8 +84,8 @@ def _medians(runs: list[FailoverRun]) -> dict[str, dict[str, Any]]:
 
 def run(ctx: Context) -> dict[str, Any]:
     overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": ABORT_CHECK_MS}
-    cluster = LocalCluster(3, overrides=overrides)
-    with tempfile.TemporaryDirectory(prefix="bench-failover-") as d:
+    cluster = LocalCluster(3, overrides=overrides, keep=bool(KEEP))
+    with _workdir() as d:
         cluster.start(Path(d, "cluster"))
         try:
             runs = [_one(cluster, Path(d), i) for i in range(ctx.runs)]
