@@ -96,11 +96,14 @@ class TxnProducer(clients.Producing, Protocol):
 
 
 class OffsetsAdmin(Protocol):
-    """What the restore asks an admin client: the end offsets at an isolation level."""
+    """What the restore asks an admin client: the end offsets at an isolation level,
+    the topic's metadata first, and its queued log lines served."""
 
     def list_offsets(
         self, topic_partition_offsets: dict[TopicPartition, Any], **kwargs: Any
     ) -> dict[TopicPartition, Any]: ...  # futures of ``ListOffsetsResultInfo``
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
+    def poll(self, timeout: float) -> int: ...
 
 
 class Transport(Protocol):

@@ -437,6 +437,12 @@ class MemoryAdmin:
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
 
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return self.broker.metadata(topic)
+
+    def poll(self, timeout: float) -> int:
+        return 0  # no log lines queue here
+
     def list_offsets(
         self, topic_partition_offsets: dict[TopicPartition, Any], **kwargs: Any
     ) -> dict[TopicPartition, Any]:

@@ -114,8 +114,18 @@ def test_a_fill_stalled_past_the_configured_bound_is_put_off(
     fill.close()
 
 
-class _SilentAdmin:
-    """An admin whose broker never answers: every request times out."""
+class _Admin:
+    """What an admin client answers besides ListOffsets: metadata, no log lines."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return None
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+class _SilentAdmin(_Admin):
+    """An admin whose ListOffsets never answers: every request times out."""
 
     def __init__(self, asked: list[float]) -> None:
         self.asked = asked
@@ -151,7 +161,7 @@ class _Done:
         return self
 
 
-class _LeaderlessAdmin:
+class _LeaderlessAdmin(_Admin):
     """No leader known for the first ``misses`` requests (every broker down), then
     one at offset 7 (transaction-free: the stable offset is the end)."""
 

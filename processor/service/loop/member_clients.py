@@ -89,8 +89,8 @@ class MemberClients:
         """The restore consumer's first request, made now: a new client's first
         request waits ~0.5 s (its reconnect back-off, ``clients.QUIET_RECONNECT``),
         and a restarted member's first restore asked it on the loop thread while
-        its partitions waited (0.34-0.51 s in a rolling restart, bench/lab
-        history 11).  A failure is the restore's to meet (and retry) later."""
+        its partitions waited (0.34-0.51 s in a rolling restart, issue 37).
+        A failure is the restore's to meet (and retry) later."""
         reader = self.reader
         if reader is None:
             return

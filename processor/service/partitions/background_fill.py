@@ -81,7 +81,7 @@ def newest(batch: list[Msg]) -> list[Msg]:
     digest of it).  A busy session writes its checkpoint at every commit, so
     a store behind by a minute read thousands of records for a few dozen keys:
     each decoded (its quarantine flag) and written before the partition could
-    fold (the rolling restart's longest restores, bench/lab history 11).
+    fold (the rolling restart's longest restores, issue 37).
     """
     last: dict[bytes | None, Msg] = {}
     for m in batch:

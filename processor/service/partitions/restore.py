@@ -266,7 +266,7 @@ class FreshAdmin:
     New per wait: its metadata is the cluster's now.  A client kept across
     restores sent a restore's ListOffsets to the leader it had cached, a
     broker killed 11 s before, and waited out the 10 s request timeout
-    (bench/lab history 11).  Metadata first: a new client's first
+    (a rolling restart's lab run, issue 37).  Metadata first: a new client's first
     ListOffsets took 3 s in one call of six (40 new clients on a 3-node
     cluster: 7 at 3.0 s, the others under 40 ms; asking
     ``list_topics(topic)`` first: all 80 under 100 ms).  librdkafka sends a
@@ -286,9 +286,8 @@ class FreshAdmin:
 
     def release(self) -> None:
         """Drop the client, its queued log lines served, in the thread that used it."""
-        poll = getattr(self.client, "poll", None)
-        if poll is not None:
-            poll(0)
+        if self.client is not None:
+            self.client.poll(0)
         self.client, self._asked = None, False
 
     def list_offsets(
@@ -300,11 +299,10 @@ class FreshAdmin:
         if self.client is None:
             self.client = self.factory()
         try:
-            meta = getattr(self.client, "list_topics", None)
-            if not self._asked and meta is not None:  # the leaders into its cache first
+            if not self._asked:  # the leaders into its cache first
                 for topic in sorted({tp.topic for tp in spec}):
-                    meta(topic, timeout=min(timeout, 5.0))
-            self._asked = True
+                    self.client.list_topics(topic, timeout=min(timeout, 5.0))
+                self._asked = True
             futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=timeout)
             return {tp.partition: f.result().offset for tp, f in futures.items()}
         except KafkaException as exc:

@@ -369,7 +369,7 @@ class CheckpointStore:
         position, or the log start when the store has nothing before it.  A
         new consumer assigned at the beginning asks the leader for that offset
         and, not knowing the leader yet, asks again 500 ms later: every fill
-        from zero began 0.5 s late (bench/lab history 11)."""
+        from zero began 0.5 s late (issue 37)."""
         topic = self.topic
         if not self.flush():
             log.warning("local store writer still busy after %.0f s; filling anyway", FLUSH_S)
