@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     keep.mkdir(parents=True, exist_ok=True)
     print(f"logs kept in {keep}")
     overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": ABORT_CHECK_MS}
-    cluster = LocalCluster(3, overrides=overrides)
+    cluster = LocalCluster(3, overrides=overrides, keep=True)  # the brokers' logs too
     cluster.start(keep / "cluster")
     wall_minus_mono = time.time() - time.monotonic()
     (keep / "run").mkdir()

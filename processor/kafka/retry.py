@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -293,6 +293,18 @@ PERMANENT_FATAL = frozenset(
 #: timeout, when the coordinator's own abort explains the fence (a member
 #: paused past the timeout) and a new producer is the cure.
 FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+
+
+class ReplacementBudget(Protocol):
+    """Whether a fatal client error may be answered by a new client."""
+
+    def allow(self, err: KafkaError) -> bool:
+        """This replacement may happen (and is counted)."""
+        ...
+
+    def spare(self) -> bool:
+        """Room for a replacement on a guess, keeping one for a certain cause."""
+        ...
 
 
 class FatalBudget:

@@ -171,6 +171,12 @@ class Metrics:
         )
         for outcome in ("fenced", "failed", "bounded"):
             self.zombie_fences.labels(outcome)
+        self.txn_calls_hanging = Gauge(
+            "processor_txn_calls_hanging",
+            "Transaction calls given up stuck in the Kafka client that have not "
+            "returned yet (more than 3 end the process)",
+            registry=r,
+        )
         self.txn_failures = Counter(
             "processor_transaction_failures_total",
             "Failed transaction steps by kind (retriable, abortable, fatal, denied)",

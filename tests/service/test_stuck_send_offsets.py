@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -26,6 +27,7 @@ from processor.config import ServiceConfig
 from processor.kafka.coordinators import TXN_STATE_TOPIC
 from processor.service.loop.runner import Processor
 from processor.service.txn import stuck_probe
+from processor.service.txn.txn_helper import HangingBudget, HelperThread, StuckCall
 from processor.telemetry.metrics import Metrics
 from processor.testing.memory import MemoryBroker, MemoryProducer, MemoryTransport
 from tests.engine.kit import session_log
@@ -62,8 +64,10 @@ def test_a_send_offsets_stuck_past_its_timeout_is_given_up_and_the_batch_refolde
         assert not release.is_set()
         assert proc.txn.producer is not stuck  # replaced: it fenced the stuck one
         assert proc.metrics.aborts._value.get() >= 1  # the batch was refolded
+        assert proc.metrics.registry.get_sample_value("processor_txn_calls_hanging") == 1
     finally:
         release.set()
+    until(lambda: proc.txn.helper.hanging() == 0, errors, "the stuck call returns once released")
     running.stop()
     assert not running.thread.is_alive() and not errors, errors
     # the whole log committed through the new producer
@@ -85,19 +89,17 @@ def test_a_process_with_a_given_up_helper_still_exits() -> None:
     assert done.returncode == 0
 
 
-def test_a_commit_gives_the_fatal_budget_back_but_not_the_stuck_budget() -> None:
+def test_a_commit_gives_the_fatal_budget_back() -> None:
     """Replacements are bounded per run of failures, not per run of the process:
     a member that committed since its last replacement rides out the next
     coordinator failover too (a failover storm ended every member on its fourth
-    replacement).  The stuck budget stays spent: each stuck call leaves a thread
-    and a client behind."""
+    replacement)."""
     broker = MemoryBroker()
     broker.create_topics(CONFIG)
     proc = Processor(CONFIG, metrics=Metrics(), transport=MemoryTransport(broker, CONFIG))
     broken = KafkaError(KafkaError.INVALID_TXN_STATE, fatal=True)
-    for budget in (proc.txn.fatal_budget, proc.txn.stuck_budget):
-        while budget.allow(broken):
-            pass
+    while proc.txn.fatal_budget.allow(broken):
+        pass
     for event in LOG:
         broker.produce(CONFIG.topics.events, b"s", CODEC.encode_parsed_event("s", event))
     running = RunningProcessor(proc)
@@ -106,7 +108,54 @@ def test_a_commit_gives_the_fatal_budget_back_but_not_the_stuck_budget() -> None
     running.stop()
     assert not errors, errors
     assert proc.txn.fatal_budget.allow(broken)
-    assert not proc.txn.stuck_budget.allow(broken)
+
+
+def _give_up(helper: HelperThread, hold: threading.Event) -> None:
+    """A watched call on ``helper`` that hangs until ``hold`` is set, given up."""
+    entered = threading.Event()
+
+    def call() -> None:
+        helper.watch(0.0)
+        entered.set()
+        hold.wait()
+
+    sent = helper.submit(call)
+    assert entered.wait(30)
+    with pytest.raises(StuckCall):
+        helper.await_watched(sent, "send_offsets_to_transaction")
+
+
+def test_the_stuck_budget_counts_the_given_up_calls_still_hanging() -> None:
+    """Each call given up holds a thread and a producer until librdkafka lets it
+    return: at most ``limit`` may hang at once, and one that returns gives its
+    place back, so a broker fault every 30 s (each leaving a stuck call that
+    returns once the broker is back) never ends the member; three replacements
+    per five minutes, never given back, ended every member of a lab run on the
+    fourth such fault."""
+    helper = HelperThread()
+    helper.hang_grace_s = 0.0
+    budget = HangingBudget(helper, limit=3)
+    broken = KafkaError(KafkaError._TIMED_OUT, fatal=True)
+    holds = [threading.Event() for _ in range(4)]
+    try:
+        for n, hold in enumerate(holds[:3], start=1):
+            assert budget.spare() == (n <= 2)  # a guess keeps room for a certain one
+            _give_up(helper, hold)
+            assert helper.hanging() == n and budget.allow(broken)
+        _give_up(helper, holds[3])
+        assert helper.hanging() == 4 and not budget.allow(broken)  # one too many
+        holds[0].set()  # the first stuck call returns at last
+        deadline = time.monotonic() + 30
+        while helper.hanging() > 3:
+            assert time.monotonic() < deadline, "the returned call's thread never ended"
+            time.sleep(0.01)
+        assert budget.allow(broken)
+        denied = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal=True)
+        assert not budget.allow(denied)  # a cause that stays is never replaced
+    finally:
+        for hold in holds:
+            hold.set()
+    helper.shutdown()
 
 
 def _stuck_after_a_broker_fault(

@@ -12,6 +12,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import wait
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +22,7 @@ from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
     IsolationLevel,
+    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -40,20 +42,57 @@ ZOMBIE_TIMEOUT_MS = 120_000
 TAKEOVER_BOUND_S = 60
 
 
+#: admin answers of a broker that is not ready yet for the request
+_ASK_AGAIN = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    }
+)
+
+
+def _answers(futures: dict[Any, Any]) -> dict[Any, Any] | None:
+    """The admin futures' results once every one has ended; ``None`` when the
+    broker asked to be asked again (a coordinator still loading on a broker
+    started seconds before).  The caller's admin client is released in its
+    own thread when it returns: a failed call's client collected later, by
+    the cyclic GC in another client's callback, can abort the process."""
+    done, _ = wait(list(futures.values()), timeout=30)
+    assert len(done) == len(futures), "an admin request unanswered after 30 s"
+    try:
+        return {key: f.result() for key, f in futures.items()}
+    except KafkaException as exc:
+        err = exc.args[0]
+        if not (err.retriable() or err.code() in _ASK_AGAIN):
+            raise
+    return None
+
+
 def _committed(stack: Stack) -> dict[int, int]:
+    """The group's committed events offsets ({} while its coordinator loads)."""
     admin = clients.admin(stack.config)
     group = stack.config.group_id
-    got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
+    got = _answers(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]))
+    if got is None:
+        return {}
     topic = stack.config.topics.events
-    return {tp.partition: tp.offset for tp in got.topic_partitions if tp.topic == topic}
+    return {tp.partition: tp.offset for tp in got[group].topic_partitions if tp.topic == topic}
 
 
 def _ends(stack: Stack, topic: str, level: IsolationLevel) -> dict[int, int]:
-    admin = clients.admin(stack.config)
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
     spec = {TopicPartition(topic, p): latest for p in range(stack.config.partitions)}
-    futures = admin.list_offsets(spec, isolation_level=level)
-    return {tp.partition: f.result().offset for tp, f in futures.items()}
+    for _ in range(50):
+        admin = clients.admin(stack.config)  # a new client per attempt (see _answers)
+        got = _answers(admin.list_offsets(spec, isolation_level=level))
+        del admin
+        if got is not None:
+            return {tp.partition: info.offset for tp, info in got.items()}
+        time.sleep(0.2)
+    raise AssertionError(f"the ends of {topic} unknown after 50 attempts")
 
 
 def _open(stack: Stack, topic: str) -> bool:
@@ -213,8 +252,6 @@ def test_wait_stable_fences_once_then_waits(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_fence_after_the_session_timeout_is_a_new_owners_not_a_second_member() -> None:
     """Paused past the session timeout (not yet the transaction timeout), a member
     may have been fenced as dead by its partitions' new owner: it goes on."""
-    from confluent_kafka import KafkaError
-
     from processor.config import ServiceConfig
     from processor.service.txn.transactions import fenced_by_another_member
 

@@ -49,13 +49,13 @@ from processor.kafka.client_errors import GROUP_CHANGED, KafkaFatal, Kind, error
 from processor.kafka.fencing import writer_metadata
 from processor.kafka.group_metadata import outside_group
 from processor.kafka.retry import DEFAULT_DEADLINE_S as RETRY_DEADLINE_S
-from processor.kafka.retry import FENCED, STOPPING, FatalBudget, retry
+from processor.kafka.retry import FENCED, STOPPING, FatalBudget, ReplacementBudget, retry
 from processor.kafka.transport import GroupConsumer, TxnProducer
 from processor.service.loop.member_clients import MemberClients
 from processor.service.ops.failures import FailureTracker
 from processor.service.queries.query_cache import QueryCache, ViewWrite
 from processor.service.store.checkpoint_store import CheckpointStore
-from processor.service.txn import schedstat, transactions
+from processor.service.txn import schedstat, transactions, txn_helper
 from processor.service.txn.inflight import InFlight as _InFlight
 from processor.service.txn.inflight import Rewinder
 from processor.service.txn.output_ledger import OutputLedger
@@ -100,10 +100,6 @@ class Committer:
         self._stop = stop
         self.failures = FailureTracker(metrics)
         self.fatal_budget = FatalBudget()
-        #: replacements after a stuck ``send_offsets_to_transaction``: a bound of
-        #: their own (each leaves a thread and a client behind), so a stuck call
-        #: after broker faults that spent ``fatal_budget`` is not the end of the run
-        self.stuck_budget = FatalBudget()
         self.leaving: set[int] = set()  # partitions being revoked (during on_revoke)
         #: while revoking: the monotonic time the revoke's commit must end by
         #: (``revoke_budget_ms``; the derived transaction timeout assumes it)
@@ -124,6 +120,10 @@ class Committer:
         #: sends a batch's offsets while the loop produces its output, and commits
         #: a batch while the loop folds the next one (commit)
         self.helper = HelperThread("txn-helper")
+        #: replacements after a stuck ``send_offsets_to_transaction``: bounded by
+        #: the given-up calls still hanging, apart from ``fatal_budget``
+        self.stuck_budget = txn_helper.HangingBudget(self.helper)
+        metrics.txn_calls_hanging.set_function(self.helper.hanging)
         #: ``send_offsets_to_transaction``'s timeout, and how far past it a call
         #: counts as stuck for good (:meth:`_await_offsets`)
         self.offsets_timeout_s = OFFSETS_TIMEOUT_S
@@ -426,7 +426,7 @@ class Committer:
         self.metrics.count_state(tally)
         self.metrics.count_decisions(tally)  # the committed batch's decisions
         self.failures.succeeded()
-        self.fatal_budget.succeeded()  # not stuck_budget: a stuck call's leftovers stay
+        self.fatal_budget.succeeded()  # stuck_budget: given back as stuck calls return
         self.metrics.commits.inc()
         self.metrics.batch_events.observe(pending.events)
         self.metrics.commit_seconds.observe(seconds)
@@ -482,7 +482,7 @@ class Committer:
             self._stop.wait(backoff)
 
     def replace_producer(
-        self, err: KafkaError, open_s: float, budget: FatalBudget | None = None
+        self, err: KafkaError, open_s: float, budget: ReplacementBudget | None = None
     ) -> bool:
         """Survive a fatal producer error that a broker fault caused.
 

@@ -11,7 +11,7 @@ The consumer finds its group coordinator on its own: when that answers
 twice in a row (an offset fetch of an owned partition, which fails at once
 while the consumer has no coordinator) the coordinator has moved and is
 serving, and a new producer gets it at once.  :class:`StuckProbe` says so,
-asked by :meth:`HelperThread.await_watched` from 2 s into the call:
+asked by :meth:`HelperThread.await_watched` from 1 s into the call:
 
 - only after a broker fault in the last minute, and only while the stuck
   budget has a spare (each replacement leaves a thread and a client behind),
@@ -48,7 +48,7 @@ from processor.config import ServiceConfig
 from processor.engine import Engine
 from processor.kafka.clients import transactional_id
 from processor.kafka.coordinators import TXN_STATE_TOPIC, coordinator_address
-from processor.kafka.retry import FatalBudget
+from processor.kafka.retry import ReplacementBudget
 from processor.service.loop.member_clients import MemberClients
 
 #: A broker fault this recent lets a long call be judged stuck early.
@@ -67,7 +67,11 @@ class StuckProbe:
     """Why a long ``send_offsets_to_transaction`` is stuck already (see module doc)."""
 
     def __init__(
-        self, config: ServiceConfig, clients: MemberClients, engine: Engine, budget: FatalBudget
+        self,
+        config: ServiceConfig,
+        clients: MemberClients,
+        engine: Engine,
+        budget: ReplacementBudget,
     ) -> None:
         self.topic = config.topics.events
         self.txn_id = transactional_id(config, clients.instance_id)

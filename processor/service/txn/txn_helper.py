@@ -9,6 +9,7 @@ to its step; a new one takes the next.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -18,6 +19,9 @@ from concurrent.futures import Future, wait
 from confluent_kafka import KafkaError, KafkaException
 
 from processor.core.errors import Unavailable
+from processor.kafka.retry import PERMANENT_FATAL
+
+log = logging.getLogger(__name__)
 
 _Item = tuple[Future[None], Callable[[], None]] | None
 
@@ -28,7 +32,13 @@ class Helper:
     def __init__(self, name: str) -> None:
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        #: when its step was given up (monotonic), and what it was: logged if it returns
+        self.given_up: tuple[float, str] | None = None
         self._thread.start()
+
+    def alive(self) -> bool:
+        """Its thread still runs (a given-up helper: its step has not returned)."""
+        return self._thread.is_alive()
 
     def submit(self, step: Callable[[], None]) -> Future[None]:
         future: Future[None] = Future()
@@ -52,6 +62,9 @@ class Helper:
                 future.set_exception(exc)
             else:
                 future.set_result(None)
+            if self.given_up is not None:
+                at, what = self.given_up
+                log.info("a given-up %s returned %.1f s later", what, time.monotonic() - at)
 
 
 #: ``send_offsets_to_transaction``'s timeout.  It waits for the group
@@ -73,8 +86,15 @@ HANG_GRACE_S = 2.0
 #: early (:meth:`HelperThread.await_watched`): a healthy
 #: ``send_offsets_to_transaction`` takes two round trips, well under a second
 #: on a loaded box (p99 20 ms in the failover runs' steady windows).  Every
-#: second here is a second of every broker fault's worst wait.
-EARLY_AFTER_S = 2.0
+#: second here is a second of every broker fault's worst wait: where one
+#: broker held both coordinators, the retried call stuck on the group
+#: coordinator it cached was judged 2.5-4.1 s in (at 2 s) and those windows'
+#: max was 15.4-16.2 s.
+EARLY_AFTER_S = 1.0
+
+#: How often the probe is asked once ``EARLY_AFTER_S`` has passed (it wants
+#: two answers of the consumer's coordinator in a row).
+PROBE_EVERY_S = 0.25
 
 
 class StuckCall(Unavailable, KafkaException):
@@ -97,6 +117,8 @@ class HelperThread:
         self._due: float | None = None
         #: when the watched call running now began
         self._began = 0.0
+        #: given-up helpers, until their step returns (:meth:`hanging`)
+        self._given_up: list[Helper] = []
 
     def submit(self, step: Callable[[], None]) -> Future[None]:
         if self._helper is None:  # made on first use, ended by shutdown() with the loop
@@ -119,11 +141,11 @@ class HelperThread:
     ) -> None:
         """Wait for ``sent``; raise a fatal error if its watched call runs
         ``hang_grace_s`` past its own timeout, or ``early_after_s`` and
-        ``stuck`` (given the call's start, asked twice a second from then on)
+        ``stuck`` (given the call's start, asked every ``PROBE_EVERY_S`` from then on)
         says why it is stuck already (the helper is left to it)."""
         early = self.early_after_s
         while not sent.done():
-            wait((sent,), timeout=min(1.0 if stuck is None else 0.5, self.hang_grace_s))
+            wait((sent,), timeout=min(1.0 if stuck is None else PROBE_EVERY_S, self.hang_grace_s))
             due, now = self._due, time.monotonic()
             if sent.done() or due is None:
                 continue
@@ -139,12 +161,45 @@ class HelperThread:
                 continue
             helper, self._helper = self._helper, None
             if helper is not None:
+                helper.given_up = (now, what)
                 helper.shutdown(wait=False)
+                self._given_up.append(helper)
             raise StuckCall(
                 KafkaError(KafkaError._TIMED_OUT, f"{what} did not return {why}", fatal=True)
             )
+
+    def hanging(self) -> int:
+        """Given-up calls that have not returned yet (each holds a thread and
+        the producer it was called on)."""
+        self._given_up = [h for h in self._given_up if h.alive()]
+        return len(self._given_up)
 
     def shutdown(self) -> None:
         if self._helper is not None:
             self._helper.shutdown(wait=True)
             self._helper = None
+
+
+class HangingBudget:
+    """How many given-up calls may hang at once before the process ends.
+
+    Each stuck call replaced leaves its thread and its producer behind until
+    librdkafka lets it return (when the brokers' states change again: the
+    killed broker back, ~10-20 s later).  Bounding what hangs, not how many
+    were replaced, bounds what they hold and lets a member ride out a broker
+    fault every 30 s: a bound of three replacements per five minutes, never
+    given back, ended all three members of a lab run on the fourth such
+    fault.  ``limit`` hanging at once are allowed; one more ends the process
+    (a cause that stays, not a broker fault)."""
+
+    def __init__(self, helper: HelperThread, limit: int = 3) -> None:
+        self.helper = helper
+        self.limit = limit
+
+    def allow(self, err: KafkaError) -> bool:
+        """A replacement for the call just given up (counted among the hanging)."""
+        return err.code() not in PERMANENT_FATAL and self.helper.hanging() <= self.limit
+
+    def spare(self) -> bool:
+        """Room for a call given up on a guess and still one given up for good."""
+        return self.helper.hanging() < self.limit - 1
