@@ -1,6 +1,6 @@
 """Figure: failover wait after each single fault, and through a rolling restart (issue 37).
 
-A 3-node local cluster (``processor.devcluster.LocalCluster``, started by the
+A 3-broker local cluster (``processor.devcluster.LocalCluster``, started by the
 figure: the bench's single broker has no replicas to fail over to), three
 ``processor run`` members with their own defaults, two writers appending
 continuously; then one fault at a time, 30 s apart (``tests/faults/failover.py``,
@@ -19,6 +19,12 @@ after its last member is ready).  ``--runs N``: N runs, medians per cell.
 without the fence of dead members' transactions.  The broker's
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` is the broker
 default (10 s) unless ``BENCH_FAILOVER_ABORT_CHECK_MS`` says otherwise.
+``BENCH_FAILOVER_CONTROLLER=combined`` runs the cluster's three nodes as
+broker and controller each (combined mode, the fault suite's cluster): a
+killed broker is then also a controller voter lost, sometimes the active
+controller, and its restart may start a new controller election (a lab run:
+views stale 26 s).  By default the brokers run beside one controller-only node
+(isolated mode, as production clusters run), so each broker fault is one fault.
 ``BENCH_FAILOVER_KEEP=DIR`` keeps the members' logs (``DIR/run-N``) and the
 cluster's directory (``DIR/cluster``, the brokers' logs and data) for a window
 to be read against them; by default both are removed.
@@ -43,6 +49,7 @@ ABORT_CHECK_MS = os.environ.get("BENCH_FAILOVER_ABORT_CHECK_MS", "10000")
 ARGS = tuple(shlex.split(os.environ.get("BENCH_FAILOVER_ARGS", "")))
 FENCE = os.environ.get("BENCH_FAILOVER_FENCE", "1") != "0"
 KEEP = os.environ.get("BENCH_FAILOVER_KEEP", "")
+DEDICATED_CONTROLLER = os.environ.get("BENCH_FAILOVER_CONTROLLER", "dedicated") != "combined"
 
 
 def _workdir() -> contextlib.AbstractContextManager[str]:
@@ -84,7 +91,9 @@ def _medians(runs: list[FailoverRun]) -> dict[str, dict[str, Any]]:
 
 def run(ctx: Context) -> dict[str, Any]:
     overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": ABORT_CHECK_MS}
-    cluster = LocalCluster(3, overrides=overrides, keep=bool(KEEP))
+    cluster = LocalCluster(
+        3, overrides=overrides, keep=bool(KEEP), dedicated_controller=DEDICATED_CONTROLLER
+    )
     with _workdir() as d:
         cluster.start(Path(d, "cluster"))
         try:
@@ -109,6 +118,7 @@ def run(ctx: Context) -> dict[str, Any]:
         ],
         args=list(ARGS),
         fence=FENCE,
+        controller="dedicated" if DEDICATED_CONTROLLER else "combined",
         abort_check_ms=int(ABORT_CHECK_MS),
         figures=figures,
     )

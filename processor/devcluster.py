@@ -3,9 +3,12 @@
 Same Maven Central jars as :mod:`processor.devbroker`; every node is a
 combined broker+controller with its own ports, ``server.properties`` and log
 dir, all formatted with one cluster id, and the controllers form a static
-quorum.  Replication is realistic (replication factor 3,
-``min.insync.replicas=2``, no unclean election), so a killed node is a real
-fault: leaders move, ISRs shrink, the transaction coordinator fails over.
+quorum — or, with ``dedicated_controller``, the nodes are brokers only and
+one more process is the cluster's one KRaft controller (isolated mode, as
+production clusters run: a killed broker then loses no controller voter).
+Replication is realistic (replication factor 3, ``min.insync.replicas=2``,
+no unclean election), so a killed node is a real fault: leaders move, ISRs
+shrink, the transaction coordinator fails over.
 
 Nodes can be killed (SIGKILL), stopped, paused (SIGSTOP) and restarted on
 their old ports and data, which is what the fault suite needs::
@@ -126,10 +129,19 @@ class LocalCluster:
         jvm_opts: Sequence[str] | None = None,
         keep: bool = False,
         ready_timeout: float = 180.0,
+        dedicated_controller: bool = False,
     ) -> None:
+        """``dedicated_controller``: the ``nodes`` are brokers only and one more
+        process is the KRaft controller (isolated mode, as production clusters
+        run), so a killed broker is a broker fault alone; by default every node
+        is broker and controller voter (combined mode: a killed node is also a
+        voter lost, at times the active controller)."""
         if nodes < 1:
             raise BrokerError("a cluster needs at least one node")
         self.n = nodes
+        self.dedicated_controller = dedicated_controller
+        #: the controller-only node (``dedicated_controller``), never killed by the suite
+        self.controller: ClusterNode | None = None
         self.jars_dir = Path(jars_dir) if jars_dir is not None else None
         self.overrides = dict(overrides or {})
         self.jvm_opts = tuple(CLUSTER_JVM_OPTS if jvm_opts is None else jvm_opts)
@@ -166,16 +178,21 @@ class LocalCluster:
                 if root is not None
                 else Path(tempfile.mkdtemp(prefix="processor-cluster-"))
             )
-            ports = free_ports(2 * self.n)
+            ports = free_ports(2 * self.n + 2)
             for i in range(self.n):
                 node_id = i + 1
                 wd = self.root / f"node{node_id}"
                 wd.mkdir(parents=True, exist_ok=True)
                 self.nodes[node_id] = ClusterNode(node_id, ports[2 * i], ports[2 * i + 1], wd)
-            voters = ",".join(
-                f"{n.node_id}@{HOST}:{n.controller_port}" for n in self.nodes.values()
-            )
-            for n in self.nodes.values():
+            if self.dedicated_controller:
+                wd = self.root / "controller"
+                wd.mkdir(parents=True, exist_ok=True)
+                self.controller = ClusterNode(self.n + 1, ports[-2], ports[-1], wd)
+                voting = [self.controller]
+            else:
+                voting = list(self.nodes.values())
+            voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in voting)
+            for n in self._all():
                 props = server_properties(
                     n.port,
                     n.controller_port,
@@ -184,21 +201,40 @@ class LocalCluster:
                         **CLUSTER_PROPERTIES,
                         "node.id": str(n.node_id),
                         "controller.quorum.voters": voters,
+                        **self._roles(n),
                         **self.overrides,
                     },
                 )
+                for unset in ("advertised.listeners", "inter.broker.listener.name"):
+                    if n is self.controller:  # a controller-only node serves no clients
+                        props.pop(unset, None)
                 write_properties(n.props, props)
                 self._format(n)
             atexit.register(self.stop)
             try:
-                for n in self.nodes.values():
+                for n in self._all():
                     self._spawn(n)
-                for n in self.nodes.values():
+                for n in self._all():
                     self._wait_ready(n)
             except BaseException:
                 self.stop()
                 raise
             return self.bootstrap
+
+    def _all(self) -> list[ClusterNode]:
+        """Every process of the cluster: the controller-only node first."""
+        return [*([self.controller] if self.controller else []), *self.nodes.values()]
+
+    def _roles(self, n: ClusterNode) -> dict[str, str]:
+        """The node's roles and listeners when the controller is a node of its own."""
+        if not self.dedicated_controller:
+            return {}
+        if n is self.controller:
+            return {
+                "process.roles": "controller",
+                "listeners": f"CONTROLLER://{HOST}:{n.controller_port}",
+            }
+        return {"process.roles": "broker", "listeners": f"PLAINTEXT://{HOST}:{n.port}"}
 
     def _jvm(self) -> list[str]:
         return [
@@ -274,7 +310,10 @@ class LocalCluster:
                 raise BrokerError(
                     f"node {n.node_id} not ready in time; log ends:\n{tail(n.log_path)}"
                 )
-            if tcp_open(n.port) and admin_ready(n.address, 3.0):
+            if n is self.controller:
+                if tcp_open(n.controller_port):
+                    return
+            elif tcp_open(n.port) and admin_ready(n.address, 3.0):
                 return
             time.sleep(0.2)
 
@@ -312,19 +351,10 @@ class LocalCluster:
         """Stop every node (SIGTERM, then SIGKILL) and remove a temp root unless keep."""
         with self._lock:
             atexit.unregister(self.stop)
-            for n in self.nodes.values():
-                if n.proc is not None and n.proc.poll() is None:
-                    n.proc.send_signal(signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
-                    n.proc.terminate()
-            for n in self.nodes.values():
-                if n.proc is not None:
-                    try:
-                        n.proc.wait(20)
-                    except subprocess.TimeoutExpired:
-                        n.proc.kill()
-                        with contextlib.suppress(subprocess.TimeoutExpired):
-                            n.proc.wait(10)
-                    n.proc = None
+            # brokers before the controller-only node: a broker's controlled
+            # shutdown asks the controller
+            _terminate(list(self.nodes.values()))
+            _terminate([self.controller] if self.controller else [])
             if self.root is not None and not self.keep:
                 shutil.rmtree(self.root, ignore_errors=True)
 
@@ -345,6 +375,23 @@ class LocalCluster:
         return f"<LocalCluster {self.n} nodes {self.bootstrap if self.nodes else 'stopped'}>"
 
 
+def _terminate(nodes: list[ClusterNode]) -> None:
+    """SIGTERM the nodes, then SIGKILL those still running 20 s later."""
+    for n in nodes:
+        if n.proc is not None and n.proc.poll() is None:
+            n.proc.send_signal(signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
+            n.proc.terminate()
+    for n in nodes:
+        if n.proc is not None:
+            try:
+                n.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                n.proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    n.proc.wait(10)
+            n.proc = None
+
+
 def _log4j_config() -> Path:
     own = os.environ.get("PROCESSOR_KAFKA_LOG4J")
     return Path(own).absolute() if own else LOG4J_CONFIG
@@ -358,12 +405,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run the cluster until Ctrl-C / SIGTERM")
     r.add_argument("--nodes", type=int, default=3)
+    r.add_argument(
+        "--dedicated-controller",
+        action="store_true",
+        help="the nodes are brokers only; one more process is the KRaft controller",
+    )
     r.add_argument("--dir", type=Path, default=None, help="root dir (kept); default a temp dir")
     args = p.parse_args(argv)
     stop = threading.Event()
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda *_: stop.set())
-    cluster = LocalCluster(args.nodes, keep=args.dir is not None)
+    cluster = LocalCluster(
+        args.nodes, keep=args.dir is not None, dedicated_controller=args.dedicated_controller
+    )
     try:
         print(cluster.start(args.dir), flush=True)
         while not stop.wait(0.5):

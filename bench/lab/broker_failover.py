@@ -4,14 +4,14 @@
 failover scenario of ``bench/failover.py`` with only the two broker faults
 (the group coordinator's broker, then a transaction coordinator's; or the
 comma-separated fault kinds of ``KINDS``, e.g. ``rollout``), ``ROUNDS`` times
-(default 3; 0: the figure's own faults, once), on a fresh 3-node local
+(default 3; 0: the figure's own faults, once), on a fresh 3-broker local
 cluster.  Members log at DEBUG (one
 ``processor.timeline`` line per commit); their logs and the cluster's are
 kept in ``KEEP_DIR`` (default a new temporary directory, printed).  Per fault:
 p50/p99/max, then the slowest events: when each was acknowledged and became
 visible, relative to the broker's kill, and the wall-clock time to look for
-in the member logs.  ``BENCH_FAILOVER_ARGS`` adds member arguments as in the
-figure.
+in the member logs.  ``BENCH_FAILOVER_ARGS`` adds member arguments and
+``BENCH_FAILOVER_CONTROLLER`` picks the cluster's layout as in the figure.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.failover import ABORT_CHECK_MS, ARGS
+from bench.failover import ABORT_CHECK_MS, ARGS, DEDICATED_CONTROLLER
 from processor.devcluster import LocalCluster
 from tests.faults.conftest import make_stack
 from tests.faults.failover import default_faults, run_failover, table
@@ -44,7 +44,9 @@ def main(argv: list[str]) -> int:
     keep.mkdir(parents=True, exist_ok=True)
     print(f"logs kept in {keep}")
     overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": ABORT_CHECK_MS}
-    cluster = LocalCluster(3, overrides=overrides, keep=True)  # the brokers' logs too
+    cluster = LocalCluster(  # the brokers' logs kept too
+        3, overrides=overrides, keep=True, dedicated_controller=DEDICATED_CONTROLLER
+    )
     cluster.start(keep / "cluster")
     wall_minus_mono = time.time() - time.monotonic()
     (keep / "run").mkdir()

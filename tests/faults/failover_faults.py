@@ -9,7 +9,8 @@
 - ``kill-group-coordinator`` / ``kill-txn-coordinator``: the broker that
   leads the group's ``__consumer_offsets`` partition, or the
   ``__transaction_state`` partition of a member's transactional id, is
-  SIGKILLed and started again after :data:`DOWN_S`.  Kafka places both by
+  SIGKILLed once every partition is in sync again (a single fault:
+  :func:`wait_replicated`) and started again after :data:`DOWN_S`.  Kafka places both by
   ``abs(String.hashCode(key)) % partitions`` of the topic (the group's id,
   the transactional id); the group's is checked against the coordinator
   ``describe_consumer_groups`` names;
@@ -40,6 +41,9 @@ from tests.faults.conftest import METRICS_URL, REPO, FaultStack, Member, wait_un
 #: seconds a killed broker stays down: past the controller's
 #: ``broker.session.timeout.ms`` (9 s), so its leaderships move
 DOWN_S = 10.0
+#: seconds a broker fault waits for the cluster to be fully in sync (then it
+#: goes on, its note naming the partitions still behind)
+REPLICATED_WITHIN_S = 30.0
 #: seconds a rollout waits after its last member is ready before its window closes
 ROLLOUT_TAIL_S = 5.0
 #: the commit the older member of a mixed rollout runs, and the checkout it is in
@@ -72,6 +76,40 @@ def _leader(stack: FaultStack, topic: str, key: str) -> int:
     md = clients.admin(stack.config).list_topics(topic, timeout=10)
     parts = md.topics[topic].partitions
     return int(parts[coordinator_partition(key, len(parts))].leader)
+
+
+def under_replicated(stack: FaultStack) -> list[str]:
+    """Partitions (``topic[n]``) whose in-sync replicas are fewer than their
+    replicas, internal topics included."""
+    md = clients.admin(stack.config).list_topics(timeout=10)
+    return [
+        f"{name}[{n}]"
+        for name, topic in md.topics.items()
+        for n, part in topic.partitions.items()
+        if len(part.isrs) < len(part.replicas)
+    ]
+
+
+def wait_replicated(stack: FaultStack, timeout_s: float = REPLICATED_WITHIN_S) -> str:
+    """Until every partition is fully in sync again; what to add to a fault's note.
+
+    A broker fault is a single fault only on a cluster that has recovered from
+    the last one: a broker restarted 20 s before may still be out of some ISRs,
+    and killing another then leaves those partitions below
+    ``min.insync.replicas`` (no transaction commits on them) until one is back.
+    """
+    t0 = time.monotonic()
+    behind: list[str] = []
+    while time.monotonic() - t0 < timeout_s:
+        try:
+            behind = under_replicated(stack)
+        except KafkaException:
+            behind = ["(metadata unanswered)"]
+        if not behind:
+            waited = time.monotonic() - t0
+            return f", in sync {waited:.1f} s before" if waited >= 0.5 else ""
+        time.sleep(0.5)
+    return f", {len(behind)} partitions under-replicated at the kill ({', '.join(behind[:4])})"
 
 
 def group_coordinator(stack: FaultStack) -> int:
@@ -198,7 +236,7 @@ class Faults:
         fault.done = time.monotonic()
 
     def _kill_broker(self, fault: Fault, node: int) -> None:
-        fault.note = f"broker {node}"
+        fault.note = f"broker {node}{wait_replicated(self.stack)}"
         fault.armed = fault.at = time.monotonic()
         self.stack.cluster.kill(node)
         time.sleep(DOWN_S)
