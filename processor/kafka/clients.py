@@ -202,6 +202,13 @@ def plain_consumer(
 #: fetches a second, 6.6% of a core on the broker against 2.3% at 100 ms
 #: (figure 5): CPU the commit path lacked on a busy box
 LONG_POLL = {"control": 100}
+#: plain consumers made per job, whose first requests are most of their life:
+#: the admin clients' reconnect back-off (``FAST_FIRST_REQUEST``).  At 1 s
+#: librdkafka waits ``reconnect.backoff.ms / 2`` before it tries another
+#: bootstrap broker (its sparse-connection interval): a fill consumer made
+#: while one broker was down took 0.5-1.0 s to read the few records of a
+#: rewind's fill after a broker fault, the biggest part of the rewind
+SHORT_LIVED = frozenset({"fill"})
 
 
 def plain_settings(
@@ -212,7 +219,7 @@ def plain_settings(
         "fetch.max.bytes": 64 * 1024 * 1024,
         # read-to-end jobs: do not long-poll 500 ms at every partition end
         "fetch.wait.max.ms": LONG_POLL.get(purpose, 10),
-        **QUIET_RECONNECT,
+        **(FAST_FIRST_REQUEST if purpose in SHORT_LIVED else QUIET_RECONNECT),
         **config.common(),
         "group.id": group or f"{config.group_id}-{purpose}-unused",
         "enable.auto.commit": False,

@@ -70,3 +70,14 @@ def test_the_output_producer_reconnects_sooner_than_the_other_clients() -> None:
     assert clients.group_settings(config, "unit")["reconnect.backoff.ms"] == 1000
     tuned = ServiceConfig(kafka={"reconnect.backoff.max.ms": "5000"})  # -X still overrides it
     assert clients.output_settings(tuned, "unit")["reconnect.backoff.max.ms"] == "5000"
+
+
+def test_a_fill_consumer_reconnects_sooner_than_the_long_lived_readers() -> None:
+    # made per fill job: at a 1 s back-off librdkafka waits 0.5 s before it
+    # tries another bootstrap broker, and a rewind's fill made while one broker
+    # was down took 0.5-1.0 s for a handful of records
+    config = ServiceConfig()
+    fill = clients.plain_settings(config, "fill")
+    assert (fill["reconnect.backoff.ms"], fill["reconnect.backoff.max.ms"]) == (100, 1000)
+    assert clients.plain_settings(config, "restore")["reconnect.backoff.ms"] == 1000
+    assert clients.plain_settings(config, "control")["reconnect.backoff.ms"] == 1000
