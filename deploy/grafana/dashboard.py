@@ -228,8 +228,10 @@ def build() -> Builder[Any]:
                 "Transaction failures",
                 "short",
                 "Failed transaction steps by "
-                "kind, members past their failure bound, and other "
-                "applications' consumers holding partitions (/readyz 503)",
+                "kind, members past their failure bound, other "
+                "applications' consumers holding partitions (/readyz 503), and "
+                "given-up transaction calls still hanging in the Kafka client "
+                "(a fourth at once ends the member)",
                 (
                     f"sum by (kind) (increase(processor_transaction_failures_total{SEL}{RATE}))",
                     "{{kind}}",
@@ -242,6 +244,10 @@ def build() -> Builder[Any]:
                 (
                     f"max(processor_group_foreign_members{SEL})",
                     "other applications' members holding partitions",
+                ),
+                (
+                    f"max by (instance) (processor_txn_calls_hanging{SEL})",
+                    "calls hanging {{instance}}",
                 ),
             )
         )

@@ -33,7 +33,7 @@ from tests.kafka_fixtures import unique_prefix
 
 #: recording and alerting rules in deploy/prometheus/processor-rules.yaml (promtool counts
 #: them; a running Prometheus must find every one healthy)
-RULE_COUNT = 21
+RULE_COUNT = 22
 
 RULES = REPO / "deploy" / "prometheus" / "processor-rules.yaml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "processor-rules.test.yaml"
