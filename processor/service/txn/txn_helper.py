@@ -163,16 +163,16 @@ class HelperThread:
             if helper is not None:
                 helper.given_up = (now, what)
                 helper.shutdown(wait=False)
-                self._given_up.append(helper)
+                # a new list (the ended ones pruned): a metrics scrape may be reading the old
+                self._given_up = [h for h in self._given_up if h.alive()] + [helper]
             raise StuckCall(
                 KafkaError(KafkaError._TIMED_OUT, f"{what} did not return {why}", fatal=True)
             )
 
     def hanging(self) -> int:
         """Given-up calls that have not returned yet (each holds a thread and
-        the producer it was called on)."""
-        self._given_up = [h for h in self._given_up if h.alive()]
-        return len(self._given_up)
+        the producer it was called on).  Read-only: the metrics thread asks too."""
+        return sum(1 for h in self._given_up if h.alive())
 
     def shutdown(self) -> None:
         if self._helper is not None:
