@@ -178,7 +178,7 @@ class LocalCluster:
                 if root is not None
                 else Path(tempfile.mkdtemp(prefix="processor-cluster-"))
             )
-            ports = free_ports(2 * self.n + 2)
+            ports = free_ports(2 * self.n + (2 if self.dedicated_controller else 0))
             for i in range(self.n):
                 node_id = i + 1
                 wd = self.root / f"node{node_id}"
@@ -205,9 +205,9 @@ class LocalCluster:
                         **self.overrides,
                     },
                 )
-                for unset in ("advertised.listeners", "inter.broker.listener.name"):
-                    if n is self.controller:  # a controller-only node serves no clients
-                        props.pop(unset, None)
+                if n is self.controller:  # a controller-only node serves no clients
+                    props.pop("advertised.listeners", None)
+                    props.pop("inter.broker.listener.name", None)
                 write_properties(n.props, props)
                 self._format(n)
             atexit.register(self.stop)

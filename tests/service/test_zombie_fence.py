@@ -31,6 +31,7 @@ from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from processor.kafka import clients
 from processor.kafka.fencing import ZombieFence, member_instances, writer_metadata, writer_of
+from processor.kafka.retry import is_transient
 from processor.service.partitions import restore
 from tests.service.conftest import Stack, sessions
 from tests.service.test_processor import wait_for_views
@@ -40,18 +41,6 @@ from tests.service.test_processor import wait_for_views
 ZOMBIE_TIMEOUT_MS = 120_000
 #: well under ZOMBIE_TIMEOUT_MS: the session timeout, a join and a restore
 TAKEOVER_BOUND_S = 60
-
-
-#: admin answers of a broker that is not ready yet for the request
-_ASK_AGAIN = frozenset(
-    {
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-    }
-)
 
 
 def _answers(futures: dict[Any, Any]) -> dict[Any, Any] | None:
@@ -65,8 +54,7 @@ def _answers(futures: dict[Any, Any]) -> dict[Any, Any] | None:
     try:
         return {key: f.result() for key, f in futures.items()}
     except KafkaException as exc:
-        err = exc.args[0]
-        if not (err.retriable() or err.code() in _ASK_AGAIN):
+        if not is_transient(exc):
             raise
     return None
 

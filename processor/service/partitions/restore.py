@@ -282,13 +282,12 @@ class FreshAdmin:
     def __init__(self, factory: Callable[[], OffsetsAdmin]) -> None:
         self.factory = factory
         self.client: OffsetsAdmin | None = None
-        self._asked = False  # the client has made its first request
 
     def release(self) -> None:
         """Drop the client, its queued log lines served, in the thread that used it."""
         if self.client is not None:
             self.client.poll(0)
-        self.client, self._asked = None, False
+        self.client = None
 
     def list_offsets(
         self,
@@ -296,13 +295,11 @@ class FreshAdmin:
         level: IsolationLevel,
         timeout: float = 10.0,
     ) -> dict[int, int]:
-        if self.client is None:
-            self.client = self.factory()
         try:
-            if not self._asked:  # the leaders into its cache first
-                for topic in sorted({tp.topic for tp in spec}):
+            if self.client is None:
+                self.client = self.factory()
+                for topic in sorted({tp.topic for tp in spec}):  # the leaders into its cache
                     self.client.list_topics(topic, timeout=min(timeout, 5.0))
-                self._asked = True
             futures = self.client.list_offsets(spec, isolation_level=level, request_timeout=timeout)
             return {tp.partition: f.result().offset for tp, f in futures.items()}
         except KafkaException as exc:
